@@ -1,0 +1,52 @@
+// flopmeter/communicator.h — the one collective flopmeter needs, behind an interface of its own.
+//
+// flopmeter issues exactly one collective per log: an in-place SUM all-reduce of a small host buffer of
+// doubles. The c10d API changes between PyTorch releases and NCCL is a C library, so core code depends only
+// on this interface; adapters live in their own files (c10d.h: a c10d ProcessGroup, Gloo or NCCL;
+// nccl.h: a raw ncclComm_t plus a CUDA stream) and `local_communicator` serves a single process.
+//
+// Ownership: `start_allreduce_sum` does not take the buffer; the caller keeps it alive and untouched until
+// the returned `pending_collective` reports completion or is destroyed (destroying an unfinished one waits
+// for the adapter to release the buffer, or abandons it safely if the adapter cannot).
+// Thread-safety: a communicator is used by one thread at a time (the thread that calls on_log); adapters
+// must not assume it is the thread that created them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace flopmeter {
+
+// The outcome of waiting on a collective.
+enum class collective_status {
+  done,       // the buffer holds the reduced values
+  pending,    // not finished within the timeout given; wait again later
+  failed,     // the collective failed (peer died, backend error); the buffer is not meaningful
+};
+
+class pending_collective {
+ public:
+  virtual ~pending_collective() = default;
+  // Blocks at most `timeout` (0 = poll). On `failed`, `error_message()` says why.
+  virtual collective_status wait(std::chrono::milliseconds timeout) = 0;
+  virtual std::string error_message() const = 0;
+};
+
+class communicator {
+ public:
+  virtual ~communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Starts an in-place element-wise SUM over all ranks of `values[0..count)`. Every rank calls it at the
+  // same point with the same count. May throw flopmeter::error if the collective cannot even be started.
+  virtual std::unique_ptr<pending_collective> start_allreduce_sum(double* values, std::size_t count) = 0;
+  // A short name for logs ("local", "c10d:gloo", "nccl").
+  virtual std::string backend_name() const = 0;
+};
+
+// A single-process "group" of one rank: the sum is the identity and completes at once.
+std::shared_ptr<communicator> make_local_communicator();
+
+}  // namespace flopmeter

@@ -1,0 +1,114 @@
+// flopmeter/flop_model.h — exact training FLOPs of one packed micro-batch.
+//
+// What it is: the FLOP model turns a `model_spec` into per-unit coefficients (FLOPs per token, per causal
+// (query, key) pair, per patch, ...) and a micro-batch description into exact integer counts of those units.
+// FLOPs = sum over terms of coefficient x count. Training = forward + backward = 3x the forward matmul work;
+// one multiply-add = 2 FLOPs; only matmul work is counted (norms, activations, softmax, RoPE are not).
+// The derivation of every coefficient is next to its code in plugin/flop_model.cpp and, for users, in
+// METRICS.md.
+//
+// Numeric types (chosen so 1M-token rows, 100k-patch items and 100k documents stay exact):
+// - coefficients and counts are std::int64_t, exact; count_* functions reject input whose counts would
+//   overflow int64 (an L = 1M document has L(L+1)/2 = 5e11 pairs; a 100k-patch item has 1e10 pairs).
+// - a term's FLOPs = coefficient x count is formed exactly in 128-bit integer arithmetic and rounded once to
+//   double: exact below 2^53 (~9e15), relative error <= 2^-53 above. Totals are sums of those doubles.
+// Ownership: everything here is a value; count_* read the caller's arrays during the call only.
+// Thread-safety: all functions are pure; call them from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "flopmeter/array_view.h"
+#include "flopmeter/model_spec.h"
+
+namespace flopmeter {
+
+// Which work is counted.
+enum class flop_scope {
+  seed,      // exactly the reference trainer's four terms; ViT attention billed over the whole item (t*h*w)^2
+  complete,  // the work the model does: + patch embedding, patch/DeepStack mergers, ViT attention per
+             //   temporal patch t*(h*w)^2, MTP layers when trained. The default.
+};
+
+const char* to_string(flop_scope scope);
+// Parses "seed" / "complete"; throws flopmeter::error naming `where` otherwise.
+flop_scope parse_flop_scope(const std::string& text, const std::string& where);
+
+// Training FLOPs (fwd + bwd) per unit. All exact integers.
+struct coefficients {
+  // The reference trainer's four, exactly as it defines them:
+  std::int64_t dense_per_token = 0;   // decoder projections (incl. output gate), Gated DeltaNet, SwiGLU, logits
+  std::int64_t text_attn_pair = 0;    // per causal (query, key) pair, summed over full-attention layers
+  std::int64_t vision_per_patch = 0;  // ViT blocks' projections and MLP per patch
+  std::int64_t vision_attn_pair = 0;  // per ViT (query, key) pair, summed over blocks
+  // What the reference leaves out (counted in complete scope):
+  std::int64_t patch_embed_per_patch = 0;     // the patch-embedding linear map
+  std::int64_t merger_per_merged_token = 0;   // patch merger + DeepStack mergers, per merged token
+  std::int64_t mtp_per_token = 0;             // MTP layers' dense work (0 unless train_mtp_layers)
+  std::int64_t mtp_attn_pair = 0;             // MTP layers' attention per causal pair (0 unless trained)
+  std::int64_t patches_per_merged_token = 1;  // spatial_merge_size^2
+};
+
+coefficients compute_coefficients(const model_spec& spec);
+
+// One image or video, in patches: t temporal patches of an h x w patch grid (Qwen's grid_thw).
+struct image_grid {
+  std::int64_t t = 0;
+  std::int64_t h = 0;
+  std::int64_t w = 0;
+};
+
+// Exact unit counts of one micro-batch, or of a sum of micro-batches (they add).
+struct batch_counts {
+  std::int64_t real_tokens = 0;      // tokens that belong to a document
+  std::int64_t padding_tokens = 0;   // tokens the device ran that belong to no document
+  std::int64_t documents = 0;
+  std::int64_t causal_pairs = 0;     // sum over documents of L(L+1)/2
+  std::int64_t items = 0;            // images + videos
+  std::int64_t patches = 0;          // sum of t*h*w
+  std::int64_t merged_tokens = 0;    // sum of t*h*w / spatial_merge_size^2
+  std::int64_t vision_pairs_per_frame = 0;  // sum of t*(h*w)^2 (attention within a temporal patch)
+  std::int64_t vision_pairs_whole = 0;      // sum of (t*h*w)^2  (the reference's billing)
+
+  std::int64_t device_tokens() const { return real_tokens + padding_tokens; }
+  // Adds `other`; throws flopmeter::error if any field would overflow.
+  batch_counts& operator+=(const batch_counts& other);
+};
+bool operator==(const batch_counts& a, const batch_counts& b);
+
+// The three ways a trainer describes where documents start; all give identical counts.
+// Lengths: each >= 0. cu_seqlens: starts at 0, non-decreasing (documents = size - 1). Positions: one entry
+// per real token, 0 starts a document and otherwise each entry is the previous + 1.
+// `padding_tokens` >= 0. Grids: t, h, w >= 1, h and w divisible by spatial_merge_size; grids need a vision
+// tower (`spec` or `merge` says which). Throws flopmeter::error naming the bad entry by index.
+struct vision_geometry {
+  bool has_vision = false;
+  std::int64_t spatial_merge_size = 1;
+};
+vision_geometry geometry_of(const model_spec& spec);
+
+batch_counts count_from_lengths(array_view<std::int64_t> document_lengths, std::int64_t padding_tokens,
+                                array_view<image_grid> grids, const vision_geometry& geometry);
+batch_counts count_from_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int64_t padding_tokens,
+                                   array_view<image_grid> grids, const vision_geometry& geometry);
+batch_counts count_from_positions(array_view<std::int64_t> positions, std::int64_t padding_tokens,
+                                  array_view<image_grid> grids, const vision_geometry& geometry);
+// Adds the grids' counts to `counts` (shared by the three above).
+void add_grids(batch_counts& counts, array_view<image_grid> grids, const vision_geometry& geometry);
+
+// FLOPs per term; `total()` is their sum. Terms outside the scope are 0.
+struct flop_breakdown {
+  double text_dense = 0;        // dense_per_token x (real + padding tokens)
+  double text_attention = 0;    // text_attn_pair x causal pairs
+  double vision_dense = 0;      // vision_per_patch x patches
+  double vision_attention = 0;  // vision_attn_pair x (pairs per frame | whole-item pairs in seed scope)
+  double patch_embed = 0;       // complete only
+  double merger = 0;            // complete only
+  double mtp = 0;               // complete only, when MTP layers are trained
+  double total() const;
+};
+
+flop_breakdown compute_flops(const coefficients& coeffs, const batch_counts& counts, flop_scope scope);
+
+}  // namespace flopmeter

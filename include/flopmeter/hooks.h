@@ -1,0 +1,77 @@
+// flopmeter/hooks.h — the plugin interface and the registry a trainer fires its events into.
+//
+// A trainer owns one `hooks` object, registers plugins (the throughput plugin is the first) and calls
+// `on_microbatch` for every micro-batch, `on_log` at each log step and `flush` once at the end.
+// Ownership: `add` shares ownership of the plugin (shared_ptr) and returns a `registration`; destroying the
+// registration (or calling reset()) unregisters the plugin. The hooks object must outlive registrations.
+// Errors: hooks never throw into the training loop. A plugin's hook is noexcept by contract; `hooks` also
+// catches anything a misbehaving plugin throws and counts it (`swallowed_exceptions`).
+// Thread-safety: add/registration reset and firing may happen on different threads (an internal mutex
+// guards the list); events to one plugin are delivered one at a time in the order they were fired.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "flopmeter/events.h"
+
+namespace flopmeter {
+
+class plugin {
+ public:
+  virtual ~plugin() = default;
+  virtual void on_microbatch(const microbatch_event& event) noexcept = 0;
+  virtual void on_log(const log_event& event) noexcept = 0;
+  // End of training: emit whatever is still deferred. Later events are ignored (and counted).
+  virtual void flush() noexcept = 0;
+};
+
+class hooks;
+
+// RAII handle of one registration. Movable, not copyable.
+class registration {
+ public:
+  registration() = default;
+  registration(registration&& other) noexcept;
+  registration& operator=(registration&& other) noexcept;
+  registration(const registration&) = delete;
+  registration& operator=(const registration&) = delete;
+  ~registration();
+  void reset() noexcept;  // unregisters now
+  bool active() const noexcept { return owner_ != nullptr; }
+
+ private:
+  friend class hooks;
+  registration(hooks* owner, std::uint64_t id) : owner_(owner), id_(id) {}
+  hooks* owner_ = nullptr;
+  std::uint64_t id_ = 0;
+};
+
+class hooks {
+ public:
+  hooks() = default;
+  hooks(const hooks&) = delete;
+  hooks& operator=(const hooks&) = delete;
+
+  [[nodiscard]] registration add(std::shared_ptr<plugin> p);
+
+  void on_microbatch(const microbatch_event& event) noexcept;
+  void on_log(const log_event& event) noexcept;
+  void flush() noexcept;
+
+  std::size_t size() const;
+  std::uint64_t swallowed_exceptions() const;
+
+ private:
+  friend class registration;
+  void remove(std::uint64_t id) noexcept;
+
+  mutable std::mutex mutex_;
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<plugin>>> plugins_;
+  std::uint64_t next_id_ = 1;
+  std::uint64_t swallowed_ = 0;
+};
+
+}  // namespace flopmeter

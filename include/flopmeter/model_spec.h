@@ -1,0 +1,79 @@
+// flopmeter/model_spec.h — the architecture facts one FLOP model is built from.
+//
+// A `model_spec` is plain data: what `load_model_spec()` reads from a model TOML file (see
+// model_configs/SCHEMA.md; field names follow the Hugging Face config.json names) and what the FLOP model
+// (flop_model.h) and the Megatron constant (megatron.h) consume. It owns all of its members.
+// Thread-safety: a model_spec is a value; const access from many threads needs no synchronization.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace flopmeter {
+
+// Which token mixer a decoder layer uses.
+enum class layer_kind {
+  full_attention,    // softmax attention over the document (causal), GQA, optional output gate
+  linear_attention,  // Qwen3.5 Gated DeltaNet
+};
+
+// Decoder (language model) facts. All sizes are element counts, all > 0 unless stated.
+struct text_spec {
+  std::int64_t hidden_size = 0;
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t num_key_value_heads = 0;   // divides num_attention_heads (GQA groups)
+  std::int64_t head_dim = 0;
+  std::int64_t intermediate_size = 0;     // SwiGLU width: gate and up are hidden->I, down is I->hidden
+  std::int64_t vocab_size = 0;
+  bool tie_word_embeddings = false;       // no FLOP effect: the logits matmul runs either way
+  bool attn_output_gate = false;          // Qwen3.5: q_proj also produces a sigmoid gate (2x its width)
+  // Layer layout. For Qwen3.5 layer i is full attention when (i+1) % full_attention_interval == 0 and Gated
+  // DeltaNet otherwise; 0 means every layer is full attention (Qwen3-VL). `layer_types` is the resolved list.
+  std::int64_t full_attention_interval = 0;
+  std::vector<layer_kind> layer_types;
+  // Gated DeltaNet sizes; required when any layer is linear_attention, 0 otherwise.
+  std::int64_t linear_key_head_dim = 0;
+  std::int64_t linear_value_head_dim = 0;
+  std::int64_t linear_num_key_heads = 0;
+  std::int64_t linear_num_value_heads = 0;
+  std::int64_t linear_conv_kernel_dim = 0;
+  // Multi-token-prediction layers present in the checkpoint (Qwen3.5: 1). They cost work only when the
+  // run trains them (model_spec::train_mtp_layers).
+  std::int64_t mtp_num_hidden_layers = 0;
+
+  std::int64_t num_full_attention_layers() const;
+  std::int64_t num_linear_attention_layers() const;
+};
+
+// Vision tower (ViT) facts, Qwen3-VL / Qwen3.5 style.
+struct vision_spec {
+  std::int64_t depth = 0;                  // ViT blocks
+  std::int64_t hidden_size = 0;
+  std::int64_t num_heads = 0;              // divides hidden_size
+  std::int64_t intermediate_size = 0;      // plain GELU MLP: hidden->I->hidden
+  std::int64_t out_hidden_size = 0;        // merger output = decoder hidden size
+  std::vector<std::int64_t> deepstack_visual_indexes;  // Qwen3-VL: one extra merger per index
+  std::int64_t patch_size = 0;             // spatial patch edge in pixels
+  std::int64_t temporal_patch_size = 0;    // frames per temporal patch
+  std::int64_t spatial_merge_size = 0;     // merger groups spatial_merge_size^2 patches into one token
+  std::int64_t in_channels = 0;
+
+  // Inputs of the patch embedding per patch: in_channels * temporal_patch_size * patch_size^2.
+  std::int64_t patch_input_size() const;
+  // Number of mergers: the final one plus one per deepstack index.
+  std::int64_t num_mergers() const;
+};
+
+struct model_spec {
+  std::string name;         // file stem or [model].name, for reports
+  std::string model_type;   // "qwen3_vl" or "qwen3_5"
+  std::string source_path;  // where it was loaded from ("" when built in code)
+  text_spec text;
+  std::optional<vision_spec> vision;  // absent for text-only models
+  bool train_mtp_layers = false;      // count the MTP layers' work (off by default)
+};
+
+}  // namespace flopmeter

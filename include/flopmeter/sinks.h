@@ -1,0 +1,60 @@
+// flopmeter/sinks.h — where derived metrics go: a console line, a JSONL file, a user callback.
+//
+// A `metrics_record` is one log's metrics as (name, value) pairs in a fixed order, names exactly as in
+// METRICS.md (perf/..., perf_topk/..., train/...). Sinks follow spdlog's base_sink: the public `write()` is
+// final, takes the sink's lock and calls the protected `write_()`, so a sink is safe to share between
+// threads. A sink never throws out of write(): a failing file (disk full, removed) becomes one logged error
+// and the sink keeps trying on later records.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace spdlog {
+class logger;
+}
+
+namespace flopmeter {
+
+struct metrics_record {
+  std::int64_t step = 0;  // the optimizer step the interval ended at
+  std::vector<std::pair<std::string, double>> values;
+
+  // The value of `name`, or nullptr when absent (e.g. perf/mfu for an unknown GPU).
+  const double* find(const std::string& name) const;
+};
+
+class sink {
+ public:
+  virtual ~sink() = default;
+  void write(const metrics_record& record) noexcept;  // locks, calls write_(), swallows and counts failures
+  std::uint64_t failures() const;
+
+ protected:
+  virtual void write_(const metrics_record& record) = 0;
+
+ private:
+  mutable std::mutex mutex_;
+  std::uint64_t failures_ = 0;
+};
+
+// One human line per record through `logger` (the trainer's, or a private unregistered logger named
+// "flopmeter" writing to stderr when null). Never registers global loggers or sets the default one.
+std::shared_ptr<sink> make_console_sink(std::shared_ptr<spdlog::logger> logger = nullptr);
+
+// One JSON object per line: {"step": N, "<name>": value, ...}. Non-finite values are written as null.
+// The file is opened for append on the first write; failures are logged through `logger` (rate-limited).
+std::shared_ptr<sink> make_jsonl_sink(const std::string& path, std::shared_ptr<spdlog::logger> logger = nullptr);
+
+// Calls `callback` with each record. Exceptions from the callback are caught and counted.
+std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record&)> callback);
+
+// Renders one record as the JSONL line (without the newline); exposed for tests and the C ABI.
+std::string to_json_line(const metrics_record& record);
+
+}  // namespace flopmeter

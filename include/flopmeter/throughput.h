@@ -1,0 +1,105 @@
+// flopmeter/throughput.h — the throughput plugin: tokens/s, TFLOP/s, MFU, step time, batch efficiency,
+// memory and loss, aggregated honestly over the job, with one collective per log and no stall.
+//
+// Life cycle: create it with options and a communicator, register it with `hooks` (or call its hooks
+// directly), fire on_microbatch / on_log, flush at the end. on_microbatch only adds integer counts
+// (no allocation, no collective, no device sync). on_log closes the interval, starts one asynchronous
+// all-reduce and emits the *previous* interval's metrics after waiting for its collective
+// (perf/log_wait_ms is that wait). flush() waits for and emits the last interval.
+//
+// Ownership: the plugin shares the communicator and the sinks (shared_ptr); it owns its counters.
+// Errors: `create` throws flopmeter::error for bad options; the hooks never throw: a bad batch, a failed or
+// timed-out collective or a failing sink is logged (rate-limited), counted in `health()` and costs that
+// interval's metrics, not the run.
+// Thread-safety: hooks may be called from several threads; an internal mutex serializes them (the
+// expected use is one training thread per rank).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flopmeter/communicator.h"
+#include "flopmeter/flop_model.h"
+#include "flopmeter/hooks.h"
+#include "flopmeter/layout.h"
+#include "flopmeter/model_spec.h"
+#include "flopmeter/peak_table.h"
+#include "flopmeter/sinks.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace flopmeter {
+
+// Which ranks hand their metrics to the sinks (every rank computes them; the collective is the same).
+enum class emit_ranks { rank0, all };
+
+struct throughput_options {
+  model_spec model;                             // what the FLOP model is built from
+  flop_scope scope = flop_scope::complete;      // what is counted (seed reproduces the reference)
+  // Peak dense TFLOP/s per GPU: the number wins when set; otherwise `gpu` is looked up in the peak table.
+  // Neither, or an unknown GPU: MFU is not reported and one warning is logged.
+  std::optional<double> peak_tflops_per_gpu;
+  std::string gpu;                              // e.g. "H100 SXM" or torch's device name
+  peak_precision precision = peak_precision::bf16;
+  parallel_sizes parallel;                      // tp, cp, pp; dp = world / (tp*cp*pp)
+  std::string rank_order = "tp-cp-dp-pp";       // Megatron's default
+  std::int64_t log_interval_steps = 1;          // informational: the trainer decides when on_log fires
+  double tpi_multiplier = 1.0;                  // micro-batches per optimizer step (may be fractional)
+  std::int64_t topk = 3;                        // rows per side in perf_topk/*; 0 disables
+  emit_ranks emit = emit_ranks::rank0;
+  bool sanity_check = false;                    // run the term-by-term check at create(); refuse on mismatch
+  std::chrono::milliseconds collective_timeout{120000};  // how long on_log may block on the previous log
+  std::vector<std::shared_ptr<sink>> sinks;     // where metrics go
+  std::shared_ptr<spdlog::logger> logger;       // the trainer's logger; a private one when null
+};
+
+// Counters of things that went wrong; all zero in a healthy run.
+struct throughput_health {
+  std::uint64_t bad_microbatches = 0;     // rejected batch descriptions (not counted in any metric)
+  std::uint64_t failed_collectives = 0;   // intervals lost to a failed or timed-out collective
+  std::uint64_t skipped_intervals = 0;    // intervals not emitted (zero or negative time, failures)
+  std::uint64_t events_after_flush = 0;   // events that arrived after flush()
+  std::uint64_t collectives_started = 0;  // one per on_log on the default path
+};
+
+class throughput_plugin : public plugin {
+ public:
+  // Throws flopmeter::error for invalid options (layout not dividing the world, sanity-check mismatch, ...).
+  static std::shared_ptr<throughput_plugin> create(throughput_options options,
+                                                   std::shared_ptr<communicator> comm);
+  ~throughput_plugin() override;
+
+  void on_microbatch(const microbatch_event& event) noexcept override;
+  void on_log(const log_event& event) noexcept override;
+  void flush() noexcept override;
+
+  throughput_health health() const;
+  const coefficients& flop_coefficients() const;
+  // The peak used for MFU, when known.
+  std::optional<double> peak_tflops_per_gpu() const;
+
+  class impl;
+
+ private:
+  explicit throughput_plugin(std::unique_ptr<impl> state);
+  std::unique_ptr<impl> impl_;
+};
+
+// Reads a plugin TOML file (see docs in plugin_configs/SCHEMA.md): the model config path (relative to the
+// plugin file), peak, layout, sinks, top-k, scope, sanity check. Every error names file:line:col and key.
+throughput_options load_throughput_options(const std::string& path);
+
+// The fractional gradient-accumulation schedule for multiplier m >= 1: entry i is
+// floor((i+1)m) - floor(im), stopping at the first i where (i+1)m is whole. 1.5 -> [1, 2];
+// 2.25 -> [2, 2, 2, 3]; 3 -> [3]. m is taken as the nearest fraction with denominator <= 10^6.
+// Throws flopmeter::error for m < 1, non-finite m, or a schedule longer than 10^6 entries.
+std::vector<std::int64_t> accumulation_schedule(double tpi_multiplier);
+
+}  // namespace flopmeter

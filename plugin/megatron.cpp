@@ -1,0 +1,175 @@
+// The Megatron per-token constant, written the way Megatron-LM's num_floating_point_operations() writes it,
+// and the term-by-term sanity check of the exact FLOP model against it.
+//
+// This file deliberately does not call compute_coefficients() to build the constant: it re-derives the
+// figure in Megatron's own shape (floating point, expansion factors, attention at seq_len/2 keys per token)
+// so that the check compares two independent derivations.
+#include "flopmeter/megatron.h"
+
+#include <cmath>
+#include <string>
+
+#include "flopmeter/error.h"
+#include "flopmeter/flop_model.h"
+
+namespace flopmeter {
+namespace {
+
+// Megatron's factors: 3x for forward, backward-dgrad and backward-wgrad GEMMs; 2x FLOPs per multiply-add.
+constexpr double kForwardBackward = 3.0;
+constexpr double kFma = 2.0;
+
+// Text decoder, per token at row length S (Megatron's "transformer_flops" with the gated-attention and
+// gated-delta-net extensions, divided by batch_size * seq_length).
+void text_constant(const text_spec& t, bool train_mtp, double s, megatron_constant& out) {
+  const double h = static_cast<double>(t.hidden_size);
+  const double query_projection = static_cast<double>(t.head_dim * t.num_attention_heads);  // kv_channels * heads
+  const double key_projection = static_cast<double>(t.head_dim * t.num_key_value_heads);
+  const double value_projection = key_projection;
+  const double gate_projection = t.attn_output_gate ? query_projection : 0.0;
+
+  const double mtp_layers = train_mtp ? static_cast<double>(t.mtp_num_hidden_layers) : 0.0;
+  // Megatron appends the MTP layers to the decoder's layer count. flopmeter's Qwen3.5 MTP layer is a
+  // full-attention layer (Megatron would place it by the linear-attention pattern) and the 3h norm
+  // multiply term Megatron adds for MTP is left out (not matmul work).
+  const double standard_layers = static_cast<double>(t.num_full_attention_layers()) + mtp_layers;
+  const double linear_layers = static_cast<double>(t.num_linear_attention_layers());
+  const double mlp_layers = static_cast<double>(t.num_hidden_layers) + mtp_layers;
+
+  // Standard attention: qkv (+gate) projection and out projection; the core attention separately.
+  const double standard_projection =
+      kForwardBackward * kFma *
+      (h * (query_projection + key_projection + value_projection + gate_projection) + query_projection * h);
+  // "causal mask (only half of the mask is non-zero)" x 2 for QK^T and (QK^T)V.
+  const double standard_core = kForwardBackward * kFma * (query_projection * s / 2.0 * 2.0);
+
+  // Gated DeltaNet in Megatron's form: in proj (q, k, v, z, a, b), conv1d, delta rule (4 products of v_head_dim^2
+  // per value head), out proj.
+  double linear_term = 0.0;
+  if (linear_layers > 0) {
+    const double qk_dim = static_cast<double>(t.linear_key_head_dim * t.linear_num_key_heads);
+    const double v_dim = static_cast<double>(t.linear_value_head_dim * t.linear_num_value_heads);
+    const double num_v_heads = static_cast<double>(t.linear_num_value_heads);
+    const double v_head_dim = static_cast<double>(t.linear_value_head_dim);
+    linear_term = kForwardBackward * kFma *
+                  (h * (2 * qk_dim + 2 * v_dim + 2 * num_v_heads) +
+                   static_cast<double>(t.linear_conv_kernel_dim) * (2 * qk_dim + v_dim) +
+                   num_v_heads * (v_head_dim * v_head_dim) * 4 + h * v_dim);
+  }
+
+  const double ffn_expansion = 3.0;  // SwiGLU: h->2*ffn_h and ffn_h->h
+  const double mlp = kForwardBackward * kFma * h * (static_cast<double>(t.intermediate_size) * ffn_expansion) * mlp_layers;
+  const double mtp_proj = kForwardBackward * kFma * mtp_layers * (2 * h * h);
+  const double logits = kForwardBackward * kFma * h * static_cast<double>(t.vocab_size) * (mtp_layers + 1);
+
+  out.text_linear_per_token = mlp + standard_projection * standard_layers + linear_term * linear_layers + mtp_proj + logits;
+  out.text_attention_per_token = standard_core * standard_layers;
+}
+
+// Vision tower, per decoder token at row length S, in the classic Megatron shape
+// 12 * L * hv^2 * ((1 + groups/heads + S/hv/2) * q/hv + ffn/hv * gated) with MHA (groups = heads), q = hv,
+// a plain (not gated) MLP and no logits, the way the reference trainer's constant bills its ViT.
+void vision_constant(const vision_spec& v, double s, megatron_constant& out) {
+  const double expansion_factor = 3 * 2 * 2;
+  const double hv = static_cast<double>(v.hidden_size);
+  const double layers = static_cast<double>(v.depth);
+  const double query_ratio = 1.0;       // kv_channels * heads / hidden = 1 for the ViT
+  const double groups_over_heads = 1.0; // MHA
+  const double gated = 1.0;             // GELU MLP, not SwiGLU
+  const double base = expansion_factor * layers * hv * hv;
+  out.vision_linear_per_token =
+      base * ((1 + groups_over_heads) * query_ratio + static_cast<double>(v.intermediate_size) / hv * gated);
+  out.vision_attention_per_token = base * (s / hv / 2) * query_ratio;
+}
+
+check_row make_row(std::string term, double exact, double megatron, double expected_ratio, double tolerance,
+                   std::string explanation) {
+  check_row row;
+  row.term = std::move(term);
+  row.exact = exact;
+  row.megatron = megatron;
+  row.expected_ratio = expected_ratio;
+  row.ratio = megatron != 0 ? exact / megatron : (exact == 0 ? expected_ratio : INFINITY);
+  row.relative_error = std::fabs(row.ratio / expected_ratio - 1.0);
+  row.pass = std::isfinite(row.ratio) && row.relative_error <= tolerance;
+  row.explanation = std::move(explanation);
+  return row;
+}
+
+}  // namespace
+
+megatron_constant compute_megatron_constant(const model_spec& spec, std::int64_t seq_len) {
+  if (seq_len < 1) throw error("flopmeter: seq_len must be >= 1 (got " + std::to_string(seq_len) + ")");
+  megatron_constant c;
+  c.seq_len = seq_len;
+  const double s = static_cast<double>(seq_len);
+  text_constant(spec.text, spec.train_mtp_layers, s, c);
+  if (spec.vision) vision_constant(*spec.vision, s, c);
+  return c;
+}
+
+check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, double tolerance) {
+  check_report report;
+  report.model = spec.name;
+  report.seq_len = seq_len;
+  report.constant = compute_megatron_constant(spec, seq_len);
+  const megatron_constant& k = report.constant;
+  const coefficients c = compute_coefficients(spec);
+  const double s = static_cast<double>(seq_len);
+
+  // 1. Term by term, per token.
+  report.rows.push_back(make_row("text dense_per_token (+MTP) = constant's token-linear part",
+                                 static_cast<double>(c.dense_per_token + c.mtp_per_token), k.text_linear_per_token,
+                                 1.0, tolerance, "same projections, MLP and logits, per token"));
+  report.rows.push_back(make_row("text_attn_pair x S/2 = constant's attention part",
+                                 static_cast<double>(c.text_attn_pair + c.mtp_attn_pair) * s / 2,
+                                 k.text_attention_per_token, 1.0, tolerance,
+                                 "Megatron lets every token attend to S/2 keys"));
+
+  // 2. The whole-row case the constant assumes: one document of S tokens.
+  const vision_geometry text_only;
+  const std::int64_t row_length[] = {seq_len};
+  const batch_counts text_row = count_from_lengths(row_length, 0, {}, text_only);
+  const flop_breakdown text_flops = compute_flops(c, text_row, flop_scope::complete);
+  // MTP attention (when trained) is inside flop_breakdown::mtp; take the pair count times both coefficients.
+  const double text_attention_exact =
+      static_cast<double>(c.text_attn_pair + c.mtp_attn_pair) * static_cast<double>(text_row.causal_pairs);
+  report.rows.push_back(make_row("one S-token document: attention vs constant x S", text_attention_exact,
+                                 k.text_attention_per_token * s, (s + 1) / s, tolerance,
+                                 "causal pairs are S(S+1)/2, the constant bills S*S/2: ratio (S+1)/S"));
+  const double text_linear = k.text_linear_per_token, text_attention = k.text_attention_per_token;
+  report.rows.push_back(make_row("one S-token document: total vs constant x S",
+                                 text_flops.text_dense + text_flops.mtp + text_flops.text_attention,
+                                 k.text_per_token() * s,
+                                 (text_linear + text_attention * (s + 1) / s) / (text_linear + text_attention), tolerance,
+                                 "token-linear parts equal; only the attention part differs, by (S+1)/S"));
+
+  if (spec.vision) {
+    report.rows.push_back(make_row("vision_per_patch = constant's ViT token-linear part",
+                                   static_cast<double>(c.vision_per_patch), k.vision_linear_per_token, 1.0, tolerance,
+                                   "same ViT projections and MLP, per patch"));
+    report.rows.push_back(make_row("vision_attn_pair x S/2 = constant's ViT attention part",
+                                   static_cast<double>(c.vision_attn_pair) * s / 2, k.vision_attention_per_token, 1.0,
+                                   tolerance, "the constant bills S/2 keys per patch, as for the decoder"));
+    // One image of S patches (grid 1 x 1 x S; the merge constraint is irrelevant to the ViT blocks), counted
+    // in the reference's scope, against the ViT billed once per decoder token at S.
+    const vision_geometry any_grid{true, 1};
+    const image_grid row_image[] = {{1, 1, seq_len}};
+    const batch_counts vision_row = count_from_lengths({}, 0, row_image, any_grid);
+    const flop_breakdown vision_flops = compute_flops(c, vision_row, flop_scope::seed);
+    report.rows.push_back(make_row("one S-patch image: ViT attention vs constant x S", vision_flops.vision_attention,
+                                   k.vision_attention_per_token * s, 2.0, tolerance,
+                                   "ViT attention is bidirectional: S^2 pairs, the constant bills S*S/2: ratio 2"));
+    const double vision_linear = k.vision_linear_per_token, vision_attention = k.vision_attention_per_token;
+    report.rows.push_back(make_row("one S-patch image: ViT total vs constant x S",
+                                   vision_flops.vision_dense + vision_flops.vision_attention, k.vision_per_token() * s,
+                                   (vision_linear + 2 * vision_attention) / (vision_linear + vision_attention),
+                                   tolerance, "token-linear parts equal; only the attention part differs, by 2"));
+  }
+
+  report.pass = true;
+  for (const check_row& row : report.rows) report.pass = report.pass && row.pass;
+  return report;
+}
+
+}  // namespace flopmeter

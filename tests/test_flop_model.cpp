@@ -1,0 +1,309 @@
+// Tests of the exact FLOP model: the coefficients of every shipped config against hand-derived values, the
+// batch identities (lengths / cu_seqlens / positions), padding, video per temporal patch, scopes, errors and
+// numeric range.
+#include "flopmeter/flop_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "flopmeter/error.h"
+#include "flopmeter/model_config.h"
+
+namespace flopmeter {
+namespace {
+
+model_spec load_shipped(const std::string& stem) {
+  return load_model_spec(std::string(FLOPMETER_SOURCE_DIR) + "/model_configs/" + stem + ".toml");
+}
+
+struct expected_coefficients {
+  const char* config;
+  std::int64_t dense_per_token;
+  std::int64_t text_attn_pair;
+  std::int64_t vision_per_patch;
+  std::int64_t vision_attn_pair;
+  std::int64_t patch_embed_per_patch;
+  std::int64_t merger_per_merged_token;
+};
+
+// Derivations (6 = 3 passes x 2 FLOPs per multiply-add; every count below is multiply-adds per token):
+//
+// qwen3_vl_2b: h=2048, L=28 (all full attention), nh=16, nkv=8, hd=128, I=6144, V=151936, no gate.
+//   attention projections h*(q + 2kv + o) = 2048*(2048 + 2048 + 2048)       = 12,582,912
+//   SwiGLU 3*h*I = 3*2048*6144                                               = 37,748,736
+//   logits h*V = 2048*151936                                                 = 311,164,928
+//   dense = 6*(28*(12,582,912 + 37,748,736) + 311,164,928) = 6*1,720,451,072 = 10,322,706,432
+//   pair  = 6 * 2*nh*hd * 28 = 6*4096*28                                      = 688,128
+//   ViT: depth 24, hv 1024, Iv 4096: 6*24*(4*1024^2 + 2*1024*4096) = 144*12,582,912 = 1,811,939,328
+//   ViT pair 6*24*2*1024 = 294,912; patch embed 6*1536*1024 = 9,437,184
+//   mergers (1 + 3 deepstack), width 4*1024 = 4096: 6*4*(4096^2 + 4096*2048) = 24*25,165,824 = 603,979,776
+//
+// qwen3_vl_4b: h=2560, L=36, nh=32, nkv=8, hd=128, I=9728, V=151936.
+//   attention 2560*(4096 + 2048 + 4096) = 26,214,400; SwiGLU 3*2560*9728 = 74,711,040; logits 2560*151936 = 388,956,160
+//   dense = 6*(36*100,925,440 + 388,956,160) = 6*4,022,272,000 = 24,133,632,000
+//   pair = 6*2*32*128*36 = 1,769,472; ViT as 2B (same tower) = 1,811,939,328, pair 294,912, embed 9,437,184
+//   mergers 6*4*(4096^2 + 4096*2560) = 24*27,262,976 = 654,311,424
+//
+// qwen3_5_0_8b: h=1024, L=24 (6 full at i=3,7,..; 18 Gated DeltaNet), nh=8, nkv=2, hd=256, gate on, I=3584,
+//   V=248320; DeltaNet dk=dv=128, Hk=16, Hv=16, kernel 4.
+//   full attention: 1024*(2*2048 + 2*512 + 2048) = 1024*7168                           = 7,340,032
+//   DeltaNet: qk=16*128=2048, v=2048: in_proj 1024*(2*2048 + 2*2048 + 2*16) = 8,421,376;
+//     conv 4*(2*2048 + 2048) = 24,576; delta rule 4*16*128*128 = 1,048,576; out 2048*1024 = 2,097,152
+//     total = 11,591,680
+//   SwiGLU 3*1024*3584 = 11,010,048; logits 1024*248320 = 254,279,680
+//   dense = 6*(6*7,340,032 + 18*11,591,680 + 24*11,010,048 + 254,279,680) = 6*771,211,264 = 4,627,267,584
+//   pair = 6*2*8*256*6 = 147,456
+//   ViT: depth 12, hv 768, Iv 3072: 6*12*(4*768^2 + 2*768*3072) = 72*7,077,888 = 509,607,936; pair 6*12*2*768 = 110,592
+//   embed 6*1536*768 = 7,077,888; one merger, width 3072: 6*(3072^2 + 3072*1024) = 75,497,472
+//
+// qwen3_5_2b: h=2048, L=24 (6 full), nh=8, nkv=2, hd=256, gate, I=6144, V=248320; DeltaNet Hk=Hv=16.
+//   full attention 2048*7168 = 14,680,064; DeltaNet: in_proj 2048*8224 = 16,842,752, conv 24,576,
+//     delta 1,048,576, out 4,194,304 -> 22,110,208; SwiGLU 37,748,736; logits 2048*248320 = 508,559,360
+//   dense = 6*(6*14,680,064 + 18*22,110,208 + 24*37,748,736 + 508,559,360) = 6*1,900,593,152 = 11,403,558,912
+//   pair = 147,456; ViT (depth 24, hv 1024) 1,811,939,328, pair 294,912, embed 9,437,184
+//   one merger, width 4096: 6*(4096^2 + 4096*2048) = 150,994,944
+//
+// qwen3_5_9b: h=4096, L=32 (8 full), nh=16, nkv=4, hd=256, gate, I=12288, V=248320; DeltaNet Hk=16, Hv=32.
+//   full attention 4096*(2*4096 + 2*1024 + 4096) = 4096*14336 = 58,720,256
+//   DeltaNet: qk=2048, v=4096: in_proj 4096*(4096 + 8192 + 64) = 50,593,792; conv 4*(4096 + 4096) = 32,768;
+//     delta 4*32*128*128 = 2,097,152; out 4096*4096 = 16,777,216 -> 69,500,928
+//   SwiGLU 3*4096*12288 = 150,994,944; logits 4096*248320 = 1,017,118,720
+//   dense = 6*(8*58,720,256 + 24*69,500,928 + 32*150,994,944 + 1,017,118,720) = 6*7,986,741,248 = 47,920,447,488
+//   pair = 6*2*16*256*8 = 393,216
+//   ViT: depth 27, hv 1152, Iv 4304: 6*27*(4*1152^2 + 2*1152*4304) = 162*15,224,832 = 2,466,422,784
+//   ViT pair 6*27*2*1152 = 373,248; embed 6*1536*1152 = 10,616,832
+//   one merger, width 4608: 6*(4608^2 + 4608*4096) = 6*40,108,032 = 240,648,192
+const expected_coefficients kShipped[] = {
+    {"qwen3_vl_2b", 10322706432, 688128, 1811939328, 294912, 9437184, 603979776},
+    {"qwen3_vl_4b", 24133632000, 1769472, 1811939328, 294912, 9437184, 654311424},
+    {"qwen3_5_0_8b", 4627267584, 147456, 509607936, 110592, 7077888, 75497472},
+    {"qwen3_5_2b", 11403558912, 147456, 1811939328, 294912, 9437184, 150994944},
+    {"qwen3_5_9b", 47920447488, 393216, 2466422784, 373248, 10616832, 240648192},
+};
+
+class shipped_coefficients : public ::testing::TestWithParam<expected_coefficients> {};
+
+TEST_P(shipped_coefficients, match_hand_derivation) {
+  const expected_coefficients& e = GetParam();
+  const coefficients c = compute_coefficients(load_shipped(e.config));
+  EXPECT_EQ(c.dense_per_token, e.dense_per_token);
+  EXPECT_EQ(c.text_attn_pair, e.text_attn_pair);
+  EXPECT_EQ(c.vision_per_patch, e.vision_per_patch);
+  EXPECT_EQ(c.vision_attn_pair, e.vision_attn_pair);
+  EXPECT_EQ(c.patch_embed_per_patch, e.patch_embed_per_patch);
+  EXPECT_EQ(c.merger_per_merged_token, e.merger_per_merged_token);
+  EXPECT_EQ(c.patches_per_merged_token, 4);
+  // MTP layers are not trained by default, so they cost nothing.
+  EXPECT_EQ(c.mtp_per_token, 0);
+  EXPECT_EQ(c.mtp_attn_pair, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(all_configs, shipped_coefficients, ::testing::ValuesIn(kShipped),
+                         [](const ::testing::TestParamInfo<expected_coefficients>& param_info) {
+                           return std::string(param_info.param.config);
+                         });
+
+TEST(mtp, trained_mtp_layer_costs_a_full_attention_layer_plus_projection_and_logits) {
+  model_spec spec = load_shipped("qwen3_5_0_8b");
+  spec.train_mtp_layers = true;
+  const coefficients c = compute_coefficients(spec);
+  // One MTP layer of qwen3_5_0_8b: eh_proj 2*1024*1024 = 2,097,152; full attention 7,340,032;
+  // SwiGLU 11,010,048; logits 254,279,680. Sum 274,726,912, x6 = 1,648,361,472.
+  EXPECT_EQ(c.mtp_per_token, 1648361472);
+  // Attention per pair as one more full-attention layer: 6*2*8*256 = 24,576.
+  EXPECT_EQ(c.mtp_attn_pair, 24576);
+  // The reference's four are unchanged.
+  EXPECT_EQ(c.dense_per_token, 4627267584);
+}
+
+// A small hand-made model whose numbers are easy to check.
+model_spec small_vlm() {
+  model_spec s;
+  s.name = "small";
+  s.model_type = "qwen3_vl";
+  s.text.hidden_size = 8;
+  s.text.num_hidden_layers = 2;
+  s.text.num_attention_heads = 2;
+  s.text.num_key_value_heads = 1;
+  s.text.head_dim = 4;
+  s.text.intermediate_size = 16;
+  s.text.vocab_size = 10;
+  s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
+  vision_spec v;
+  v.depth = 1;
+  v.hidden_size = 4;
+  v.num_heads = 2;
+  v.intermediate_size = 8;
+  v.out_hidden_size = 8;
+  v.patch_size = 2;
+  v.temporal_patch_size = 1;
+  v.spatial_merge_size = 2;
+  v.in_channels = 1;
+  s.vision = v;
+  return s;
+}
+
+TEST(coefficients, small_model_by_hand) {
+  const coefficients c = compute_coefficients(small_vlm());
+  // attention h*(q + 2kv + o) = 8*(8 + 8 + 8) = 192; SwiGLU 3*8*16 = 384; logits 8*10 = 80.
+  // dense = 6*(2*(192 + 384) + 80) = 6*1232 = 7392.  pair = 6*2*2*4*2 = 192.
+  EXPECT_EQ(c.dense_per_token, 7392);
+  EXPECT_EQ(c.text_attn_pair, 192);
+  // ViT: 6*1*(4*16 + 2*4*8) = 6*128 = 768; pair 6*1*2*4 = 48; embed 6*(1*1*4)*4 = 96;
+  // merger width 16: 6*(256 + 16*8) = 2304.
+  EXPECT_EQ(c.vision_per_patch, 768);
+  EXPECT_EQ(c.vision_attn_pair, 48);
+  EXPECT_EQ(c.patch_embed_per_patch, 96);
+  EXPECT_EQ(c.merger_per_merged_token, 2304);
+}
+
+TEST(batch, lengths_cu_seqlens_and_positions_agree) {
+  const vision_geometry g = geometry_of(small_vlm());
+  const std::vector<std::int64_t> lengths = {3, 1, 4, 0, 2};
+  const std::vector<std::int64_t> cu = {0, 3, 4, 8, 8, 10};
+  // A zero-length document has no positions, so the positions form has 4 documents.
+  const std::vector<std::int64_t> positions = {0, 1, 2, 0, 0, 1, 2, 3, 0, 1};
+  const std::vector<image_grid> grids = {{1, 2, 2}, {2, 4, 2}};
+  const batch_counts a = count_from_lengths(lengths, 5, grids, g);
+  const batch_counts b = count_from_cu_seqlens(cu, 5, grids, g);
+  batch_counts c = count_from_positions(positions, 5, grids, g);
+  EXPECT_EQ(a, b);
+  // pairs: 3*4/2 + 1 + 4*5/2 + 0 + 2*3/2 = 6 + 1 + 10 + 0 + 3 = 20
+  EXPECT_EQ(a.causal_pairs, 20);
+  EXPECT_EQ(a.real_tokens, 10);
+  EXPECT_EQ(a.padding_tokens, 5);
+  EXPECT_EQ(a.documents, 5);
+  EXPECT_EQ(c.documents, 4);
+  c.documents = a.documents;
+  EXPECT_EQ(a, c);
+  // grids: patches 4 + 16 = 20; merged 1 + 4 = 5; per frame 1*4^2 + 2*8^2 = 16 + 128 = 144; whole 16 + 256 = 272
+  EXPECT_EQ(a.items, 2);
+  EXPECT_EQ(a.patches, 20);
+  EXPECT_EQ(a.merged_tokens, 5);
+  EXPECT_EQ(a.vision_pairs_per_frame, 144);
+  EXPECT_EQ(a.vision_pairs_whole, 272);
+}
+
+TEST(batch, flops_by_term_and_scope) {
+  const model_spec spec = small_vlm();
+  const coefficients c = compute_coefficients(spec);
+  const std::vector<std::int64_t> lengths = {3, 5};
+  const std::vector<image_grid> video = {{2, 2, 2}};
+  const batch_counts n = count_from_lengths(lengths, 2, video, geometry_of(spec));
+  // tokens 8 real + 2 padding = 10; pairs 6 + 15 = 21; patches 8; merged 2; per frame 2*16 = 32; whole 64.
+  const flop_breakdown complete = compute_flops(c, n, flop_scope::complete);
+  EXPECT_EQ(complete.text_dense, 7392.0 * 10);
+  EXPECT_EQ(complete.text_attention, 192.0 * 21);
+  EXPECT_EQ(complete.vision_dense, 768.0 * 8);
+  EXPECT_EQ(complete.vision_attention, 48.0 * 32);
+  EXPECT_EQ(complete.patch_embed, 96.0 * 8);
+  EXPECT_EQ(complete.merger, 2304.0 * 2);
+  EXPECT_EQ(complete.mtp, 0.0);
+  // 73920 + 4032 + 6144 + 1536 + 768 + 4608 = 91008
+  EXPECT_EQ(complete.total(), 91008.0);
+  const flop_breakdown seed = compute_flops(c, n, flop_scope::seed);
+  // The reference bills the video's attention over all 8 patches at once (64 pairs) and leaves out the
+  // patch embedding and mergers: 73920 + 4032 + 6144 + 48*64 = 87168.
+  EXPECT_EQ(seed.vision_attention, 48.0 * 64);
+  EXPECT_EQ(seed.patch_embed, 0.0);
+  EXPECT_EQ(seed.merger, 0.0);
+  EXPECT_EQ(seed.total(), 87168.0);
+}
+
+TEST(batch, padding_costs_dense_work_only) {
+  const model_spec spec = small_vlm();
+  const coefficients c = compute_coefficients(spec);
+  const std::vector<std::int64_t> lengths = {4};
+  const flop_breakdown without = compute_flops(c, count_from_lengths(lengths, 0, {}, geometry_of(spec)), flop_scope::complete);
+  const flop_breakdown with = compute_flops(c, count_from_lengths(lengths, 6, {}, geometry_of(spec)), flop_scope::complete);
+  EXPECT_EQ(with.text_dense - without.text_dense, 6.0 * 7392);
+  EXPECT_EQ(with.text_attention, without.text_attention);
+}
+
+TEST(batch, counts_add_across_microbatches) {
+  const vision_geometry g = geometry_of(small_vlm());
+  const std::vector<std::int64_t> first = {3}, second = {5};
+  batch_counts sum = count_from_lengths(first, 1, {}, g);
+  sum += count_from_lengths(second, 2, {}, g);
+  const std::vector<std::int64_t> both = {3, 5};
+  EXPECT_EQ(sum, count_from_lengths(both, 3, {}, g));
+}
+
+TEST(range, million_token_row_and_hundred_thousand_patch_item_are_exact) {
+  const model_spec spec = load_shipped("qwen3_5_9b");
+  const coefficients c = compute_coefficients(spec);
+  const std::vector<std::int64_t> row = {1000000};
+  // 100k patches: 1 x 250 x 400 (both even). Per frame pairs (1e5)^2 = 1e10.
+  const std::vector<image_grid> item = {{1, 250, 400}};
+  const batch_counts n = count_from_lengths(row, 0, item, geometry_of(spec));
+  EXPECT_EQ(n.causal_pairs, 500000500000);  // 1e6 * (1e6 + 1) / 2
+  EXPECT_EQ(n.vision_pairs_per_frame, 10000000000);
+  const flop_breakdown f = compute_flops(c, n, flop_scope::complete);
+  // text attention = 393,216 * 500,000,500,000 = 196,608,196,608,000,000 (1.97e17): above 2^53, so the
+  // double holds it to within one rounding (relative 2^-53).
+  EXPECT_NEAR(f.text_attention / 196608196608000000.0, 1.0, 1.2e-16);
+  EXPECT_EQ(f.text_dense, 47920447488.0 * 1e6);
+}
+
+TEST(range, hundred_thousand_documents) {
+  const vision_geometry g;
+  const std::vector<std::int64_t> lengths(100000, 10);
+  const batch_counts n = count_from_lengths(lengths, 0, {}, g);
+  EXPECT_EQ(n.documents, 100000);
+  EXPECT_EQ(n.causal_pairs, 100000 * 55);
+}
+
+void expect_error(const std::function<void()>& call, const std::string& fragment) {
+  try {
+    call();
+    ADD_FAILURE() << "expected a flopmeter::error containing '" << fragment << "'";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(bad_batch, each_error_names_the_entry) {
+  const vision_geometry g = geometry_of(small_vlm());
+  const vision_geometry text_only;
+  const std::vector<std::int64_t> negative = {3, -1};
+  expect_error([&] { count_from_lengths(negative, 0, {}, g); }, "document_lengths[1]: document length must be >= 0 (got -1)");
+  const std::vector<std::int64_t> huge = {INT64_MAX};
+  expect_error([&] { count_from_lengths(huge, 0, {}, g); }, "overflows a 64-bit count");
+  // 5e9 tokens: L(L+1)/2 = 1.25e19 > 2^63.
+  const std::vector<std::int64_t> too_long = {5000000000};
+  expect_error([&] { count_from_lengths(too_long, 0, {}, g); }, "document_lengths[0] = 5000000000: causal pair count");
+  // Two documents whose lengths fit but whose sum of tokens does not.
+  const std::vector<std::int64_t> sum_overflow = {3000000000, INT64_MAX / 2};
+  expect_error([&] { count_from_lengths(sum_overflow, 0, {}, g); }, "overflows");
+  expect_error([&] { count_from_lengths({}, -3, {}, g); }, "padding_tokens must be >= 0 (got -3)");
+  const std::vector<image_grid> zero = {{1, 2, 2}, {1, 0, 2}};
+  expect_error([&] { count_from_lengths({}, 0, zero, g); }, "image_grids[1] = (1, 0, 2): t, h and w must be >= 1");
+  const std::vector<image_grid> odd = {{1, 3, 2}};
+  expect_error([&] { count_from_lengths({}, 0, odd, g); }, "multiples of spatial_merge_size 2");
+  const std::vector<image_grid> fine = {{1, 2, 2}};
+  expect_error([&] { count_from_lengths({}, 0, fine, text_only); }, "no vision tower");
+  const std::vector<image_grid> enormous = {{1000000, 1000000, 1000000}};
+  expect_error([&] { count_from_lengths({}, 0, enormous, g); }, "overflows a 64-bit count");
+  const std::vector<std::int64_t> cu_start = {1, 3};
+  expect_error([&] { count_from_cu_seqlens(cu_start, 0, {}, g); }, "cu_seqlens[0] must be 0 (got 1)");
+  const std::vector<std::int64_t> cu_down = {0, 5, 4};
+  expect_error([&] { count_from_cu_seqlens(cu_down, 0, {}, g); }, "cu_seqlens[2] = 4 is less than cu_seqlens[1] = 5");
+  const std::vector<std::int64_t> pos_start = {1, 2};
+  expect_error([&] { count_from_positions(pos_start, 0, {}, g); }, "positions[0] = 1: the first position must be 0");
+  const std::vector<std::int64_t> pos_jump = {0, 1, 3};
+  expect_error([&] { count_from_positions(pos_jump, 0, {}, g); }, "positions[2] = 3: expected 0 (a new document) or 2");
+}
+
+TEST(scope, parse_and_print) {
+  EXPECT_EQ(parse_flop_scope("seed", "x"), flop_scope::seed);
+  EXPECT_EQ(parse_flop_scope("complete", "x"), flop_scope::complete);
+  EXPECT_STREQ(to_string(flop_scope::seed), "seed");
+  expect_error([] { parse_flop_scope("all", "cfg.toml:3:9"); }, "cfg.toml:3:9: unknown FLOP scope 'all'");
+}
+
+}  // namespace
+}  // namespace flopmeter
