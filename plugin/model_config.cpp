@@ -1,0 +1,650 @@
+// plugin/model_config.cpp — the model TOML loader (the only TOML++ user in flopmeter) and the model_spec
+// invariants.
+//
+// Error tiers: every problem throws flopmeter::error. Messages from a file have the form
+//   FILE:LINE:COL: key 'text_config.hidden_size': must be > 0 (got 0)
+// where LINE:COL is the start of the offending value (for an unknown key: of the key itself; for a missing
+// key: of the enclosing table's header, or 1:1 for the document root). Syntax errors read
+//   FILE:LINE:COL: TOML syntax error: <TOML++'s description>
+// validate_model_spec() has no locations; its messages name the model_spec field ("text.hidden_size").
+//
+// Reading order (so the most useful error comes first): unknown keys in every table, then [model], then
+// [text_config], [vision_config], [flopmeter]; within a table, keys in the order of model_configs/SCHEMA.md.
+
+#include "flopmeter/model_config.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <iterator>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "flopmeter/error.h"
+
+namespace flopmeter {
+
+// ---------------------------------------------------------------------------------------------------------
+// model_spec's small methods
+
+std::int64_t text_spec::num_full_attention_layers() const {
+  return static_cast<std::int64_t>(
+      std::count(layer_types.begin(), layer_types.end(), layer_kind::full_attention));
+}
+
+std::int64_t text_spec::num_linear_attention_layers() const {
+  return static_cast<std::int64_t>(
+      std::count(layer_types.begin(), layer_types.end(), layer_kind::linear_attention));
+}
+
+std::int64_t vision_spec::patch_input_size() const {
+  return in_channels * temporal_patch_size * patch_size * patch_size;
+}
+
+std::int64_t vision_spec::num_mergers() const {
+  return 1 + static_cast<std::int64_t>(deepstack_visual_indexes.size());
+}
+
+namespace {
+
+// Largest accepted size (2^31). Every size field is bounded by it so that the FLOP model's int64 products
+// of a few sizes with token counts cannot overflow; no real model comes near it.
+constexpr std::int64_t kMaxSize = std::int64_t{1} << 31;
+
+constexpr std::string_view kQwen3Vl = "qwen3_vl";
+constexpr std::string_view kQwen35 = "qwen3_5";
+constexpr std::string_view kFullAttention = "full_attention";
+constexpr std::string_view kLinearAttention = "linear_attention";
+
+// Keys of each table, in SCHEMA.md order.
+constexpr std::string_view kRootKeys[] = {"model", "text_config", "vision_config", "flopmeter"};
+constexpr std::string_view kModelKeys[] = {"name", "hf_model", "model_type"};
+constexpr std::string_view kTextKeys[] = {
+    "model_type",          "hidden_size",           "num_hidden_layers",      "num_attention_heads",
+    "num_key_value_heads", "head_dim",              "intermediate_size",      "vocab_size",
+    "tie_word_embeddings", "attn_output_gate",      "full_attention_interval", "layer_types",
+    "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",   "linear_num_value_heads",
+    "linear_conv_kernel_dim", "mtp_num_hidden_layers"};
+constexpr std::string_view kVisionKeys[] = {
+    "depth",          "hidden_size",              "num_heads",  "intermediate_size",
+    "out_hidden_size", "deepstack_visual_indexes", "patch_size", "temporal_patch_size",
+    "spatial_merge_size", "in_channels"};
+constexpr std::string_view kFlopmeterKeys[] = {"train_mtp_layers"};
+
+template <std::size_t N>
+bool contains(const std::string_view (&keys)[N], std::string_view key) {
+  return std::find(std::begin(keys), std::end(keys), key) != std::end(keys);
+}
+
+// The text model_type that goes with a top-level model_type.
+std::string expected_text_model_type(std::string_view model_type) {
+  return std::string(model_type) + "_text";
+}
+
+const char* type_name(toml::node_type type) {
+  switch (type) {
+    case toml::node_type::none: return "nothing";
+    case toml::node_type::table: return "table";
+    case toml::node_type::array: return "array";
+    case toml::node_type::string: return "string";
+    case toml::node_type::integer: return "integer";
+    case toml::node_type::floating_point: return "floating-point";
+    case toml::node_type::boolean: return "boolean";
+    case toml::node_type::date: return "date";
+    case toml::node_type::time: return "time";
+    case toml::node_type::date_time: return "date-time";
+  }
+  return "unknown";
+}
+
+std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
+
+// in_channels * temporal_patch_size * patch_size^2, or std::nullopt when it exceeds kMaxSize. Each factor is
+// in [1, 2^31], so every partial product checked here fits in int64.
+std::optional<std::int64_t> bounded_patch_input_size(const vision_spec& v) {
+  std::int64_t product = 1;
+  for (const std::int64_t factor : {v.in_channels, v.temporal_patch_size, v.patch_size, v.patch_size}) {
+    product *= factor;
+    if (product > kMaxSize) return std::nullopt;
+  }
+  return product;
+}
+
+// Levenshtein distance, for "did you mean" hints on unknown keys.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// Reads one parsed document into a model_spec, checking as it goes. One instance per document.
+class spec_loader {
+ public:
+  explicit spec_loader(std::string source_name) : source_(std::move(source_name)) {}
+
+  model_spec load(const toml::table& root) {
+    check_keys(root, "", kRootKeys);
+    const toml::table* model = optional_table(root, "model");
+    const toml::table* text = optional_table(root, "text_config");
+    const toml::table* vision = optional_table(root, "vision_config");
+    const toml::table* options = optional_table(root, "flopmeter");
+    if (model == nullptr) fail_at(root.source(), "required table [model] is missing");
+    if (text == nullptr) fail_at(root.source(), "required table [text_config] is missing");
+    check_keys(*model, "model", kModelKeys);
+    check_keys(*text, "text_config", kTextKeys);
+    if (vision != nullptr) check_keys(*vision, "vision_config", kVisionKeys);
+    if (options != nullptr) check_keys(*options, "flopmeter", kFlopmeterKeys);
+
+    model_spec spec;
+    read_model(*model, spec);
+    read_text(*text, spec);
+    if (vision != nullptr) spec.vision = read_vision(*vision, spec.text);
+    if (options != nullptr) {
+      spec.train_mtp_layers = optional_bool(*options, "flopmeter", "train_mtp_layers", false);
+    }
+    return spec;
+  }
+
+ private:
+  // --- error reporting -----------------------------------------------------------------------------------
+
+  std::string where(const toml::source_region& region) const {
+    // Every node of a parsed document has a position; fall back to 1:1 if one ever does not.
+    const auto line = region.begin.line == 0 ? 1u : region.begin.line;
+    const auto column = region.begin.column == 0 ? 1u : region.begin.column;
+    return source_ + ":" + std::to_string(line) + ":" + std::to_string(column);
+  }
+
+  [[noreturn]] void fail_at(const toml::source_region& region, const std::string& what) const {
+    throw error(where(region) + ": " + what);
+  }
+
+  [[noreturn]] void fail_key(const toml::node& node, const std::string& key_path, const std::string& what) const {
+    fail_at(node.source(), "key '" + key_path + "': " + what);
+  }
+
+  [[noreturn]] void fail_type(const toml::node& node, const std::string& key_path, const char* expected) const {
+    fail_key(node, key_path, std::string("expected ") + expected + ", got " + type_name(node.type()));
+  }
+
+  static std::string join(std::string_view table_path, std::string_view key) {
+    if (table_path.empty()) return std::string(key);
+    return std::string(table_path) + "." + std::string(key);
+  }
+
+  // --- structure -----------------------------------------------------------------------------------------
+
+  // Rejects keys the schema does not know (typo protection), with a "did you mean" hint.
+  template <std::size_t N>
+  void check_keys(const toml::table& table, std::string_view table_path, const std::string_view (&allowed)[N]) const {
+    for (auto&& [key, node] : table) {
+      (void)node;
+      const std::string_view name = key.str();
+      if (contains(allowed, name)) continue;
+      std::string message = "unknown key '" + join(table_path, name) + "'";
+      std::string_view best;
+      std::size_t best_distance = 3;  // suggest only close matches
+      for (const std::string_view candidate : allowed) {
+        const std::size_t distance = edit_distance(name, candidate);
+        if (distance < best_distance) {
+          best_distance = distance;
+          best = candidate;
+        }
+      }
+      if (!best.empty()) {
+        message += " (did you mean '" + join(table_path, best) + "'?)";
+      } else if (table_path.empty()) {
+        // HF config.json keeps model_type at the top level; here it lives in [model].
+        const std::pair<std::string_view, bool> homes[] = {{"model", contains(kModelKeys, name)},
+                                                           {"text_config", contains(kTextKeys, name)},
+                                                           {"vision_config", contains(kVisionKeys, name)},
+                                                           {"flopmeter", contains(kFlopmeterKeys, name)}};
+        for (const auto& [home, found] : homes) {
+          if (found) {
+            message += " (did you mean '" + join(home, name) + "' in table [" + std::string(home) + "]?)";
+            break;
+          }
+        }
+      } else {
+        message += " (not in the schema, see model_configs/SCHEMA.md)";
+      }
+      fail_at(key.source(), message);
+    }
+  }
+
+  const toml::table* optional_table(const toml::table& root, std::string_view key) const {
+    const toml::node* node = root.get(key);
+    if (node == nullptr) return nullptr;
+    if (!node->is_table()) fail_type(*node, std::string(key), "a table");
+    return node->as_table();
+  }
+
+  const toml::node& required_node(const toml::table& table, std::string_view table_path, std::string_view key) const {
+    const toml::node* node = table.get(key);
+    if (node == nullptr) fail_at(table.source(), "required key '" + join(table_path, key) + "' is missing");
+    return *node;
+  }
+
+  // --- scalars -------------------------------------------------------------------------------------------
+
+  std::string string_value(const toml::node& node, const std::string& key_path) const {
+    if (!node.is_string()) fail_type(node, key_path, "a string");
+    return node.as_string()->get();
+  }
+
+  bool bool_value(const toml::node& node, const std::string& key_path) const {
+    if (!node.is_boolean()) fail_type(node, key_path, "a boolean");
+    return node.as_boolean()->get();
+  }
+
+  // An integer in [minimum, kMaxSize].
+  std::int64_t int_value(const toml::node& node, const std::string& key_path, std::int64_t minimum) const {
+    if (!node.is_integer()) fail_type(node, key_path, "an integer");
+    const std::int64_t value = node.as_integer()->get();
+    if (value < minimum) {
+      const std::string bound = minimum == 1 ? "> 0" : ">= " + std::to_string(minimum);
+      fail_key(node, key_path, "must be " + bound + " (got " + std::to_string(value) + ")");
+    }
+    if (value > kMaxSize) {
+      fail_key(node, key_path,
+               "too large: must be <= 2^31 = " + std::to_string(kMaxSize) + " (got " + std::to_string(value) + ")");
+    }
+    return value;
+  }
+
+  std::string required_string(const toml::table& table, std::string_view path, std::string_view key) const {
+    return string_value(required_node(table, path, key), join(path, key));
+  }
+
+  std::optional<std::string> optional_string(const toml::table& table, std::string_view path,
+                                             std::string_view key) const {
+    const toml::node* node = table.get(key);
+    if (node == nullptr) return std::nullopt;
+    return string_value(*node, join(path, key));
+  }
+
+  bool required_bool(const toml::table& table, std::string_view path, std::string_view key) const {
+    return bool_value(required_node(table, path, key), join(path, key));
+  }
+
+  bool optional_bool(const toml::table& table, std::string_view path, std::string_view key, bool fallback) const {
+    const toml::node* node = table.get(key);
+    return node == nullptr ? fallback : bool_value(*node, join(path, key));
+  }
+
+  // A size: integer in [1, 2^31].
+  std::int64_t required_size(const toml::table& table, std::string_view path, std::string_view key) const {
+    return int_value(required_node(table, path, key), join(path, key), 1);
+  }
+
+  std::int64_t optional_int(const toml::table& table, std::string_view path, std::string_view key,
+                            std::int64_t minimum, std::int64_t fallback) const {
+    const toml::node* node = table.get(key);
+    return node == nullptr ? fallback : int_value(*node, join(path, key), minimum);
+  }
+
+  // --- tables --------------------------------------------------------------------------------------------
+
+  void read_model(const toml::table& model, model_spec& spec) const {
+    if (auto name = optional_string(model, "model", "name")) {
+      if (name->empty()) fail_key(*model.get("name"), "model.name", "must not be empty");
+      spec.name = std::move(*name);
+    } else {
+      spec.name = std::filesystem::path(source_).stem().string();
+    }
+    (void)optional_string(model, "model", "hf_model");  // documentation only; type-checked
+    spec.model_type = required_string(model, "model", "model_type");
+    if (spec.model_type != kQwen3Vl && spec.model_type != kQwen35) {
+      fail_key(*model.get("model_type"), "model.model_type",
+               "unknown model type " + in_quotes(spec.model_type) + " (supported: \"qwen3_vl\", \"qwen3_5\")");
+    }
+  }
+
+  void read_text(const toml::table& text, model_spec& spec) const {
+    constexpr std::string_view p = "text_config";
+    text_spec& t = spec.text;
+    const bool hybrid = spec.model_type == kQwen35;
+
+    if (const toml::node* node = text.get("model_type")) {
+      const std::string expected = expected_text_model_type(spec.model_type);
+      const std::string value = string_value(*node, "text_config.model_type");
+      if (value != expected) {
+        fail_key(*node, "text_config.model_type",
+                 "must be " + in_quotes(expected) + " for model.model_type " + in_quotes(spec.model_type) + " (got " +
+                     in_quotes(value) + ")");
+      }
+    }
+    t.hidden_size = required_size(text, p, "hidden_size");
+    t.num_hidden_layers = required_size(text, p, "num_hidden_layers");
+    t.num_attention_heads = required_size(text, p, "num_attention_heads");
+    t.num_key_value_heads = required_size(text, p, "num_key_value_heads");
+    if (t.num_attention_heads % t.num_key_value_heads != 0) {
+      fail_key(*text.get("num_key_value_heads"), "text_config.num_key_value_heads",
+               "must divide text_config.num_attention_heads = " + std::to_string(t.num_attention_heads) + " (got " +
+                   std::to_string(t.num_key_value_heads) + ")");
+    }
+    t.head_dim = required_size(text, p, "head_dim");
+    t.intermediate_size = required_size(text, p, "intermediate_size");
+    t.vocab_size = required_size(text, p, "vocab_size");
+    t.tie_word_embeddings = required_bool(text, p, "tie_word_embeddings");
+    t.attn_output_gate = optional_bool(text, p, "attn_output_gate", false);
+
+    // Gated DeltaNet sizes and the interval: required for qwen3_5; for qwen3_vl type-checked and ignored.
+    constexpr std::string_view linear_keys[] = {"linear_key_head_dim", "linear_value_head_dim",
+                                                "linear_num_key_heads", "linear_num_value_heads",
+                                                "linear_conv_kernel_dim"};
+    std::int64_t* const linear_fields[] = {&t.linear_key_head_dim, &t.linear_value_head_dim,
+                                           &t.linear_num_key_heads, &t.linear_num_value_heads,
+                                           &t.linear_conv_kernel_dim};
+    if (hybrid) {
+      t.full_attention_interval = required_size(text, p, "full_attention_interval");
+      for (std::size_t i = 0; i < std::size(linear_keys); ++i) {
+        *linear_fields[i] = required_size(text, p, linear_keys[i]);
+      }
+      if (t.linear_num_value_heads % t.linear_num_key_heads != 0) {
+        fail_key(*text.get("linear_num_value_heads"), "text_config.linear_num_value_heads",
+                 "must be a multiple of text_config.linear_num_key_heads = " + std::to_string(t.linear_num_key_heads) +
+                     " (got " + std::to_string(t.linear_num_value_heads) + ")");
+      }
+    } else {
+      (void)optional_int(text, p, "full_attention_interval", 1, 0);
+      for (const std::string_view key : linear_keys) (void)optional_int(text, p, key, 1, 0);
+    }
+    read_layer_types(text, spec);
+    t.mtp_num_hidden_layers = optional_int(text, p, "mtp_num_hidden_layers", 0, 0);
+  }
+
+  // Resolves text.layer_types from the model type and interval and checks an explicit `layer_types` array
+  // against it.
+  void read_layer_types(const toml::table& text, model_spec& spec) const {
+    text_spec& t = spec.text;
+    const bool hybrid = spec.model_type == kQwen35;
+    const std::int64_t interval = hybrid ? t.full_attention_interval : 1;
+    const std::string layout = hybrid ? "inconsistent Qwen3.5 layer layout: " : "inconsistent Qwen3-VL layer layout: ";
+    if (hybrid && interval > t.num_hidden_layers) {
+      fail_key(*text.get("full_attention_interval"), "text_config.full_attention_interval",
+               layout + "full_attention_interval = " + std::to_string(interval) + " exceeds num_hidden_layers = " +
+                   std::to_string(t.num_hidden_layers) + ", so no layer would be full attention");
+    }
+    t.layer_types.resize(static_cast<std::size_t>(t.num_hidden_layers));
+    for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
+      t.layer_types[static_cast<std::size_t>(i)] =
+          (i + 1) % interval == 0 ? layer_kind::full_attention : layer_kind::linear_attention;
+    }
+
+    const toml::node* node = text.get("layer_types");
+    if (node == nullptr) return;
+    if (!node->is_array()) fail_type(*node, "text_config.layer_types", "an array");
+    const toml::array& array = *node->as_array();
+    if (static_cast<std::int64_t>(array.size()) != t.num_hidden_layers) {
+      fail_key(*node, "text_config.layer_types",
+               layout + std::to_string(array.size()) + " entries but num_hidden_layers = " +
+                   std::to_string(t.num_hidden_layers));
+    }
+    for (std::size_t i = 0; i < array.size(); ++i) {
+      const std::string path = "text_config.layer_types[" + std::to_string(i) + "]";
+      const std::string value = string_value(array[i], path);
+      if (value != kFullAttention && value != kLinearAttention) {
+        fail_key(array[i], path, "expected \"linear_attention\" or \"full_attention\", got " + in_quotes(value));
+      }
+      const std::string_view resolved =
+          t.layer_types[i] == layer_kind::full_attention ? kFullAttention : kLinearAttention;
+      if (value != resolved) {
+        const std::string reason =
+            hybrid ? "full_attention_interval = " + std::to_string(interval) + " makes it " + in_quotes(resolved)
+                   : "model_type \"qwen3_vl\" has only full_attention layers";
+        fail_key(array[i], path,
+                 layout + "layer " + std::to_string(i) + " is " + in_quotes(value) + " but " + reason);
+      }
+    }
+  }
+
+  vision_spec read_vision(const toml::table& vision, const text_spec& text) const {
+    constexpr std::string_view p = "vision_config";
+    vision_spec v;
+    v.depth = required_size(vision, p, "depth");
+    v.hidden_size = required_size(vision, p, "hidden_size");
+    v.num_heads = required_size(vision, p, "num_heads");
+    if (v.hidden_size % v.num_heads != 0) {
+      fail_key(*vision.get("num_heads"), "vision_config.num_heads",
+               "must divide vision_config.hidden_size = " + std::to_string(v.hidden_size) + " (got " +
+                   std::to_string(v.num_heads) + ")");
+    }
+    v.intermediate_size = required_size(vision, p, "intermediate_size");
+    v.out_hidden_size = required_size(vision, p, "out_hidden_size");
+    if (v.out_hidden_size != text.hidden_size) {
+      fail_key(*vision.get("out_hidden_size"), "vision_config.out_hidden_size",
+               "must equal text_config.hidden_size = " + std::to_string(text.hidden_size) + " (got " +
+                   std::to_string(v.out_hidden_size) + ")");
+    }
+    if (const toml::node* node = vision.get("deepstack_visual_indexes")) {
+      if (!node->is_array()) fail_type(*node, "vision_config.deepstack_visual_indexes", "an array");
+      const toml::array& array = *node->as_array();
+      std::set<std::int64_t> seen;
+      for (std::size_t i = 0; i < array.size(); ++i) {
+        const std::string path = "vision_config.deepstack_visual_indexes[" + std::to_string(i) + "]";
+        if (!array[i].is_integer()) fail_type(array[i], path, "an integer");
+        const std::int64_t index = array[i].as_integer()->get();
+        if (index < 0 || index >= v.depth) {
+          fail_key(array[i], path,
+                   "must be a ViT block index in [0, vision_config.depth = " + std::to_string(v.depth) + ") (got " +
+                       std::to_string(index) + ")");
+        }
+        if (!seen.insert(index).second) {
+          fail_key(array[i], path, "duplicate DeepStack index " + std::to_string(index));
+        }
+        v.deepstack_visual_indexes.push_back(index);
+      }
+    }
+    v.patch_size = required_size(vision, p, "patch_size");
+    v.temporal_patch_size = required_size(vision, p, "temporal_patch_size");
+    v.spatial_merge_size = required_size(vision, p, "spatial_merge_size");
+    v.in_channels = required_size(vision, p, "in_channels");
+    if (!bounded_patch_input_size(v)) {
+      fail_at(vision.source(), "[vision_config]: patch embedding input in_channels * temporal_patch_size * "
+                               "patch_size^2 is too large: must be <= 2^31 = " + std::to_string(kMaxSize));
+    }
+    return v;
+  }
+
+  std::string source_;
+};
+
+// --- validate_model_spec helpers (no locations: the message names the field) -------------------------------
+
+[[noreturn]] void fail_spec(const model_spec& spec, const std::string& what) {
+  std::string prefix = "invalid model_spec";
+  if (!spec.name.empty()) prefix += " '" + spec.name + "'";
+  throw error(prefix + ": " + what);
+}
+
+void check_size(const model_spec& spec, const char* field, std::int64_t value, std::int64_t minimum = 1) {
+  if (value < minimum) {
+    const std::string bound = minimum == 1 ? "> 0" : ">= " + std::to_string(minimum);
+    fail_spec(spec, std::string(field) + " must be " + bound + " (got " + std::to_string(value) + ")");
+  }
+  if (value > kMaxSize) {
+    fail_spec(spec, std::string(field) + " is too large: must be <= 2^31 = " + std::to_string(kMaxSize) + " (got " +
+                        std::to_string(value) + ")");
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    throw error(path + ": cannot open model config: no such file");
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    throw error(path + ": cannot open model config: not a regular file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw error(path + ": cannot open model config: permission denied or unreadable");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw error(path + ": cannot read model config");
+  return std::move(text).str();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// Public functions
+
+model_spec load_model_spec(const std::string& path) {
+  model_spec spec = parse_model_spec(read_file(path), path);
+  spec.source_path = path;
+  return spec;
+}
+
+model_spec parse_model_spec(const std::string& toml_text, const std::string& source_name) {
+  toml::table root;
+#if TOML_EXCEPTIONS
+  try {
+    root = toml::parse(std::string_view(toml_text), std::string_view(source_name));
+  } catch (const toml::parse_error& e) {
+    throw error(source_name + ":" + std::to_string(e.source().begin.line) + ":" +
+                std::to_string(e.source().begin.column) + ": TOML syntax error: " + std::string(e.description()));
+  }
+#else
+  toml::parse_result result = toml::parse(std::string_view(toml_text), std::string_view(source_name));
+  if (!result) {
+    const toml::parse_error& e = result.error();
+    throw error(source_name + ":" + std::to_string(e.source().begin.line) + ":" +
+                std::to_string(e.source().begin.column) + ": TOML syntax error: " + std::string(e.description()));
+  }
+  root = std::move(result).table();
+#endif
+
+  model_spec spec = spec_loader(source_name).load(root);
+  spec.source_path = source_name;
+  // The loader checked everything with locations; this is the same contract for code-built specs and a
+  // safety net should the two ever drift apart.
+  try {
+    validate_model_spec(spec);
+  } catch (const error& e) {
+    throw error(source_name + ": " + e.what());
+  }
+  return spec;
+}
+
+void validate_model_spec(const model_spec& spec) {
+  if (spec.model_type != kQwen3Vl && spec.model_type != kQwen35) {
+    fail_spec(spec, "model_type must be \"qwen3_vl\" or \"qwen3_5\" (got " + in_quotes(spec.model_type) + ")");
+  }
+  const bool hybrid = spec.model_type == kQwen35;
+  const text_spec& t = spec.text;
+  check_size(spec, "text.hidden_size", t.hidden_size);
+  check_size(spec, "text.num_hidden_layers", t.num_hidden_layers);
+  check_size(spec, "text.num_attention_heads", t.num_attention_heads);
+  check_size(spec, "text.num_key_value_heads", t.num_key_value_heads);
+  if (t.num_attention_heads % t.num_key_value_heads != 0) {
+    fail_spec(spec, "text.num_key_value_heads (" + std::to_string(t.num_key_value_heads) +
+                        ") must divide text.num_attention_heads (" + std::to_string(t.num_attention_heads) + ")");
+  }
+  check_size(spec, "text.head_dim", t.head_dim);
+  check_size(spec, "text.intermediate_size", t.intermediate_size);
+  check_size(spec, "text.vocab_size", t.vocab_size);
+  check_size(spec, "text.mtp_num_hidden_layers", t.mtp_num_hidden_layers, 0);
+
+  // Layer layout.
+  if (static_cast<std::int64_t>(t.layer_types.size()) != t.num_hidden_layers) {
+    fail_spec(spec, "text.layer_types has " + std::to_string(t.layer_types.size()) +
+                        " entries but text.num_hidden_layers = " + std::to_string(t.num_hidden_layers));
+  }
+  if (hybrid) {
+    check_size(spec, "text.full_attention_interval", t.full_attention_interval);
+  } else if (t.full_attention_interval != 0) {
+    fail_spec(spec, "text.full_attention_interval must be 0 for model_type \"qwen3_vl\" (got " +
+                        std::to_string(t.full_attention_interval) + ")");
+  }
+  const std::string layout_reason =
+      hybrid ? " (text.full_attention_interval = " + std::to_string(t.full_attention_interval) + ")"
+             : std::string(" (model_type \"qwen3_vl\")");
+  for (std::size_t i = 0; i < t.layer_types.size(); ++i) {
+    const bool full = !hybrid || (static_cast<std::int64_t>(i) + 1) % t.full_attention_interval == 0;
+    const layer_kind expected = full ? layer_kind::full_attention : layer_kind::linear_attention;
+    if (t.layer_types[i] != expected) {
+      fail_spec(spec, "text.layer_types[" + std::to_string(i) + "] is " +
+                          (full ? "linear_attention but should be full_attention"
+                                : "full_attention but should be linear_attention") +
+                          layout_reason);
+    }
+  }
+  if (t.num_full_attention_layers() == 0) {
+    fail_spec(spec, "no full attention layer: text.full_attention_interval (" +
+                        std::to_string(t.full_attention_interval) + ") exceeds text.num_hidden_layers (" +
+                        std::to_string(t.num_hidden_layers) + ")");
+  }
+  if (t.num_linear_attention_layers() > 0) {
+    check_size(spec, "text.linear_key_head_dim", t.linear_key_head_dim);
+    check_size(spec, "text.linear_value_head_dim", t.linear_value_head_dim);
+    check_size(spec, "text.linear_num_key_heads", t.linear_num_key_heads);
+    check_size(spec, "text.linear_num_value_heads", t.linear_num_value_heads);
+    check_size(spec, "text.linear_conv_kernel_dim", t.linear_conv_kernel_dim);
+    if (t.linear_num_value_heads % t.linear_num_key_heads != 0) {
+      fail_spec(spec, "text.linear_num_value_heads (" + std::to_string(t.linear_num_value_heads) +
+                          ") must be a multiple of text.linear_num_key_heads (" +
+                          std::to_string(t.linear_num_key_heads) + ")");
+    }
+  }
+
+  if (spec.vision) {
+    const vision_spec& v = *spec.vision;
+    check_size(spec, "vision.depth", v.depth);
+    check_size(spec, "vision.hidden_size", v.hidden_size);
+    check_size(spec, "vision.num_heads", v.num_heads);
+    if (v.hidden_size % v.num_heads != 0) {
+      fail_spec(spec, "vision.num_heads (" + std::to_string(v.num_heads) + ") must divide vision.hidden_size (" +
+                          std::to_string(v.hidden_size) + ")");
+    }
+    check_size(spec, "vision.intermediate_size", v.intermediate_size);
+    check_size(spec, "vision.out_hidden_size", v.out_hidden_size);
+    if (v.out_hidden_size != t.hidden_size) {
+      fail_spec(spec, "vision.out_hidden_size (" + std::to_string(v.out_hidden_size) +
+                          ") must equal text.hidden_size (" + std::to_string(t.hidden_size) + ")");
+    }
+    std::set<std::int64_t> seen;
+    for (std::size_t i = 0; i < v.deepstack_visual_indexes.size(); ++i) {
+      const std::int64_t index = v.deepstack_visual_indexes[i];
+      if (index < 0 || index >= v.depth) {
+        fail_spec(spec, "vision.deepstack_visual_indexes[" + std::to_string(i) + "] = " + std::to_string(index) +
+                            " is outside [0, vision.depth = " + std::to_string(v.depth) + ")");
+      }
+      if (!seen.insert(index).second) {
+        fail_spec(spec, "vision.deepstack_visual_indexes[" + std::to_string(i) + "] = " + std::to_string(index) +
+                            " is a duplicate");
+      }
+    }
+    check_size(spec, "vision.patch_size", v.patch_size);
+    check_size(spec, "vision.temporal_patch_size", v.temporal_patch_size);
+    check_size(spec, "vision.spatial_merge_size", v.spatial_merge_size);
+    check_size(spec, "vision.in_channels", v.in_channels);
+    if (!bounded_patch_input_size(v)) {
+      fail_spec(spec, "vision.patch_input_size() = in_channels * temporal_patch_size * patch_size^2 is too large: "
+                      "must be <= 2^31 = " + std::to_string(kMaxSize));
+    }
+  }
+}
+
+}  // namespace flopmeter

@@ -1,0 +1,568 @@
+// Tests for the model TOML loader (plugin/model_config.cpp): the shipped configs against the reference table
+// (/work/shared/reference/qwen-configs.md), the resolved layer layout, and one test per kind of bad input,
+// each pinning the whole message: file name, exact line:col, key path and what is wrong.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flopmeter/error.h"
+#include "flopmeter/model_config.h"
+#include "flopmeter/model_spec.h"
+
+namespace flopmeter {
+namespace {
+
+std::string config_path(const std::string& file) {
+  return std::string(FLOPMETER_SOURCE_DIR) + "/model_configs/" + file;
+}
+
+// The message of the flopmeter::error that parsing `doc` as "bad.toml" throws ("" and a failure if none).
+std::string error_of(const std::string& doc, const std::string& source_name = "bad.toml") {
+  try {
+    (void)parse_model_spec(doc, source_name);
+  } catch (const error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no flopmeter::error for:\n" << doc;
+  return "";
+}
+
+// `doc` with the single occurrence of `from` replaced by `to` (fails the test if `from` is not unique).
+std::string replace_once(const std::string& doc, const std::string& from, const std::string& to) {
+  const auto at = doc.find(from);
+  if (at == std::string::npos || doc.find(from, at + 1) != std::string::npos) {
+    ADD_FAILURE() << "'" << from << "' does not occur exactly once in the base document";
+    return doc;
+  }
+  return doc.substr(0, at) + to + doc.substr(at + from.size());
+}
+
+// A valid tiny Qwen3.5 document. Line numbers are in the comments: the bad-input tests replace text within
+// one line, so every expected line:col below is "line of the key here, column of the value in the new line".
+const std::string kBase =
+    "[model]\n"                                     // 1
+    "model_type = \"qwen3_5\"\n"                    // 2
+    "\n"                                            // 3
+    "[text_config]\n"                               // 4
+    "model_type = \"qwen3_5_text\"\n"               // 5
+    "hidden_size = 64\n"                            // 6
+    "num_hidden_layers = 4\n"                       // 7
+    "num_attention_heads = 4\n"                     // 8
+    "num_key_value_heads = 2\n"                     // 9
+    "head_dim = 16\n"                               // 10
+    "intermediate_size = 128\n"                     // 11
+    "vocab_size = 512\n"                            // 12
+    "tie_word_embeddings = true\n"                  // 13
+    "attn_output_gate = true\n"                     // 14
+    "full_attention_interval = 2\n"                 // 15
+    "layer_types = [\"linear_attention\", \"full_attention\", \"linear_attention\", \"full_attention\"]\n"  // 16
+    "linear_key_head_dim = 16\n"                    // 17
+    "linear_value_head_dim = 16\n"                  // 18
+    "linear_num_key_heads = 2\n"                    // 19
+    "linear_num_value_heads = 4\n"                  // 20
+    "linear_conv_kernel_dim = 4\n"                  // 21
+    "mtp_num_hidden_layers = 0\n"                   // 22
+    "\n"                                            // 23
+    "[vision_config]\n"                             // 24
+    "depth = 2\n"                                   // 25
+    "hidden_size = 32\n"                            // 26
+    "num_heads = 2\n"                               // 27
+    "intermediate_size = 64\n"                      // 28
+    "out_hidden_size = 64\n"                        // 29
+    "deepstack_visual_indexes = [1]\n"              // 30
+    "patch_size = 4\n"                              // 31
+    "temporal_patch_size = 2\n"                     // 32
+    "spatial_merge_size = 2\n"                      // 33
+    "in_channels = 3\n";                            // 34
+
+// A valid Qwen3-VL text-only document.
+const std::string kVlBase =
+    "[model]\n"                                     // 1
+    "model_type = \"qwen3_vl\"\n"                   // 2
+    "[text_config]\n"                               // 3
+    "hidden_size = 64\n"                            // 4
+    "num_hidden_layers = 3\n"                       // 5
+    "num_attention_heads = 4\n"                     // 6
+    "num_key_value_heads = 4\n"                     // 7
+    "head_dim = 16\n"                               // 8
+    "intermediate_size = 128\n"                     // 9
+    "vocab_size = 512\n"                            // 10
+    "tie_word_embeddings = false\n";                // 11
+
+// ---------------------------------------------------------------------------------------------------------
+// The shipped configs equal the reference table.
+
+struct reference_row {
+  const char* file;
+  const char* model_type;
+  std::int64_t hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
+      intermediate_size, vocab_size;
+  bool tie_word_embeddings, attn_output_gate;
+  std::int64_t full_attention_interval;  // 0 = all full attention (Qwen3-VL)
+  std::int64_t linear_key_head_dim, linear_value_head_dim, linear_num_key_heads, linear_num_value_heads,
+      linear_conv_kernel_dim;
+  std::int64_t mtp_num_hidden_layers;
+  std::int64_t depth, vision_hidden_size, num_heads, vision_intermediate_size, out_hidden_size;
+  std::vector<std::int64_t> deepstack_visual_indexes;
+};
+
+// Transcribed column by column from /work/shared/reference/qwen-configs.md. patch_size 16, temporal 2, merge 2
+// and in_channels 3 are the same for all five and checked separately.
+const reference_row kReference[] = {
+    {"qwen3_vl_2b.toml", "qwen3_vl", 2048, 28, 16, 8, 128, 6144, 151936, true, false, 0, 0, 0, 0, 0, 0, 0,
+     24, 1024, 16, 4096, 2048, {5, 11, 17}},
+    {"qwen3_vl_4b.toml", "qwen3_vl", 2560, 36, 32, 8, 128, 9728, 151936, true, false, 0, 0, 0, 0, 0, 0, 0,
+     24, 1024, 16, 4096, 2560, {5, 11, 17}},
+    {"qwen3_5_0_8b.toml", "qwen3_5", 1024, 24, 8, 2, 256, 3584, 248320, true, true, 4, 128, 128, 16, 16, 4, 1,
+     12, 768, 12, 3072, 1024, {}},
+    {"qwen3_5_2b.toml", "qwen3_5", 2048, 24, 8, 2, 256, 6144, 248320, true, true, 4, 128, 128, 16, 16, 4, 1,
+     24, 1024, 16, 4096, 2048, {}},
+    {"qwen3_5_9b.toml", "qwen3_5", 4096, 32, 16, 4, 256, 12288, 248320, false, true, 4, 128, 128, 16, 32, 4, 1,
+     27, 1152, 16, 4304, 4096, {}},
+};
+
+class shipped_config : public ::testing::TestWithParam<reference_row> {};
+
+TEST_P(shipped_config, every_field_equals_the_reference_table) {
+  const reference_row& r = GetParam();
+  const std::string path = config_path(r.file);
+  const model_spec spec = load_model_spec(path);
+  const std::string stem = std::string(r.file).substr(0, std::string(r.file).size() - 5);  // drop ".toml"
+  EXPECT_EQ(spec.name, stem);
+  EXPECT_EQ(spec.source_path, path);
+  EXPECT_EQ(spec.model_type, r.model_type);
+  EXPECT_FALSE(spec.train_mtp_layers);
+
+  const text_spec& t = spec.text;
+  EXPECT_EQ(t.hidden_size, r.hidden_size);
+  EXPECT_EQ(t.num_hidden_layers, r.num_hidden_layers);
+  EXPECT_EQ(t.num_attention_heads, r.num_attention_heads);
+  EXPECT_EQ(t.num_key_value_heads, r.num_key_value_heads);
+  EXPECT_EQ(t.head_dim, r.head_dim);
+  EXPECT_EQ(t.intermediate_size, r.intermediate_size);
+  EXPECT_EQ(t.vocab_size, r.vocab_size);
+  EXPECT_EQ(t.tie_word_embeddings, r.tie_word_embeddings);
+  EXPECT_EQ(t.attn_output_gate, r.attn_output_gate);
+  EXPECT_EQ(t.full_attention_interval, r.full_attention_interval);
+  EXPECT_EQ(t.linear_key_head_dim, r.linear_key_head_dim);
+  EXPECT_EQ(t.linear_value_head_dim, r.linear_value_head_dim);
+  EXPECT_EQ(t.linear_num_key_heads, r.linear_num_key_heads);
+  EXPECT_EQ(t.linear_num_value_heads, r.linear_num_value_heads);
+  EXPECT_EQ(t.linear_conv_kernel_dim, r.linear_conv_kernel_dim);
+  EXPECT_EQ(t.mtp_num_hidden_layers, r.mtp_num_hidden_layers);
+  // Layout: Qwen3-VL all full attention; Qwen3.5 one full attention layer in every 4.
+  ASSERT_EQ(static_cast<std::int64_t>(t.layer_types.size()), r.num_hidden_layers);
+  const std::int64_t full = r.full_attention_interval == 0 ? r.num_hidden_layers
+                                                           : r.num_hidden_layers / r.full_attention_interval;
+  EXPECT_EQ(t.num_full_attention_layers(), full);
+  EXPECT_EQ(t.num_linear_attention_layers(), r.num_hidden_layers - full);
+
+  ASSERT_TRUE(spec.vision.has_value());
+  const vision_spec& v = *spec.vision;
+  EXPECT_EQ(v.depth, r.depth);
+  EXPECT_EQ(v.hidden_size, r.vision_hidden_size);
+  EXPECT_EQ(v.num_heads, r.num_heads);
+  EXPECT_EQ(v.intermediate_size, r.vision_intermediate_size);
+  EXPECT_EQ(v.out_hidden_size, r.out_hidden_size);
+  EXPECT_EQ(v.deepstack_visual_indexes, r.deepstack_visual_indexes);
+  EXPECT_EQ(v.patch_size, 16);
+  EXPECT_EQ(v.temporal_patch_size, 2);
+  EXPECT_EQ(v.spatial_merge_size, 2);
+  EXPECT_EQ(v.in_channels, 3);
+  EXPECT_EQ(v.patch_input_size(), 1536);  // 3 * 2 * 16^2
+  EXPECT_EQ(v.num_mergers(), 1 + static_cast<std::int64_t>(r.deepstack_visual_indexes.size()));
+
+  EXPECT_NO_THROW(validate_model_spec(spec));
+}
+
+INSTANTIATE_TEST_SUITE_P(model_configs, shipped_config, ::testing::ValuesIn(kReference),
+                         [](const ::testing::TestParamInfo<reference_row>& param_info) {
+                           std::string name = param_info.param.file;
+                           return name.substr(0, name.size() - 5);
+                         });
+
+TEST(model_config, qwen3_5_9b_has_eight_full_attention_layers_at_every_fourth_index) {
+  const model_spec spec = load_model_spec(config_path("qwen3_5_9b.toml"));
+  std::vector<std::size_t> full;
+  for (std::size_t i = 0; i < spec.text.layer_types.size(); ++i) {
+    if (spec.text.layer_types[i] == layer_kind::full_attention) full.push_back(i);
+  }
+  // (i + 1) % 4 == 0 for i in [0, 32): 3, 7, ..., 31.
+  EXPECT_EQ(full, (std::vector<std::size_t>{3, 7, 11, 15, 19, 23, 27, 31}));
+  EXPECT_EQ(spec.text.num_full_attention_layers(), 8);
+  EXPECT_EQ(spec.text.num_linear_attention_layers(), 24);
+}
+
+TEST(model_config, qwen3_vl_4b_has_three_deepstack_mergers) {
+  const model_spec spec = load_model_spec(config_path("qwen3_vl_4b.toml"));
+  ASSERT_TRUE(spec.vision.has_value());
+  EXPECT_EQ(spec.vision->num_mergers(), 4);
+  EXPECT_EQ(spec.text.num_full_attention_layers(), 36);
+  EXPECT_EQ(spec.text.num_linear_attention_layers(), 0);
+}
+
+TEST(model_config, tiny_vlm_loads) {
+  const model_spec spec = load_model_spec(config_path("tiny_vlm.toml"));
+  EXPECT_EQ(spec.name, "tiny_vlm");
+  EXPECT_EQ(spec.model_type, "qwen3_5");
+  const text_spec& t = spec.text;
+  EXPECT_EQ(t.hidden_size, 64);
+  EXPECT_EQ(t.num_hidden_layers, 4);
+  EXPECT_EQ(t.num_attention_heads, 4);
+  EXPECT_EQ(t.num_key_value_heads, 2);
+  EXPECT_EQ(t.head_dim, 16);
+  EXPECT_EQ(t.intermediate_size, 128);
+  EXPECT_EQ(t.vocab_size, 512);
+  EXPECT_TRUE(t.tie_word_embeddings);
+  EXPECT_TRUE(t.attn_output_gate);
+  EXPECT_EQ(t.full_attention_interval, 2);
+  EXPECT_EQ(t.linear_key_head_dim, 16);
+  EXPECT_EQ(t.linear_value_head_dim, 16);
+  EXPECT_EQ(t.linear_num_key_heads, 2);
+  EXPECT_EQ(t.linear_num_value_heads, 4);
+  EXPECT_EQ(t.linear_conv_kernel_dim, 4);
+  EXPECT_EQ(t.mtp_num_hidden_layers, 0);
+  // (i + 1) % 2 == 0: layers 1 and 3 are full attention.
+  EXPECT_EQ(t.layer_types, (std::vector<layer_kind>{layer_kind::linear_attention, layer_kind::full_attention,
+                                                    layer_kind::linear_attention, layer_kind::full_attention}));
+  ASSERT_TRUE(spec.vision.has_value());
+  const vision_spec& v = *spec.vision;
+  EXPECT_EQ(v.depth, 2);
+  EXPECT_EQ(v.hidden_size, 32);
+  EXPECT_EQ(v.num_heads, 2);
+  EXPECT_EQ(v.intermediate_size, 64);
+  EXPECT_EQ(v.out_hidden_size, 64);
+  EXPECT_TRUE(v.deepstack_visual_indexes.empty());
+  EXPECT_EQ(v.patch_size, 4);
+  EXPECT_EQ(v.temporal_patch_size, 2);
+  EXPECT_EQ(v.spatial_merge_size, 2);
+  EXPECT_EQ(v.in_channels, 3);
+  EXPECT_EQ(v.patch_input_size(), 96);  // 3 * 2 * 4^2
+  EXPECT_EQ(v.num_mergers(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Valid documents: defaults and optional parts.
+
+TEST(model_config, base_document_parses_and_name_defaults_to_the_file_stem) {
+  const model_spec spec = parse_model_spec(kBase, "some/dir/my_model.toml");
+  EXPECT_EQ(spec.name, "my_model");
+  EXPECT_EQ(spec.source_path, "some/dir/my_model.toml");
+  ASSERT_TRUE(spec.vision.has_value());
+  EXPECT_EQ(spec.vision->deepstack_visual_indexes, std::vector<std::int64_t>{1});
+  EXPECT_EQ(spec.vision->num_mergers(), 2);
+}
+
+TEST(model_config, model_name_and_flopmeter_options_are_read) {
+  const model_spec spec =
+      parse_model_spec(replace_once(kBase, "[model]\n", "[model]\nname = \"custom\"\nhf_model = \"org/repo\"\n") +
+                           "[flopmeter]\ntrain_mtp_layers = true\n",
+                       "bad.toml");
+  EXPECT_EQ(spec.name, "custom");
+  EXPECT_TRUE(spec.train_mtp_layers);
+}
+
+TEST(model_config, qwen3_vl_text_only_defaults) {
+  const model_spec spec = parse_model_spec(kVlBase, "vl.toml");
+  EXPECT_FALSE(spec.vision.has_value());
+  EXPECT_FALSE(spec.text.attn_output_gate);
+  EXPECT_EQ(spec.text.mtp_num_hidden_layers, 0);
+  EXPECT_EQ(spec.text.full_attention_interval, 0);
+  EXPECT_EQ(spec.text.num_full_attention_layers(), 3);
+}
+
+TEST(model_config, qwen3_vl_ignores_linear_attention_sizes) {
+  const model_spec spec = parse_model_spec(kVlBase + "linear_key_head_dim = 128\n", "vl.toml");
+  EXPECT_EQ(spec.text.linear_key_head_dim, 0);
+  EXPECT_EQ(spec.text.num_linear_attention_layers(), 0);
+}
+
+TEST(model_config, sizes_up_to_two_to_the_31_are_accepted) {
+  const model_spec spec = parse_model_spec(replace_once(kBase, "vocab_size = 512", "vocab_size = 2147483648"),
+                                           "bad.toml");
+  EXPECT_EQ(spec.text.vocab_size, std::int64_t{1} << 31);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Bad input: one case per kind of problem. `from` -> `to` edits kBase within one line; the expected message
+// is exact. Column = 1 + the length of the text before the value on the edited line.
+
+struct bad_case {
+  const char* name;
+  const char* from;
+  const char* to;
+  const char* message;
+};
+
+const bad_case kBadCases[] = {
+    // "hidden_size = = 64": the second '=' is at column 15 (11 + " = " = 14 characters before it), line 6.
+    {"syntax_error", "\nhidden_size = 64", "\nhidden_size = = 64",
+     "bad.toml:6:15: TOML syntax error: Error while parsing value: could not determine value type"},
+    // head_dim (line 10) replaced by a comment: the missing key is reported at the [text_config] header, 4:1.
+    {"missing_required_key", "\nhead_dim = 16", "\n# head_dim removed",
+     "bad.toml:4:1: required key 'text_config.head_dim' is missing"},
+    // qwen3_5 needs the interval: line 15 removed, reported at [text_config], 4:1.
+    {"missing_full_attention_interval", "full_attention_interval = 2", "# removed",
+     "bad.toml:4:1: required key 'text_config.full_attention_interval' is missing"},
+    // "hidden_size = " is 14 characters, so the value starts at column 15, line 6.
+    {"wrong_type_string_for_integer", "\nhidden_size = 64", "\nhidden_size = \"64\"",
+     "bad.toml:6:15: key 'text_config.hidden_size': expected an integer, got string"},
+    // "head_dim = " is 11 characters -> column 12, line 10.
+    {"wrong_type_float_for_integer", "\nhead_dim = 16", "\nhead_dim = 16.0",
+     "bad.toml:10:12: key 'text_config.head_dim': expected an integer, got floating-point"},
+    // "tie_word_embeddings = " is 22 characters -> column 23, line 13.
+    {"wrong_type_integer_for_boolean", "tie_word_embeddings = true", "tie_word_embeddings = 1",
+     "bad.toml:13:23: key 'text_config.tie_word_embeddings': expected a boolean, got integer"},
+    // "layer_types = " is 14 characters -> column 15, line 16.
+    {"wrong_type_string_for_array", "layer_types = [\"linear_attention\", \"full_attention\", \"linear_attention\", "
+                                    "\"full_attention\"]",
+     "layer_types = \"hybrid\"", "bad.toml:16:15: key 'text_config.layer_types': expected an array, got string"},
+    // "num_hidden_layers = " is 20 characters -> column 21, line 7.
+    {"zero_size", "num_hidden_layers = 4", "num_hidden_layers = 0",
+     "bad.toml:7:21: key 'text_config.num_hidden_layers': must be > 0 (got 0)"},
+    // "depth = " is 8 characters -> column 9, line 25.
+    {"negative_size", "depth = 2", "depth = -3", "bad.toml:25:9: key 'vision_config.depth': must be > 0 (got -3)"},
+    // "mtp_num_hidden_layers = " is 24 characters -> column 25, line 22.
+    {"negative_count", "mtp_num_hidden_layers = 0", "mtp_num_hidden_layers = -1",
+     "bad.toml:22:25: key 'text_config.mtp_num_hidden_layers': must be >= 0 (got -1)"},
+    // "vocab_size = " is 13 characters -> column 14, line 12. 2^32 > 2^31.
+    {"too_large_value", "vocab_size = 512", "vocab_size = 4294967296",
+     "bad.toml:12:14: key 'text_config.vocab_size': too large: must be <= 2^31 = 2147483648 (got 4294967296)"},
+    // "num_key_value_heads = " is 22 characters -> column 23, line 9. 4 % 3 != 0.
+    {"text_heads_not_divisible", "num_key_value_heads = 2", "num_key_value_heads = 3",
+     "bad.toml:9:23: key 'text_config.num_key_value_heads': must divide text_config.num_attention_heads = 4 "
+     "(got 3)"},
+    // "num_heads = " is 12 characters -> column 13, line 27. 32 % 3 != 0.
+    {"vision_heads_not_divisible", "num_heads = 2", "num_heads = 3",
+     "bad.toml:27:13: key 'vision_config.num_heads': must divide vision_config.hidden_size = 32 (got 3)"},
+    // "linear_num_value_heads = " is 25 characters -> column 26, line 20. 3 % 2 != 0.
+    {"linear_value_heads_not_multiple_of_key_heads", "linear_num_value_heads = 4", "linear_num_value_heads = 3",
+     "bad.toml:20:26: key 'text_config.linear_num_value_heads': must be a multiple of "
+     "text_config.linear_num_key_heads = 2 (got 3)"},
+    // Entry 2 should be linear ((2+1) % 2 != 0). "layer_types = [" is 15 characters, each
+    // "\"linear_attention\", " is 20 and "\"full_attention\", " is 18: entry 2 starts at 16 + 20 + 18 = 54.
+    {"layer_types_disagree_with_interval",
+     "layer_types = [\"linear_attention\", \"full_attention\", \"linear_attention\", \"full_attention\"]",
+     "layer_types = [\"linear_attention\", \"full_attention\", \"full_attention\", \"full_attention\"]",
+     "bad.toml:16:54: key 'text_config.layer_types[2]': inconsistent Qwen3.5 layer layout: layer 2 is "
+     "\"full_attention\" but full_attention_interval = 2 makes it \"linear_attention\""},
+    // Two entries for four layers; the array value starts at column 15, line 16.
+    {"layer_types_wrong_length",
+     "layer_types = [\"linear_attention\", \"full_attention\", \"linear_attention\", \"full_attention\"]",
+     "layer_types = [\"linear_attention\", \"full_attention\"]",
+     "bad.toml:16:15: key 'text_config.layer_types': inconsistent Qwen3.5 layer layout: 2 entries but "
+     "num_hidden_layers = 4"},
+    // Entry 1 ("full") starts at 16 + 20 = 36, line 16.
+    {"layer_types_unknown_kind",
+     "layer_types = [\"linear_attention\", \"full_attention\", \"linear_attention\", \"full_attention\"]",
+     "layer_types = [\"linear_attention\", \"full\", \"linear_attention\", \"full_attention\"]",
+     "bad.toml:16:36: key 'text_config.layer_types[1]': expected \"linear_attention\" or \"full_attention\", got "
+     "\"full\""},
+    // An interval beyond the layer count leaves no full attention layer. "full_attention_interval = " is 26
+    // characters -> column 27, line 15.
+    {"no_full_attention_layer", "full_attention_interval = 2", "full_attention_interval = 8",
+     "bad.toml:15:27: key 'text_config.full_attention_interval': inconsistent Qwen3.5 layer layout: "
+     "full_attention_interval = 8 exceeds num_hidden_layers = 4, so no layer would be full attention"},
+    // "model_type = " is 13 characters -> column 14, line 2.
+    {"unknown_model_type", "model_type = \"qwen3_5\"", "model_type = \"llama\"",
+     "bad.toml:2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\")"},
+    // Column 14, line 5.
+    {"text_model_type_mismatch", "model_type = \"qwen3_5_text\"", "model_type = \"qwen3_vl_text\"",
+     "bad.toml:5:14: key 'text_config.model_type': must be \"qwen3_5_text\" for model.model_type \"qwen3_5\" "
+     "(got \"qwen3_vl_text\")"},
+    // An unknown key is reported at the key itself: line 6, column 1.
+    {"unknown_key_with_hint", "\nhidden_size = 64", "\nhiden_size = 64",
+     "bad.toml:6:1: unknown key 'text_config.hiden_size' (did you mean 'text_config.hidden_size'?)"},
+    // Line 3 is inside [model]; a key unlike any schema key gets no hint.
+    {"unknown_key_without_hint", "\n\n[text_config]", "\ncomment = \"x\"\n[text_config]",
+     "bad.toml:3:1: unknown key 'model.comment' (not in the schema, see model_configs/SCHEMA.md)"},
+    // "deepstack_visual_indexes = [" is 28 characters -> column 29, line 30. depth is 2.
+    {"deepstack_index_out_of_range", "deepstack_visual_indexes = [1]", "deepstack_visual_indexes = [2]",
+     "bad.toml:30:29: key 'vision_config.deepstack_visual_indexes[0]': must be a ViT block index in "
+     "[0, vision_config.depth = 2) (got 2)"},
+    // Entry 1 starts at 29 + "0, " = column 32, line 30.
+    {"deepstack_index_negative", "deepstack_visual_indexes = [1]", "deepstack_visual_indexes = [0, -1]",
+     "bad.toml:30:32: key 'vision_config.deepstack_visual_indexes[1]': must be a ViT block index in "
+     "[0, vision_config.depth = 2) (got -1)"},
+    // Column 32, line 30.
+    {"deepstack_index_duplicate", "deepstack_visual_indexes = [1]", "deepstack_visual_indexes = [1, 1]",
+     "bad.toml:30:32: key 'vision_config.deepstack_visual_indexes[1]': duplicate DeepStack index 1"},
+    // "out_hidden_size = " is 18 characters -> column 19, line 29.
+    {"out_hidden_size_mismatch", "out_hidden_size = 64", "out_hidden_size = 32",
+     "bad.toml:29:19: key 'vision_config.out_hidden_size': must equal text_config.hidden_size = 64 (got 32)"},
+    // The product 3 * 2 * 65536^2 = 2^33.58 exceeds 2^31 although each factor is sane; reported at the
+    // [vision_config] header, line 24.
+    {"patch_input_size_too_large", "patch_size = 4", "patch_size = 65536",
+     "bad.toml:24:1: [vision_config]: patch embedding input in_channels * temporal_patch_size * patch_size^2 is "
+     "too large: must be <= 2^31 = 2147483648"},
+};
+
+class bad_input : public ::testing::TestWithParam<bad_case> {};
+
+TEST_P(bad_input, message_names_file_location_key_and_problem) {
+  const bad_case& c = GetParam();
+  EXPECT_EQ(error_of(replace_once(kBase, c.from, c.to)), c.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(model_config, bad_input, ::testing::ValuesIn(kBadCases),
+                         [](const ::testing::TestParamInfo<bad_case>& param_info) {
+                           return std::string(param_info.param.name);
+                         });
+
+// Documents the kBase edits cannot express.
+
+TEST(model_config_errors, missing_model_table) {
+  // Everything before [text_config] removed: reported at the document root, 1:1.
+  EXPECT_EQ(error_of(replace_once(kBase, "[model]\nmodel_type = \"qwen3_5\"\n", "")),
+            "bad.toml:1:1: required table [model] is missing");
+}
+
+TEST(model_config_errors, top_level_model_type_points_to_the_model_table) {
+  // HF config.json keeps model_type at the top level; here the prepended line 1 is a root key, column 1.
+  EXPECT_EQ(error_of("model_type = \"qwen3_5\"\n" + kBase),
+            "bad.toml:1:1: unknown key 'model_type' (did you mean 'model.model_type' in table [model]?)");
+}
+
+TEST(model_config_errors, table_of_wrong_type) {
+  // "text_config = " is 14 characters -> the value is at 1:15.
+  EXPECT_EQ(error_of("text_config = 5\n[model]\nmodel_type = \"qwen3_5\"\n"),
+            "bad.toml:1:15: key 'text_config': expected a table, got integer");
+}
+
+TEST(model_config_errors, qwen3_vl_layer_types_must_all_be_full_attention) {
+  // Line 12; "layer_types = [" is 15 characters and "\"full_attention\", " 18: entry 1 is at column 34.
+  EXPECT_EQ(error_of(kVlBase + "layer_types = [\"full_attention\", \"linear_attention\", \"full_attention\"]\n"),
+            "bad.toml:12:34: key 'text_config.layer_types[1]': inconsistent Qwen3-VL layer layout: layer 1 is "
+            "\"linear_attention\" but model_type \"qwen3_vl\" has only full_attention layers");
+}
+
+TEST(model_config_errors, syntax_error_reports_the_source_name) {
+  // An unterminated string on line 2: `name = "x` is 9 characters, and TOML++ reports the newline that ends
+  // the string illegally, column 10.
+  EXPECT_EQ(error_of("[model]\nname = \"x\n", "configs/broken.toml"),
+            "configs/broken.toml:2:10: TOML syntax error: Error while parsing string: unescaped control characters "
+            "other than TAB (U+0009) are explicitly prohibited");
+}
+
+TEST(model_config_errors, file_not_found_names_the_path) {
+  const std::string path = config_path("does_not_exist.toml");
+  try {
+    (void)load_model_spec(path);
+    FAIL() << "no error";
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": cannot open model config: no such file");
+  }
+}
+
+TEST(model_config_errors, directory_is_not_a_config) {
+  const std::string path = std::string(FLOPMETER_SOURCE_DIR) + "/model_configs";
+  try {
+    (void)load_model_spec(path);
+    FAIL() << "no error";
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": cannot open model config: not a regular file");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// validate_model_spec on specs built in code: the message names the field.
+
+std::string validation_error(const model_spec& spec) {
+  try {
+    validate_model_spec(spec);
+  } catch (const error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no flopmeter::error";
+  return "";
+}
+
+TEST(validate_model_spec, accepts_loaded_specs) {
+  EXPECT_NO_THROW(validate_model_spec(parse_model_spec(kBase, "base.toml")));
+  EXPECT_NO_THROW(validate_model_spec(parse_model_spec(kVlBase, "vl.toml")));
+}
+
+TEST(validate_model_spec, names_the_offending_field) {
+  const model_spec good = parse_model_spec(kBase, "tiny.toml");  // name "tiny"
+  {
+    model_spec s = good;
+    s.text.hidden_size = 0;
+    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': text.hidden_size must be > 0 (got 0)");
+  }
+  {
+    model_spec s = good;
+    s.text.num_key_value_heads = 3;
+    EXPECT_EQ(validation_error(s),
+              "invalid model_spec 'tiny': text.num_key_value_heads (3) must divide text.num_attention_heads (4)");
+  }
+  {
+    model_spec s = good;
+    s.text.vocab_size = (std::int64_t{1} << 31) + 1;
+    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': text.vocab_size is too large: must be <= 2^31 = "
+                                   "2147483648 (got 2147483649)");
+  }
+  {
+    model_spec s = good;
+    s.text.layer_types.pop_back();
+    EXPECT_EQ(validation_error(s),
+              "invalid model_spec 'tiny': text.layer_types has 3 entries but text.num_hidden_layers = 4");
+  }
+  {
+    model_spec s = good;
+    s.text.layer_types[0] = layer_kind::full_attention;
+    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': text.layer_types[0] is full_attention but should be "
+                                   "linear_attention (text.full_attention_interval = 2)");
+  }
+  {
+    model_spec s = good;
+    s.model_type = "llama";
+    EXPECT_EQ(validation_error(s),
+              "invalid model_spec 'tiny': model_type must be \"qwen3_vl\" or \"qwen3_5\" (got \"llama\")");
+  }
+  {
+    model_spec s = good;
+    s.vision->num_heads = 3;
+    EXPECT_EQ(validation_error(s),
+              "invalid model_spec 'tiny': vision.num_heads (3) must divide vision.hidden_size (32)");
+  }
+  {
+    model_spec s = good;
+    s.vision->out_hidden_size = 32;
+    EXPECT_EQ(validation_error(s),
+              "invalid model_spec 'tiny': vision.out_hidden_size (32) must equal text.hidden_size (64)");
+  }
+  {
+    model_spec s = good;
+    s.vision->deepstack_visual_indexes = {2};
+    EXPECT_EQ(validation_error(s),
+              "invalid model_spec 'tiny': vision.deepstack_visual_indexes[0] = 2 is outside [0, vision.depth = 2)");
+  }
+  {
+    model_spec s = good;
+    s.text.linear_num_key_heads = 0;
+    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': text.linear_num_key_heads must be > 0 (got 0)");
+  }
+}
+
+TEST(validate_model_spec, qwen3_vl_spec_built_in_code) {
+  model_spec s;
+  s.model_type = "qwen3_vl";
+  s.text.hidden_size = 64;
+  s.text.num_hidden_layers = 2;
+  s.text.num_attention_heads = 4;
+  s.text.num_key_value_heads = 2;
+  s.text.head_dim = 16;
+  s.text.intermediate_size = 128;
+  s.text.vocab_size = 512;
+  s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
+  EXPECT_NO_THROW(validate_model_spec(s));
+  s.text.layer_types[1] = layer_kind::linear_attention;
+  EXPECT_EQ(validation_error(s), "invalid model_spec: text.layer_types[1] is linear_attention but should be "
+                                 "full_attention (model_type \"qwen3_vl\")");
+}
+
+}  // namespace
+}  // namespace flopmeter
