@@ -58,6 +58,8 @@ struct throughput_options {
   std::chrono::milliseconds collective_timeout{120000};  // how long on_log may block on the previous log
   std::vector<std::shared_ptr<sink>> sinks;     // where metrics go
   std::shared_ptr<spdlog::logger> logger;       // the trainer's logger; a private one when null
+  // Seconds on a monotonic clock; steady_clock when empty. For tests and replayed runs.
+  std::function<double()> clock_seconds;
 };
 
 // Counters of things that went wrong; all zero in a healthy run.

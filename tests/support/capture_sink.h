@@ -1,0 +1,24 @@
+// A sink that keeps every record it is given, for tests.
+#pragma once
+
+#include <vector>
+
+#include "flopmeter/sinks.h"
+
+namespace flopmeter::testing {
+
+class capture_sink : public sink {
+ public:
+  std::vector<metrics_record> records;
+
+  double value(std::size_t record, const std::string& name) const {
+    const double* v = records.at(record).find(name);
+    return v == nullptr ? std::numeric_limits<double>::quiet_NaN() : *v;
+  }
+  bool has(std::size_t record, const std::string& name) const { return records.at(record).find(name) != nullptr; }
+
+ protected:
+  void write_(const metrics_record& record) override { records.push_back(record); }
+};
+
+}  // namespace flopmeter::testing
