@@ -148,6 +148,7 @@ coefficients compute_coefficients(const model_spec& spec) {
 batch_counts& batch_counts::operator+=(const batch_counts& o) {
   real_tokens = checked_add(real_tokens, o.real_tokens, "real token count");
   padding_tokens = checked_add(padding_tokens, o.padding_tokens, "padding token count");
+  checked_add(real_tokens, padding_tokens, "device token count");
   documents = checked_add(documents, o.documents, "document count");
   causal_pairs = checked_add(causal_pairs, o.causal_pairs, "causal pair count");
   items = checked_add(items, o.items, "image count");
@@ -180,6 +181,15 @@ void check_padding(std::int64_t padding_tokens) {
   if (padding_tokens < 0) {
     throw error("flopmeter: padding_tokens must be >= 0 (got " + std::to_string(padding_tokens) + ")");
   }
+}
+
+// Sets the padding once the documents are counted; real + padding (the device tokens) must fit too.
+void set_padding(batch_counts& counts, std::int64_t padding_tokens) {
+  std::int64_t device_tokens = 0;
+  if (__builtin_add_overflow(counts.real_tokens, padding_tokens, &device_tokens)) {
+    throw error("flopmeter: real tokens + padding_tokens overflows a 64-bit count");
+  }
+  counts.padding_tokens = padding_tokens;
 }
 
 // Adds one document of `length` tokens: L tokens, L(L+1)/2 causal pairs. The hot path allocates nothing:
@@ -249,7 +259,7 @@ batch_counts count_from_lengths(array_view<std::int64_t> document_lengths, std::
   check_padding(padding_tokens);
   batch_counts counts;
   for (std::size_t i = 0; i < document_lengths.size(); ++i) add_document(counts, document_lengths[i], i, "document_lengths");
-  counts.padding_tokens = padding_tokens;
+  set_padding(counts, padding_tokens);
   add_grids(counts, grids, geometry);
   return counts;
 }
@@ -273,7 +283,7 @@ batch_counts count_from_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int
     }
     add_document(counts, length, i - 1, "cu_seqlens document");
   }
-  counts.padding_tokens = padding_tokens;
+  set_padding(counts, padding_tokens);
   add_grids(counts, grids, geometry);
   return counts;
 }
@@ -302,7 +312,7 @@ batch_counts count_from_positions(array_view<std::int64_t> positions, std::int64
     add_document(counts, static_cast<std::int64_t>(positions.size()) - run_start,
                  static_cast<std::size_t>(counts.documents), "positions document");
   }
-  counts.padding_tokens = padding_tokens;
+  set_padding(counts, padding_tokens);
   add_grids(counts, grids, geometry);
   return counts;
 }

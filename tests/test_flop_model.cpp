@@ -280,6 +280,8 @@ TEST(bad_batch, each_error_names_the_entry) {
   const std::vector<std::int64_t> sum_overflow = {3000000000, INT64_MAX / 2};
   expect_error([&] { count_from_lengths(sum_overflow, 0, {}, g); }, "overflows");
   expect_error([&] { count_from_lengths({}, -3, {}, g); }, "padding_tokens must be >= 0 (got -3)");
+  const std::vector<std::int64_t> one = {1};
+  expect_error([&] { count_from_lengths(one, INT64_MAX, {}, g); }, "real tokens + padding_tokens overflows");
   const std::vector<image_grid> zero = {{1, 2, 2}, {1, 0, 2}};
   expect_error([&] { count_from_lengths({}, 0, zero, g); }, "image_grids[1] = (1, 0, 2): t, h and w must be >= 1");
   const std::vector<image_grid> odd = {{1, 3, 2}};

@@ -1,0 +1,756 @@
+// Tests of the `flopmeter` command-line tool, run as a subprocess (FLOPMETER_CLI_PATH) with stdout, stderr
+// and the exit status captured. The expected numbers are derived by hand in the comments from the
+// architecture facts in model_configs/ (qwen3_vl_2b: h=2048, L=28, nh=16, nkv=8, hd=128, I=6144, V=151936;
+// ViT depth 24, hv=1024, Iv=4096, patch input 3*2*16^2=1536, spatial_merge_size 2, 3 DeepStack indexes).
+// The JSON output is parsed by a small strict parser below, so malformed JSON fails the tests.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kSourceDir = FLOPMETER_SOURCE_DIR;
+const std::string kConfigs = kSourceDir + "/model_configs";
+const std::string kQwen3Vl2b = kConfigs + "/qwen3_vl_2b.toml";
+
+// ---------------------------------------------------------------------------------------------------------
+// A minimal strict JSON parser (RFC 8259 values; numbers kept as double).
+struct json {
+  enum class kind { null, boolean, number, string, array, object } type = kind::null;
+  bool b = false;
+  double n = 0;
+  std::string s;
+  std::vector<json> items;
+  std::vector<std::pair<std::string, json>> members;
+
+  const json& operator[](const std::string& key) const {
+    for (const auto& member : members) {
+      if (member.first == key) return member.second;
+    }
+    throw std::runtime_error("missing JSON key '" + key + "'");
+  }
+  bool has(const std::string& key) const {
+    for (const auto& member : members) {
+      if (member.first == key) return true;
+    }
+    return false;
+  }
+};
+
+class json_parser {
+ public:
+  explicit json_parser(const std::string& text) : text_(text) {}
+
+  json parse_document() {
+    json value = parse_value();
+    skip_space();
+    if (pos_ != text_.size()) fail("trailing characters");
+    return value;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) {
+    throw std::runtime_error("JSON: " + what + " at offset " + std::to_string(pos_));
+  }
+  void skip_space() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\t' || text_[pos_] == '\r')) ++pos_;
+  }
+  bool consume(const char* literal) {
+    const std::size_t n = std::strlen(literal);
+    if (text_.compare(pos_, n, literal) == 0) {
+      pos_ += n;
+      return true;
+    }
+    return false;
+  }
+  json parse_value() {
+    skip_space();
+    if (pos_ >= text_.size()) fail("unexpected end");
+    json value;
+    const char c = text_[pos_];
+    if (c == '{') {
+      value.type = json::kind::object;
+      ++pos_;
+      skip_space();
+      if (consume("}")) return value;
+      while (true) {
+        skip_space();
+        if (pos_ >= text_.size() || text_[pos_] != '"') fail("expected a key");
+        std::string key = parse_string();
+        skip_space();
+        if (!consume(":")) fail("expected ':'");
+        value.members.emplace_back(std::move(key), parse_value());
+        skip_space();
+        if (consume("}")) return value;
+        if (!consume(",")) fail("expected ',' or '}'");
+      }
+    }
+    if (c == '[') {
+      value.type = json::kind::array;
+      ++pos_;
+      skip_space();
+      if (consume("]")) return value;
+      while (true) {
+        value.items.push_back(parse_value());
+        skip_space();
+        if (consume("]")) return value;
+        if (!consume(",")) fail("expected ',' or ']'");
+      }
+    }
+    if (c == '"') {
+      value.type = json::kind::string;
+      value.s = parse_string();
+      return value;
+    }
+    if (consume("true")) {
+      value.type = json::kind::boolean;
+      value.b = true;
+      return value;
+    }
+    if (consume("false")) {
+      value.type = json::kind::boolean;
+      return value;
+    }
+    if (consume("null")) return value;
+    value.type = json::kind::number;
+    value.n = parse_number();
+    return value;
+  }
+  double parse_number() {
+    const std::size_t start = pos_;
+    if (pos_ < text_.size() && text_[pos_] == '-') ++pos_;
+    if (pos_ >= text_.size() || !std::isdigit(static_cast<unsigned char>(text_[pos_]))) fail("bad number");
+    if (text_[pos_] == '0') {
+      ++pos_;
+    } else {
+      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+    }
+    if (pos_ < text_.size() && text_[pos_] == '.') {
+      ++pos_;
+      if (pos_ >= text_.size() || !std::isdigit(static_cast<unsigned char>(text_[pos_]))) fail("bad fraction");
+      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+    }
+    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
+      ++pos_;
+      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
+      if (pos_ >= text_.size() || !std::isdigit(static_cast<unsigned char>(text_[pos_]))) fail("bad exponent");
+      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+    }
+    return std::strtod(text_.substr(start, pos_ - start).c_str(), nullptr);
+  }
+  std::string parse_string() {
+    ++pos_;  // opening quote
+    std::string out;
+    while (true) {
+      if (pos_ >= text_.size()) fail("unterminated string");
+      const char c = text_[pos_++];
+      if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) fail("raw control character in string");
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (pos_ >= text_.size()) fail("bad escape");
+      const char e = text_[pos_++];
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          if (pos_ + 4 > text_.size()) fail("bad \\u escape");
+          for (std::size_t k = 0; k < 4; ++k) {
+            if (!std::isxdigit(static_cast<unsigned char>(text_[pos_ + k]))) fail("bad \\u escape");
+          }
+          out += "?";  // the tests only need to know the escape is well formed
+          pos_ += 4;
+          break;
+        }
+        default: fail("bad escape");
+      }
+    }
+  }
+
+  const std::string& text_;
+  std::size_t pos_ = 0;
+};
+
+json parse_json(const std::string& text) { return json_parser(text).parse_document(); }
+
+// ---------------------------------------------------------------------------------------------------------
+// Running the tool.
+struct result {
+  int status = -1;  // exit code; -1 when the process did not exit normally (crash, abort)
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "flopmeter_test_cli_XXXXXX").string();
+    std::vector<char> buffer(pattern.begin(), pattern.end());
+    buffer.push_back('\0');
+    ASSERT_NE(::mkdtemp(buffer.data()), nullptr);
+    dir_ = buffer.data();
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  // Runs the tool with `args`. FLOPMETER_MODEL_CONFIGS is set to `configs` ("" removes it from the
+  // environment, so the tool falls back to the source tree), so the user's environment cannot change
+  // what the tests see.
+  result run(const std::vector<std::string>& args, const std::string& configs = kConfigs) {
+    const fs::path out_path = dir_ / ("stdout_" + std::to_string(runs_));
+    const fs::path err_path = dir_ / ("stderr_" + std::to_string(runs_));
+    ++runs_;
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::strncmp(*e, "FLOPMETER_MODEL_CONFIGS=", 24) != 0) env_strings.emplace_back(*e);
+    }
+    if (!configs.empty()) env_strings.push_back("FLOPMETER_MODEL_CONFIGS=" + configs);
+    std::vector<char*> envp;
+    for (std::string& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> argv_strings = {FLOPMETER_CLI_PATH};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& s : argv_strings) argv.push_back(s.data());
+    argv.push_back(nullptr);
+
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    pid_t pid = 0;
+    const int spawn_error = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    result r;
+    if (spawn_error != 0) {
+      ADD_FAILURE() << "posix_spawn(" << argv[0] << ") failed: " << std::strerror(spawn_error);
+      return r;
+    }
+    int wait_status = 0;
+    while (waitpid(pid, &wait_status, 0) < 0) {
+    }
+    r.status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+    r.out = read_file(out_path);
+    r.err = read_file(err_path);
+    return r;
+  }
+
+  fs::path dir_;
+  int runs_ = 0;
+};
+
+std::string describe(const std::vector<std::string>& args, const result& r) {
+  std::string text = "flopmeter";
+  for (const std::string& a : args) text += " '" + a + "'";
+  return text + "\n  exit " + std::to_string(r.status) + "\n  stdout: " + r.out + "\n  stderr: " + r.err;
+}
+
+std::size_t shipped_model_count() {
+  std::size_t count = 0;
+  for (const auto& entry : fs::directory_iterator(kConfigs)) count += entry.path().extension() == ".toml" ? 1 : 0;
+  return count;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Hand-derived numbers for qwen3_vl_2b (see the file comment for the sizes).
+//
+// dense_per_token = 6 * (L*(h*(q + 2kv + q) + 3*h*I) + h*V) with q = nh*hd = 2048, kv = nkv*hd = 1024
+//   = 6 * (28*(2048*6144 + 3*2048*6144) + 2048*151936)
+//   = 6 * (28*(12582912 + 37748736) + 311164928) = 6 * 1720451072 = 10322706432
+constexpr double kDense = 10322706432.0;
+// text_attn_pair = 6 * 2*nh*hd * L = 6 * 2*16*128 * 28 = 688128
+constexpr double kTextPair = 688128.0;
+// vision_per_patch = 6 * 24 * (4*1024^2 + 2*1024*4096) = 144 * 12582912 = 1811939328
+constexpr double kVisionPatch = 1811939328.0;
+// vision_attn_pair = 6 * 24 * 2*1024 = 294912
+constexpr double kVisionPair = 294912.0;
+// patch_embed_per_patch = 6 * 1536 * 1024 = 9437184
+constexpr double kPatchEmbed = 9437184.0;
+// merger_per_merged_token = 6 * (1 + 3 DeepStack) * ((4*1024)^2 + 4*1024*2048) = 24 * 25165824 = 603979776
+constexpr double kMerger = 603979776.0;
+
+// ---------------------------------------------------------------------------------------------------------
+// Help, version, dispatch.
+
+TEST_F(CliTest, TopLevelHelpListsCommands) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{{"--help"}, {"-h"}, {"help"}}) {
+    const result r = run(args);
+    EXPECT_EQ(r.status, 0) << describe(args, r);
+    EXPECT_NE(r.out.find("check"), std::string::npos);
+    EXPECT_NE(r.out.find("coefficients"), std::string::npos);
+    EXPECT_NE(r.out.find("estimate"), std::string::npos);
+    EXPECT_EQ(r.err, "");
+  }
+}
+
+TEST_F(CliTest, EveryCommandHasHelp) {
+  for (const std::string command : {"check", "coefficients", "estimate"}) {
+    const std::vector<std::vector<std::string>> variants = {
+        {command, "--help"}, {command, "-h"}, {"help", command},
+        {command, "--bogus", "--help"}};  // --help wins over otherwise bad arguments
+    for (const std::vector<std::string>& args : variants) {
+      const result r = run(args);
+      EXPECT_EQ(r.status, 0) << describe(args, r);
+      EXPECT_NE(r.out.find("usage: flopmeter " + command), std::string::npos) << describe(args, r);
+    }
+  }
+}
+
+TEST_F(CliTest, VersionPrintsProjectVersion) {
+  const result r = run({"--version"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out.rfind("flopmeter ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find('.'), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, MissingOrUnknownCommandIsUsageError) {
+  result r = run({});
+  EXPECT_EQ(r.status, 2) << describe({}, r);
+  EXPECT_NE(r.err.find("missing command"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--help"), std::string::npos) << r.err;
+
+  r = run({"frobnicate"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("flopmeter --help"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+
+  r = run({"--frobnicate"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--frobnicate"), std::string::npos) << r.err;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// check
+
+TEST_F(CliTest, CheckOverShippedConfigsPasses) {
+  const std::size_t models = shipped_model_count();
+  ASSERT_GE(models, 5u);
+  // Human table: every row PASS.
+  result r = run({"check"});
+  EXPECT_EQ(r.status, 0) << describe({"check"}, r);
+  EXPECT_NE(r.out.find("PASS"), std::string::npos);
+  EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("qwen3_vl_2b  S=32768  PASS"), std::string::npos) << r.out;
+
+  // JSON: one object per (model, S) for S in {4096, 8192, 32768}, every one passing, every row passing.
+  r = run({"check", "--json"});
+  ASSERT_EQ(r.status, 0) << describe({"check", "--json"}, r);
+  const json doc = parse_json(r.out);
+  ASSERT_EQ(doc.type, json::kind::array);
+  ASSERT_EQ(doc.items.size(), models * 3);
+  std::map<std::string, int> per_model;
+  for (std::size_t i = 0; i < doc.items.size(); ++i) {
+    const json& report = doc.items[i];
+    EXPECT_TRUE(report["pass"].b) << report["model"].s;
+    const double expected_s[] = {4096, 8192, 32768};
+    EXPECT_EQ(report["seq_len"].n, expected_s[i % 3]);
+    per_model[report["model"].s] += 1;
+    for (const char* key : {"megatron_text_per_token", "megatron_vision_per_token", "megatron_text_linear_per_token",
+                            "megatron_text_attention_per_token", "megatron_vision_linear_per_token",
+                            "megatron_vision_attention_per_token"}) {
+      EXPECT_EQ(report[key].type, json::kind::number) << key;
+    }
+    ASSERT_EQ(report["rows"].type, json::kind::array);
+    EXPECT_GE(report["rows"].items.size(), 4u);
+    for (const json& row : report["rows"].items) {
+      EXPECT_TRUE(row["pass"].b) << row["term"].s;
+      for (const char* key : {"exact", "megatron", "expected_ratio", "ratio", "relative_error"}) {
+        EXPECT_EQ(row[key].type, json::kind::number) << key;
+      }
+      EXPECT_FALSE(row["explanation"].s.empty());
+    }
+  }
+  EXPECT_EQ(per_model.size(), models);
+  // Files are taken in name order: qwen3_5_0_8b first, tiny_vlm last.
+  EXPECT_EQ(doc.items.front()["model"].s, "qwen3_5_0_8b");
+  EXPECT_EQ(doc.items.back()["model"].s, "tiny_vlm");
+}
+
+TEST_F(CliTest, CheckFindsSourceTreeConfigsWithoutEnvironment) {
+  const result r = run({"check", "--seq-len", "64", "--json"}, "");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(parse_json(r.out).items.size(), shipped_model_count());
+}
+
+TEST_F(CliTest, CheckMegatronConstantOfQwen3Vl2bMatchesHandDerivation) {
+  const std::vector<std::string> args = {"check", kQwen3Vl2b, "--seq-len", "4096", "--json"};
+  const result r = run(args);
+  ASSERT_EQ(r.status, 0) << describe(args, r);
+  const json doc = parse_json(r.out);
+  ASSERT_EQ(doc.items.size(), 1u);
+  const json& report = doc.items[0];
+  EXPECT_EQ(report["model"].s, "qwen3_vl_2b");
+  EXPECT_EQ(report["seq_len"].n, 4096);
+  // Megatron per token = 6*[L*(h*(q+2kv) + q*h) + L*3*h*I + h*V] + 6*L*2*q*S/2, q = 2048, kv = 1024:
+  //   token-linear = 6*[28*(2048*4096 + 2048*2048) + 28*3*2048*6144 + 2048*151936]
+  //                = 6*[352321536 + 1056964608 + 311164928] = 6*1720451072 = 10322706432
+  //   attention    = 6*28*2*2048*4096/2 = 1409286144
+  //   total        = 11731992576
+  EXPECT_EQ(report["megatron_text_linear_per_token"].n, 10322706432.0);
+  EXPECT_EQ(report["megatron_text_attention_per_token"].n, 1409286144.0);
+  EXPECT_EQ(report["megatron_text_per_token"].n, 11731992576.0);
+  // ViT: 12*depth*hv^2*((1 + 1) + Iv/hv) = 12*24*1024^2*6 = 1811939328 token-linear, and
+  // 12*depth*hv^2*(S/hv/2) = 6*24*1024*4096 = 603979776 attention.
+  EXPECT_EQ(report["megatron_vision_linear_per_token"].n, 1811939328.0);
+  EXPECT_EQ(report["megatron_vision_attention_per_token"].n, 603979776.0);
+  EXPECT_EQ(report["megatron_vision_per_token"].n, 2415919104.0);
+  // Integral values are printed as integers (exact), not in exponent form.
+  EXPECT_NE(r.out.find("\"megatron_text_per_token\": 11731992576,"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, CheckUsesEnvironmentConfigsDirectoryAndRepeatedSeqLen) {
+  const fs::path configs = dir_ / "configs";
+  fs::create_directory(configs);
+  fs::copy_file(kConfigs + "/tiny_vlm.toml", configs / "tiny_vlm.toml");
+  write_file(configs / "README.md", "not a model\n");
+  const result r = run({"check", "--seq-len", "100", "--seq-len=200", "--json"}, configs.string());
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json doc = parse_json(r.out);
+  ASSERT_EQ(doc.items.size(), 2u);
+  EXPECT_EQ(doc.items[0]["model"].s, "tiny_vlm");
+  EXPECT_EQ(doc.items[0]["seq_len"].n, 100);
+  EXPECT_EQ(doc.items[1]["seq_len"].n, 200);
+
+  // A bare model name is looked up in the same directory.
+  const result named = run({"check", "tiny_vlm", "--seq-len", "8", "--json"}, configs.string());
+  ASSERT_EQ(named.status, 0) << named.err;
+  EXPECT_EQ(parse_json(named.out).items.size(), 1u);
+}
+
+TEST_F(CliTest, CheckWithEmptyOrMissingConfigsDirectoryFails) {
+  const fs::path empty = dir_ / "empty";
+  fs::create_directory(empty);
+  result r = run({"check"}, empty.string());
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("no *.toml"), std::string::npos) << r.err;
+
+  r = run({"check"}, (dir_ / "does_not_exist").string());
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("FLOPMETER_MODEL_CONFIGS"), std::string::npos) << r.err;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// coefficients
+
+TEST_F(CliTest, CoefficientsOfQwen3Vl2bMatchHandDerivation) {
+  const result r = run({"coefficients", kQwen3Vl2b, "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json c = parse_json(r.out);
+  EXPECT_EQ(c["model"].s, "qwen3_vl_2b");
+  EXPECT_EQ(c["dense_per_token"].n, kDense);
+  EXPECT_EQ(c["text_attn_pair"].n, kTextPair);
+  EXPECT_EQ(c["vision_per_patch"].n, kVisionPatch);
+  EXPECT_EQ(c["vision_attn_pair"].n, kVisionPair);
+  EXPECT_EQ(c["patch_embed_per_patch"].n, kPatchEmbed);
+  EXPECT_EQ(c["merger_per_merged_token"].n, kMerger);
+  EXPECT_EQ(c["mtp_per_token"].n, 0);  // qwen3_vl has no MTP layers
+  EXPECT_EQ(c["mtp_attn_pair"].n, 0);
+  EXPECT_EQ(c["patches_per_merged_token"].n, 4);  // spatial_merge_size^2 = 2^2
+
+  // Human form: labeled, grouped digits, a meaning per line; the bare name resolves to the shipped file.
+  const result human = run({"coefficients", "qwen3_vl_2b"});
+  ASSERT_EQ(human.status, 0) << human.err;
+  EXPECT_NE(human.out.find("dense_per_token"), std::string::npos);
+  EXPECT_NE(human.out.find("10,322,706,432"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("per (query, key) pair"), std::string::npos) << human.out;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// estimate
+
+TEST_F(CliTest, EstimateSmallBatchMatchesHandDerivation) {
+  const std::vector<std::string> args = {"estimate", kQwen3Vl2b, "--docs", "3,5", "--padding", "2",
+                                         "--images", "1x2x2", "--json"};
+  const result r = run(args);
+  ASSERT_EQ(r.status, 0) << describe(args, r);
+  const json e = parse_json(r.out);
+  // Counts: real 3+5 = 8, padding 2, pairs 3*4/2 + 5*6/2 = 6 + 15 = 21; one 1x2x2 image: 4 patches,
+  // 4/2^2 = 1 merged token, (2*2)^2 = 16 pairs per frame and whole.
+  const json& n = e["counts"];
+  EXPECT_EQ(n["real_tokens"].n, 8);
+  EXPECT_EQ(n["padding_tokens"].n, 2);
+  EXPECT_EQ(n["documents"].n, 2);
+  EXPECT_EQ(n["causal_pairs"].n, 21);
+  EXPECT_EQ(n["items"].n, 1);
+  EXPECT_EQ(n["patches"].n, 4);
+  EXPECT_EQ(n["merged_tokens"].n, 1);
+  EXPECT_EQ(n["vision_pairs_per_frame"].n, 16);
+  EXPECT_EQ(n["vision_pairs_whole"].n, 16);
+  // FLOPs (complete scope) = coefficient x count:
+  //   text_dense       10322706432 x 10 = 103227064320
+  //   text_attention        688128 x 21 =     14450688
+  //   vision_dense      1811939328 x  4 =   7247757312
+  //   vision_attention      294912 x 16 =      4718592
+  //   patch_embed          9437184 x  4 =     37748736
+  //   merger             603979776 x  1 =    603979776
+  //   total                              = 111135719424
+  EXPECT_EQ(e["scope"].s, "complete");
+  EXPECT_EQ(e["text_dense"].n, kDense * 10);
+  EXPECT_EQ(e["text_attention"].n, kTextPair * 21);
+  EXPECT_EQ(e["vision_dense"].n, kVisionPatch * 4);
+  EXPECT_EQ(e["vision_attention"].n, kVisionPair * 16);
+  EXPECT_EQ(e["patch_embed"].n, kPatchEmbed * 4);
+  EXPECT_EQ(e["merger"].n, kMerger * 1);
+  EXPECT_EQ(e["mtp"].n, 0);
+  EXPECT_EQ(e["flops"].n, 111135719424.0);
+  // The constant at S = 8 + 2 = 10 tokens:
+  //   text per token   = 10322706432 + 6*28*2*2048*10/2 = 10322706432 + 3440640 = 10326147072
+  //   vision per token = 1811939328 + 6*24*1024*10      = 1811939328 + 1474560 = 1813413888
+  //   megatron_flops   = 10326147072 x 10 + 1813413888 x 4 = 103261470720 + 7253655552 = 110515126272
+  EXPECT_EQ(e["row_length"].n, 10);
+  EXPECT_EQ(e["megatron_text_per_token"].n, 10326147072.0);
+  EXPECT_EQ(e["megatron_vision_per_token"].n, 1813413888.0);
+  EXPECT_EQ(e["megatron_flops"].n, 110515126272.0);
+  EXPECT_DOUBLE_EQ(e["megatron_over_exact"].n, 110515126272.0 / 111135719424.0);
+}
+
+TEST_F(CliTest, EstimateSeedAndCompleteScopeDifferForVideo) {
+  // One video of 2 temporal patches of 4x4: 32 patches, 32/4 = 8 merged tokens; ViT pairs per temporal
+  // patch 2*(4*4)^2 = 512 (complete), over the whole item (2*4*4)^2 = 1024 (seed).
+  const auto estimate = [&](const std::string& scope) {
+    const std::vector<std::string> args = {"estimate", kQwen3Vl2b, "--docs", "4", "--images", "2x4x4",
+                                           "--scope", scope, "--json"};
+    const result r = run(args);
+    EXPECT_EQ(r.status, 0) << describe(args, r);
+    return parse_json(r.out);
+  };
+  const json seed = estimate("seed");
+  const json complete = estimate("complete");
+  for (const json* e : {&seed, &complete}) {
+    EXPECT_EQ((*e)["counts"]["patches"].n, 32);
+    EXPECT_EQ((*e)["counts"]["merged_tokens"].n, 8);
+    EXPECT_EQ((*e)["counts"]["vision_pairs_per_frame"].n, 512);
+    EXPECT_EQ((*e)["counts"]["vision_pairs_whole"].n, 1024);
+    EXPECT_EQ((*e)["text_dense"].n, kDense * 4);
+    EXPECT_EQ((*e)["text_attention"].n, kTextPair * 10);  // 4*5/2 pairs
+    EXPECT_EQ((*e)["vision_dense"].n, kVisionPatch * 32);
+  }
+  EXPECT_EQ(seed["scope"].s, "seed");
+  EXPECT_EQ(seed["vision_attention"].n, kVisionPair * 1024);  // 301989888
+  EXPECT_EQ(seed["patch_embed"].n, 0);
+  EXPECT_EQ(seed["merger"].n, 0);
+  EXPECT_EQ(complete["vision_attention"].n, kVisionPair * 512);  // 150994944
+  EXPECT_EQ(complete["patch_embed"].n, kPatchEmbed * 32);        // 301989888
+  EXPECT_EQ(complete["merger"].n, kMerger * 8);                  // 4831838208
+  EXPECT_EQ(complete["flops"].n - seed["flops"].n,
+            kVisionPair * (512.0 - 1024.0) + kPatchEmbed * 32 + kMerger * 8);
+}
+
+TEST_F(CliTest, EstimateReportsHowFarTheConstantIsOff) {
+  // One 1000-token document billed by the constant at S = 32768: the constant's attention part assumes
+  // 16384 keys per token, the document has ~500. Exact = 1000*dense + 500500*pair; constant = 1000 *
+  // (dense + pair*16384).
+  const std::vector<std::string> args = {"estimate", kQwen3Vl2b, "--docs", "1000", "--seq-len", "32768"};
+  const result r = run(args);
+  ASSERT_EQ(r.status, 0) << describe(args, r);
+  EXPECT_NE(r.out.find("would report"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("S=32768"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("text_dense"), std::string::npos) << r.out;
+
+  const result j = run({"estimate", kQwen3Vl2b, "--docs", "1000", "--seq-len", "32768", "--json"});
+  ASSERT_EQ(j.status, 0) << j.err;
+  const json e = parse_json(j.out);
+  EXPECT_EQ(e["row_length"].n, 32768);
+  const double exact = 1000 * kDense + 500500 * kTextPair;
+  const double constant = 1000 * (kDense + kTextPair * 16384);
+  EXPECT_EQ(e["flops"].n, exact);
+  EXPECT_EQ(e["megatron_flops"].n, constant);
+  EXPECT_DOUBLE_EQ(e["megatron_over_exact"].n, constant / exact);
+}
+
+TEST_F(CliTest, EstimateEmptyBatchHasNoRatio) {
+  const result r = run({"estimate", kQwen3Vl2b, "--docs", "0", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json e = parse_json(r.out);
+  EXPECT_EQ(e["flops"].n, 0);
+  EXPECT_EQ(e["row_length"].n, 0);
+  EXPECT_EQ(e["megatron_flops"].type, json::kind::null);
+  EXPECT_EQ(e["megatron_over_exact"].type, json::kind::null);
+}
+
+TEST_F(CliTest, EstimateOnTextOnlyModel) {
+  // qwen3_5_0_8b without its [vision_config] table is a valid text-only model.
+  const std::string text = read_file(kConfigs + "/qwen3_5_0_8b.toml");
+  std::istringstream lines(text);
+  std::string line, stripped;
+  bool skip = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("[", 0) == 0) skip = line.rfind("[vision_config]", 0) == 0;
+    if (!skip) stripped += line + "\n";
+  }
+  ASSERT_EQ(stripped.find("[vision_config]"), std::string::npos);
+  const fs::path text_only = dir_ / "text_only.toml";
+  write_file(text_only, stripped);
+
+  result r = run({"estimate", text_only.string(), "--docs", "3", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json e = parse_json(r.out);
+  EXPECT_EQ(e["vision_dense"].n, 0);
+  EXPECT_EQ(e["counts"]["causal_pairs"].n, 6);
+
+  // Images on a text-only model: the batch is invalid (exit 1), not a crash.
+  r = run({"estimate", text_only.string(), "--docs", "3", "--images", "1x2x2"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("no vision tower"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Errors: exit code and a message that names the problem.
+
+struct error_case {
+  std::vector<std::string> args;
+  int status;
+  std::string message;  // must appear in stderr
+};
+
+TEST_F(CliTest, BadCommandLinesAreRejectedWithClearMessages) {
+  const std::string m = kQwen3Vl2b;
+  const std::vector<error_case> cases = {
+      // missing / extra model arguments
+      {{"estimate"}, 2, "missing the MODEL.toml argument"},
+      {{"coefficients"}, 2, "missing the MODEL.toml argument"},
+      {{"coefficients", m, m}, 2, "unexpected argument"},
+      {{"estimate", m, m, "--docs", "1"}, 2, "unexpected argument"},
+      // unknown flags
+      {{"estimate", m, "--docs", "1", "--bogus"}, 2, "unknown option '--bogus'"},
+      {{"check", "--frob"}, 2, "unknown option '--frob'"},
+      {{"coefficients", m, "--json=1"}, 2, "--json takes no value"},
+      // --docs
+      {{"estimate", m}, 2, "missing --docs"},
+      {{"estimate", m, "--docs"}, 2, "--docs needs a value"},
+      {{"estimate", m, "--docs", "--json"}, 2, "--docs needs a value"},
+      {{"estimate", m, "--docs", "1", "--docs", "2"}, 2, "--docs given more than once"},
+      {{"estimate", m, "--docs", "3,-1"}, 2, "--docs entry 2"},
+      {{"estimate", m, "--docs", "3,abc"}, 2, "'abc' is not an integer"},
+      {{"estimate", m, "--docs", "3,,5"}, 2, "--docs entry 2 of '3,,5' is empty"},
+      {{"estimate", m, "--docs", "3,"}, 2, "is empty"},
+      {{"estimate", m, "--docs", ""}, 2, "--docs: expected comma-separated"},
+      {{"estimate", m, "--docs", "1.5"}, 2, "'1.5' is not an integer"},
+      {{"estimate", m, "--docs", "+3"}, 2, "'+3' is not an integer"},
+      {{"estimate", m, "--docs", " 3"}, 2, "is not an integer"},
+      {{"estimate", m, "--docs", "99999999999999999999"}, 2, "out of range"},
+      // --padding
+      {{"estimate", m, "--docs", "1", "--padding", "-1"}, 2, "--padding: expected a non-negative integer, got '-1'"},
+      {{"estimate", m, "--docs", "1", "--padding", "x"}, 2, "--padding"},
+      // --images syntax
+      {{"estimate", m, "--docs", "1", "--images", "0x2x2"}, 2, "--images entry 1 '0x2x2' T"},
+      {{"estimate", m, "--docs", "1", "--images", "2x3"}, 2, "expected TxHxW"},
+      {{"estimate", m, "--docs", "1", "--images", "2x4x4x"}, 2, "expected TxHxW"},
+      {{"estimate", m, "--docs", "1", "--images", "axbxc"}, 2, "'a' is not an integer"},
+      {{"estimate", m, "--docs", "1", "--images", "1x2x2,"}, 2, "--images entry 2"},
+      {{"estimate", m, "--docs", "1", "--images", "99999999999999999999x1x1"}, 2, "out of range"},
+      // --scope, --seq-len
+      {{"estimate", m, "--docs", "1", "--scope", "bogus"}, 2, "--scope: expected 'seed' or 'complete', got 'bogus'"},
+      {{"estimate", m, "--docs", "1", "--seq-len", "0"}, 2, "--seq-len: expected a positive integer"},
+      {{"check", m, "--seq-len", "0"}, 2, "--seq-len: expected a positive integer, got '0'"},
+      {{"check", m, "--seq-len", "-5"}, 2, "--seq-len: expected a positive integer, got '-5'"},
+      {{"check", m, "--seq-len", "abc"}, 2, "'abc' is not an integer"},
+      {{"check", m, "--seq-len", "1e3"}, 2, "'1e3' is not an integer"},
+      {{"check", m, "--seq-len", "9223372036854775808"}, 2, "out of range"},
+      // model and batch errors: exit 1
+      {{"coefficients", "/nonexistent/model.toml"}, 1, "'/nonexistent/model.toml' does not exist"},
+      {{"check", "/nonexistent/model.toml"}, 1, "does not exist"},
+      {{"coefficients", kConfigs}, 1, "is a directory"},
+      {{"estimate", m, "--docs", "1", "--images", "1x3x2"}, 1, "multiples of spatial_merge_size 2"},
+      {{"estimate", m, "--docs", "1", "--images", "1x2x3"}, 1, "multiples of spatial_merge_size 2"},
+      {{"estimate", m, "--docs", "4294967296"}, 1, "overflows"},
+      {{"estimate", m, "--docs", "1", "--padding", "9223372036854775807"}, 1, "real + padding tokens overflows"},
+      {{"estimate", m, "--docs", "1", "--images", "3037000500x2x2"}, 1, "overflows"},
+      {{"check", m, "--seq-len", "9223372036854775807"}, 1, "check of qwen3_vl_2b at S=9223372036854775807"},
+  };
+  for (const error_case& c : cases) {
+    const result r = run(c.args);
+    EXPECT_EQ(r.status, c.status) << describe(c.args, r);
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << "expected '" << c.message << "' in stderr\n"
+                                                         << describe(c.args, r);
+    EXPECT_EQ(r.out, "") << describe(c.args, r);
+    if (c.status == 2) {
+      EXPECT_NE(r.err.find("--help' for usage"), std::string::npos) << describe(c.args, r);
+    }
+  }
+}
+
+TEST_F(CliTest, BadTomlCitesFileLineAndColumn) {
+  const fs::path bad = dir_ / "bad.toml";
+  write_file(bad, "[model]\nname = \"bad\"\nmodel_type = = \"qwen3_vl\"\n");
+  for (const std::string command : {"coefficients", "check"}) {
+    const result r = run({command, bad.string()});
+    EXPECT_EQ(r.status, 1) << describe({command, bad.string()}, r);
+    // file:line:col — the error is on line 3.
+    EXPECT_NE(r.err.find(bad.string() + ":3:"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+
+  // A semantic error also exits 1 with a location (a shipped file with one value broken).
+  std::string text = read_file(kQwen3Vl2b);
+  const std::string key = "num_hidden_layers = 28";
+  ASSERT_NE(text.find(key), std::string::npos);
+  text.replace(text.find(key), key.size(), "num_hidden_layers = -3");
+  const fs::path semantic = dir_ / "semantic.toml";
+  write_file(semantic, text);
+  const result r = run({"estimate", semantic.string(), "--docs", "1"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("semantic.toml:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("num_hidden_layers"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, JsonStringsAreEscaped) {
+  // A model name with quotes, a backslash and a tab must come out as a valid JSON string.
+  std::string text = read_file(kConfigs + "/tiny_vlm.toml");
+  const std::string key = "name = \"tiny_vlm\"";
+  ASSERT_NE(text.find(key), std::string::npos);
+  text.replace(text.find(key), key.size(), "name = \"ti\\\"ny\\\\vlm\\t\\u0001\"");
+  const fs::path odd = dir_ / "odd.toml";
+  write_file(odd, text);
+  const result r = run({"coefficients", odd.string(), "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json c = parse_json(r.out);
+  EXPECT_EQ(c["model"].s, "ti\"ny\\vlm\t?");
+}
+
+}  // namespace

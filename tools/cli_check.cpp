@@ -1,0 +1,156 @@
+// `flopmeter check`: the term-by-term sanity check of the exact FLOP model against the Megatron per-token
+// constant (run_sanity_check), for each model and row length.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "flopmeter/error.h"
+#include "flopmeter/megatron.h"
+
+namespace flopmeter::cli {
+
+const char* const kCheckUsage =
+    "usage: flopmeter check [MODEL.toml ...] [--seq-len S]... [--json]\n"
+    "\n"
+    "Compares the exact FLOP model with the Megatron per-token constant, term by term, for every model and\n"
+    "row length S: the dense coefficients must equal the constant's token-linear part, pair coefficient x S/2\n"
+    "its attention part, and one S-token document (one S-patch image) must differ from constant x S by the\n"
+    "ratio the derivation predicts: (S+1)/S for causal text attention, 2 for bidirectional ViT attention.\n"
+    "\n"
+    "arguments:\n"
+    "  MODEL.toml      model files, or names of shipped configs (e.g. qwen3_vl_2b); default: every *.toml in\n"
+    "                  the model configs directory ($FLOPMETER_MODEL_CONFIGS, else the installed or source\n"
+    "                  tree's model_configs/), sorted by name\n"
+    "options:\n"
+    "  --seq-len S     row length, a positive integer; repeat for several (default: 4096, 8192 and 32768)\n"
+    "  --json          print a JSON array with one object per (model, S)\n"
+    "  -h, --help      show this help\n"
+    "\n"
+    "exit status: 0 when every check passes, 1 when a check disagrees or a model file is invalid,\n"
+    "2 for a bad command line.\n";
+
+namespace {
+
+std::string report_json(const check_report& report) {
+  std::string rows = "[";
+  for (std::size_t i = 0; i < report.rows.size(); ++i) {
+    const check_row& row = report.rows[i];
+    json_object object;
+    object.string("term", row.term)
+        .number("exact", row.exact)
+        .number("megatron", row.megatron)
+        .number("expected_ratio", row.expected_ratio)
+        .number("ratio", row.ratio)
+        .number("relative_error", row.relative_error)
+        .boolean("pass", row.pass)
+        .string("explanation", row.explanation);
+    rows += (i == 0 ? "\n    " : ",\n    ") + object.str();
+  }
+  rows += report.rows.empty() ? "]" : "\n  ]";
+  const megatron_constant& k = report.constant;
+  json_object object;
+  object.string("model", report.model)
+      .integer("seq_len", report.seq_len)
+      .number("megatron_text_per_token", k.text_per_token())
+      .number("megatron_vision_per_token", k.vision_per_token())
+      .number("megatron_text_linear_per_token", k.text_linear_per_token)
+      .number("megatron_text_attention_per_token", k.text_attention_per_token)
+      .number("megatron_vision_linear_per_token", k.vision_linear_per_token)
+      .number("megatron_vision_attention_per_token", k.vision_attention_per_token)
+      .boolean("pass", report.pass)
+      .raw("rows", rows);
+  return object.str();
+}
+
+void print_report(const check_report& report, const std::string& source) {
+  const megatron_constant& k = report.constant;
+  std::printf("%s  S=%lld  %s\n", report.model.c_str(), static_cast<long long>(report.seq_len),
+              report.pass ? "PASS" : "FAIL");
+  if (!source.empty()) std::printf("  file: %s\n", source.c_str());
+  const std::string lead = "  Megatron constant per token at S=" + std::to_string(report.seq_len) + ": ";
+  std::printf("%stext   %s (token-linear %s + attention %s)\n", lead.c_str(), short_number(k.text_per_token()).c_str(),
+              short_number(k.text_linear_per_token).c_str(), short_number(k.text_attention_per_token).c_str());
+  std::printf("%*svision %s (token-linear %s + attention %s)\n", static_cast<int>(lead.size()), "",
+              short_number(k.vision_per_token()).c_str(), short_number(k.vision_linear_per_token).c_str(),
+              short_number(k.vision_attention_per_token).c_str());
+  std::size_t term_width = 4;
+  for (const check_row& row : report.rows) term_width = std::max(term_width, row.term.size());
+  const int width = static_cast<int>(term_width);
+  std::printf("  %-*s  %13s  %13s  %12s  %12s  %9s  %s\n", width, "term", "exact", "megatron", "expected", "measured",
+              "rel.err", "result");
+  for (const check_row& row : report.rows) {
+    char rel_error[32];
+    std::snprintf(rel_error, sizeof rel_error, "%.2e", row.relative_error);
+    char expected[32];
+    char measured[32];
+    std::snprintf(expected, sizeof expected, "%.9g", row.expected_ratio);
+    std::snprintf(measured, sizeof measured, "%.9g", row.ratio);
+    std::printf("  %-*s  %13s  %13s  %12s  %12s  %9s  %s\n", width, row.term.c_str(), short_number(row.exact).c_str(),
+                short_number(row.megatron).c_str(), expected, measured, rel_error, row.pass ? "PASS" : "FAIL");
+    std::printf("  %-*s  (%s)\n", width, "", row.explanation.c_str());
+  }
+  std::printf("\n");
+}
+
+}  // namespace
+
+int run_check(const std::vector<std::string>& args) {
+  const parsed_args parsed = parse_args("check", args, {{"--seq-len", true}, {"--json", false}});
+  if (parsed.help) {
+    std::fputs(kCheckUsage, stdout);
+    return kExitOk;
+  }
+  std::vector<std::int64_t> seq_lens;
+  for (const std::string& value : parsed.all("--seq-len")) {
+    seq_lens.push_back(parse_positive_int("check", "--seq-len", value));
+  }
+  if (seq_lens.empty()) seq_lens = {4096, 8192, 32768};
+  const bool json = parsed.has("--json");
+
+  // Load every model first, so a bad file fails before any output.
+  std::vector<model_spec> specs;
+  if (parsed.positionals.empty()) {
+    for (const std::string& file : default_model_files()) specs.push_back(load_model_argument(file));
+  } else {
+    for (const std::string& argument : parsed.positionals) specs.push_back(load_model_argument(argument));
+  }
+
+  std::vector<check_report> reports;
+  std::vector<std::string> sources;
+  for (const model_spec& spec : specs) {
+    for (const std::int64_t seq_len : seq_lens) {
+      try {
+        reports.push_back(run_sanity_check(spec, seq_len));
+      } catch (const error& e) {
+        std::string message = e.what();
+        const std::string prefix = "flopmeter: ";
+        if (message.compare(0, prefix.size(), prefix) == 0) message.erase(0, prefix.size());
+        throw error("check of " + spec.name + " at S=" + std::to_string(seq_len) + ": " + message);
+      }
+      sources.push_back(spec.source_path);
+    }
+  }
+
+  std::size_t failed = 0;
+  for (const check_report& report : reports) failed += report.pass ? 0 : 1;
+  if (json) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < reports.size(); ++i) out += (i == 0 ? "\n  " : ",\n  ") + report_json(reports[i]);
+    out += reports.empty() ? "]\n" : "\n]\n";
+    std::fputs(out.c_str(), stdout);
+  } else {
+    for (std::size_t i = 0; i < reports.size(); ++i) print_report(reports[i], sources[i]);
+    if (failed == 0) {
+      std::printf("all %zu (model, S) checks pass: the exact FLOP model and the Megatron constant agree term by term\n",
+                  reports.size());
+    } else {
+      std::printf("%zu of %zu (model, S) checks FAIL: see the rows marked FAIL above\n", failed, reports.size());
+    }
+  }
+  return failed == 0 ? kExitOk : kExitFailure;
+}
+
+}  // namespace flopmeter::cli

@@ -1,0 +1,77 @@
+// `flopmeter coefficients`: the per-unit training FLOPs of one model (compute_coefficients).
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "flopmeter/flop_model.h"
+
+namespace flopmeter::cli {
+
+const char* const kCoefficientsUsage =
+    "usage: flopmeter coefficients MODEL.toml [--json]\n"
+    "\n"
+    "Prints the exact training FLOPs (forward + backward) per unit of work of one model: FLOPs of a batch =\n"
+    "sum of coefficient x count (see `flopmeter estimate`).\n"
+    "\n"
+    "arguments:\n"
+    "  MODEL.toml      a model file, or the name of a shipped config (e.g. qwen3_vl_2b)\n"
+    "options:\n"
+    "  --json          print one JSON object (keys: model, dense_per_token, text_attn_pair, vision_per_patch,\n"
+    "                  vision_attn_pair, patch_embed_per_patch, merger_per_merged_token, mtp_per_token,\n"
+    "                  mtp_attn_pair, patches_per_merged_token)\n"
+    "  -h, --help      show this help\n"
+    "\n"
+    "exit status: 0 on success, 1 when the model file is invalid, 2 for a bad command line.\n";
+
+int run_coefficients(const std::vector<std::string>& args) {
+  const parsed_args parsed = parse_args("coefficients", args, {{"--json", false}});
+  if (parsed.help) {
+    std::fputs(kCoefficientsUsage, stdout);
+    return kExitOk;
+  }
+  if (parsed.positionals.empty()) throw usage_error("coefficients", "missing the MODEL.toml argument");
+  if (parsed.positionals.size() > 1) {
+    throw usage_error("coefficients", "unexpected argument '" + parsed.positionals[1] + "' (one model only)");
+  }
+  const model_spec spec = load_model_argument(parsed.positionals[0]);
+  const coefficients c = compute_coefficients(spec);
+
+  struct entry {
+    const char* key;
+    std::int64_t value;
+    const char* meaning;
+  };
+  const entry entries[] = {
+      {"dense_per_token", c.dense_per_token,
+       "decoder projections (incl. output gate), Gated DeltaNet, SwiGLU MLP and logits, per device token"},
+      {"text_attn_pair", c.text_attn_pair, "causal attention per (query, key) pair, summed over full-attention layers"},
+      {"vision_per_patch", c.vision_per_patch, "ViT blocks' projections and MLP, per patch"},
+      {"vision_attn_pair", c.vision_attn_pair, "ViT attention per (query, key) pair, summed over blocks"},
+      {"patch_embed_per_patch", c.patch_embed_per_patch, "patch-embedding linear map, per patch (complete scope)"},
+      {"merger_per_merged_token", c.merger_per_merged_token,
+       "patch merger + DeepStack mergers, per merged token (complete scope)"},
+      {"mtp_per_token", c.mtp_per_token, "MTP layers' dense work per device token (0 unless MTP layers are trained)"},
+      {"mtp_attn_pair", c.mtp_attn_pair, "MTP layers' attention per causal pair (0 unless MTP layers are trained)"},
+      {"patches_per_merged_token", c.patches_per_merged_token, "spatial_merge_size^2 (a count, not FLOPs)"},
+  };
+
+  if (parsed.has("--json")) {
+    json_object object;
+    object.string("model", spec.name);
+    for (const entry& e : entries) object.integer(e.key, e.value);
+    std::printf("%s\n", object.str().c_str());
+    return kExitOk;
+  }
+  std::printf("%s: training FLOPs (forward + backward) per unit\n", spec.name.c_str());
+  if (!spec.source_path.empty()) std::printf("file: %s\n", spec.source_path.c_str());
+  if (!spec.vision) std::printf("text-only model: the vision coefficients are 0\n");
+  std::printf("\n  %-25s %22s  %s\n", "coefficient", "value", "meaning");
+  for (const entry& e : entries) {
+    std::printf("  %-25s %22s  %s\n", e.key, group_digits(e.value).c_str(), e.meaning);
+  }
+  return kExitOk;
+}
+
+}  // namespace flopmeter::cli

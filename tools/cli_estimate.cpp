@@ -1,0 +1,211 @@
+// `flopmeter estimate`: exact training FLOPs of a described micro-batch (count_from_lengths + compute_flops),
+// and how far the Megatron per-token constant would be off for it.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "flopmeter/error.h"
+#include "flopmeter/flop_model.h"
+#include "flopmeter/megatron.h"
+
+namespace flopmeter::cli {
+
+const char* const kEstimateUsage =
+    "usage: flopmeter estimate MODEL.toml --docs L1,L2,... [--padding N] [--images TxHxW,...]\n"
+    "                          [--scope seed|complete] [--seq-len S] [--json]\n"
+    "\n"
+    "Exact training FLOPs (forward + backward) of one packed micro-batch, term by term, and what the Megatron\n"
+    "per-token constant at row length S would report for the same batch:\n"
+    "  constant FLOPs = text_per_token(S) x (real + padding tokens) + vision_per_token(S) x patches.\n"
+    "\n"
+    "arguments:\n"
+    "  MODEL.toml        a model file, or the name of a shipped config (e.g. qwen3_vl_2b)\n"
+    "options:\n"
+    "  --docs L1,L2,...  document lengths in tokens, comma-separated integers >= 0 (required)\n"
+    "  --padding N       padding tokens the device also ran, an integer >= 0 (default 0)\n"
+    "  --images TxHxW,...\n"
+    "                    images/videos as grids in patches, written TxHxW (e.g. 1x32x32 for an image,\n"
+    "                    4x16x16 for a video of 4 temporal patches); H and W must be multiples of the\n"
+    "                    model's spatial_merge_size\n"
+    "  --scope S         seed: the reference trainer's four terms, ViT attention over the whole item;\n"
+    "                    complete (default): + patch embedding, mergers, ViT attention per temporal patch,\n"
+    "                    MTP layers when trained\n"
+    "  --seq-len S       row length of the constant (default: real + padding tokens)\n"
+    "  --json            print one JSON object (keys: model, scope, flops, text_dense, text_attention,\n"
+    "                    vision_dense, vision_attention, patch_embed, merger, mtp, counts{real_tokens,\n"
+    "                    padding_tokens, documents, causal_pairs, items, patches, merged_tokens,\n"
+    "                    vision_pairs_per_frame, vision_pairs_whole}, row_length, megatron_text_per_token,\n"
+    "                    megatron_vision_per_token, megatron_flops, megatron_over_exact)\n"
+    "  -h, --help        show this help\n"
+    "\n"
+    "exit status: 0 on success, 1 when the model file or the batch is invalid (e.g. images for a text-only\n"
+    "model), 2 for a bad command line.\n";
+
+namespace {
+
+std::string counts_json(const batch_counts& n) {
+  json_object object;
+  object.integer("real_tokens", n.real_tokens)
+      .integer("padding_tokens", n.padding_tokens)
+      .integer("documents", n.documents)
+      .integer("causal_pairs", n.causal_pairs)
+      .integer("items", n.items)
+      .integer("patches", n.patches)
+      .integer("merged_tokens", n.merged_tokens)
+      .integer("vision_pairs_per_frame", n.vision_pairs_per_frame)
+      .integer("vision_pairs_whole", n.vision_pairs_whole);
+  return object.str();
+}
+
+}  // namespace
+
+int run_estimate(const std::vector<std::string>& args) {
+  const std::string cmd = "estimate";
+  const parsed_args parsed = parse_args(cmd, args,
+                                        {{"--docs", true},
+                                         {"--padding", true},
+                                         {"--images", true},
+                                         {"--scope", true},
+                                         {"--seq-len", true},
+                                         {"--json", false}});
+  if (parsed.help) {
+    std::fputs(kEstimateUsage, stdout);
+    return kExitOk;
+  }
+  if (parsed.positionals.empty()) throw usage_error(cmd, "missing the MODEL.toml argument");
+  if (parsed.positionals.size() > 1) {
+    throw usage_error(cmd, "unexpected argument '" + parsed.positionals[1] + "' (one model only)");
+  }
+  const std::optional<std::string> docs_text = parsed.single("--docs");
+  if (!docs_text) throw usage_error(cmd, "missing --docs L1,L2,... (the document lengths in tokens)");
+  const std::vector<std::int64_t> docs = parse_length_list(cmd, "--docs", *docs_text);
+  const std::optional<std::string> padding_text = parsed.single("--padding");
+  const std::int64_t padding = padding_text ? parse_non_negative_int(cmd, "--padding", *padding_text) : 0;
+  const std::optional<std::string> images_text = parsed.single("--images");
+  const std::vector<image_grid> grids =
+      images_text ? parse_grid_list(cmd, "--images", *images_text) : std::vector<image_grid>{};
+  const std::optional<std::string> scope_text = parsed.single("--scope");
+  flop_scope scope = flop_scope::complete;
+  if (scope_text) {
+    if (*scope_text == "seed") {
+      scope = flop_scope::seed;
+    } else if (*scope_text != "complete") {
+      throw usage_error(cmd, "--scope: expected 'seed' or 'complete', got '" + *scope_text + "'");
+    }
+  }
+  const std::optional<std::string> seq_len_text = parsed.single("--seq-len");
+  // 0 = not given (a given --seq-len is >= 1). A plain integer, not an optional: GCC 12 reports a false
+  // maybe-uninitialized for std::optional<int64_t> here.
+  const std::int64_t seq_len = seq_len_text ? parse_positive_int(cmd, "--seq-len", *seq_len_text) : 0;
+  const bool json = parsed.has("--json");
+
+  const model_spec spec = load_model_argument(parsed.positionals[0]);
+  const coefficients c = compute_coefficients(spec);
+  batch_counts n;
+  try {
+    n = count_from_lengths(docs, padding, grids, geometry_of(spec));
+  } catch (const error& e) {
+    std::string message = e.what();
+    const std::string prefix = "flopmeter: ";
+    if (message.compare(0, prefix.size(), prefix) == 0) message.erase(0, prefix.size());
+    throw error("invalid batch (--docs/--padding/--images) for model " + spec.name + ": " + message);
+  }
+  // batch_counts::device_tokens() adds real and padding tokens unchecked; count_from_lengths checks each
+  // sum on its own but not this one, so a huge --padding must be rejected here.
+  std::int64_t device_tokens = 0;
+  if (__builtin_add_overflow(n.real_tokens, n.padding_tokens, &device_tokens)) {
+    throw error("invalid batch (--docs/--padding/--images) for model " + spec.name +
+                ": real + padding tokens overflows a 64-bit count");
+  }
+  const flop_breakdown f = compute_flops(c, n, scope);
+  const double exact = f.total();
+
+  // The constant's view of the same batch. With no tokens and no --seq-len there is no row length to take.
+  const std::int64_t row_length = seq_len > 0 ? seq_len : n.device_tokens();
+  std::optional<megatron_constant> constant;
+  double megatron_flops = std::numeric_limits<double>::quiet_NaN();
+  double over_exact = std::numeric_limits<double>::quiet_NaN();
+  if (row_length >= 1) {
+    constant = compute_megatron_constant(spec, row_length);
+    megatron_flops = constant->text_per_token() * static_cast<double>(n.device_tokens()) +
+                     constant->vision_per_token() * static_cast<double>(n.patches);
+    if (exact > 0) over_exact = megatron_flops / exact;
+  }
+
+  if (json) {
+    json_object object;
+    object.string("model", spec.name)
+        .string("scope", to_string(scope))
+        .number("flops", exact)
+        .number("text_dense", f.text_dense)
+        .number("text_attention", f.text_attention)
+        .number("vision_dense", f.vision_dense)
+        .number("vision_attention", f.vision_attention)
+        .number("patch_embed", f.patch_embed)
+        .number("merger", f.merger)
+        .number("mtp", f.mtp)
+        .raw("counts", counts_json(n))
+        .integer("row_length", row_length)
+        .number("megatron_text_per_token", constant ? constant->text_per_token() : megatron_flops)
+        .number("megatron_vision_per_token", constant ? constant->vision_per_token() : megatron_flops)
+        .number("megatron_flops", megatron_flops)
+        .number("megatron_over_exact", over_exact);
+    std::printf("%s\n", object.str().c_str());
+    return kExitOk;
+  }
+
+  std::printf("%s, scope %s: training FLOPs (forward + backward) of this micro-batch\n\n", spec.name.c_str(),
+              to_string(scope));
+  std::printf("counts\n");
+  std::printf("  %-24s %20s\n", "real_tokens", group_digits(n.real_tokens).c_str());
+  std::printf("  %-24s %20s\n", "padding_tokens", group_digits(n.padding_tokens).c_str());
+  std::printf("  %-24s %20s\n", "documents", group_digits(n.documents).c_str());
+  std::printf("  %-24s %20s   sum of L(L+1)/2\n", "causal_pairs", group_digits(n.causal_pairs).c_str());
+  std::printf("  %-24s %20s\n", "items", group_digits(n.items).c_str());
+  std::printf("  %-24s %20s   sum of t*h*w\n", "patches", group_digits(n.patches).c_str());
+  std::printf("  %-24s %20s   patches / %lld\n", "merged_tokens", group_digits(n.merged_tokens).c_str(),
+              static_cast<long long>(c.patches_per_merged_token));
+  std::printf("  %-24s %20s   sum of t*(h*w)^2 (complete scope)\n", "vision_pairs_per_frame",
+              group_digits(n.vision_pairs_per_frame).c_str());
+  std::printf("  %-24s %20s   sum of (t*h*w)^2 (seed scope)\n", "vision_pairs_whole",
+              group_digits(n.vision_pairs_whole).c_str());
+
+  std::printf("\nFLOPs per term\n");
+  const struct {
+    const char* name;
+    double value;
+  } terms[] = {{"text_dense", f.text_dense},   {"text_attention", f.text_attention},
+               {"vision_dense", f.vision_dense}, {"vision_attention", f.vision_attention},
+               {"patch_embed", f.patch_embed}, {"merger", f.merger},
+               {"mtp", f.mtp}};
+  for (const auto& term : terms) {
+    std::printf("  %-24s %20s   %s\n", term.name, short_number(term.value).c_str(), si_flops(term.value).c_str());
+  }
+  std::printf("  %-24s %20s   %s\n", "total", short_number(exact).c_str(), si_flops(exact).c_str());
+
+  std::printf("\nMegatron per-token constant\n");
+  if (!constant) {
+    std::printf("  the batch has no tokens; pass --seq-len S to compare with the constant at row length S\n");
+    return kExitOk;
+  }
+  std::printf("  row length S = %lld%s\n", static_cast<long long>(row_length),
+              seq_len > 0 ? " (--seq-len)" : " (real + padding tokens)");
+  std::printf("  text %s FLOPs/token x %lld tokens + vision %s FLOPs/token x %lld patches = %s (%s)\n",
+              short_number(constant->text_per_token()).c_str(), static_cast<long long>(n.device_tokens()),
+              short_number(constant->vision_per_token()).c_str(), static_cast<long long>(n.patches),
+              short_number(megatron_flops).c_str(), si_flops(megatron_flops).c_str());
+  if (std::isfinite(over_exact)) {
+    std::printf("  the per-token constant at S=%lld would report %s the work this batch did (%s scope)\n",
+                static_cast<long long>(row_length), ratio_text(over_exact).c_str(), to_string(scope));
+  } else {
+    std::printf("  the batch did no counted work, so there is no ratio to report\n");
+  }
+  return kExitOk;
+}
+
+}  // namespace flopmeter::cli

@@ -1,0 +1,112 @@
+// Finding the shipped model configs and loading the model a command names.
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "cli.h"
+#include "flopmeter/error.h"
+#include "flopmeter/model_config.h"
+
+namespace flopmeter::cli {
+namespace fs = std::filesystem;
+namespace {
+
+std::string& program_path() {
+  static std::string path;
+  return path;
+}
+
+bool is_dir(const fs::path& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+
+// The executable's directory: /proc/self/exe on Linux, else argv[0] when it contains a slash.
+fs::path executable_dir() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && !self.empty()) return self.parent_path();
+  const std::string& argv0 = program_path();
+  if (argv0.find('/') != std::string::npos) {
+    const fs::path absolute = fs::absolute(fs::path(argv0), ec);
+    if (!ec) return absolute.parent_path();
+  }
+  return {};
+}
+
+}  // namespace
+
+void set_program_path(const char* argv0) { program_path() = argv0 != nullptr ? argv0 : ""; }
+
+std::string model_configs_dir() {
+  std::vector<std::string> looked;
+  const char* env = std::getenv("FLOPMETER_MODEL_CONFIGS");
+  if (env != nullptr && *env != '\0') {
+    if (!is_dir(env)) {
+      throw error(std::string("FLOPMETER_MODEL_CONFIGS='") + env + "' is not a directory");
+    }
+    return env;
+  }
+  looked.emplace_back("$FLOPMETER_MODEL_CONFIGS (unset)");
+  const fs::path exe_dir = executable_dir();
+  if (!exe_dir.empty()) {
+    const fs::path installed = exe_dir / ".." / "share" / "flopmeter" / "model_configs";
+    if (is_dir(installed)) return installed.lexically_normal().string();
+    looked.push_back(installed.lexically_normal().string());
+  }
+#ifdef FLOPMETER_DEFAULT_MODEL_CONFIGS
+  if (is_dir(FLOPMETER_DEFAULT_MODEL_CONFIGS)) return FLOPMETER_DEFAULT_MODEL_CONFIGS;
+  looked.emplace_back(FLOPMETER_DEFAULT_MODEL_CONFIGS);
+#endif
+  std::string message = "no model_configs directory found (looked at:";
+  for (const std::string& place : looked) message += " " + place + ";";
+  message += " set FLOPMETER_MODEL_CONFIGS or name the model files)";
+  throw error(message);
+}
+
+std::vector<std::string> default_model_files() {
+  const std::string dir = model_configs_dir();
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& path = it->path();
+    std::error_code file_ec;
+    if (path.extension() == ".toml" && it->is_regular_file(file_ec)) files.push_back(path.string());
+  }
+  if (ec) throw error("cannot list model configs directory '" + dir + "': " + ec.message());
+  if (files.empty()) throw error("no *.toml model files in '" + dir + "'");
+  std::sort(files.begin(), files.end(), [](const std::string& a, const std::string& b) {
+    return fs::path(a).filename().string() < fs::path(b).filename().string();
+  });
+  return files;
+}
+
+model_spec load_model_argument(const std::string& argument) {
+  if (argument.empty()) throw error("the model file name is empty");
+  std::error_code ec;
+  const fs::path path(argument);
+  if (fs::exists(path, ec)) {
+    if (is_dir(path)) throw error("model file '" + argument + "' is a directory, not a TOML file");
+    return load_model_spec(argument);
+  }
+  // A bare name ("qwen3_vl_2b" or "qwen3_vl_2b.toml") of a shipped config.
+  if (argument.find('/') == std::string::npos) {
+    std::string dir;
+    try {
+      dir = model_configs_dir();
+    } catch (const error&) {
+      dir.clear();
+    }
+    if (!dir.empty()) {
+      const std::string file = path.extension() == ".toml" ? argument : argument + ".toml";
+      const fs::path shipped = fs::path(dir) / file;
+      if (fs::exists(shipped, ec) && !is_dir(shipped)) return load_model_spec(shipped.string());
+    }
+  }
+  throw error("model file '" + argument + "' does not exist");
+}
+
+}  // namespace flopmeter::cli

@@ -1,0 +1,103 @@
+// The `flopmeter` command-line tool: sanity check, coefficients, what-if estimates.
+//
+// main() dispatches to one run_* function per command and maps errors to exit codes: a bad command line is
+// exit 2 with the message and a usage hint, a model/config or batch error (flopmeter::error) exit 1, and
+// nothing escapes main — every exception is caught, so bad input never aborts the process.
+#include <cstdio>
+#include <exception>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "flopmeter/error.h"
+
+#ifndef FLOPMETER_VERSION
+#define FLOPMETER_VERSION "unknown"
+#endif
+
+namespace {
+
+using namespace flopmeter::cli;
+
+const char* const kTopUsage =
+    "usage: flopmeter <command> [arguments] [--json]\n"
+    "\n"
+    "FLOP/MFU metrics for training vision-language models: the exact FLOP model of flopmeter next to the\n"
+    "Megatron per-token constant.\n"
+    "\n"
+    "commands:\n"
+    "  check          term-by-term sanity check of the FLOP model against the Megatron constant\n"
+    "  coefficients   training FLOPs per token, per attention pair, per patch ... of one model\n"
+    "  estimate       exact FLOPs of a described micro-batch, and how far the constant would be off\n"
+    "\n"
+    "options:\n"
+    "  -h, --help     show this help (`flopmeter <command> --help` for a command's own)\n"
+    "  --version      print the version\n"
+    "\n"
+    "exit status: 0 success, 1 model/config error or a failed check, 2 bad command line.\n";
+
+int dispatch(const std::vector<std::string>& words) {
+  if (words.empty()) throw usage_error("", "missing command");
+  const std::string& command = words[0];
+  const std::vector<std::string> rest(words.begin() + 1, words.end());
+  if (command == "--help" || command == "-h") {
+    std::fputs(kTopUsage, stdout);
+    return kExitOk;
+  }
+  if (command == "help") {
+    if (rest.empty()) {
+      std::fputs(kTopUsage, stdout);
+      return kExitOk;
+    }
+    return dispatch({rest[0], "--help"});
+  }
+  if (command == "--version" || command == "version") {
+    std::printf("flopmeter %s\n", FLOPMETER_VERSION);
+    return kExitOk;
+  }
+  if (command == "check") return run_check(rest);
+  if (command == "coefficients") return run_coefficients(rest);
+  if (command == "estimate") return run_estimate(rest);
+  if (!command.empty() && command[0] == '-') throw usage_error("", "unknown option '" + command + "'");
+  throw usage_error("", "unknown command '" + command + "'");
+}
+
+// Library messages often start with "flopmeter: "; the tool adds its own prefix.
+std::string without_prefix(const std::string& message) {
+  const std::string prefix = "flopmeter: ";
+  return message.compare(0, prefix.size(), prefix) == 0 ? message.substr(prefix.size()) : message;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    set_program_path(argc > 0 ? argv[0] : nullptr);
+    std::vector<std::string> words;
+    for (int i = 1; i < argc; ++i) words.emplace_back(argv[i]);
+    const int status = dispatch(words);
+    if (std::fflush(stdout) != 0) {
+      std::fprintf(stderr, "flopmeter: error: cannot write the output\n");
+      return kExitFailure;
+    }
+    return status;
+  } catch (const usage_error& e) {
+    const std::string who = e.command().empty() ? "flopmeter" : "flopmeter " + e.command();
+    std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
+    std::fprintf(stderr, "Run '%s --help' for usage.\n", who.c_str());
+    return kExitUsage;
+  } catch (const flopmeter::error& e) {
+    std::fprintf(stderr, "flopmeter: error: %s\n", without_prefix(e.what()).c_str());
+    return kExitFailure;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "flopmeter: error: out of memory\n");
+    return kExitFailure;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flopmeter: internal error: %s\n", e.what());
+    return kExitFailure;
+  } catch (...) {
+    std::fprintf(stderr, "flopmeter: internal error: unknown exception\n");
+    return kExitFailure;
+  }
+}
