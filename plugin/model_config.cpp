@@ -1,11 +1,9 @@
-// plugin/model_config.cpp — the model TOML loader (the only TOML++ user in flopmeter) and the model_spec
-// invariants.
+// plugin/model_config.cpp — the model TOML loader and the model_spec invariants. The generic TOML parts
+// (file reading, syntax errors, locations, unknown keys, typed getters) live in toml_reader.h, shared with
+// the plugin config loader (throughput_config.cpp).
 //
-// Error tiers: every problem throws flopmeter::error. Messages from a file have the form
-//   FILE:LINE:COL: key 'text_config.hidden_size': must be > 0 (got 0)
-// where LINE:COL is the start of the offending value (for an unknown key: of the key itself; for a missing
-// key: of the enclosing table's header, or 1:1 for the document root). Syntax errors read
-//   FILE:LINE:COL: TOML syntax error: <TOML++'s description>
+// Error tiers: every problem throws flopmeter::error. Messages from a file cite FILE:LINE:COL and the key
+// path (formats in toml_reader.h), e.g. "m.toml:6:15: key 'text_config.hidden_size': must be > 0 (got 0)".
 // validate_model_spec() has no locations; its messages name the model_spec field ("text.hidden_size").
 //
 // Reading order (so the most useful error comes first): unknown keys in every table, then [model], then
@@ -17,21 +15,19 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <initializer_list>
 #include <iterator>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <utility>
 #include <vector>
 
 #include <toml++/toml.h>
 
 #include "flopmeter/error.h"
+#include "toml_reader.h"
 
 namespace flopmeter {
 
@@ -82,30 +78,9 @@ constexpr std::string_view kVisionKeys[] = {
     "spatial_merge_size", "in_channels"};
 constexpr std::string_view kFlopmeterKeys[] = {"train_mtp_layers"};
 
-template <std::size_t N>
-bool contains(const std::string_view (&keys)[N], std::string_view key) {
-  return std::find(std::begin(keys), std::end(keys), key) != std::end(keys);
-}
-
 // The text model_type that goes with a top-level model_type.
 std::string expected_text_model_type(std::string_view model_type) {
   return std::string(model_type) + "_text";
-}
-
-const char* type_name(toml::node_type type) {
-  switch (type) {
-    case toml::node_type::none: return "nothing";
-    case toml::node_type::table: return "table";
-    case toml::node_type::array: return "array";
-    case toml::node_type::string: return "string";
-    case toml::node_type::integer: return "integer";
-    case toml::node_type::floating_point: return "floating-point";
-    case toml::node_type::boolean: return "boolean";
-    case toml::node_type::date: return "date";
-    case toml::node_type::time: return "time";
-    case toml::node_type::date_time: return "date-time";
-  }
-  return "unknown";
 }
 
 std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
@@ -121,39 +96,31 @@ std::optional<std::int64_t> bounded_patch_input_size(const vision_spec& v) {
   return product;
 }
 
-// Levenshtein distance, for "did you mean" hints on unknown keys.
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
+// Where a key written at the top level belongs (for "did you mean 'model.model_type' in table [model]?").
+constexpr detail::key_home kHomes[] = {{"model", kModelKeys},
+                                       {"text_config", kTextKeys},
+                                       {"vision_config", kVisionKeys},
+                                       {"flopmeter", kFlopmeterKeys}};
+
+constexpr std::string_view kSchemaDoc = "model_configs/SCHEMA.md";
 
 // Reads one parsed document into a model_spec, checking as it goes. One instance per document.
-class spec_loader {
+class spec_loader : private detail::toml_reader {
  public:
-  explicit spec_loader(std::string source_name) : source_(std::move(source_name)) {}
+  explicit spec_loader(std::string source_name) : toml_reader(std::move(source_name)) {}
 
   model_spec load(const toml::table& root) {
-    check_keys(root, "", kRootKeys);
+    check_keys(root, "", kRootKeys, kSchemaDoc, kHomes);
     const toml::table* model = optional_table(root, "model");
     const toml::table* text = optional_table(root, "text_config");
     const toml::table* vision = optional_table(root, "vision_config");
     const toml::table* options = optional_table(root, "flopmeter");
     if (model == nullptr) fail_at(root.source(), "required table [model] is missing");
     if (text == nullptr) fail_at(root.source(), "required table [text_config] is missing");
-    check_keys(*model, "model", kModelKeys);
-    check_keys(*text, "text_config", kTextKeys);
-    if (vision != nullptr) check_keys(*vision, "vision_config", kVisionKeys);
-    if (options != nullptr) check_keys(*options, "flopmeter", kFlopmeterKeys);
+    check_keys(*model, "model", kModelKeys, kSchemaDoc);
+    check_keys(*text, "text_config", kTextKeys, kSchemaDoc);
+    if (vision != nullptr) check_keys(*vision, "vision_config", kVisionKeys, kSchemaDoc);
+    if (options != nullptr) check_keys(*options, "flopmeter", kFlopmeterKeys, kSchemaDoc);
 
     model_spec spec;
     read_model(*model, spec);
@@ -166,141 +133,9 @@ class spec_loader {
   }
 
  private:
-  // --- error reporting -----------------------------------------------------------------------------------
-
-  std::string where(const toml::source_region& region) const {
-    // Every node of a parsed document has a position; fall back to 1:1 if one ever does not.
-    const auto line = region.begin.line == 0 ? 1u : region.begin.line;
-    const auto column = region.begin.column == 0 ? 1u : region.begin.column;
-    return source_ + ":" + std::to_string(line) + ":" + std::to_string(column);
-  }
-
-  [[noreturn]] void fail_at(const toml::source_region& region, const std::string& what) const {
-    throw error(where(region) + ": " + what);
-  }
-
-  [[noreturn]] void fail_key(const toml::node& node, const std::string& key_path, const std::string& what) const {
-    fail_at(node.source(), "key '" + key_path + "': " + what);
-  }
-
-  [[noreturn]] void fail_type(const toml::node& node, const std::string& key_path, const char* expected) const {
-    fail_key(node, key_path, std::string("expected ") + expected + ", got " + type_name(node.type()));
-  }
-
-  static std::string join(std::string_view table_path, std::string_view key) {
-    if (table_path.empty()) return std::string(key);
-    return std::string(table_path) + "." + std::string(key);
-  }
-
-  // --- structure -----------------------------------------------------------------------------------------
-
-  // Rejects keys the schema does not know (typo protection), with a "did you mean" hint.
-  template <std::size_t N>
-  void check_keys(const toml::table& table, std::string_view table_path, const std::string_view (&allowed)[N]) const {
-    for (auto&& [key, node] : table) {
-      (void)node;
-      const std::string_view name = key.str();
-      if (contains(allowed, name)) continue;
-      std::string message = "unknown key '" + join(table_path, name) + "'";
-      std::string_view best;
-      std::size_t best_distance = 3;  // suggest only close matches
-      for (const std::string_view candidate : allowed) {
-        const std::size_t distance = edit_distance(name, candidate);
-        if (distance < best_distance) {
-          best_distance = distance;
-          best = candidate;
-        }
-      }
-      if (!best.empty()) {
-        message += " (did you mean '" + join(table_path, best) + "'?)";
-      } else if (table_path.empty()) {
-        // HF config.json keeps model_type at the top level; here it lives in [model].
-        const std::pair<std::string_view, bool> homes[] = {{"model", contains(kModelKeys, name)},
-                                                           {"text_config", contains(kTextKeys, name)},
-                                                           {"vision_config", contains(kVisionKeys, name)},
-                                                           {"flopmeter", contains(kFlopmeterKeys, name)}};
-        for (const auto& [home, found] : homes) {
-          if (found) {
-            message += " (did you mean '" + join(home, name) + "' in table [" + std::string(home) + "]?)";
-            break;
-          }
-        }
-      } else {
-        message += " (not in the schema, see model_configs/SCHEMA.md)";
-      }
-      fail_at(key.source(), message);
-    }
-  }
-
-  const toml::table* optional_table(const toml::table& root, std::string_view key) const {
-    const toml::node* node = root.get(key);
-    if (node == nullptr) return nullptr;
-    if (!node->is_table()) fail_type(*node, std::string(key), "a table");
-    return node->as_table();
-  }
-
-  const toml::node& required_node(const toml::table& table, std::string_view table_path, std::string_view key) const {
-    const toml::node* node = table.get(key);
-    if (node == nullptr) fail_at(table.source(), "required key '" + join(table_path, key) + "' is missing");
-    return *node;
-  }
-
-  // --- scalars -------------------------------------------------------------------------------------------
-
-  std::string string_value(const toml::node& node, const std::string& key_path) const {
-    if (!node.is_string()) fail_type(node, key_path, "a string");
-    return node.as_string()->get();
-  }
-
-  bool bool_value(const toml::node& node, const std::string& key_path) const {
-    if (!node.is_boolean()) fail_type(node, key_path, "a boolean");
-    return node.as_boolean()->get();
-  }
-
-  // An integer in [minimum, kMaxSize].
-  std::int64_t int_value(const toml::node& node, const std::string& key_path, std::int64_t minimum) const {
-    if (!node.is_integer()) fail_type(node, key_path, "an integer");
-    const std::int64_t value = node.as_integer()->get();
-    if (value < minimum) {
-      const std::string bound = minimum == 1 ? "> 0" : ">= " + std::to_string(minimum);
-      fail_key(node, key_path, "must be " + bound + " (got " + std::to_string(value) + ")");
-    }
-    if (value > kMaxSize) {
-      fail_key(node, key_path,
-               "too large: must be <= 2^31 = " + std::to_string(kMaxSize) + " (got " + std::to_string(value) + ")");
-    }
-    return value;
-  }
-
-  std::string required_string(const toml::table& table, std::string_view path, std::string_view key) const {
-    return string_value(required_node(table, path, key), join(path, key));
-  }
-
-  std::optional<std::string> optional_string(const toml::table& table, std::string_view path,
-                                             std::string_view key) const {
-    const toml::node* node = table.get(key);
-    if (node == nullptr) return std::nullopt;
-    return string_value(*node, join(path, key));
-  }
-
-  bool required_bool(const toml::table& table, std::string_view path, std::string_view key) const {
-    return bool_value(required_node(table, path, key), join(path, key));
-  }
-
-  bool optional_bool(const toml::table& table, std::string_view path, std::string_view key, bool fallback) const {
-    const toml::node* node = table.get(key);
-    return node == nullptr ? fallback : bool_value(*node, join(path, key));
-  }
-
   // A size: integer in [1, 2^31].
   std::int64_t required_size(const toml::table& table, std::string_view path, std::string_view key) const {
-    return int_value(required_node(table, path, key), join(path, key), 1);
-  }
-
-  std::int64_t optional_int(const toml::table& table, std::string_view path, std::string_view key,
-                            std::int64_t minimum, std::int64_t fallback) const {
-    const toml::node* node = table.get(key);
-    return node == nullptr ? fallback : int_value(*node, join(path, key), minimum);
+    return required_int(table, path, key, {1, kMaxSize});
   }
 
   // --- tables --------------------------------------------------------------------------------------------
@@ -310,7 +145,7 @@ class spec_loader {
       if (name->empty()) fail_key(*model.get("name"), "model.name", "must not be empty");
       spec.name = std::move(*name);
     } else {
-      spec.name = std::filesystem::path(source_).stem().string();
+      spec.name = std::filesystem::path(source_name()).stem().string();
     }
     (void)optional_string(model, "model", "hf_model");  // documentation only; type-checked
     spec.model_type = required_string(model, "model", "model_type");
@@ -367,11 +202,11 @@ class spec_loader {
                      " (got " + std::to_string(t.linear_num_value_heads) + ")");
       }
     } else {
-      (void)optional_int(text, p, "full_attention_interval", 1, 0);
-      for (const std::string_view key : linear_keys) (void)optional_int(text, p, key, 1, 0);
+      (void)optional_int(text, p, "full_attention_interval", {1, kMaxSize}, 0);
+      for (const std::string_view key : linear_keys) (void)optional_int(text, p, key, {1, kMaxSize}, 0);
     }
     read_layer_types(text, spec);
-    t.mtp_num_hidden_layers = optional_int(text, p, "mtp_num_hidden_layers", 0, 0);
+    t.mtp_num_hidden_layers = optional_int(text, p, "mtp_num_hidden_layers", {0, kMaxSize}, 0);
   }
 
   // Resolves text.layer_types from the model type and interval and checks an explicit `layer_types` array
@@ -466,8 +301,6 @@ class spec_loader {
     }
     return v;
   }
-
-  std::string source_;
 };
 
 // --- validate_model_spec helpers (no locations: the message names the field) -------------------------------
@@ -489,53 +322,19 @@ void check_size(const model_spec& spec, const char* field, std::int64_t value, s
   }
 }
 
-std::string read_file(const std::string& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) {
-    throw error(path + ": cannot open model config: no such file");
-  }
-  if (!std::filesystem::is_regular_file(status)) {
-    throw error(path + ": cannot open model config: not a regular file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw error(path + ": cannot open model config: permission denied or unreadable");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw error(path + ": cannot read model config");
-  return std::move(text).str();
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------
 // Public functions
 
 model_spec load_model_spec(const std::string& path) {
-  model_spec spec = parse_model_spec(read_file(path), path);
+  model_spec spec = parse_model_spec(detail::read_file(path, "model config"), path);
   spec.source_path = path;
   return spec;
 }
 
 model_spec parse_model_spec(const std::string& toml_text, const std::string& source_name) {
-  toml::table root;
-#if TOML_EXCEPTIONS
-  try {
-    root = toml::parse(std::string_view(toml_text), std::string_view(source_name));
-  } catch (const toml::parse_error& e) {
-    throw error(source_name + ":" + std::to_string(e.source().begin.line) + ":" +
-                std::to_string(e.source().begin.column) + ": TOML syntax error: " + std::string(e.description()));
-  }
-#else
-  toml::parse_result result = toml::parse(std::string_view(toml_text), std::string_view(source_name));
-  if (!result) {
-    const toml::parse_error& e = result.error();
-    throw error(source_name + ":" + std::to_string(e.source().begin.line) + ":" +
-                std::to_string(e.source().begin.column) + ": TOML syntax error: " + std::string(e.description()));
-  }
-  root = std::move(result).table();
-#endif
-
+  const toml::table root = detail::parse_toml(toml_text, source_name);
   model_spec spec = spec_loader(source_name).load(root);
   spec.source_path = source_name;
   // The loader checked everything with locations; this is the same contract for code-built specs and a

@@ -699,7 +699,7 @@ TEST_F(CliTest, BadCommandLinesAreRejectedWithClearMessages) {
       {{"estimate", m, "--docs", "1", "--images", "1x3x2"}, 1, "multiples of spatial_merge_size 2"},
       {{"estimate", m, "--docs", "1", "--images", "1x2x3"}, 1, "multiples of spatial_merge_size 2"},
       {{"estimate", m, "--docs", "4294967296"}, 1, "overflows"},
-      {{"estimate", m, "--docs", "1", "--padding", "9223372036854775807"}, 1, "real + padding tokens overflows"},
+      {{"estimate", m, "--docs", "1", "--padding", "9223372036854775807"}, 1, "real tokens + padding_tokens overflows"},
       {{"estimate", m, "--docs", "1", "--images", "3037000500x2x2"}, 1, "overflows"},
       {{"check", m, "--seq-len", "9223372036854775807"}, 1, "check of qwen3_vl_2b at S=9223372036854775807"},
   };

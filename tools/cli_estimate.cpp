@@ -115,13 +115,6 @@ int run_estimate(const std::vector<std::string>& args) {
     if (message.compare(0, prefix.size(), prefix) == 0) message.erase(0, prefix.size());
     throw error("invalid batch (--docs/--padding/--images) for model " + spec.name + ": " + message);
   }
-  // batch_counts::device_tokens() adds real and padding tokens unchecked; count_from_lengths checks each
-  // sum on its own but not this one, so a huge --padding must be rejected here.
-  std::int64_t device_tokens = 0;
-  if (__builtin_add_overflow(n.real_tokens, n.padding_tokens, &device_tokens)) {
-    throw error("invalid batch (--docs/--padding/--images) for model " + spec.name +
-                ": real + padding tokens overflows a 64-bit count");
-  }
   const flop_breakdown f = compute_flops(c, n, scope);
   const double exact = f.total();
 

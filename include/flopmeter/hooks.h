@@ -4,10 +4,14 @@
 // `on_microbatch` for every micro-batch, `on_log` at each log step and `flush` once at the end.
 // Ownership: `add` shares ownership of the plugin (shared_ptr) and returns a `registration`; destroying the
 // registration (or calling reset()) unregisters the plugin. The hooks object must outlive registrations.
-// Errors: hooks never throw into the training loop. A plugin's hook is noexcept by contract; `hooks` also
-// catches anything a misbehaving plugin throws and counts it (`swallowed_exceptions`).
+// Errors: hooks never throw into the training loop. A plugin's hook should not throw (an implementation may
+// declare its overrides noexcept, as the throughput plugin does); the base hooks are deliberately not
+// noexcept, so that `hooks` can catch anything a misbehaving plugin throws and count it
+// (`swallowed_exceptions`) instead of the runtime calling std::terminate.
 // Thread-safety: add/registration reset and firing may happen on different threads (an internal mutex
-// guards the list); events to one plugin are delivered one at a time in the order they were fired.
+// guards the list and is held while plugins run); events to one plugin are delivered one at a time in the
+// order they were fired, and once reset() returns the plugin is not called again. A plugin must not call
+// back into the same `hooks` object (add, reset, fire, size) from inside one of its hooks.
 #pragma once
 
 #include <cstdint>
@@ -22,10 +26,11 @@ namespace flopmeter {
 class plugin {
  public:
   virtual ~plugin() = default;
-  virtual void on_microbatch(const microbatch_event& event) noexcept = 0;
-  virtual void on_log(const log_event& event) noexcept = 0;
+  // Not noexcept on purpose (see Errors above): overrides may add noexcept, and should not throw.
+  virtual void on_microbatch(const microbatch_event& event) = 0;
+  virtual void on_log(const log_event& event) = 0;
   // End of training: emit whatever is still deferred. Later events are ignored (and counted).
-  virtual void flush() noexcept = 0;
+  virtual void flush() = 0;
 };
 
 class hooks;

@@ -57,6 +57,11 @@ struct throughput_options {
   bool sanity_check = false;                    // run the term-by-term check at create(); refuse on mismatch
   std::chrono::milliseconds collective_timeout{120000};  // how long on_log may block on the previous log
   std::vector<std::shared_ptr<sink>> sinks;     // where metrics go
+  // Sinks named by a plugin file ([sinks]); load_throughput_options fills these two and the C ABI / plugin
+  // creates the sinks from them.
+  bool console = true;                          // a console sink (one line per log); default true
+  std::string jsonl_path;                       // JSONL sink path, "{rank}" -> the rank at plugin start,
+                                                // relative to the working directory; empty: no JSONL sink
   std::shared_ptr<spdlog::logger> logger;       // the trainer's logger; a private one when null
   // Seconds on a monotonic clock; steady_clock when empty. For tests and replayed runs.
   std::function<double()> clock_seconds;
@@ -97,6 +102,14 @@ class throughput_plugin : public plugin {
 // Reads a plugin TOML file (see docs in plugin_configs/SCHEMA.md): the model config path (relative to the
 // plugin file), peak, layout, sinks, top-k, scope, sanity check. Every error names file:line:col and key.
 throughput_options load_throughput_options(const std::string& path);
+
+// Loads a plugin TOML (load_throughput_options), builds its sinks (console through `logger` when
+// `console`, JSONL at `jsonl_path` with "{rank}" replaced by comm->rank()), appends `extra_sinks` and creates
+// the plugin. Throws flopmeter::error on any configuration problem.
+std::shared_ptr<throughput_plugin> create_throughput_plugin(const std::string& config_path,
+                                                            std::shared_ptr<communicator> comm,
+                                                            std::shared_ptr<spdlog::logger> logger = nullptr,
+                                                            std::vector<std::shared_ptr<sink>> extra_sinks = {});
 
 // The fractional gradient-accumulation schedule for multiplier m >= 1: entry i is
 // floor((i+1)m) - floor(im), stopping at the first i where (i+1)m is whole. 1.5 -> [1, 2];

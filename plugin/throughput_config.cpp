@@ -1,0 +1,189 @@
+// plugin/throughput_config.cpp — the plugin TOML loader: load_throughput_options() (schema in
+// plugin_configs/SCHEMA.md).
+//
+// Every problem throws flopmeter::error citing FILE:LINE:COL and the key path (formats in toml_reader.h),
+// e.g. "plugin.toml:14:8: key 'logging.topk': must be >= 0 (got -1)". The model file named by model.config
+// is read with load_model_spec(); its errors propagate unchanged (they name the model file).
+//
+// Reading order (so the most useful error comes first): unknown keys in every table, then [model], [peak],
+// [parallel], [logging], [sinks], keys in SCHEMA.md order; the model file is loaded last, once this file is
+// known to be valid. What needs the world size (the layout dividing it, the rank order's meaning) and the
+// GPU name lookup are checked when the plugin starts, not here.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <toml++/toml.h>
+
+#include "flopmeter/error.h"
+#include "flopmeter/flop_model.h"
+#include "flopmeter/layout.h"
+#include "flopmeter/model_config.h"
+#include "flopmeter/peak_table.h"
+#include "flopmeter/throughput.h"
+#include "toml_reader.h"
+
+namespace flopmeter {
+namespace {
+
+// Keys of each table, in SCHEMA.md order.
+constexpr std::string_view kRootKeys[] = {"model", "peak", "parallel", "logging", "sinks"};
+constexpr std::string_view kModelKeys[] = {"config", "scope", "sanity_check", "train_mtp_layers"};
+constexpr std::string_view kPeakKeys[] = {"gpu", "tflops_per_gpu", "precision"};
+constexpr std::string_view kParallelKeys[] = {"tp", "cp", "pp", "order"};
+constexpr std::string_view kLoggingKeys[] = {"log_interval_steps", "tpi_multiplier", "topk", "emit",
+                                             "collective_timeout_ms"};
+constexpr std::string_view kSinksKeys[] = {"console", "jsonl"};
+
+// Where a key written at the top level belongs (for "did you mean 'parallel.tp' in table [parallel]?").
+constexpr detail::key_home kHomes[] = {{"model", kModelKeys},
+                                       {"peak", kPeakKeys},
+                                       {"parallel", kParallelKeys},
+                                       {"logging", kLoggingKeys},
+                                       {"sinks", kSinksKeys}};
+
+constexpr std::string_view kSchemaDoc = "plugin_configs/SCHEMA.md";
+
+// Bounds. Parallel sizes: 2^20 GPUs per dimension is beyond any job and catches typos. topk: rows per side
+// of the top-k tables; more than 1024 is no longer a summary. Counts and milliseconds: the reader's 2^31.
+constexpr detail::int_bounds kParallelSize{1, std::int64_t{1} << 20};
+constexpr detail::int_bounds kTopk{0, 1024};
+constexpr detail::int_bounds kPositive{1};
+constexpr detail::int_bounds kNonNegative{0};
+
+// A string key with a fixed set of values.
+template <class T>
+struct choice {
+  const char* name;
+  T value;
+};
+
+// Reads one parsed plugin document into throughput_options. One instance per document.
+class options_loader : private detail::toml_reader {
+ public:
+  explicit options_loader(std::string source_name) : toml_reader(std::move(source_name)) {}
+
+  throughput_options load(const toml::table& root) const {
+    check_keys(root, "", kRootKeys, kSchemaDoc, kHomes);
+    const toml::table* model = optional_table(root, "model");
+    const toml::table* peak = optional_table(root, "peak");
+    const toml::table* parallel = optional_table(root, "parallel");
+    const toml::table* logging = optional_table(root, "logging");
+    const toml::table* sinks = optional_table(root, "sinks");
+    if (model == nullptr) fail_at(root.source(), "required table [model] is missing");
+    check_keys(*model, "model", kModelKeys, kSchemaDoc);
+    if (peak != nullptr) check_keys(*peak, "peak", kPeakKeys, kSchemaDoc);
+    if (parallel != nullptr) check_keys(*parallel, "parallel", kParallelKeys, kSchemaDoc);
+    if (logging != nullptr) check_keys(*logging, "logging", kLoggingKeys, kSchemaDoc);
+    if (sinks != nullptr) check_keys(*sinks, "sinks", kSinksKeys, kSchemaDoc);
+
+    throughput_options options;
+    const std::string model_path = model_config_path(*model);
+    if (const toml::node* node = model->get("scope")) {
+      options.scope =
+          parse_flop_scope(string_value(*node, "model.scope"), where(node->source()) + ": key 'model.scope'");
+    }
+    options.sanity_check = optional_bool(*model, "model", "sanity_check", false);
+    const std::optional<bool> train_mtp_layers = optional_bool(*model, "model", "train_mtp_layers");
+    if (peak != nullptr) read_peak(*peak, options);
+    if (parallel != nullptr) read_parallel(*parallel, options);
+    if (logging != nullptr) read_logging(*logging, options);
+    if (sinks != nullptr) read_sinks(*sinks, options);
+
+    options.model = load_model_spec(model_path);
+    if (train_mtp_layers) options.model.train_mtp_layers = *train_mtp_layers;
+    return options;
+  }
+
+ private:
+  // model.config, relative to this file's directory unless absolute.
+  std::string model_config_path(const toml::table& model) const {
+    const std::string config = required_string(model, "model", "config");
+    if (config.empty()) fail_key(*model.get("config"), "model.config", "must not be empty");
+    const std::filesystem::path path(config);
+    if (path.is_absolute()) return config;
+    return (std::filesystem::path(source_name()).parent_path() / path).string();
+  }
+
+  void read_peak(const toml::table& peak, throughput_options& options) const {
+    if (auto gpu = optional_string(peak, "peak", "gpu")) {
+      if (gpu->empty()) fail_key(*peak.get("gpu"), "peak.gpu", "must not be empty");
+      options.gpu = std::move(*gpu);  // unknown names are allowed: the plugin warns and skips MFU
+    }
+    options.peak_tflops_per_gpu =
+        optional_double(peak, "peak", "tflops_per_gpu", {0.0, detail::lower_bound::exclusive});
+    constexpr choice<peak_precision> precisions[] = {{"bf16", peak_precision::bf16}, {"fp8", peak_precision::fp8}};
+    options.precision = optional_choice(peak, "peak", "precision", "precision", precisions, options.precision);
+  }
+
+  void read_parallel(const toml::table& parallel, throughput_options& options) const {
+    constexpr std::string_view p = "parallel";
+    options.parallel.tp = optional_int(parallel, p, "tp", kParallelSize, options.parallel.tp);
+    options.parallel.cp = optional_int(parallel, p, "cp", kParallelSize, options.parallel.cp);
+    options.parallel.pp = optional_int(parallel, p, "pp", kParallelSize, options.parallel.pp);
+    if (const toml::node* node = parallel.get("order")) {
+      options.rank_order = string_value(*node, "parallel.order");
+      // parallel_layout owns the order's grammar; a world of 1 with sizes 1 checks only the order.
+      try {
+        (void)parallel_layout(parallel_sizes{}, 1, options.rank_order);
+      } catch (const error& e) {
+        std::string what = e.what();
+        constexpr std::string_view prefix = "parallel layout: ";
+        if (what.compare(0, prefix.size(), prefix) == 0) what.erase(0, prefix.size());
+        fail_key(*node, "parallel.order", what);
+      }
+    }
+  }
+
+  void read_logging(const toml::table& logging, throughput_options& options) const {
+    constexpr std::string_view p = "logging";
+    options.log_interval_steps = optional_int(logging, p, "log_interval_steps", kPositive, options.log_interval_steps);
+    options.tpi_multiplier = optional_double(logging, p, "tpi_multiplier", {1.0}, options.tpi_multiplier);
+    options.topk = optional_int(logging, p, "topk", kTopk, options.topk);
+    constexpr choice<emit_ranks> emits[] = {{"rank0", emit_ranks::rank0}, {"all", emit_ranks::all}};
+    options.emit = optional_choice(logging, p, "emit", "emit mode", emits, options.emit);
+    options.collective_timeout = std::chrono::milliseconds(
+        optional_int(logging, p, "collective_timeout_ms", kNonNegative, options.collective_timeout.count()));
+  }
+
+  void read_sinks(const toml::table& sinks, throughput_options& options) const {
+    options.console = optional_bool(sinks, "sinks", "console", options.console);
+    if (auto jsonl = optional_string(sinks, "sinks", "jsonl")) {
+      if (jsonl->empty()) fail_key(*sinks.get("jsonl"), "sinks.jsonl", "must not be empty");
+      options.jsonl_path = std::move(*jsonl);  // "{rank}" is substituted when the plugin starts
+    }
+  }
+
+  // The value of a string key that names one of `choices`, or `fallback` when absent. Errors read like
+  // parse_flop_scope's: "unknown precision 'fp16' (expected "bf16" or "fp8")".
+  template <class T, std::size_t N>
+  T optional_choice(const toml::table& table, std::string_view path, std::string_view key, const char* what,
+                    const choice<T> (&choices)[N], T fallback) const {
+    const toml::node* node = table.get(key);
+    if (node == nullptr) return fallback;
+    const std::string key_path = detail::join(path, key);
+    const std::string value = string_value(*node, key_path);
+    std::string expected;
+    for (std::size_t i = 0; i < N; ++i) {
+      if (value == choices[i].name) return choices[i].value;
+      if (i > 0) expected += i + 1 == N ? " or " : ", ";
+      expected += "\"" + std::string(choices[i].name) + "\"";
+    }
+    fail_key(*node, key_path, std::string("unknown ") + what + " '" + value + "' (expected " + expected + ")");
+  }
+};
+
+}  // namespace
+
+throughput_options load_throughput_options(const std::string& path) {
+  const toml::table root = detail::parse_toml(detail::read_file(path, "plugin config"), path);
+  return options_loader(path).load(root);
+}
+
+}  // namespace flopmeter

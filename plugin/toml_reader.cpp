@@ -1,0 +1,292 @@
+// plugin/toml_reader.cpp — the TOML++ helpers shared by the model and plugin config loaders (see
+// toml_reader.h for the message formats).
+
+#include "toml_reader.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+#include <vector>
+
+#include "flopmeter/error.h"
+
+namespace flopmeter::detail {
+namespace {
+
+bool contains(array_view<std::string_view> keys, std::string_view key) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+[[noreturn]] void fail_syntax(const std::string& source_name, const toml::parse_error& e) {
+  throw error(source_name + ":" + std::to_string(e.source().begin.line) + ":" +
+              std::to_string(e.source().begin.column) + ": TOML syntax error: " + std::string(e.description()));
+}
+
+// "2^31 = 2147483648" for powers of two from 2^16 up (where the exponent is the readable part), else the
+// number.
+std::string bound_text(std::int64_t value) {
+  if (value >= (std::int64_t{1} << 16) && (value & (value - 1)) == 0) {
+    int exponent = 0;
+    while ((std::int64_t{1} << exponent) != value) ++exponent;
+    return "2^" + std::to_string(exponent) + " = " + std::to_string(value);
+  }
+  return std::to_string(value);
+}
+
+// The shortest text that reads back as `value`; TOML's spellings for the non-finite values.
+std::string number_text(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, result.ptr);
+}
+
+}  // namespace
+
+std::string read_file(const std::string& path, std::string_view what) {
+  const std::string role(what);
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    throw error(path + ": cannot open " + role + ": no such file");
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    throw error(path + ": cannot open " + role + ": not a regular file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw error(path + ": cannot open " + role + ": permission denied or unreadable");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw error(path + ": cannot read " + role);
+  return std::move(text).str();
+}
+
+toml::table parse_toml(const std::string& text, const std::string& source_name) {
+#if TOML_EXCEPTIONS
+  try {
+    return toml::parse(std::string_view(text), std::string_view(source_name));
+  } catch (const toml::parse_error& e) {
+    fail_syntax(source_name, e);
+  }
+#else
+  toml::parse_result result = toml::parse(std::string_view(text), std::string_view(source_name));
+  if (!result) fail_syntax(source_name, result.error());
+  return std::move(result).table();
+#endif
+}
+
+const char* type_name(toml::node_type type) {
+  switch (type) {
+    case toml::node_type::none: return "nothing";
+    case toml::node_type::table: return "table";
+    case toml::node_type::array: return "array";
+    case toml::node_type::string: return "string";
+    case toml::node_type::integer: return "integer";
+    case toml::node_type::floating_point: return "floating-point";
+    case toml::node_type::boolean: return "boolean";
+    case toml::node_type::date: return "date";
+    case toml::node_type::time: return "time";
+    case toml::node_type::date_time: return "date-time";
+  }
+  return "unknown";
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string join(std::string_view table_path, std::string_view key) {
+  if (table_path.empty()) return std::string(key);
+  return std::string(table_path) + "." + std::string(key);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// toml_reader: error reporting
+
+std::string toml_reader::where(const toml::source_region& region) const {
+  // Every node of a parsed document has a position; fall back to 1:1 if one ever does not.
+  const auto line = region.begin.line == 0 ? 1u : region.begin.line;
+  const auto column = region.begin.column == 0 ? 1u : region.begin.column;
+  return source_ + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+void toml_reader::fail_at(const toml::source_region& region, const std::string& what) const {
+  throw error(where(region) + ": " + what);
+}
+
+void toml_reader::fail_key(const toml::node& node, const std::string& key_path, const std::string& what) const {
+  fail_at(node.source(), "key '" + key_path + "': " + what);
+}
+
+void toml_reader::fail_type(const toml::node& node, const std::string& key_path, const char* expected) const {
+  fail_key(node, key_path, std::string("expected ") + expected + ", got " + type_name(node.type()));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// toml_reader: structure
+
+void toml_reader::check_keys(const toml::table& table, std::string_view table_path,
+                             array_view<std::string_view> allowed, std::string_view schema_doc,
+                             array_view<key_home> homes) const {
+  for (auto&& [key, node] : table) {
+    (void)node;
+    const std::string_view name = key.str();
+    if (contains(allowed, name)) continue;
+    std::string message = "unknown key '" + join(table_path, name) + "'";
+    std::string_view best;
+    std::size_t best_distance = 3;  // suggest only close matches
+    for (const std::string_view candidate : allowed) {
+      const std::size_t distance = edit_distance(name, candidate);
+      if (distance < best_distance) {
+        best_distance = distance;
+        best = candidate;
+      }
+    }
+    if (!best.empty()) {
+      message += " (did you mean '" + join(table_path, best) + "'?)";
+    } else if (table_path.empty()) {
+      // A key written at the top level that belongs in a table (HF config.json keeps model_type there).
+      for (const key_home& home : homes) {
+        if (contains(home.keys, name)) {
+          message += " (did you mean '" + join(home.table, name) + "' in table [" + std::string(home.table) + "]?)";
+          break;
+        }
+      }
+    } else {
+      message += " (not in the schema, see " + std::string(schema_doc) + ")";
+    }
+    fail_at(key.source(), message);
+  }
+}
+
+const toml::table* toml_reader::optional_table(const toml::table& root, std::string_view key) const {
+  const toml::node* node = root.get(key);
+  if (node == nullptr) return nullptr;
+  if (!node->is_table()) fail_type(*node, std::string(key), "a table");
+  return node->as_table();
+}
+
+const toml::node& toml_reader::required_node(const toml::table& table, std::string_view table_path,
+                                             std::string_view key) const {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) fail_at(table.source(), "required key '" + join(table_path, key) + "' is missing");
+  return *node;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// toml_reader: scalars
+
+std::string toml_reader::string_value(const toml::node& node, const std::string& key_path) const {
+  if (!node.is_string()) fail_type(node, key_path, "a string");
+  return node.as_string()->get();
+}
+
+bool toml_reader::bool_value(const toml::node& node, const std::string& key_path) const {
+  if (!node.is_boolean()) fail_type(node, key_path, "a boolean");
+  return node.as_boolean()->get();
+}
+
+std::int64_t toml_reader::int_value(const toml::node& node, const std::string& key_path, int_bounds bounds) const {
+  if (!node.is_integer()) fail_type(node, key_path, "an integer");
+  const std::int64_t value = node.as_integer()->get();
+  if (value < bounds.minimum) {
+    const std::string bound = bounds.minimum == 1 ? "> 0" : ">= " + std::to_string(bounds.minimum);
+    fail_key(node, key_path, "must be " + bound + " (got " + std::to_string(value) + ")");
+  }
+  if (value > bounds.maximum) {
+    fail_key(node, key_path,
+             "too large: must be <= " + bound_text(bounds.maximum) + " (got " + std::to_string(value) + ")");
+  }
+  return value;
+}
+
+double toml_reader::double_value(const toml::node& node, const std::string& key_path, double_bounds bounds) const {
+  double value = 0;
+  if (node.is_floating_point()) {
+    value = node.as_floating_point()->get();
+  } else if (node.is_integer()) {
+    value = static_cast<double>(node.as_integer()->get());
+  } else {
+    fail_type(node, key_path, "a number");
+  }
+  if (!std::isfinite(value)) fail_key(node, key_path, "must be finite (got " + number_text(value) + ")");
+  const bool exclusive = bounds.minimum_kind == lower_bound::exclusive;
+  if (exclusive ? !(value > bounds.minimum) : value < bounds.minimum) {
+    fail_key(node, key_path, std::string("must be ") + (exclusive ? "> " : ">= ") + number_text(bounds.minimum) +
+                                 " (got " + number_text(value) + ")");
+  }
+  if (value > bounds.maximum) {
+    fail_key(node, key_path,
+             "too large: must be <= " + number_text(bounds.maximum) + " (got " + number_text(value) + ")");
+  }
+  return value;
+}
+
+std::string toml_reader::required_string(const toml::table& table, std::string_view path,
+                                         std::string_view key) const {
+  return string_value(required_node(table, path, key), join(path, key));
+}
+
+std::optional<std::string> toml_reader::optional_string(const toml::table& table, std::string_view path,
+                                                        std::string_view key) const {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return std::nullopt;
+  return string_value(*node, join(path, key));
+}
+
+bool toml_reader::required_bool(const toml::table& table, std::string_view path, std::string_view key) const {
+  return bool_value(required_node(table, path, key), join(path, key));
+}
+
+std::optional<bool> toml_reader::optional_bool(const toml::table& table, std::string_view path,
+                                               std::string_view key) const {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return std::nullopt;
+  return bool_value(*node, join(path, key));
+}
+
+bool toml_reader::optional_bool(const toml::table& table, std::string_view path, std::string_view key,
+                                bool fallback) const {
+  return optional_bool(table, path, key).value_or(fallback);
+}
+
+std::int64_t toml_reader::required_int(const toml::table& table, std::string_view path, std::string_view key,
+                                       int_bounds bounds) const {
+  return int_value(required_node(table, path, key), join(path, key), bounds);
+}
+
+std::int64_t toml_reader::optional_int(const toml::table& table, std::string_view path, std::string_view key,
+                                       int_bounds bounds, std::int64_t fallback) const {
+  const toml::node* node = table.get(key);
+  return node == nullptr ? fallback : int_value(*node, join(path, key), bounds);
+}
+
+std::optional<double> toml_reader::optional_double(const toml::table& table, std::string_view path,
+                                                   std::string_view key, double_bounds bounds) const {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return std::nullopt;
+  return double_value(*node, join(path, key), bounds);
+}
+
+double toml_reader::optional_double(const toml::table& table, std::string_view path, std::string_view key,
+                                    double_bounds bounds, double fallback) const {
+  return optional_double(table, path, key, bounds).value_or(fallback);
+}
+
+}  // namespace flopmeter::detail

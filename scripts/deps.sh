@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs flopmeter's build and test dependencies from Debian's packages when any is missing.
+# Sourced by scripts/test.sh and scripts/demo.sh; safe to run repeatedly (does nothing when all are present).
+set -euo pipefail
+
+FLOPMETER_PACKAGES=(
+  build-essential cmake pkg-config
+  libtorch-dev          # LibTorch (CPU) with c10d and Gloo: the c10d adapter, the example trainer
+  libspdlog-dev libfmt-dev
+  libtomlplusplus-dev
+  libgtest-dev
+  libbenchmark-dev
+  gnuplot-nox           # the demo's PNG plot
+)
+
+flopmeter_install_deps() {
+  local missing=()
+  for p in "${FLOPMETER_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then return 0; fi
+  echo "flopmeter: installing missing Debian packages: ${missing[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -q
+  $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+}

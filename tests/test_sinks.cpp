@@ -1,0 +1,329 @@
+// Sinks: the JSON rendering, the JSONL file (including its failure and recovery paths), the console line
+// and the callback sink.
+
+#include <gtest/gtest.h>
+#include <spdlog/logger.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "flopmeter/error.h"
+#include "flopmeter/sinks.h"
+
+namespace flopmeter {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A logger writing "<level>|<message>" lines into a string, so tests can read what a sink logged.
+struct captured_logger {
+  std::ostringstream stream;
+  std::shared_ptr<spdlog::logger> logger;
+
+  captured_logger()
+      : logger(std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(stream))) {
+    logger->set_pattern("%l|%v");
+  }
+  std::vector<std::string> lines() const { return split_lines(stream.str()); }
+
+  static std::vector<std::string> split_lines(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+};
+
+// A fresh directory per test, removed afterwards.
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path = fs::temp_directory_path() /
+           ("flopmeter_test_sinks_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~temp_dir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+metrics_record record_at(std::int64_t step, double mfu) { return {step, {{"perf/mfu", mfu}, {"train/loss", 2.5}}}; }
+
+// ---- metrics_record ------------------------------------------------------------------------------------
+
+TEST(MetricsRecord, FindReturnsTheValueOrNull) {
+  const metrics_record record{3, {{"perf/mfu", 41.5}, {"train/loss", 2.0}}};
+  ASSERT_NE(record.find("train/loss"), nullptr);
+  EXPECT_EQ(*record.find("train/loss"), 2.0);
+  EXPECT_EQ(*record.find("perf/mfu"), 41.5);
+  EXPECT_EQ(record.find("perf/tokens_per_second"), nullptr);
+}
+
+// ---- to_json_line --------------------------------------------------------------------------------------
+
+TEST(JsonLine, ValuesInRecordOrder) {
+  // 41.2 is not exactly representable; %.17g would print 41.200000000000003. The shortest string that
+  // parses back to the same double is "41.2". Integral 3.0 prints as 3; NaN and Inf as null.
+  const metrics_record record{20,
+                              {{"perf/mfu", 41.2},
+                               {"perf/tokens_per_second", 12345.5},
+                               {"train/samples", 3.0},
+                               {"perf/tflops_per_second", kNaN},
+                               {"a", kInf},
+                               {"b", -kInf},
+                               {"train/loss", -0.25}}};
+  EXPECT_EQ(to_json_line(record),
+            "{\"step\":20,\"perf/mfu\":41.2,\"perf/tokens_per_second\":12345.5,\"train/samples\":3,"
+            "\"perf/tflops_per_second\":null,\"a\":null,\"b\":null,\"train/loss\":-0.25}");
+}
+
+TEST(JsonLine, EmptyRecordAndNegativeStep) {
+  EXPECT_EQ(to_json_line(metrics_record{}), "{\"step\":0}");
+  EXPECT_EQ(to_json_line(metrics_record{-1, {}}), "{\"step\":-1}");
+}
+
+TEST(JsonLine, NamesAreEscaped) {
+  // quote -> \", backslash -> \\, newline -> \n, tab -> \t, 0x01 -> \u0001; UTF-8 passes through.
+  const metrics_record record{1, {{"a\"b\\c\nd\te\x01", 1.0}, {"\xc2\xb5s", 2.0}}};
+  EXPECT_EQ(to_json_line(record), "{\"step\":1,\"a\\\"b\\\\c\\nd\\te\\u0001\":1,\"\xc2\xb5s\":2}");
+}
+
+TEST(JsonLine, IntegersBelowTwoTo53HaveNoExponentOrDecimal) {
+  // 2^53 - 1 = 9007199254740991 is the largest integer below 2^53; it prints digit for digit.
+  const metrics_record record{7, {{"n", 9007199254740991.0}, {"m", -123456789012.0}, {"z", -0.0}}};
+  EXPECT_EQ(to_json_line(record), "{\"step\":7,\"n\":9007199254740991,\"m\":-123456789012,\"z\":0}");
+}
+
+TEST(JsonLine, NonIntegralValuesRoundTripExactly) {
+  // Whatever the text looks like, parsing it back must give the very same double (the %.17g guarantee).
+  const double values[] = {0.1, 1.0 / 3.0, 2.0 / 3.0 * 1e-7, 1e20, 6.02214076e23, 1e-300, 123456.789,
+                           9007199254740993.0 * 4, std::nextafter(1.0, 2.0)};
+  for (double v : values) {
+    const std::string line = to_json_line(metrics_record{0, {{"v", v}}});
+    const std::string prefix = "{\"step\":0,\"v\":";
+    ASSERT_EQ(line.compare(0, prefix.size(), prefix), 0) << line;
+    const std::string number = line.substr(prefix.size(), line.size() - prefix.size() - 1);
+    EXPECT_EQ(std::strtod(number.c_str(), nullptr), v) << line;
+    EXPECT_EQ(number.find(','), std::string::npos) << line;  // never a decimal comma
+  }
+  EXPECT_EQ(to_json_line(metrics_record{0, {{"v", 0.1}}}), "{\"step\":0,\"v\":0.1}");
+}
+
+// ---- JSONL sink ----------------------------------------------------------------------------------------
+
+TEST(JsonlSink, WritesOneLinePerRecordAndAppends) {
+  temp_dir dir;
+  const fs::path path = dir.path / "metrics.jsonl";
+  captured_logger log;
+  {
+    auto sink = make_jsonl_sink(path.string(), log.logger);
+    EXPECT_FALSE(fs::exists(path));  // opened lazily, on the first record
+    for (int step = 1; step <= 3; ++step) sink->write(record_at(step, 40.0 + step));
+    EXPECT_EQ(sink->failures(), 0u);
+  }
+  {
+    auto sink = make_jsonl_sink(path.string(), log.logger);  // a second run appends
+    sink->write(record_at(4, 44.5));
+    EXPECT_EQ(sink->failures(), 0u);
+  }
+  EXPECT_EQ(read_file(path),
+            "{\"step\":1,\"perf/mfu\":41,\"train/loss\":2.5}\n"
+            "{\"step\":2,\"perf/mfu\":42,\"train/loss\":2.5}\n"
+            "{\"step\":3,\"perf/mfu\":43,\"train/loss\":2.5}\n"
+            "{\"step\":4,\"perf/mfu\":44.5,\"train/loss\":2.5}\n");
+  EXPECT_TRUE(log.lines().empty());
+}
+
+TEST(JsonlSink, MissingDirectoryCountsFailureThenRecoversWhenCreated) {
+  temp_dir dir;
+  const fs::path path = dir.path / "not_yet" / "metrics.jsonl";
+  captured_logger log;
+  auto sink = make_jsonl_sink(path.string(), log.logger);
+  EXPECT_NO_THROW(sink->write(record_at(1, 40.0)));
+  EXPECT_EQ(sink->failures(), 1u);
+  ASSERT_EQ(log.lines().size(), 1u);
+  EXPECT_EQ(log.lines()[0].rfind("error|", 0), 0u) << log.lines()[0];
+  EXPECT_NE(log.lines()[0].find("cannot open"), std::string::npos) << log.lines()[0];
+  EXPECT_NE(log.lines()[0].find(path.string()), std::string::npos) << log.lines()[0];
+
+  // Within 60 s a second failure is counted but not logged again.
+  sink->write(record_at(2, 40.0));
+  EXPECT_EQ(sink->failures(), 2u);
+  EXPECT_EQ(log.lines().size(), 1u);
+
+  fs::create_directories(path.parent_path());
+  sink->write(record_at(3, 40.0));
+  EXPECT_EQ(sink->failures(), 2u);  // no new failure: the sink reopened the file
+  EXPECT_EQ(read_file(path), "{\"step\":3,\"perf/mfu\":40,\"train/loss\":2.5}\n");
+}
+
+TEST(JsonlSink, FullDiskCountsFailureWithoutThrowing) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
+  captured_logger log;
+  auto sink = make_jsonl_sink("/dev/full", log.logger);
+  EXPECT_NO_THROW(sink->write(record_at(1, 40.0)));  // open succeeds, the write fails with ENOSPC
+  EXPECT_EQ(sink->failures(), 1u);
+  EXPECT_NO_THROW(sink->write(record_at(2, 40.0)));
+  EXPECT_EQ(sink->failures(), 2u);
+  ASSERT_EQ(log.lines().size(), 1u);  // rate-limited
+  EXPECT_NE(log.lines()[0].find("cannot write"), std::string::npos) << log.lines()[0];
+}
+
+TEST(JsonlSink, RemovedFileIsRecreated) {
+  temp_dir dir;
+  const fs::path path = dir.path / "metrics.jsonl";
+  captured_logger log;
+  auto sink = make_jsonl_sink(path.string(), log.logger);
+  sink->write(record_at(1, 40.0));
+  ASSERT_TRUE(fs::remove(path));
+  // Without the check this record would go to the unlinked file and be lost without a trace.
+  sink->write(record_at(2, 40.0));
+  EXPECT_EQ(sink->failures(), 0u);
+  EXPECT_EQ(read_file(path), "{\"step\":2,\"perf/mfu\":40,\"train/loss\":2.5}\n");
+  ASSERT_EQ(log.lines().size(), 1u);
+  EXPECT_EQ(log.lines()[0].rfind("warning|", 0), 0u) << log.lines()[0];
+}
+
+TEST(JsonlSink, PartialLastLineIsTerminatedBeforeAppending) {
+  // A run that died mid-write left '{"step":1,"x":' without a newline; the next record starts a new line
+  // so that it, at least, is valid JSON.
+  temp_dir dir;
+  const fs::path path = dir.path / "metrics.jsonl";
+  std::ofstream(path) << "{\"step\":1,\"x\":";
+  captured_logger log;
+  auto sink = make_jsonl_sink(path.string(), log.logger);
+  sink->write(metrics_record{2, {}});
+  sink->write(metrics_record{3, {}});
+  EXPECT_EQ(read_file(path), "{\"step\":1,\"x\":\n{\"step\":2}\n{\"step\":3}\n");
+  EXPECT_EQ(sink->failures(), 0u);
+}
+
+TEST(JsonlSink, EmptyPathIsASetupError) { EXPECT_THROW(make_jsonl_sink(""), error); }
+
+// ---- console sink --------------------------------------------------------------------------------------
+
+TEST(ConsoleSink, OneLineWithEveryKnownValue) {
+  captured_logger log;
+  auto sink = make_console_sink(log.logger);
+  // Values chosen away from rounding ties: 12345.64 -> "12345.6" (1 decimal), 0.5123 -> "0.512"
+  // (3 decimals), 0.931 -> "0.93" (2), 2.34561 -> "2.3456" (4), 0.0123 -> "0.01" (2).
+  // Keys the line does not show (perf_topk/...) are ignored; the order is the line's, not the record's.
+  const metrics_record record{20,
+                              {{"train/loss", 2.34561},
+                               {"perf/tokens_per_second", 12345.64},
+                               {"perf/tokens_per_second_per_gpu", 3086.41},
+                               {"perf/tflops_per_second", 123.44},
+                               {"perf/mfu", 41.23},
+                               {"perf/step_time", 0.5123},
+                               {"train/batch_efficiency", 0.931},
+                               {"perf/mem_gib", 41.23},
+                               {"perf_topk/mfu_min_0", 12.0},
+                               {"perf/log_wait_ms", 0.0123}}};
+  sink->write(record);
+  EXPECT_EQ(sink->failures(), 0u);
+  ASSERT_EQ(log.lines().size(), 1u);
+  EXPECT_EQ(log.lines()[0],
+            "info|step 20 | tok/s 12345.6 | tok/s/gpu 3086.4 | TFLOP/s/gpu 123.4 | MFU 41.2% | step 0.512s | "
+            "eff 0.93 | mem 41.2GiB | loss 2.3456 | wait 0.01ms");
+}
+
+TEST(ConsoleSink, MissingValuesAreSkippedAndMissingMfuIsNa) {
+  captured_logger log;
+  auto sink = make_console_sink(log.logger);
+  sink->write(metrics_record{5, {{"perf/tokens_per_second", 100.0}, {"train/loss", kNaN}}});
+  ASSERT_EQ(log.lines().size(), 1u);
+  EXPECT_EQ(log.lines()[0], "info|step 5 | tok/s 100.0 | MFU n/a | loss n/a");
+}
+
+TEST(ConsoleSink, PrivateLoggerLeavesSpdlogGlobalsAlone) {
+  const auto default_before = spdlog::default_logger();
+  ::testing::internal::CaptureStderr();
+  {
+    auto sink = make_console_sink();
+    sink->write(metrics_record{3, {{"perf/mfu", 50.0}}});
+    EXPECT_EQ(sink->failures(), 0u);
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("step 3 | MFU 50.0%"), std::string::npos) << err;
+  EXPECT_EQ(spdlog::get("flopmeter"), nullptr);  // not registered
+  EXPECT_EQ(spdlog::default_logger(), default_before);
+}
+
+// ---- callback sink -------------------------------------------------------------------------------------
+
+TEST(CallbackSink, DeliversRecords) {
+  std::vector<std::int64_t> steps;
+  auto sink = make_callback_sink([&](const metrics_record& r) { steps.push_back(r.step); });
+  sink->write(metrics_record{1, {}});
+  sink->write(metrics_record{2, {}});
+  EXPECT_EQ(steps, (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(sink->failures(), 0u);
+}
+
+TEST(CallbackSink, ThrowingCallbackIsCountedNotPropagated) {
+  int calls = 0;
+  auto sink = make_callback_sink([&](const metrics_record& r) {
+    ++calls;
+    if (r.step == 1) throw std::runtime_error("user bug");
+    if (r.step == 2) throw 7;
+  });
+  EXPECT_NO_THROW(sink->write(metrics_record{1, {}}));
+  EXPECT_NO_THROW(sink->write(metrics_record{2, {}}));
+  EXPECT_NO_THROW(sink->write(metrics_record{3, {}}));
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(sink->failures(), 2u);
+}
+
+TEST(CallbackSink, EmptyCallbackIsASetupError) { EXPECT_THROW(make_callback_sink(nullptr), error); }
+
+TEST(Sink, WritesFromSeveralThreadsAreSerialised) {
+  std::int64_t total = 0;  // plain: the sink's lock must make this safe
+  std::atomic<bool> inside{false};
+  std::atomic<bool> overlapped{false};
+  auto sink = make_callback_sink([&](const metrics_record& r) {
+    if (inside.exchange(true)) overlapped = true;
+    std::this_thread::yield();  // widen the window in which an unserialised write would overlap
+    total += r.step;
+    inside = false;
+  });
+  constexpr int kPerThread = 10000;
+  auto fire = [&] {
+    for (int i = 0; i < kPerThread; ++i) sink->write(metrics_record{1, {}});
+  };
+  std::thread a(fire);
+  std::thread b(fire);
+  a.join();
+  b.join();
+  EXPECT_EQ(total, 2 * kPerThread);
+  EXPECT_FALSE(overlapped);
+}
+
+}  // namespace
+}  // namespace flopmeter

@@ -1,0 +1,419 @@
+// Tests for the plugin TOML loader (plugin/throughput_config.cpp): the shipped example, defaults, how
+// model.config is resolved, the train_mtp_layers override, and one test per kind of bad input, each pinning
+// the whole message: file, exact line:col, key path and what is wrong.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+
+#include "flopmeter/error.h"
+#include "flopmeter/model_config.h"
+#include "flopmeter/throughput.h"
+
+namespace flopmeter {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kSourceDir = FLOPMETER_SOURCE_DIR;
+const std::string kTinyVlm = kSourceDir + "/model_configs/tiny_vlm.toml";
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// `doc` with the single occurrence of `from` replaced by `to` (fails the test if `from` is not unique).
+std::string replace_once(const std::string& doc, const std::string& from, const std::string& to) {
+  const auto at = doc.find(from);
+  if (at == std::string::npos || doc.find(from, at + 1) != std::string::npos) {
+    ADD_FAILURE() << "'" << from << "' does not occur exactly once in the base document";
+    return doc;
+  }
+  return doc.substr(0, at) + to + doc.substr(at + from.size());
+}
+
+// A valid document with every key set (the model by absolute path). Line numbers are in the comments: the
+// bad-input tests replace text within one line, so an expected line:col is "line of the key here, column of
+// the value in the edited line" (column = 1 + the length of the text before the value).
+const std::string kBase =
+    "[model]\n"                                  // 1
+    "config = \"" + kTinyVlm + "\"\n"            // 2
+    "scope = \"complete\"\n"                     // 3
+    "sanity_check = true\n"                      // 4
+    "[peak]\n"                                   // 5
+    "gpu = \"H100 SXM\"\n"                       // 6
+    "tflops_per_gpu = 989.4\n"                   // 7
+    "precision = \"bf16\"\n"                     // 8
+    "[parallel]\n"                               // 9
+    "tp = 2\n"                                   // 10
+    "cp = 1\n"                                   // 11
+    "pp = 4\n"                                   // 12
+    "order = \"tp-cp-dp-pp\"\n"                  // 13
+    "[logging]\n"                                // 14
+    "log_interval_steps = 10\n"                  // 15
+    "tpi_multiplier = 1.5\n"                     // 16
+    "topk = 5\n"                                 // 17
+    "emit = \"all\"\n"                           // 18
+    "collective_timeout_ms = 30000\n"            // 19
+    "[sinks]\n"                                  // 20
+    "console = false\n"                          // 21
+    "jsonl = \"out/metrics_{rank}.jsonl\"\n";    // 22
+
+// Each test gets its own temporary directory for the files it writes.
+class throughput_config : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::random_device random;
+    dir_ = fs::temp_directory_path() /
+           ("flopmeter_test_throughput_config_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(random()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // Writes `text` to `name` under the test's directory; returns the path.
+  std::string write(const std::string& name, const std::string& text) const {
+    const fs::path path = dir_ / name;
+    fs::create_directories(path.parent_path());
+    std::ofstream(path, std::ios::binary) << text;
+    return path.string();
+  }
+
+  // The plugin file path the bad-input tests write.
+  std::string plugin_path() const { return (dir_ / "plugin.toml").string(); }
+
+  // The message of the flopmeter::error that loading `doc` as plugin.toml throws ("" and a failure if none).
+  std::string error_of(const std::string& doc) const {
+    const std::string path = write("plugin.toml", doc);
+    try {
+      (void)load_throughput_options(path);
+    } catch (const error& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "no flopmeter::error for:\n" << doc;
+    return "";
+  }
+
+  fs::path dir_;
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Valid files.
+
+TEST_F(throughput_config, example_file_loads_with_the_documented_values) {
+  const std::string path = kSourceDir + "/plugin_configs/example.toml";
+  const throughput_options o = load_throughput_options(path);
+
+  // model.config = "../model_configs/qwen3_vl_2b.toml", resolved against plugin_configs/.
+  const std::string model_path = kSourceDir + "/plugin_configs/../model_configs/qwen3_vl_2b.toml";
+  EXPECT_EQ(o.model.source_path, model_path);
+  const model_spec expected = load_model_spec(kSourceDir + "/model_configs/qwen3_vl_2b.toml");
+  EXPECT_EQ(o.model.name, "qwen3_vl_2b");
+  EXPECT_EQ(o.model.model_type, expected.model_type);
+  EXPECT_EQ(o.model.text.hidden_size, 2048);
+  EXPECT_EQ(o.model.text.num_hidden_layers, 28);
+  EXPECT_EQ(o.model.text.layer_types, expected.text.layer_types);
+  ASSERT_TRUE(o.model.vision.has_value());
+  EXPECT_EQ(o.model.vision->deepstack_visual_indexes, expected.vision->deepstack_visual_indexes);
+  EXPECT_EQ(o.model.train_mtp_layers, expected.train_mtp_layers);
+
+  EXPECT_EQ(o.scope, flop_scope::complete);
+  EXPECT_FALSE(o.sanity_check);
+  EXPECT_EQ(o.gpu, "H100 SXM");
+  EXPECT_FALSE(o.peak_tflops_per_gpu.has_value());  // commented out in the example
+  EXPECT_EQ(o.precision, peak_precision::bf16);
+  EXPECT_EQ(o.parallel.tp, 1);
+  EXPECT_EQ(o.parallel.cp, 1);
+  EXPECT_EQ(o.parallel.pp, 1);
+  EXPECT_EQ(o.rank_order, "tp-cp-dp-pp");
+  EXPECT_EQ(o.log_interval_steps, 1);
+  EXPECT_EQ(o.tpi_multiplier, 1.0);
+  EXPECT_EQ(o.topk, 3);
+  EXPECT_EQ(o.emit, emit_ranks::rank0);
+  EXPECT_EQ(o.collective_timeout, std::chrono::milliseconds(120000));
+  EXPECT_TRUE(o.console);
+  EXPECT_EQ(o.jsonl_path, "flopmeter.jsonl");
+  EXPECT_TRUE(o.sinks.empty());  // the loader names sinks; it does not create them
+  EXPECT_EQ(o.logger, nullptr);
+}
+
+TEST_F(throughput_config, every_key_of_the_base_document_is_read) {
+  const throughput_options o = load_throughput_options(write("plugin.toml", kBase));
+  EXPECT_EQ(o.model.source_path, kTinyVlm);  // absolute: used as it is
+  EXPECT_EQ(o.model.name, "tiny_vlm");
+  EXPECT_EQ(o.scope, flop_scope::complete);
+  EXPECT_TRUE(o.sanity_check);
+  EXPECT_EQ(o.gpu, "H100 SXM");
+  ASSERT_TRUE(o.peak_tflops_per_gpu.has_value());
+  EXPECT_EQ(*o.peak_tflops_per_gpu, 989.4);
+  EXPECT_EQ(o.precision, peak_precision::bf16);
+  EXPECT_EQ(o.parallel.tp, 2);
+  EXPECT_EQ(o.parallel.cp, 1);
+  EXPECT_EQ(o.parallel.pp, 4);
+  EXPECT_EQ(o.rank_order, "tp-cp-dp-pp");
+  EXPECT_EQ(o.log_interval_steps, 10);
+  EXPECT_EQ(o.tpi_multiplier, 1.5);
+  EXPECT_EQ(o.topk, 5);
+  EXPECT_EQ(o.emit, emit_ranks::all);
+  EXPECT_EQ(o.collective_timeout, std::chrono::milliseconds(30000));
+  EXPECT_FALSE(o.console);
+  EXPECT_EQ(o.jsonl_path, "out/metrics_{rank}.jsonl");  // raw: {rank} is substituted at plugin start
+}
+
+TEST_F(throughput_config, only_the_model_config_is_required_and_the_rest_defaults) {
+  const throughput_options o =
+      load_throughput_options(write("plugin.toml", "[model]\nconfig = \"" + kTinyVlm + "\"\n"));
+  const throughput_options d;  // the struct's defaults
+  EXPECT_EQ(o.model.name, "tiny_vlm");
+  EXPECT_EQ(o.scope, flop_scope::complete);
+  EXPECT_FALSE(o.sanity_check);
+  EXPECT_FALSE(o.model.train_mtp_layers);
+  EXPECT_EQ(o.gpu, "");
+  EXPECT_FALSE(o.peak_tflops_per_gpu.has_value());
+  EXPECT_EQ(o.precision, peak_precision::bf16);
+  EXPECT_EQ(o.parallel.tp, 1);
+  EXPECT_EQ(o.parallel.cp, 1);
+  EXPECT_EQ(o.parallel.pp, 1);
+  EXPECT_EQ(o.rank_order, d.rank_order);
+  EXPECT_EQ(o.log_interval_steps, 1);
+  EXPECT_EQ(o.tpi_multiplier, 1.0);
+  EXPECT_EQ(o.topk, 3);
+  EXPECT_EQ(o.emit, emit_ranks::rank0);
+  EXPECT_EQ(o.collective_timeout, std::chrono::milliseconds(120000));
+  EXPECT_TRUE(o.console);
+  EXPECT_EQ(o.jsonl_path, "");
+}
+
+TEST_F(throughput_config, relative_model_path_is_resolved_against_the_config_directory) {
+  // A path from the temporary directory to the source tree's model config: it names the file only when
+  // taken relative to the plugin file's directory, not to the test's working directory.
+  const std::string relative = fs::relative(kTinyVlm, dir_).string();
+  ASSERT_FALSE(relative.empty());
+  const throughput_options o =
+      load_throughput_options(write("plugin.toml", "[model]\nconfig = \"" + relative + "\"\n"));
+  EXPECT_EQ(o.model.source_path, (dir_ / relative).string());
+  EXPECT_EQ(o.model.name, "tiny_vlm");
+  EXPECT_EQ(o.model.text.hidden_size, 64);
+}
+
+TEST_F(throughput_config, relative_model_path_in_a_subdirectory_of_the_config) {
+  const std::string model_text = read_text(kTinyVlm);
+  write("models/copy.toml", model_text);
+  const throughput_options o =
+      load_throughput_options(write("configs/plugin.toml", "[model]\nconfig = \"../models/copy.toml\"\n"));
+  EXPECT_EQ(o.model.source_path, (dir_ / "configs" / "../models/copy.toml").string());
+  EXPECT_EQ(o.model.name, "tiny_vlm");  // the model file's [model].name
+}
+
+TEST_F(throughput_config, train_mtp_layers_overrides_the_model_file_only_when_present) {
+  const std::string model_text = read_text(kTinyVlm);
+  write("mtp.toml", model_text + "\n[flopmeter]\ntrain_mtp_layers = true\n");
+  EXPECT_TRUE(load_throughput_options(write("a.toml", "[model]\nconfig = \"mtp.toml\"\n")).model.train_mtp_layers);
+  EXPECT_FALSE(load_throughput_options(write("b.toml", "[model]\nconfig = \"mtp.toml\"\ntrain_mtp_layers = false\n"))
+                   .model.train_mtp_layers);
+  EXPECT_TRUE(
+      load_throughput_options(write("c.toml", "[model]\nconfig = \"" + kTinyVlm + "\"\ntrain_mtp_layers = true\n"))
+          .model.train_mtp_layers);
+}
+
+TEST_F(throughput_config, other_accepted_values) {
+  std::string doc = replace_once(kBase, "scope = \"complete\"", "scope = \"seed\"");
+  doc = replace_once(doc, "tflops_per_gpu = 989.4", "tflops_per_gpu = 1979");  // an integer is a number
+  doc = replace_once(doc, "precision = \"bf16\"", "precision = \"fp8\"");
+  doc = replace_once(doc, "order = \"tp-cp-dp-pp\"", "order = \"tp-cp-ep-dp-pp\"");  // ep is ignored
+  doc = replace_once(doc, "emit = \"all\"", "emit = \"rank0\"");
+  doc = replace_once(doc, "topk = 5", "topk = 0");
+  doc = replace_once(doc, "collective_timeout_ms = 30000", "collective_timeout_ms = 0");
+  doc = replace_once(doc, "gpu = \"H100 SXM\"", "gpu = \"Imaginary GPU 9000\"");  // unknown: the plugin warns
+  const throughput_options o = load_throughput_options(write("plugin.toml", doc));
+  EXPECT_EQ(o.scope, flop_scope::seed);
+  EXPECT_EQ(o.peak_tflops_per_gpu, 1979.0);
+  EXPECT_EQ(o.precision, peak_precision::fp8);
+  EXPECT_EQ(o.rank_order, "tp-cp-ep-dp-pp");
+  EXPECT_EQ(o.emit, emit_ranks::rank0);
+  EXPECT_EQ(o.topk, 0);
+  EXPECT_EQ(o.collective_timeout, std::chrono::milliseconds(0));
+  EXPECT_EQ(o.gpu, "Imaginary GPU 9000");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Bad input: one case per kind of problem. `from` -> `to` edits kBase within one line; the expected message
+// is the plugin file's path followed by `message`.
+
+struct bad_case {
+  const char* name;
+  const char* from;
+  const char* to;
+  const char* message;
+};
+
+const bad_case kBadCases[] = {
+    // "topk = = 5": the second '=' is at column 8 ("topk = " is 7 characters), line 17.
+    {"syntax_error", "topk = 5", "topk = = 5",
+     ":17:8: TOML syntax error: Error while parsing value: could not determine value type"},
+    // "scope = " is 8 characters -> column 9, line 3.
+    {"bad_scope", "scope = \"complete\"", "scope = \"full\"",
+     ":3:9: key 'model.scope': unknown FLOP scope 'full' (expected \"seed\" or \"complete\")"},
+    {"scope_not_a_string", "scope = \"complete\"", "scope = 1",
+     ":3:9: key 'model.scope': expected a string, got integer"},
+    // "sanity_check = " is 15 characters -> column 16, line 4.
+    {"sanity_check_not_a_boolean", "sanity_check = true", "sanity_check = \"yes\"",
+     ":4:16: key 'model.sanity_check': expected a boolean, got string"},
+    // "gpu = " is 6 characters -> column 7, line 6.
+    {"empty_gpu", "gpu = \"H100 SXM\"", "gpu = \"\"", ":6:7: key 'peak.gpu': must not be empty"},
+    // "tflops_per_gpu = " is 17 characters -> column 18, line 7. TOML spells the non-finite values nan, inf.
+    {"nan_tflops", "tflops_per_gpu = 989.4", "tflops_per_gpu = nan",
+     ":7:18: key 'peak.tflops_per_gpu': must be finite (got nan)"},
+    {"inf_tflops", "tflops_per_gpu = 989.4", "tflops_per_gpu = inf",
+     ":7:18: key 'peak.tflops_per_gpu': must be finite (got inf)"},
+    {"negative_inf_tflops", "tflops_per_gpu = 989.4", "tflops_per_gpu = -inf",
+     ":7:18: key 'peak.tflops_per_gpu': must be finite (got -inf)"},
+    {"negative_tflops", "tflops_per_gpu = 989.4", "tflops_per_gpu = -5.5",
+     ":7:18: key 'peak.tflops_per_gpu': must be > 0 (got -5.5)"},
+    {"zero_tflops", "tflops_per_gpu = 989.4", "tflops_per_gpu = 0",
+     ":7:18: key 'peak.tflops_per_gpu': must be > 0 (got 0)"},
+    {"tflops_as_string", "tflops_per_gpu = 989.4", "tflops_per_gpu = \"989.4\"",
+     ":7:18: key 'peak.tflops_per_gpu': expected a number, got string"},
+    // "precision = " is 12 characters -> column 13, line 8.
+    {"bad_precision", "precision = \"bf16\"", "precision = \"fp16\"",
+     ":8:13: key 'peak.precision': unknown precision 'fp16' (expected \"bf16\" or \"fp8\")"},
+    // "tp = " is 5 characters -> column 6, line 10.
+    {"zero_tp", "tp = 2", "tp = 0", ":10:6: key 'parallel.tp': must be > 0 (got 0)"},
+    {"tp_as_string", "tp = 2", "tp = \"2\"", ":10:6: key 'parallel.tp': expected an integer, got string"},
+    {"tp_as_float", "tp = 2", "tp = 2.0", ":10:6: key 'parallel.tp': expected an integer, got floating-point"},
+    // 2^21 > 2^20.
+    {"tp_too_large", "tp = 2", "tp = 2097152",
+     ":10:6: key 'parallel.tp': too large: must be <= 2^20 = 1048576 (got 2097152)"},
+    // Column 6, lines 11 and 12.
+    {"negative_cp", "cp = 1", "cp = -1", ":11:6: key 'parallel.cp': must be > 0 (got -1)"},
+    {"zero_pp", "pp = 4", "pp = 0", ":12:6: key 'parallel.pp': must be > 0 (got 0)"},
+    // "order = " is 8 characters -> column 9, line 13.
+    {"order_missing_dimensions", "order = \"tp-cp-dp-pp\"", "order = \"tp-dp\"",
+     ":13:9: key 'parallel.order': order \"tp-dp\" is not a '-'-separated permutation of tp, cp, dp, pp "
+     "(\"cp\" is missing)"},
+    {"order_duplicate", "order = \"tp-cp-dp-pp\"", "order = \"tp-cp-dp-tp\"",
+     ":13:9: key 'parallel.order': order \"tp-cp-dp-tp\" is not a '-'-separated permutation of tp, cp, dp, pp "
+     "(\"tp\" appears twice)"},
+    {"order_unknown_name", "order = \"tp-cp-dp-pp\"", "order = \"tp-cp-dp-xp\"",
+     ":13:9: key 'parallel.order': order \"tp-cp-dp-xp\" is not a '-'-separated permutation of tp, cp, dp, pp "
+     "(unknown name \"xp\")"},
+    // "log_interval_steps = " is 21 characters -> column 22, line 15.
+    {"zero_log_interval", "log_interval_steps = 10", "log_interval_steps = 0",
+     ":15:22: key 'logging.log_interval_steps': must be > 0 (got 0)"},
+    // "tpi_multiplier = " is 17 characters -> column 18, line 16.
+    {"tpi_multiplier_below_one", "tpi_multiplier = 1.5", "tpi_multiplier = 0.5",
+     ":16:18: key 'logging.tpi_multiplier': must be >= 1 (got 0.5)"},
+    {"tpi_multiplier_nan", "tpi_multiplier = 1.5", "tpi_multiplier = nan",
+     ":16:18: key 'logging.tpi_multiplier': must be finite (got nan)"},
+    // "topk = " is 7 characters -> column 8, line 17.
+    {"negative_topk", "topk = 5", "topk = -1", ":17:8: key 'logging.topk': must be >= 0 (got -1)"},
+    {"topk_too_large", "topk = 5", "topk = 1025", ":17:8: key 'logging.topk': too large: must be <= 1024 (got 1025)"},
+    // "emit = " is 7 characters -> column 8, line 18.
+    {"bad_emit", "emit = \"all\"", "emit = \"some\"",
+     ":18:8: key 'logging.emit': unknown emit mode 'some' (expected \"rank0\" or \"all\")"},
+    // "collective_timeout_ms = " is 24 characters -> column 25, line 19.
+    {"negative_collective_timeout", "collective_timeout_ms = 30000", "collective_timeout_ms = -5",
+     ":19:25: key 'logging.collective_timeout_ms': must be >= 0 (got -5)"},
+    // "console = " is 10 characters -> column 11, line 21.
+    {"console_not_a_boolean", "console = false", "console = \"yes\"",
+     ":21:11: key 'sinks.console': expected a boolean, got string"},
+    // "jsonl = " is 8 characters -> column 9, line 22.
+    {"empty_jsonl", "jsonl = \"out/metrics_{rank}.jsonl\"", "jsonl = \"\"",
+     ":22:9: key 'sinks.jsonl': must not be empty"},
+    {"jsonl_not_a_string", "jsonl = \"out/metrics_{rank}.jsonl\"", "jsonl = true",
+     ":22:9: key 'sinks.jsonl': expected a string, got boolean"},
+    // An unknown key is reported at the key itself: line 17, column 1.
+    {"unknown_key_with_hint", "topk = 5", "topK = 5",
+     ":17:1: unknown key 'logging.topK' (did you mean 'logging.topk'?)"},
+    // Line 21 in [sinks]; a key unlike any schema key gets a pointer to the schema.
+    {"unknown_key_without_hint", "console = false", "rotate = false",
+     ":21:1: unknown key 'sinks.rotate' (not in the schema, see plugin_configs/SCHEMA.md)"},
+    // A misspelt table header: the key inside the brackets, line 14, column 2.
+    {"unknown_table_with_hint", "[logging]", "[loging]", ":14:2: unknown key 'loging' (did you mean 'logging'?)"},
+    {"unknown_table", "[logging]", "[metrics]", ":14:2: unknown key 'metrics'"},
+    // [model] removed: "config" is then a key of the root table (line 2, column 1) that belongs in [model].
+    {"model_key_at_top_level", "[model]\n", "",
+     ":1:1: unknown key 'config' (did you mean 'model.config' in table [model]?)"},
+    // model.config (line 2) replaced by a comment: reported at the [model] header, 1:1.
+    {"missing_model_config", "config = \"" FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml\"", "# no config",
+     ":1:1: required key 'model.config' is missing"},
+    // "config = " is 9 characters -> column 10, line 2.
+    {"empty_model_config", "config = \"" FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml\"", "config = \"\"",
+     ":2:10: key 'model.config': must not be empty"},
+    {"model_config_not_a_string", "config = \"" FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml\"",
+     "config = [\"a.toml\"]", ":2:10: key 'model.config': expected a string, got array"},
+};
+
+class bad_input : public throughput_config, public ::testing::WithParamInterface<bad_case> {};
+
+TEST_P(bad_input, message_names_file_location_key_and_problem) {
+  const bad_case& c = GetParam();
+  EXPECT_EQ(error_of(replace_once(kBase, c.from, c.to)), plugin_path() + c.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(throughput_config, bad_input, ::testing::ValuesIn(kBadCases),
+                         [](const ::testing::TestParamInfo<bad_case>& param_info) {
+                           return std::string(param_info.param.name);
+                         });
+
+// Documents the kBase edits cannot express.
+
+TEST_F(throughput_config, missing_model_table) {
+  // Everything before [peak] removed: reported at the document root, 1:1.
+  const std::string doc = kBase.substr(kBase.find("[peak]"));
+  EXPECT_EQ(error_of(doc), plugin_path() + ":1:1: required table [model] is missing");
+}
+
+TEST_F(throughput_config, model_table_of_wrong_type) {
+  // "model = " is 8 characters -> the value is at 1:9.
+  EXPECT_EQ(error_of("model = \"qwen3_vl_2b.toml\"\n"),
+            plugin_path() + ":1:9: key 'model': expected a table, got string");
+}
+
+TEST_F(throughput_config, top_level_parallel_key_points_to_its_table) {
+  EXPECT_EQ(error_of("tp = 2\n" + kBase),
+            plugin_path() + ":1:1: unknown key 'tp' (did you mean 'parallel.tp' in table [parallel]?)");
+}
+
+TEST_F(throughput_config, missing_plugin_file_names_the_path) {
+  const std::string path = (dir_ / "missing.toml").string();
+  try {
+    (void)load_throughput_options(path);
+    FAIL() << "no error";
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": cannot open plugin config: no such file");
+  }
+}
+
+TEST_F(throughput_config, missing_model_file_is_the_model_loaders_error_with_the_resolved_path) {
+  EXPECT_EQ(error_of("[model]\nconfig = \"nope.toml\"\n"),
+            (dir_ / "nope.toml").string() + ": cannot open model config: no such file");
+}
+
+TEST_F(throughput_config, model_file_errors_propagate_unchanged) {
+  const std::string model = write("bad_model.toml", "[model]\nmodel_type = \"llama\"\n[text_config]\n");
+  // The model loader's own message: "model_type = " is 13 characters -> 2:14 in the model file.
+  EXPECT_EQ(error_of("[model]\nconfig = \"bad_model.toml\"\n"),
+            model +
+                ":2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\")");
+}
+
+TEST_F(throughput_config, plugin_file_errors_come_before_the_model_file_is_read) {
+  // The model file does not exist, but the bad topk in the same plugin file is reported first.
+  EXPECT_EQ(error_of("[model]\nconfig = \"nope.toml\"\n[logging]\ntopk = -1\n"),
+            plugin_path() + ":4:8: key 'logging.topk': must be >= 0 (got -1)");
+}
+
+}  // namespace
+}  // namespace flopmeter
