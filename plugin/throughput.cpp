@@ -1,6 +1,6 @@
 // The throughput plugin: per-rank interval counters, one all-reduce per log, deferred emission.
 //
-// The collective. Every rank owns one row of kFields doubles in a world_size x kFields buffer, zeroes the
+// The collective. Every rank owns one row of kRowFields doubles in a world_size x kRowFields buffer, zeroes the
 // other rows and all-reduces with SUM: afterwards every rank holds every rank's row (an all-gather done as
 // an all-reduce, which every backend supports). From the rows each rank derives DP-group sums, world maxima
 // and the per-rank top-k breakdown locally, so one collective serves every metric. At 16,384 ranks the
@@ -23,26 +23,12 @@
 #include "flopmeter/error.h"
 #include "flopmeter/megatron.h"
 #include "flopmeter/model_config.h"
+#include "row_layout.h"
 
 namespace flopmeter {
 namespace {
 
-// One rank's row in the collective buffer.
-enum field : std::size_t {
-  f_real_tokens,        // tokens that belong to a document (padding excluded)
-  f_device_tokens,      // real + padding tokens the device ran
-  f_flops,              // this rank's share of the batch FLOPs: batch FLOPs / tp
-  f_samples,
-  f_loss_sum,
-  f_label_tokens,
-  f_microbatches,       // micro-batches run in the interval (bad descriptions included: they ran)
-  f_interval_seconds,   // this rank's own interval time
-  f_peak_memory_bytes,
-  f_data_seconds,
-  f_forward_backward_seconds,
-  f_present,            // 1 for every rank that filled its row
-  kFields
-};
+using namespace detail;  // row_layout.h
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr int kMaxConsecutiveFailures = 3;
@@ -119,7 +105,7 @@ class throughput_plugin::impl {
                     "or a GPU from `flopmeter peaks`.",
                     options_.gpu, to_string(options_.precision));
     }
-    buffer_.assign(static_cast<std::size_t>(world_) * kFields, 0.0);
+    buffer_.assign(static_cast<std::size_t>(world_) * kRowFields, 0.0);
     clock_ = options_.clock_seconds ? options_.clock_seconds : std::function<double()>(seconds_now);
     interval_start_ = clock_();
   }
@@ -223,22 +209,19 @@ class throughput_plugin::impl {
       return;
     }
     std::fill(buffer_.begin(), buffer_.end(), 0.0);
-    double* row = buffer_.data() + static_cast<std::size_t>(rank_) * kFields;
-    const batch_counts& n = current_.counts;
-    row[f_real_tokens] = static_cast<double>(n.real_tokens);
-    row[f_device_tokens] = static_cast<double>(n.device_tokens());
-    // Each rank of a TP group holds the same micro-batch and does 1/tp of its matmul work; the DP sum of the
-    // shares times tp is then the job's total without a second collective.
-    row[f_flops] = compute_flops(coefficients_, n, options_.scope).total() / static_cast<double>(layout_.tp());
-    row[f_samples] = static_cast<double>(current_.samples);
-    row[f_loss_sum] = current_.loss_sum;
-    row[f_label_tokens] = static_cast<double>(current_.label_tokens);
-    row[f_microbatches] = static_cast<double>(current_.microbatches);
-    row[f_interval_seconds] = interval_seconds;
-    row[f_peak_memory_bytes] = event.peak_memory_bytes ? static_cast<double>(*event.peak_memory_bytes) : 0.0;
-    row[f_data_seconds] = event.data_time ? event.data_time->count() : 0.0;
-    row[f_forward_backward_seconds] = event.forward_backward_time ? event.forward_backward_time->count() : 0.0;
-    row[f_present] = 1.0;
+    double* row = buffer_.data() + static_cast<std::size_t>(rank_) * kRowFields;
+    // The counts, not FLOPs: FLOPs are formed from the gathered counts (derive()), identically for counts
+    // accumulated here and counts a tensor path adds on the device.
+    counts_to_row(current_.counts, row);
+    row[row_samples] = static_cast<double>(current_.samples);
+    row[row_loss_sum] = current_.loss_sum;
+    row[row_label_tokens] = static_cast<double>(current_.label_tokens);
+    row[row_microbatches] = static_cast<double>(current_.microbatches);
+    row[row_interval_seconds] = interval_seconds;
+    row[row_peak_memory_bytes] = event.peak_memory_bytes ? static_cast<double>(*event.peak_memory_bytes) : 0.0;
+    row[row_data_seconds] = event.data_time ? event.data_time->count() : 0.0;
+    row[row_forward_backward_seconds] = event.forward_backward_time ? event.forward_backward_time->count() : 0.0;
+    row[row_present] = 1.0;
     in_flight_.event = event;
     ++health_.collectives_started;
     try {
@@ -290,7 +273,7 @@ class throughput_plugin::impl {
 
   bool emits_here() const { return options_.emit == emit_ranks::all || rank_ == 0; }
 
-  const double* row(std::int64_t r) const { return buffer_.data() + static_cast<std::size_t>(r) * kFields; }
+  const double* row(std::int64_t r) const { return buffer_.data() + static_cast<std::size_t>(r) * kRowFields; }
 
   // Derives every metric from the gathered rows. Returns false (interval skipped) when a rank's row is
   // missing or its interval time is not positive: a rate over a zero or negative interval is not a number.
@@ -304,34 +287,39 @@ class throughput_plugin::impl {
     per_rank_.resize(static_cast<std::size_t>(world_));
     for (std::int64_t r = 0; r < world_; ++r) {
       const double* x = row(r);
-      const double t = x[f_interval_seconds];
-      if (x[f_present] != 1.0 || !(t > 0) || !std::isfinite(t)) {
+      const double t = x[row_interval_seconds];
+      if (x[row_present] != 1.0 || !(t > 0) || !std::isfinite(t)) {
         warn_rate_limited(last_interval_warning_,
                           "flopmeter: metrics of step {} skipped: rank {} reported an interval of {} s", in_flight_.event.step,
                           r, t);
         return false;
       }
       rank_row& out = per_rank_[static_cast<std::size_t>(r)];
+      const batch_counts counts = counts_from_row(x);
+      // Each rank of a TP group holds the same micro-batch and does 1/tp of its matmul work: its share.
+      out.real_tokens = static_cast<double>(counts.real_tokens);
+      out.device_tokens = static_cast<double>(counts.device_tokens());
+      out.flops = compute_flops(coefficients_, counts, options_.scope).total() / tp;
       out.rank = r;
       // A replica's tokens are seen by all tp*cp*pp ranks that share its micro-batches; attributing 1/(tp*cp*pp)
       // of them to each makes the rows sum to the job's tokens/s.
-      out.tokens_per_second = x[f_real_tokens] / ranks_per_replica / t;
+      out.tokens_per_second = out.real_tokens / ranks_per_replica / t;
       // flops is the rank's TP share; CP and PP split that share further between cp*pp ranks.
-      out.tflops = x[f_flops] / model_parallel_share / t / 1e12;
-      out.step_time = x[f_microbatches] > 0 ? t / x[f_microbatches] : std::numeric_limits<double>::quiet_NaN();
-      out.mem_gib = x[f_peak_memory_bytes] / kGiB;
+      out.tflops = out.flops / model_parallel_share / t / 1e12;
+      out.step_time = x[row_microbatches] > 0 ? t / x[row_microbatches] : std::numeric_limits<double>::quiet_NaN();
+      out.mem_gib = x[row_peak_memory_bytes] / kGiB;
     }
 
     // Additive figures: sums over this rank's DP group (TP/CP/PP ranks share micro-batches: not added).
-    double real = 0, device = 0, flops = 0, samples = 0, loss = 0, labels = 0;
+    double real = 0, device = 0, samples = 0, loss = 0, labels = 0;
     for (const std::int64_t r : dp_group_) {
       const double* x = row(r);
-      real += x[f_real_tokens];
-      device += x[f_device_tokens];
-      flops += x[f_flops];
-      samples += x[f_samples];
-      loss += x[f_loss_sum];
-      labels += x[f_label_tokens];
+      const rank_row& rr = per_rank_[static_cast<std::size_t>(r)];
+      real += rr.real_tokens;
+      device += rr.device_tokens;
+      samples += x[row_samples];
+      loss += x[row_loss_sum];
+      labels += x[row_label_tokens];
     }
     double max_mem = 0, max_data = 0, max_fwd_bwd = 0, sum_tps = 0, sum_tflops = 0, sum_step = 0;
     bool step_time_known = true;
@@ -342,14 +330,12 @@ class throughput_plugin::impl {
       step_time_known = step_time_known && std::isfinite(r.step_time);
     }
     for (std::int64_t r = 0; r < world_; ++r) {
-      max_mem = std::max(max_mem, row(r)[f_peak_memory_bytes]);
-      max_data = std::max(max_data, row(r)[f_data_seconds]);
-      max_fwd_bwd = std::max(max_fwd_bwd, row(r)[f_forward_backward_seconds]);
+      max_mem = std::max(max_mem, row(r)[row_peak_memory_bytes]);
+      max_data = std::max(max_data, row(r)[row_data_seconds]);
+      max_fwd_bwd = std::max(max_fwd_bwd, row(r)[row_forward_backward_seconds]);
     }
     tokens_seen_ += real;
     samples_seen_ += samples;
-    (void)flops;
-    (void)tp;
 
     record.step = in_flight_.event.step;
     auto& v = record.values;
@@ -383,6 +369,9 @@ class throughput_plugin::impl {
 
   struct rank_row {
     std::int64_t rank = 0;
+    double real_tokens = 0;
+    double device_tokens = 0;
+    double flops = 0;  // this rank's share: its batches' FLOPs / tp
     double tokens_per_second = 0;
     double tflops = 0;
     double step_time = 0;

@@ -5,7 +5,8 @@ set -euo pipefail
 
 FLOPMETER_PACKAGES=(
   build-essential cmake pkg-config
-  libtorch-dev          # LibTorch (CPU) with c10d and Gloo: the c10d adapter, the example trainer
+  libtorch-dev          # LibTorch (CPU) with c10d: the c10d adapter, the example trainer
+  libgloo-dev           # Gloo headers that c10d/ProcessGroupGloo.hpp includes
   libspdlog-dev libfmt-dev
   libtomlplusplus-dev
   libgtest-dev

@@ -1,0 +1,70 @@
+// Internal: the layout of one rank's row in the per-log collective buffer (world_size rows of kRowFields
+// doubles). The first kRowCountFields entries are the interval's batch_counts, so that the tensor path can add
+// counts it accumulated on a device straight into the row before the all-reduce; FLOPs are formed from the
+// gathered counts after the collective, identically for the host and the tensor path.
+//
+// Counts travel as doubles: exact up to 2^53 per rank and interval (9e15 tokens or pairs), far beyond any
+// interval a rank can run.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "flopmeter/flop_model.h"
+
+namespace flopmeter::detail {
+
+enum row_field : std::size_t {
+  // batch_counts, in its declaration order
+  row_real_tokens,
+  row_padding_tokens,
+  row_documents,
+  row_causal_pairs,
+  row_items,
+  row_patches,
+  row_merged_tokens,
+  row_vision_pairs_per_frame,
+  row_vision_pairs_whole,
+  // the rest of the interval
+  row_samples,
+  row_loss_sum,
+  row_label_tokens,
+  row_microbatches,          // micro-batches run (rejected descriptions included: they ran)
+  row_interval_seconds,      // this rank's own interval
+  row_peak_memory_bytes,
+  row_data_seconds,
+  row_forward_backward_seconds,
+  row_present,               // 1 for every rank that filled its row
+  kRowFields
+};
+
+constexpr std::size_t kRowCountFields = row_vision_pairs_whole + 1;
+
+inline void counts_to_row(const batch_counts& n, double* row) {
+  row[row_real_tokens] = static_cast<double>(n.real_tokens);
+  row[row_padding_tokens] = static_cast<double>(n.padding_tokens);
+  row[row_documents] = static_cast<double>(n.documents);
+  row[row_causal_pairs] = static_cast<double>(n.causal_pairs);
+  row[row_items] = static_cast<double>(n.items);
+  row[row_patches] = static_cast<double>(n.patches);
+  row[row_merged_tokens] = static_cast<double>(n.merged_tokens);
+  row[row_vision_pairs_per_frame] = static_cast<double>(n.vision_pairs_per_frame);
+  row[row_vision_pairs_whole] = static_cast<double>(n.vision_pairs_whole);
+}
+
+inline batch_counts counts_from_row(const double* row) {
+  const auto count = [](double v) { return static_cast<std::int64_t>(v); };
+  batch_counts n;
+  n.real_tokens = count(row[row_real_tokens]);
+  n.padding_tokens = count(row[row_padding_tokens]);
+  n.documents = count(row[row_documents]);
+  n.causal_pairs = count(row[row_causal_pairs]);
+  n.items = count(row[row_items]);
+  n.patches = count(row[row_patches]);
+  n.merged_tokens = count(row[row_merged_tokens]);
+  n.vision_pairs_per_frame = count(row[row_vision_pairs_per_frame]);
+  n.vision_pairs_whole = count(row[row_vision_pairs_whole]);
+  return n;
+}
+
+}  // namespace flopmeter::detail
