@@ -28,6 +28,8 @@ macro(flopmeter_find_torch)
     endif()
     if(Torch_FOUND OR TORCH_FOUND)
       set(FLOPMETER_HAVE_TORCH ON)
+      # ProcessGroupGloo.hpp includes Gloo's own headers, which libtorch-dev does not pull in (libgloo-dev).
+      find_path(FLOPMETER_GLOO_INCLUDE_DIR gloo/algorithm.h)
     endif()
   endif()
   message(STATUS "flopmeter: LibTorch parts ${FLOPMETER_HAVE_TORCH}")

@@ -2,9 +2,11 @@
 // the only places that include LibTorch/c10d headers: they are heavy, and the c10d API changes between
 // releases (written against LibTorch 1.13).
 //
-// wait() never calls Work::wait(timeout): in 1.13 the base Work::wait throws "Operation timed out!" on a
-// timeout and treats 0 as "no timeout" (blocks forever), so wait() polls Work::isCompleted() with short
-// sleeps instead. A timeout therefore leaves the collective running, and the next wait() picks it up.
+// wait(): in 1.13 the base Work::wait(timeout) throws "Operation timed out!" on a timeout (leaving the
+// collective running) and treats 0 as "no timeout" (blocks forever). For CPU backends wait() therefore calls
+// Work::wait only with a positive timeout and catches the throw; a zero timeout is one isCompleted() poll.
+// For NCCL it polls isCompleted() and the copy-back event with short naps (Work::wait would only order
+// streams). Either way a timeout leaves the collective running, and the next wait() picks it up.
 #include "flopmeter/c10d.h"
 
 #include <algorithm>
@@ -79,6 +81,22 @@ class c10d_pending final : public pending_collective {
 
   collective_status wait(milliseconds timeout) override {
     if (status_ != collective_status::pending) return status_;
+    if (!d2h_done_ && timeout > milliseconds(0)) {
+      // CPU backends (Gloo): block on the Work's own condition variable, which wakes the moment the
+      // collective completes (polling with naps would add up to a nap of latency to every log). A timeout
+      // here only throws "Operation timed out!" from the wait; the collective keeps running.
+      try {
+        work_->wait(timeout);
+      } catch (...) {
+        // timed out, or the collective failed: poll() tells which
+      }
+      try {
+        poll();
+      } catch (...) {
+        fail(describe(std::current_exception()));
+      }
+      return status_;
+    }
     try {
       const auto deadline = steady_clock::now() + std::max(timeout, milliseconds(0));
       auto nap = std::chrono::microseconds(50);

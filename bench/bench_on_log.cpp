@@ -1,0 +1,84 @@
+// Cost of on_log over a real 4-rank Gloo group, against a bare 1-element Gloo all-reduce measured in the same
+// run (ranks are threads over a HashStore, tests/gloo_harness.h). on_log waits for the previous log's
+// collective, derives and emits its metrics (to a null sink), and starts the next collective: per log, one
+// collective of world x 18 doubles. The target is on_log within 2x of the bare all-reduce.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <vector>
+
+#include "flopmeter/c10d.h"
+#include "flopmeter/model_config.h"
+#include "flopmeter/throughput.h"
+#include "gloo_harness.h"
+
+namespace {
+
+using namespace flopmeter;
+using clock_type = std::chrono::steady_clock;
+constexpr int kWorld = 4;
+
+class null_sink : public sink {
+ protected:
+  void write_(const metrics_record&) override {}
+};
+
+// Runs `iterations` of `step` on every rank; returns rank 0's mean seconds per iteration.
+template <class Setup>
+double timed_on_ranks(std::int64_t iterations, Setup setup) {
+  double seconds = 0;
+  flopmeter_test::run_gloo_ranks(kWorld, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    auto step = setup(rank, group);
+    for (int i = 0; i < 10; ++i) step();  // warm-up: connections, first allocations
+    const auto start = clock_type::now();
+    for (std::int64_t i = 0; i < iterations; ++i) step();
+    const double elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
+    if (rank == 0) seconds = elapsed / static_cast<double>(iterations);
+  });
+  return seconds;
+}
+
+void BM_gloo_bare_allreduce_1_element(benchmark::State& state) {
+  for (auto _ : state) {
+    const double seconds = timed_on_ranks(state.range(0), [](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+      auto tensor = at::ones({1}, at::kDouble);
+      return [group, tensor]() mutable {
+        std::vector<at::Tensor> tensors = {tensor};
+        group->allreduce(tensors)->wait();
+      };
+    });
+    state.SetIterationTime(seconds);
+  }
+}
+
+void BM_on_log_4_ranks(benchmark::State& state) {
+  const model_spec spec = load_model_spec(FLOPMETER_SOURCE_DIR "/model_configs/qwen3_vl_2b.toml");
+  for (auto _ : state) {
+    const double seconds = timed_on_ranks(state.range(0), [&](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+      throughput_options o;
+      o.model = spec;
+      o.peak_tflops_per_gpu = 989.4;
+      o.emit = emit_ranks::all;  // every rank derives and writes, the worst case
+      o.sinks = {std::make_shared<null_sink>()};
+      auto plugin = throughput_plugin::create(std::move(o), make_c10d_communicator(group));
+      auto step_number = std::make_shared<std::int64_t>(0);
+      return [plugin, step_number]() {
+        static const std::vector<std::int64_t> lengths = {8192, 4096, 2048};
+        microbatch_event e;
+        e.document_lengths = lengths;
+        plugin->on_microbatch(e);
+        log_event l;
+        l.step = ++*step_number;
+        plugin->on_log(l);
+      };
+    });
+    state.SetIterationTime(seconds);
+  }
+}
+
+BENCHMARK(BM_gloo_bare_allreduce_1_element)->Arg(2000)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(3);
+BENCHMARK(BM_on_log_4_ranks)->Arg(2000)->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(3);
+
+}  // namespace
+
+BENCHMARK_MAIN();
