@@ -42,6 +42,7 @@
 #endif
 
 #include "flopmeter/error.h"
+#include "c10d_internal.h"
 
 namespace flopmeter {
 namespace {
@@ -158,8 +159,10 @@ class c10d_pending final : public pending_collective {
 
 class c10d_communicator final : public communicator {
  public:
-  explicit c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group)
+  explicit c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                             detail::device_contribution contribute = nullptr)
       : group_(std::move(group)),
+        contribute_(std::move(contribute)),
         backend_(group_->getBackendName()),
         name_("c10d:" + backend_),
         is_nccl_(backend_ == "nccl"),
@@ -187,6 +190,7 @@ class c10d_communicator final : public communicator {
       c10d::AllreduceOptions options;
       options.reduceOp = c10d::ReduceOp::SUM;
       if (!is_nccl_) {
+        if (contribute_) contribute_(host);
         std::vector<at::Tensor> tensors{host};
         c10::intrusive_ptr<c10d::Work> work = group_->allreduce(tensors, options);
         return std::make_unique<c10d_pending>(name_, std::move(work), std::move(host), nullptr, at::Tensor(),
@@ -196,6 +200,7 @@ class c10d_communicator final : public communicator {
       // NCCL: host (pinned) -> current CUDA device on the current stream; ProcessGroupNCCL orders its own
       // stream after the current one.
       at::Tensor device = host.to(at::TensorOptions().device(at::kCUDA), /*non_blocking=*/true);
+      if (contribute_) contribute_(device);
       std::vector<at::Tensor> tensors{device};
       c10::intrusive_ptr<c10d::Work> work = group_->allreduce(tensors, options);
       // For NCCL, Work::wait makes the current stream wait for the all-reduce; the host does not block
@@ -216,6 +221,7 @@ class c10d_communicator final : public communicator {
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  detail::device_contribution contribute_;
   std::string backend_;
   std::string name_;
   bool is_nccl_;
@@ -260,6 +266,12 @@ std::atomic<unsigned> gloo_env_generation{0};
 std::shared_ptr<communicator> make_c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group) {
   if (!group) throw error("make_c10d_communicator: the process group is null");
   return std::make_shared<c10d_communicator>(std::move(group));
+}
+
+std::shared_ptr<communicator> detail::make_c10d_communicator_with(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                                                  device_contribution contribute) {
+  if (!group) throw error("make_c10d_communicator: the process group is null");
+  return std::make_shared<c10d_communicator>(std::move(group), std::move(contribute));
 }
 
 std::shared_ptr<communicator> make_gloo_communicator_from_env(std::chrono::milliseconds timeout) {

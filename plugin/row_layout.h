@@ -35,6 +35,7 @@ enum row_field : std::size_t {
   row_data_seconds,
   row_forward_backward_seconds,
   row_present,               // 1 for every rank that filled its row
+  row_device_rejected,       // micro-batches the tensor path rejected on the device (added there)
   kRowFields
 };
 

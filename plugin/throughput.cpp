@@ -4,7 +4,20 @@
 // other rows and all-reduces with SUM: afterwards every rank holds every rank's row (an all-gather done as
 // an all-reduce, which every backend supports). From the rows each rank derives DP-group sums, world maxima
 // and the per-rank top-k breakdown locally, so one collective serves every metric. At 16,384 ranks the
-// buffer is 16,384 x 12 x 8 B = 1.5 MiB per log.
+// buffer is 16,384 x 18 x 8 B = 2.25 MiB per log.
+//
+// Every row carries the log's sequence number (row_present): every rank counts its on_log calls, and they
+// all call on_log at the same steps, so the rows of one collective agree unless collectives were paired
+// across different logs (a rank that gave up on a collective its peers still ran). Such a result is
+// discarded, never derived: a mix of intervals would be a wrong number.
+//
+// Failures. A failed or timed-out collective costs its interval. After kMaxConsecutiveFailures in a row
+// the plugin backs off: it stops blocking on_log for the timeout and issues a collective (a probe) only at
+// logs whose sequence number is a multiple of kRetryEveryLogs — the same logs on every rank, since the
+// schedule depends on nothing but the sequence number — and polls it without waiting at later logs. A
+// probe still pending is kept (no new collective until it resolves), so a rank that is ahead cannot run
+// further ahead of a slow one. When a probe completes with matching rows, its interval is emitted and
+// reporting resumes with one collective per log.
 //
 // Deferral. on_log(k) closes interval k and starts its collective; the metrics of interval k are derived and
 // emitted at on_log(k+1) (or flush()), after waiting for that collective — which by then has had a whole log
@@ -32,6 +45,11 @@ using namespace detail;  // row_layout.h
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr int kMaxConsecutiveFailures = 3;
+constexpr std::int64_t kRetryEveryLogs = 16;
+// Counts travel in the row as doubles, which hold integers exactly up to 2^53. derive() refuses a row
+// with a count beyond it (or negative, or not a number) rather than round it or, at 2^63, convert it back
+// to int64 with undefined behaviour. Reaching it takes 9e15 tokens or pairs in one rank's interval.
+constexpr double kMaxExactCount = 9007199254740992.0;  // 2^53
 constexpr std::chrono::seconds kWarnEvery{60};
 
 double seconds_now() {
@@ -134,10 +152,17 @@ class throughput_plugin::impl {
       }
       interval_counters next = current_;
       next.counts += counts;
-      next.samples += event.samples;
+      // Checked like the counts: samples or label tokens summed past int64 (a trainer passing garbage) were
+      // signed overflow, and a loss sum past the double range an infinite train/loss.
+      if (__builtin_add_overflow(next.samples, event.samples, &next.samples)) {
+        throw error("flopmeter: the interval's sample count overflows a 64-bit count");
+      }
       if (event.loss_sum && event.label_tokens) {
         next.loss_sum += *event.loss_sum;
-        next.label_tokens += *event.label_tokens;
+        if (!std::isfinite(next.loss_sum)) throw error("flopmeter: the interval's loss sum is not finite");
+        if (__builtin_add_overflow(next.label_tokens, *event.label_tokens, &next.label_tokens)) {
+          throw error("flopmeter: the interval's label token count overflows a 64-bit count");
+        }
       }
       current_ = next;
     } catch (const std::exception& e) {
@@ -152,15 +177,22 @@ class throughput_plugin::impl {
       ++health_.events_after_flush;
       return;
     }
+    // Each stage is guarded on its own: whatever fails, this rank still takes part in the log's collective
+    // (the other ranks are issuing theirs) and the next interval starts here.
+    ++log_sequence_;
+    const double now = read_clock();
     try {
-      const double now = clock_();
       emit_in_flight();
-      start_collective(event, now - interval_start_);
-      interval_start_ = now;
-      current_ = interval_counters{};
     } catch (const std::exception& e) {
       warn_rate_limited(last_log_warning_, "flopmeter: on_log failed: {}", e.what());
     }
+    try {
+      start_collective(event, now - interval_start_);
+    } catch (const std::exception& e) {
+      warn_rate_limited(last_log_warning_, "flopmeter: on_log failed: {}", e.what());
+    }
+    interval_start_ = now;
+    current_ = interval_counters{};
   }
 
   void flush() noexcept {
@@ -187,6 +219,18 @@ class throughput_plugin::impl {
     log_event event;
   };
 
+  // The clock, or NaN when it throws. A NaN (or a clock that went backwards) makes the intervals on either
+  // side of it non-positive or not a number: derive() skips them and the one after is measured again.
+  double read_clock() noexcept {
+    try {
+      return clock_();
+    } catch (...) {
+      return std::numeric_limits<double>::quiet_NaN();
+    }
+  }
+
+  bool backing_off() const { return consecutive_failures_ >= kMaxConsecutiveFailures; }
+
   template <class... Args>
   void warn_rate_limited(std::chrono::steady_clock::time_point& last, const char* format, const Args&... args) noexcept {
     try {
@@ -202,9 +246,9 @@ class throughput_plugin::impl {
   // Fills this rank's row and starts the interval's collective (every rank, every log: never gated on
   // local data).
   void start_collective(const log_event& event, double interval_seconds) {
-    if (consecutive_failures_ >= kMaxConsecutiveFailures) {
-      // The group is broken (a peer died or hangs); issuing more collectives would block every log for the
-      // timeout. Metrics stay off for the rest of the run; the training loop is not our call to stop.
+    if (backing_off() && (in_flight_.pending || log_sequence_ % kRetryEveryLogs != 0)) {
+      // The group is broken or far behind (a peer died or hangs): a collective per log would block every
+      // log for the timeout. Only a probe at the shared retry logs, and none while one is still out.
       ++health_.skipped_intervals;
       return;
     }
@@ -219,9 +263,10 @@ class throughput_plugin::impl {
     row[row_microbatches] = static_cast<double>(current_.microbatches);
     row[row_interval_seconds] = interval_seconds;
     row[row_peak_memory_bytes] = event.peak_memory_bytes ? static_cast<double>(*event.peak_memory_bytes) : 0.0;
-    row[row_data_seconds] = event.data_time ? event.data_time->count() : 0.0;
-    row[row_forward_backward_seconds] = event.forward_backward_time ? event.forward_backward_time->count() : 0.0;
-    row[row_present] = 1.0;
+    row[row_data_seconds] = seconds_or_zero(event.data_time);
+    row[row_forward_backward_seconds] = seconds_or_zero(event.forward_backward_time);
+    if (event.peak_memory_bytes && *event.peak_memory_bytes < 0) row[row_peak_memory_bytes] = 0.0;
+    row[row_present] = static_cast<double>(log_sequence_);
     in_flight_.event = event;
     ++health_.collectives_started;
     try {
@@ -232,21 +277,33 @@ class throughput_plugin::impl {
     }
   }
 
+  // A time the trainer gave, or 0 (not reported) when it is negative or not finite: one rank's NaN would
+  // otherwise hide the others' figures in the world maximum, and an infinity is not a duration.
+  static double seconds_or_zero(const std::optional<std::chrono::duration<double>>& time) {
+    if (!time) return 0.0;
+    const double seconds = time->count();
+    return std::isfinite(seconds) && seconds > 0 ? seconds : 0.0;
+  }
+
   void collective_failed(const std::string& why) {
     ++health_.failed_collectives;
     ++health_.skipped_intervals;
     ++consecutive_failures_;
     warn_rate_limited(last_collective_warning_, "flopmeter: metrics of step {} skipped: {}{}", in_flight_.event.step, why,
-                      consecutive_failures_ >= kMaxConsecutiveFailures
-                          ? " (collective disabled after repeated failures)" : "");
+                      backing_off() ? " (after repeated failures, retrying every " + std::to_string(kRetryEveryLogs) +
+                                          " logs without blocking)"
+                                    : std::string());
   }
 
   // Waits for the previous log's collective and emits its metrics.
   void emit_in_flight() {
     if (!in_flight_.pending) return;
+    // Backing off, a probe is only polled: a broken group must not block every log.
+    const std::chrono::milliseconds timeout = backing_off() ? std::chrono::milliseconds(0) : options_.collective_timeout;
     const double wait_start = seconds_now();
-    const collective_status status = in_flight_.pending->wait(options_.collective_timeout);
+    const collective_status status = in_flight_.pending->wait(timeout);
     const double log_wait_ms = (seconds_now() - wait_start) * 1e3;
+    if (status == collective_status::pending && backing_off()) return;  // the probe stays out; see start_collective
     if (status != collective_status::done) {
       collective_failed(status == collective_status::pending
                             ? "the collective did not finish within " +
@@ -256,7 +313,13 @@ class throughput_plugin::impl {
       return;
     }
     in_flight_.pending.reset();
+    if (!rows_of_one_log()) {
+      collective_failed("the ranks' rows belong to different logs (collectives were paired out of order)");
+      return;
+    }
     consecutive_failures_ = 0;
+    // Batches a tensor path rejected on the device surface here, one log later, without a sync.
+    health_.bad_microbatches += static_cast<std::uint64_t>(row(rank_)[row_device_rejected]);
     const double emit_start = seconds_now();
     metrics_record record;
     if (!derive(log_wait_ms, record)) {
@@ -275,6 +338,15 @@ class throughput_plugin::impl {
 
   const double* row(std::int64_t r) const { return buffer_.data() + static_cast<std::size_t>(r) * kRowFields; }
 
+  // True when every rank's row carries the sequence number of the log this collective was started at.
+  bool rows_of_one_log() const {
+    const double expected = row(rank_)[row_present];
+    for (std::int64_t r = 0; r < world_; ++r) {
+      if (row(r)[row_present] != expected) return false;
+    }
+    return true;
+  }
+
   // Derives every metric from the gathered rows. Returns false (interval skipped) when a rank's row is
   // missing or its interval time is not positive: a rate over a zero or negative interval is not a number.
   bool derive(double log_wait_ms, metrics_record& record) {
@@ -288,11 +360,20 @@ class throughput_plugin::impl {
     for (std::int64_t r = 0; r < world_; ++r) {
       const double* x = row(r);
       const double t = x[row_interval_seconds];
-      if (x[row_present] != 1.0 || !(t > 0) || !std::isfinite(t)) {
+      if (!(t > 0) || !std::isfinite(t)) {
         warn_rate_limited(last_interval_warning_,
                           "flopmeter: metrics of step {} skipped: rank {} reported an interval of {} s", in_flight_.event.step,
                           r, t);
         return false;
+      }
+      for (std::size_t f = 0; f < kRowCountFields; ++f) {
+        if (!(x[f] >= 0 && x[f] <= kMaxExactCount)) {
+          warn_rate_limited(last_interval_warning_,
+                            "flopmeter: metrics of step {} skipped: rank {} reported a count of {} in one interval, "
+                            "beyond the 2^53 a row carries exactly",
+                            in_flight_.event.step, r, x[f]);
+          return false;
+        }
       }
       rank_row& out = per_rank_[static_cast<std::size_t>(r)];
       const batch_counts counts = counts_from_row(x);
@@ -432,6 +513,7 @@ class throughput_plugin::impl {
   double samples_seen_ = 0;
   double last_emit_ms_ = 0;
   int consecutive_failures_ = 0;
+  std::int64_t log_sequence_ = 0;  // on_log calls so far; the same on every rank (the rows' tag)
   bool flushed_ = false;
   throughput_health health_;
   std::chrono::steady_clock::time_point last_batch_warning_{}, last_log_warning_{}, last_collective_warning_{},

@@ -1,0 +1,231 @@
+// The LibTorch tensor path: batch counts computed and accumulated with ATen ops on the batch's device, added
+// into the log's collective on that device, read back after the collective (see flopmeter/torch.h).
+//
+// Every op below is asynchronous on CUDA: comparisons and sums produce device tensors, the validity mask
+// multiplies the counts instead of branching on them, and host-known facts (tensor shapes, padding) enter as
+// constants. Nothing calls .item(), .cpu() or a synchronising copy.
+#include "flopmeter/torch.h"
+
+#include <ATen/ATen.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <string>
+
+#include "c10d_internal.h"
+#include "flopmeter/c10d.h"
+#include "flopmeter/error.h"
+#include "row_layout.h"
+
+namespace flopmeter {
+namespace {
+
+using namespace detail;  // row_layout.h
+
+// Overflow-safe bounds for counting on the device in int64: a document of L <= 2^31 tokens has
+// L(L+1)/2 < 2^61 pairs; an item of P = t*h*w <= 2^31 patches has P^2 <= 2^62 pairs. Larger entries are
+// invalid (the host path checks exactly instead; nothing real comes near these).
+constexpr std::int64_t kMaxDocumentTokens = std::int64_t{1} << 31;
+constexpr std::int64_t kMaxItemPatches = std::int64_t{1} << 31;
+constexpr std::int64_t kCountEntries = static_cast<std::int64_t>(kRowCountFields) + 1;  // + invalid entries
+
+at::Tensor constant(std::int64_t value, const at::TensorOptions& options) { return at::full({}, value, options); }
+
+at::Tensor half_floor(const at::Tensor& x) { return at::div(x, 2, "floor"); }
+
+}  // namespace
+
+at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry& g) {
+  const bool has_cu = b.cu_seqlens.defined() && b.cu_seqlens.numel() > 0;
+  const bool has_positions = b.positions.defined() && b.positions.numel() > 0;
+  const bool has_grids = b.grid_thw.defined() && b.grid_thw.numel() > 0;
+  // Shape facts are known on the host: reject those at once.
+  if (has_cu && has_positions) throw error("flopmeter: a tensor micro-batch gives both cu_seqlens and positions");
+  if (has_cu && b.cu_seqlens.dim() != 1) throw error("flopmeter: cu_seqlens must be 1-D");
+  if (has_positions && b.positions.dim() != 1) throw error("flopmeter: positions must be 1-D");
+  if (has_grids && (b.grid_thw.dim() != 2 || b.grid_thw.size(1) != 3)) {
+    throw error("flopmeter: grid_thw must have shape [items, 3]");
+  }
+  if (has_grids && !g.has_vision) throw error("flopmeter: the batch has image grids but the model has no vision tower");
+  if (b.padding_tokens < 0) throw error("flopmeter: padding_tokens must be >= 0 (got " + std::to_string(b.padding_tokens) + ")");
+
+  const c10::Device device = has_cu ? b.cu_seqlens.device()
+                             : has_positions ? b.positions.device()
+                             : has_grids ? b.grid_thw.device()
+                                         : c10::Device(c10::kCPU);
+  const auto options = at::TensorOptions().dtype(at::kLong).device(device);
+  at::Tensor zero = at::zeros({}, options);
+  at::Tensor real = zero, documents = zero, pairs = zero, invalid = zero;
+
+  if (has_cu) {
+    const at::Tensor cu = b.cu_seqlens.to(at::kLong);
+    const std::int64_t n = cu.numel();
+    documents = constant(n - 1, options);
+    invalid = invalid + (cu.select(0, 0) != 0).to(at::kLong);
+    if (n > 1) {
+      const at::Tensor lengths = cu.slice(0, 1) - cu.slice(0, 0, n - 1);
+      invalid = invalid + (lengths < 0).sum() + (lengths > kMaxDocumentTokens).sum();
+      const at::Tensor safe = lengths.clamp(0, kMaxDocumentTokens);
+      real = safe.sum();
+      pairs = half_floor(safe * (safe + 1)).sum();  // L(L+1)/2 per document
+    }
+  } else if (has_positions) {
+    const at::Tensor p = b.positions.to(at::kLong);
+    const std::int64_t n = p.numel();
+    real = constant(n, options);
+    documents = (p == 0).sum();
+    invalid = invalid + (p.select(0, 0) != 0).to(at::kLong) + (p >= kMaxDocumentTokens).sum();
+    if (n > 1) {
+      const at::Tensor current = p.slice(0, 1), previous = p.slice(0, 0, n - 1);
+      invalid = invalid + ((current != 0) & (current != previous + 1)).sum();
+    }
+    // The reference's sum(positions + 1): L(L+1)/2 per document once the runs are valid.
+    pairs = (p.clamp(0, kMaxDocumentTokens) + 1).sum();
+  }
+
+  at::Tensor items = zero, patches = zero, merged = zero, per_frame = zero, whole = zero;
+  if (has_grids) {
+    const at::Tensor grid = b.grid_thw.to(at::kLong);
+    const std::int64_t m = g.spatial_merge_size;
+    const at::Tensor t = grid.select(1, 0), h = grid.select(1, 1), w = grid.select(1, 2);
+    // Bounds first, in double (exact enough to compare against 2^31), so no int64 product can overflow.
+    const at::Tensor too_large = (t.to(at::kDouble) * h.to(at::kDouble) * w.to(at::kDouble)) > static_cast<double>(kMaxItemPatches);
+    const at::Tensor row_bad = (grid < 1).any(1) | (h.remainder(m) != 0) | (w.remainder(m) != 0) | too_large;
+    invalid = invalid + row_bad.sum();
+    const at::Tensor ok = (~row_bad).to(at::kLong);
+    // Invalid rows are replaced by (1, m, m) and masked out below, so their products stay small.
+    const at::Tensor ts = at::where(row_bad, at::ones_like(t), t), hs = at::where(row_bad, at::full_like(h, m), h),
+                     ws = at::where(row_bad, at::full_like(w, m), w);
+    const at::Tensor frame = hs * ws, item_patches = ts * frame;
+    items = constant(grid.size(0), options);
+    patches = (item_patches * ok).sum();
+    merged = (at::div(item_patches, m * m, "floor") * ok).sum();
+    per_frame = (ts * frame * frame * ok).sum();
+    whole = (item_patches * item_patches * ok).sum();
+  }
+  return at::stack({real, constant(b.padding_tokens, options), documents, pairs, items, patches, merged, per_frame,
+                    whole, invalid});
+}
+
+batch_counts to_batch_counts(const at::Tensor& counts) {
+  const at::Tensor host = counts.to(at::kCPU).to(at::kLong).contiguous();
+  if (host.numel() < static_cast<std::int64_t>(kRowCountFields)) throw error("to_batch_counts: too few entries");
+  const std::int64_t* v = host.data_ptr<std::int64_t>();
+  batch_counts n;
+  n.real_tokens = v[row_real_tokens];
+  n.padding_tokens = v[row_padding_tokens];
+  n.documents = v[row_documents];
+  n.causal_pairs = v[row_causal_pairs];
+  n.items = v[row_items];
+  n.patches = v[row_patches];
+  n.merged_tokens = v[row_merged_tokens];
+  n.vision_pairs_per_frame = v[row_vision_pairs_per_frame];
+  n.vision_pairs_whole = v[row_vision_pairs_whole];
+  return n;
+}
+
+class tensor_throughput::impl {
+ public:
+  impl(throughput_options options, c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device)
+      : geometry_(geometry_of(options.model)), device_(device) {
+    if (!group) throw error("tensor_throughput: the process group is null");
+    const std::string backend = group->getBackendName();
+    if ((backend == "nccl") != device.is_cuda()) {
+      throw error("tensor_throughput: the counters live on " + device.str() + " but the '" + backend +
+                  "' group all-reduces on " + (backend == "nccl" ? "CUDA" : "the CPU") +
+                  "; a mismatch would need a synchronising copy per log");
+    }
+    accumulated_ = at::zeros({kCountEntries}, at::TensorOptions().dtype(at::kLong).device(device));
+    logger_ = options.logger;
+    if (!logger_) {
+      // Private and unregistered, like the plugin's own: the trainer's spdlog registry is not ours to touch.
+      logger_ = std::make_shared<spdlog::logger>("flopmeter", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    }
+    rank_ = group->getRank();
+    auto comm = make_c10d_communicator_with(std::move(group), [this](at::Tensor& buffer) { contribute(buffer); });
+    plugin_ = throughput_plugin::create(std::move(options), std::move(comm));
+  }
+
+  void on_microbatch(const tensor_microbatch& batch) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    try {
+      const at::Tensor counts = tensor_batch_counts(batch, geometry_).to(device_, /*non_blocking=*/true);
+      const at::Tensor valid = (counts.select(0, kCountEntries - 1) == 0).to(at::kLong);
+      accumulated_.slice(0, 0, kCountEntries - 1).add_(counts.slice(0, 0, kCountEntries - 1) * valid);
+      accumulated_.select(0, kCountEntries - 1).add_(1 - valid);
+    } catch (const std::exception& e) {
+      try {
+        accumulated_.select(0, kCountEntries - 1).add_(1);  // counted, on the device, with the others
+        logger_->warn("flopmeter: tensor micro-batch not counted: {}", e.what());
+      } catch (...) {
+      }
+    }
+    // The micro-batch ran whatever its description: the plugin counts it for step time, samples and loss.
+    microbatch_event host;
+    host.samples = batch.samples;
+    host.loss_sum = batch.loss_sum;
+    host.label_tokens = batch.label_tokens;
+    plugin_->on_microbatch(host);
+  }
+
+  void on_microbatch(const microbatch_event& event) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_->on_microbatch(event);
+  }
+
+  void on_log(const log_event& event) noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);  // contribute() runs inside, under this lock
+    plugin_->on_log(event);
+  }
+
+  void flush() noexcept {
+    std::lock_guard<std::mutex> lock(mutex_);
+    plugin_->flush();
+  }
+
+  throughput_plugin& plugin() { return *plugin_; }
+
+ private:
+  // Adds the interval's device counts into this rank's row of the collective buffer, on the device, and
+  // starts the next interval's accumulation. Called by the communicator inside on_log (lock held).
+  void contribute(at::Tensor& buffer) {
+    if (buffer.device() != accumulated_.device()) {
+      throw error("tensor_throughput: the collective runs on " + buffer.device().str() + ", the counters on " +
+                  accumulated_.device().str());
+    }
+    const std::int64_t row = rank_ * static_cast<std::int64_t>(kRowFields);
+    buffer.narrow(0, row, static_cast<std::int64_t>(kRowCountFields))
+        .add_(accumulated_.slice(0, 0, kCountEntries - 1).to(at::kDouble));
+    buffer.select(0, row + static_cast<std::int64_t>(row_device_rejected))
+        .add_(accumulated_.select(0, kCountEntries - 1).to(at::kDouble));
+    accumulated_.zero_();
+  }
+
+  vision_geometry geometry_;
+  c10::Device device_;
+  std::shared_ptr<spdlog::logger> logger_;
+  std::shared_ptr<throughput_plugin> plugin_;
+  at::Tensor accumulated_;
+  std::int64_t rank_ = 0;
+  std::mutex mutex_;
+};
+
+std::shared_ptr<tensor_throughput> tensor_throughput::create(throughput_options options,
+                                                             c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                                             c10::Device device) {
+  return std::shared_ptr<tensor_throughput>(
+      new tensor_throughput(std::make_unique<impl>(std::move(options), std::move(group), device)));
+}
+
+tensor_throughput::tensor_throughput(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
+tensor_throughput::~tensor_throughput() = default;
+
+void tensor_throughput::on_microbatch(const tensor_microbatch& batch) noexcept { impl_->on_microbatch(batch); }
+void tensor_throughput::on_microbatch(const microbatch_event& event) noexcept { impl_->on_microbatch(event); }
+void tensor_throughput::on_log(const log_event& event) noexcept { impl_->on_log(event); }
+void tensor_throughput::flush() noexcept { impl_->flush(); }
+throughput_plugin& tensor_throughput::plugin() { return impl_->plugin(); }
+throughput_health tensor_throughput::health() const { return impl_->plugin().health(); }
+
+}  // namespace flopmeter
