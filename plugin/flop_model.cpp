@@ -18,6 +18,8 @@ __extension__ typedef __int128 int128;
 
 // fwd + dgrad + wgrad (3) x FLOPs per multiply-add (2).
 constexpr int128 kTrain = 3 * 2;
+// A layer whose input needs no gradient (the first one, on pixels): fwd + wgrad (2) x 2.
+constexpr int128 kForwardAndWeightGradient = 2 * 2;
 
 // Coefficients are formed in 128-bit arithmetic from sizes the loader caps at 2^31, so no intermediate can
 // overflow; the result must still fit the int64 the public struct holds.
@@ -126,8 +128,11 @@ coefficients compute_coefficients(const model_spec& spec) {
     c.vision_per_patch = to_coefficient(kTrain * v.depth * vit_block_macs(v), "vision_per_patch");
     c.vision_attn_pair = to_coefficient(kTrain * v.depth * 2 * v.hidden_size, "vision_attn_pair");
     // The patch embedding is a Conv3d with stride = kernel, i.e. a linear map of
-    // in_channels * temporal_patch_size * patch_size^2 inputs to hv, once per patch.
-    c.patch_embed_per_patch = to_coefficient(kTrain * v.patch_input_size() * v.hidden_size, "patch_embed_per_patch");
+    // in_channels * temporal_patch_size * patch_size^2 inputs to hv, once per patch. Its input is pixels,
+    // which need no gradient: backward runs only the weight-gradient GEMM, so training costs
+    // forward + wgrad = 2 GEMMs, 4 FLOPs per multiply-add (measured by the example's FLOP test).
+    c.patch_embed_per_patch =
+        to_coefficient(kForwardAndWeightGradient * v.patch_input_size() * v.hidden_size, "patch_embed_per_patch");
     // The final merger plus one DeepStack merger per index (Qwen3-VL), each per merged token.
     c.merger_per_merged_token = to_coefficient(kTrain * v.num_mergers() * merger_macs(v), "merger_per_merged_token");
     c.patches_per_merged_token = v.spatial_merge_size * v.spatial_merge_size;

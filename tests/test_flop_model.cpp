@@ -39,13 +39,14 @@ struct expected_coefficients {
 //   dense = 6*(28*(12,582,912 + 37,748,736) + 311,164,928) = 6*1,720,451,072 = 10,322,706,432
 //   pair  = 6 * 2*nh*hd * 28 = 6*4096*28                                      = 688,128
 //   ViT: depth 24, hv 1024, Iv 4096: 6*24*(4*1024^2 + 2*1024*4096) = 144*12,582,912 = 1,811,939,328
-//   ViT pair 6*24*2*1024 = 294,912; patch embed 6*1536*1024 = 9,437,184
+//   ViT pair 6*24*2*1024 = 294,912; patch embed 4*1536*1024 = 6,291,456 (pixels need no gradient:
+//   forward + weight gradient only, 2 GEMMs x 2 FLOPs)
 //   mergers (1 + 3 deepstack), width 4*1024 = 4096: 6*4*(4096^2 + 4096*2048) = 24*25,165,824 = 603,979,776
 //
 // qwen3_vl_4b: h=2560, L=36, nh=32, nkv=8, hd=128, I=9728, V=151936.
 //   attention 2560*(4096 + 2048 + 4096) = 26,214,400; SwiGLU 3*2560*9728 = 74,711,040; logits 2560*151936 = 388,956,160
 //   dense = 6*(36*100,925,440 + 388,956,160) = 6*4,022,272,000 = 24,133,632,000
-//   pair = 6*2*32*128*36 = 1,769,472; ViT as 2B (same tower) = 1,811,939,328, pair 294,912, embed 9,437,184
+//   pair = 6*2*32*128*36 = 1,769,472; ViT as 2B (same tower) = 1,811,939,328, pair 294,912, embed 6,291,456
 //   mergers 6*4*(4096^2 + 4096*2560) = 24*27,262,976 = 654,311,424
 //
 // qwen3_5_0_8b: h=1024, L=24 (6 full at i=3,7,..; 18 Gated DeltaNet), nh=8, nkv=2, hd=256, gate on, I=3584,
@@ -58,13 +59,13 @@ struct expected_coefficients {
 //   dense = 6*(6*7,340,032 + 18*11,591,680 + 24*11,010,048 + 254,279,680) = 6*771,211,264 = 4,627,267,584
 //   pair = 6*2*8*256*6 = 147,456
 //   ViT: depth 12, hv 768, Iv 3072: 6*12*(4*768^2 + 2*768*3072) = 72*7,077,888 = 509,607,936; pair 6*12*2*768 = 110,592
-//   embed 6*1536*768 = 7,077,888; one merger, width 3072: 6*(3072^2 + 3072*1024) = 75,497,472
+//   embed 4*1536*768 = 4,718,592; one merger, width 3072: 6*(3072^2 + 3072*1024) = 75,497,472
 //
 // qwen3_5_2b: h=2048, L=24 (6 full), nh=8, nkv=2, hd=256, gate, I=6144, V=248320; DeltaNet Hk=Hv=16.
 //   full attention 2048*7168 = 14,680,064; DeltaNet: in_proj 2048*8224 = 16,842,752, conv 24,576,
 //     delta 1,048,576, out 4,194,304 -> 22,110,208; SwiGLU 37,748,736; logits 2048*248320 = 508,559,360
 //   dense = 6*(6*14,680,064 + 18*22,110,208 + 24*37,748,736 + 508,559,360) = 6*1,900,593,152 = 11,403,558,912
-//   pair = 147,456; ViT (depth 24, hv 1024) 1,811,939,328, pair 294,912, embed 9,437,184
+//   pair = 147,456; ViT (depth 24, hv 1024) 1,811,939,328, pair 294,912, embed 6,291,456
 //   one merger, width 4096: 6*(4096^2 + 4096*2048) = 150,994,944
 //
 // qwen3_5_9b: h=4096, L=32 (8 full), nh=16, nkv=4, hd=256, gate, I=12288, V=248320; DeltaNet Hk=16, Hv=32.
@@ -75,14 +76,14 @@ struct expected_coefficients {
 //   dense = 6*(8*58,720,256 + 24*69,500,928 + 32*150,994,944 + 1,017,118,720) = 6*7,986,741,248 = 47,920,447,488
 //   pair = 6*2*16*256*8 = 393,216
 //   ViT: depth 27, hv 1152, Iv 4304: 6*27*(4*1152^2 + 2*1152*4304) = 162*15,224,832 = 2,466,422,784
-//   ViT pair 6*27*2*1152 = 373,248; embed 6*1536*1152 = 10,616,832
+//   ViT pair 6*27*2*1152 = 373,248; embed 4*1536*1152 = 7,077,888
 //   one merger, width 4608: 6*(4608^2 + 4608*4096) = 6*40,108,032 = 240,648,192
 const expected_coefficients kShipped[] = {
-    {"qwen3_vl_2b", 10322706432, 688128, 1811939328, 294912, 9437184, 603979776},
-    {"qwen3_vl_4b", 24133632000, 1769472, 1811939328, 294912, 9437184, 654311424},
-    {"qwen3_5_0_8b", 4627267584, 147456, 509607936, 110592, 7077888, 75497472},
-    {"qwen3_5_2b", 11403558912, 147456, 1811939328, 294912, 9437184, 150994944},
-    {"qwen3_5_9b", 47920447488, 393216, 2466422784, 373248, 10616832, 240648192},
+    {"qwen3_vl_2b", 10322706432, 688128, 1811939328, 294912, 6291456, 603979776},
+    {"qwen3_vl_4b", 24133632000, 1769472, 1811939328, 294912, 6291456, 654311424},
+    {"qwen3_5_0_8b", 4627267584, 147456, 509607936, 110592, 4718592, 75497472},
+    {"qwen3_5_2b", 11403558912, 147456, 1811939328, 294912, 6291456, 150994944},
+    {"qwen3_5_9b", 47920447488, 393216, 2466422784, 373248, 7077888, 240648192},
 };
 
 class shipped_coefficients : public ::testing::TestWithParam<expected_coefficients> {};
@@ -153,11 +154,11 @@ TEST(coefficients, small_model_by_hand) {
   // dense = 6*(2*(192 + 384) + 80) = 6*1232 = 7392.  pair = 6*2*2*4*2 = 192.
   EXPECT_EQ(c.dense_per_token, 7392);
   EXPECT_EQ(c.text_attn_pair, 192);
-  // ViT: 6*1*(4*16 + 2*4*8) = 6*128 = 768; pair 6*1*2*4 = 48; embed 6*(1*1*4)*4 = 96;
+  // ViT: 6*1*(4*16 + 2*4*8) = 6*128 = 768; pair 6*1*2*4 = 48; embed 4*(1*1*4)*4 = 64 (no input gradient);
   // merger width 16: 6*(256 + 16*8) = 2304.
   EXPECT_EQ(c.vision_per_patch, 768);
   EXPECT_EQ(c.vision_attn_pair, 48);
-  EXPECT_EQ(c.patch_embed_per_patch, 96);
+  EXPECT_EQ(c.patch_embed_per_patch, 64);
   EXPECT_EQ(c.merger_per_merged_token, 2304);
 }
 
@@ -200,11 +201,11 @@ TEST(batch, flops_by_term_and_scope) {
   EXPECT_EQ(complete.text_attention, 192.0 * 21);
   EXPECT_EQ(complete.vision_dense, 768.0 * 8);
   EXPECT_EQ(complete.vision_attention, 48.0 * 32);
-  EXPECT_EQ(complete.patch_embed, 96.0 * 8);
+  EXPECT_EQ(complete.patch_embed, 64.0 * 8);
   EXPECT_EQ(complete.merger, 2304.0 * 2);
   EXPECT_EQ(complete.mtp, 0.0);
-  // 73920 + 4032 + 6144 + 1536 + 768 + 4608 = 91008
-  EXPECT_EQ(complete.total(), 91008.0);
+  // 73920 + 4032 + 6144 + 1536 + 512 + 4608 = 90752
+  EXPECT_EQ(complete.total(), 90752.0);
   const flop_breakdown seed = compute_flops(c, n, flop_scope::seed);
   // The reference bills the video's attention over all 8 patches at once (64 pairs) and leaves out the
   // patch embedding and mergers: 73920 + 4032 + 6144 + 48*64 = 87168.

@@ -1,0 +1,495 @@
+// The example VLM; see model.h for what runs and why. Each matmul block sits inside a
+// "flopmeter_cat:<category>" RecordFunction scope (FLOP_SCOPE below) so tests/test_example_flops.cpp can
+// attribute the GEMMs LibTorch executes, forward and backward.
+#include "model.h"
+
+#include <ATen/record_function.h>
+#include <torch/nn/functional.h>
+#include <torch/nn/init.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace vlm {
+namespace {
+
+namespace F = torch::nn::functional;
+
+// Opens the category scope for the rest of the enclosing block. The literal is concatenated at compile time
+// so the observer sees e.g. "flopmeter_cat:text_mlp".
+#define VLM_FLOP_SCOPE(category_literal) RECORD_USER_SCOPE("flopmeter_cat:" category_literal)
+
+// One contiguous piece of the row: a document, or the padding tail.
+struct segment {
+  std::int64_t start = 0;
+  std::int64_t length = 0;
+  bool is_document = true;
+};
+
+std::vector<segment> segments_of(const model_batch& b) {
+  std::vector<segment> out;
+  std::int64_t start = 0;
+  for (const std::int64_t length : b.document_lengths) {
+    out.push_back({start, length, true});
+    start += length;
+  }
+  if (b.padding_tokens > 0) out.push_back({start, b.padding_tokens, false});
+  return out;
+}
+
+torch::nn::Linear linear(std::int64_t in, std::int64_t out, bool bias) {
+  torch::nn::Linear layer(torch::nn::LinearOptions(in, out).bias(bias));
+  // HF-style initialisation (initializer_range = 0.02): small enough that the tied logits start near uniform.
+  torch::NoGradGuard no_grad;
+  layer->weight.normal_(0.0, 0.02);
+  if (bias) layer->bias.zero_();
+  return layer;
+}
+
+}  // namespace
+
+// ---- building blocks ---------------------------------------------------------------------------------------
+
+// RMSNorm over the last dimension (Qwen's, without the bias).
+class rms_norm_impl : public torch::nn::Module {
+ public:
+  explicit rms_norm_impl(std::int64_t width, double eps = 1e-6) : eps_(eps) {
+    weight_ = register_parameter("weight", torch::ones({width}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps_) * weight_;
+  }
+
+ private:
+  double eps_;
+  torch::Tensor weight_;
+};
+
+// SwiGLU: down(silu(gate(x)) * up(x)); gate and up h -> I, down I -> h, no bias.
+class swiglu_impl : public torch::nn::Module {
+ public:
+  explicit swiglu_impl(const flopmeter::text_spec& t)
+      : gate_(register_module("gate_proj", linear(t.hidden_size, t.intermediate_size, false))),
+        up_(register_module("up_proj", linear(t.hidden_size, t.intermediate_size, false))),
+        down_(register_module("down_proj", linear(t.intermediate_size, t.hidden_size, false))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    VLM_FLOP_SCOPE("text_mlp");
+    return down_(F::silu(gate_(x)) * up_(x));
+  }
+
+ private:
+  torch::nn::Linear gate_, up_, down_;
+};
+
+// Interface of a decoder token mixer over a packed row [T, h].
+class token_mixer : public torch::nn::Module {
+ public:
+  virtual torch::Tensor mix(const torch::Tensor& x, const std::vector<segment>& segments) = 0;
+};
+
+// GQA softmax attention per document, with Qwen3.5's sigmoid output gate when attn_output_gate.
+class full_attention_impl : public token_mixer {
+ public:
+  explicit full_attention_impl(const flopmeter::text_spec& t)
+      : heads_(t.num_attention_heads),
+        kv_heads_(t.num_key_value_heads),
+        head_dim_(t.head_dim),
+        gated_(t.attn_output_gate),
+        q_proj_(register_module("q_proj", linear(t.hidden_size, t.num_attention_heads * t.head_dim * (gated_ ? 2 : 1), false))),
+        k_proj_(register_module("k_proj", linear(t.hidden_size, t.num_key_value_heads * t.head_dim, false))),
+        v_proj_(register_module("v_proj", linear(t.hidden_size, t.num_key_value_heads * t.head_dim, false))),
+        o_proj_(register_module("o_proj", linear(t.num_attention_heads * t.head_dim, t.hidden_size, false))),
+        q_norm_(register_module("q_norm", std::make_shared<rms_norm_impl>(t.head_dim))),
+        k_norm_(register_module("k_norm", std::make_shared<rms_norm_impl>(t.head_dim))) {}
+
+  torch::Tensor mix(const torch::Tensor& x, const std::vector<segment>& segments) override {
+    const std::int64_t tokens = x.size(0);
+    torch::Tensor q, gate, k, v;
+    {
+      VLM_FLOP_SCOPE("text_attn_proj");
+      q = q_proj_->forward(x);
+      k = k_proj_->forward(x);
+      v = v_proj_->forward(x);
+    }
+    if (gated_) {
+      // Qwen3.5 lays out q_proj's output per head as [query | gate].
+      auto parts = q.view({tokens, heads_, 2 * head_dim_}).chunk(2, -1);
+      q = parts[0];
+      gate = parts[1].reshape({tokens, heads_ * head_dim_});
+    } else {
+      q = q.view({tokens, heads_, head_dim_});
+    }
+    q = q_norm_->forward(q);
+    k = k_norm_->forward(k.view({tokens, kv_heads_, head_dim_}));
+    v = v.view({tokens, kv_heads_, head_dim_});
+
+    torch::Tensor out;
+    {
+      VLM_FLOP_SCOPE("text_attn_core");
+      const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+      const std::int64_t groups = heads_ / kv_heads_;
+      std::vector<torch::Tensor> pieces;
+      for (const segment& s : segments) {
+        if (!s.is_document) {
+          // Padding attends to nothing (varlen attention never sees it): zeros, no matmul work.
+          pieces.push_back(torch::zeros({s.length, heads_ * head_dim_}, x.options()));
+          continue;
+        }
+        const std::int64_t n = s.length;
+        const torch::Tensor qd = q.narrow(0, s.start, n).transpose(0, 1) * scale;                 // [nh, L, hd]
+        const torch::Tensor kd = k.narrow(0, s.start, n).transpose(0, 1).repeat_interleave(groups, 0);
+        const torch::Tensor vd = v.narrow(0, s.start, n).transpose(0, 1).repeat_interleave(groups, 0);
+        // The masked square: the scores of all L x L (query, key) pairs of the document are computed with one
+        // matmul, the pairs above the diagonal (key after query) are masked to -inf before the softmax, and
+        // the probabilities (zero above the diagonal) multiply V as a full L x L matrix. So this example does
+        // 2 * nh * hd * L^2 multiply-adds per document and layer, where a causal kernel (FlashAttention's
+        // varlen path, and flopmeter's count) does the L(L+1)/2 causal pairs only.
+        const torch::Tensor mask = torch::ones({n, n}, torch::TensorOptions().dtype(torch::kBool)).triu(1);
+        const torch::Tensor scores = torch::matmul(qd, kd.transpose(1, 2)).masked_fill(mask, -INFINITY);
+        const torch::Tensor probs = torch::softmax(scores, -1);
+        pieces.push_back(torch::matmul(probs, vd).transpose(0, 1).reshape({n, heads_ * head_dim_}));
+      }
+      out = torch::cat(pieces, 0);
+    }
+    if (gated_) out = out * torch::sigmoid(gate);
+    VLM_FLOP_SCOPE("text_attn_proj");
+    return o_proj_->forward(out);
+  }
+
+ private:
+  std::int64_t heads_, kv_heads_, head_dim_;
+  bool gated_;
+  torch::nn::Linear q_proj_, k_proj_, v_proj_, o_proj_;
+  std::shared_ptr<rms_norm_impl> q_norm_, k_norm_;
+};
+
+// Qwen3.5's Gated DeltaNet, kept simple: the same projections and conv as the real layer, and the gated
+// delta rule as a per-token recurrence (all heads batched) that restarts at every document.
+//   S_t = a_t S_{t-1} (I - b_t k_t k_t^T) + b_t v_t k_t^T = a_t S_{t-1} + (b_t (v_t - a_t S_{t-1} k_t)) k_t^T
+//   o_t = S_t q_t                                     (S: dv x dk per value head; key heads repeated to Hv)
+// Per token and value head that is three dk x dv matrix-vector-like products (S k, the outer product
+// u k^T, S q), where Megatron bills four (chunked form); see examples/FLOP_AGREEMENT.md.
+class gated_deltanet_impl : public token_mixer {
+ public:
+  explicit gated_deltanet_impl(const flopmeter::text_spec& t)
+      : key_heads_(t.linear_num_key_heads),
+        value_heads_(t.linear_num_value_heads),
+        key_dim_(t.linear_key_head_dim),
+        value_dim_(t.linear_value_head_dim),
+        kernel_(t.linear_conv_kernel_dim),
+        conv_channels_(2 * key_heads_ * key_dim_ + value_heads_ * value_dim_),
+        in_proj_qkv_(register_module("in_proj_qkv", linear(t.hidden_size, conv_channels_, false))),
+        in_proj_z_(register_module("in_proj_z", linear(t.hidden_size, value_heads_ * value_dim_, false))),
+        in_proj_a_(register_module("in_proj_a", linear(t.hidden_size, value_heads_, false))),
+        in_proj_b_(register_module("in_proj_b", linear(t.hidden_size, value_heads_, false))),
+        out_proj_(register_module("out_proj", linear(value_heads_ * value_dim_, t.hidden_size, false))),
+        norm_(register_module("norm", std::make_shared<rms_norm_impl>(value_dim_))) {
+    // Depthwise conv weight [C, 1, K] (no bias, as Qwen3.5), decay rates A = exp(A_log) in [1, 16] and dt_bias.
+    conv_weight_ = register_parameter("conv1d_weight",
+                                      torch::randn({conv_channels_, 1, kernel_}) / std::sqrt(static_cast<double>(kernel_)));
+    a_log_ = register_parameter("A_log", torch::empty({value_heads_}).uniform_(1.0, 16.0).log());
+    dt_bias_ = register_parameter("dt_bias", torch::ones({value_heads_}));
+  }
+
+  torch::Tensor mix(const torch::Tensor& x, const std::vector<segment>& segments) override {
+    const std::int64_t tokens = x.size(0);
+    torch::Tensor qkv, z, a, b;
+    {
+      VLM_FLOP_SCOPE("gdn_proj");
+      qkv = in_proj_qkv_->forward(x);
+      z = in_proj_z_->forward(x);
+      a = in_proj_a_->forward(x);
+      b = in_proj_b_->forward(x);
+    }
+    torch::Tensor mixed;
+    {
+      // Causal depthwise conv over the q, k, v channels, per segment (left zero padding K-1: no token sees
+      // another document). Padding runs through it too, as it runs through the projections.
+      VLM_FLOP_SCOPE("gdn_conv");
+      std::vector<torch::Tensor> pieces;
+      for (const segment& s : segments) {
+        const torch::Tensor piece = qkv.narrow(0, s.start, s.length).t().unsqueeze(0);  // [1, C, L]
+        const torch::Tensor padded = F::pad(piece, F::PadFuncOptions({kernel_ - 1, 0}));
+        pieces.push_back(F::conv1d(padded, conv_weight_, F::Conv1dFuncOptions().groups(conv_channels_)));
+      }
+      mixed = F::silu(torch::cat(pieces, 2).squeeze(0).t());  // [T, C]
+    }
+
+    torch::Tensor core;
+    {
+      VLM_FLOP_SCOPE("gdn_delta_rule");
+      const std::int64_t qk = key_heads_ * key_dim_;
+      const std::int64_t repeat = value_heads_ / key_heads_;
+      torch::Tensor q = mixed.narrow(1, 0, qk).view({tokens, key_heads_, key_dim_});
+      torch::Tensor k = mixed.narrow(1, qk, qk).view({tokens, key_heads_, key_dim_});
+      const torch::Tensor v = mixed.narrow(1, 2 * qk, value_heads_ * value_dim_).view({tokens, value_heads_, value_dim_});
+      q = (F::normalize(q, F::NormalizeFuncOptions().dim(-1)) / std::sqrt(static_cast<double>(key_dim_)))
+              .repeat_interleave(repeat, 1);
+      k = F::normalize(k, F::NormalizeFuncOptions().dim(-1)).repeat_interleave(repeat, 1);
+      const torch::Tensor beta = torch::sigmoid(b);                                          // [T, Hv]
+      torch::Tensor alpha = torch::exp(-torch::exp(a_log_) * F::softplus(a + dt_bias_));  // [T, Hv]
+      // A document (or the padding tail) starts from an empty state: alpha = 0 at its first token.
+      torch::Tensor keep = torch::ones({tokens, 1}, x.options());
+      for (const segment& s : segments) keep[s.start].fill_(0.0);
+      alpha = alpha * keep;
+
+      const auto qs = q.unsqueeze(-1).unbind(0);                                   // [Hv, dk, 1] each
+      const auto ks = k.unsqueeze(-1).unbind(0);                                   // [Hv, dk, 1]
+      const auto kts = k.unsqueeze(-2).unbind(0);                                  // [Hv, 1, dk]
+      const auto vs = v.unsqueeze(-1).unbind(0);                                   // [Hv, dv, 1]
+      const auto alphas = alpha.view({tokens, value_heads_, 1, 1}).unbind(0);      // [Hv, 1, 1]
+      const auto betas = beta.view({tokens, value_heads_, 1, 1}).unbind(0);
+      torch::Tensor state = torch::zeros({value_heads_, value_dim_, key_dim_}, x.options());
+      std::vector<torch::Tensor> outputs;
+      outputs.reserve(static_cast<std::size_t>(tokens));
+      for (std::size_t t = 0; t < static_cast<std::size_t>(tokens); ++t) {
+        const torch::Tensor sk = torch::bmm(state, ks[t]);                     // S k      [Hv, dv, 1]
+        const torch::Tensor u = betas[t] * (vs[t] - alphas[t] * sk);
+        state = alphas[t] * state + torch::bmm(u, kts[t]);                     // u k^T    [Hv, dv, dk]
+        outputs.push_back(torch::bmm(state, qs[t]));                           // S q      [Hv, dv, 1]
+      }
+      core = torch::stack(outputs, 0).squeeze(-1);  // [T, Hv, dv]
+    }
+    // Gated RMSNorm per head, then out_proj.
+    const torch::Tensor gated = norm_->forward(core) * F::silu(z.view({tokens, value_heads_, value_dim_}));
+    VLM_FLOP_SCOPE("gdn_proj");
+    return out_proj_->forward(gated.reshape({tokens, value_heads_ * value_dim_}));
+  }
+
+ private:
+  std::int64_t key_heads_, value_heads_, key_dim_, value_dim_, kernel_, conv_channels_;
+  torch::nn::Linear in_proj_qkv_, in_proj_z_, in_proj_a_, in_proj_b_, out_proj_;
+  std::shared_ptr<rms_norm_impl> norm_;
+  torch::Tensor conv_weight_, a_log_, dt_bias_;
+};
+
+class decoder_layer_impl : public torch::nn::Module {
+ public:
+  decoder_layer_impl(const flopmeter::text_spec& t, flopmeter::layer_kind kind)
+      : input_norm_(register_module("input_layernorm", std::make_shared<rms_norm_impl>(t.hidden_size))),
+        post_norm_(register_module("post_attention_layernorm", std::make_shared<rms_norm_impl>(t.hidden_size))),
+        mlp_(register_module("mlp", std::make_shared<swiglu_impl>(t))) {
+    if (kind == flopmeter::layer_kind::full_attention) {
+      mixer_ = register_module("self_attn", std::make_shared<full_attention_impl>(t));
+    } else {
+      mixer_ = register_module("linear_attn", std::make_shared<gated_deltanet_impl>(t));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x, const std::vector<segment>& segments) {
+    x = x + mixer_->mix(input_norm_->forward(x), segments);
+    return x + mlp_->forward(post_norm_->forward(x));
+  }
+
+ private:
+  std::shared_ptr<rms_norm_impl> input_norm_, post_norm_;
+  std::shared_ptr<token_mixer> mixer_;
+  std::shared_ptr<swiglu_impl> mlp_;
+};
+
+// ---- vision tower ------------------------------------------------------------------------------------------
+
+// A ViT block: LayerNorm, attention (fused qkv with bias) bidirectional within each temporal patch of each
+// item, LayerNorm, GELU MLP.
+class vision_block_impl : public torch::nn::Module {
+ public:
+  explicit vision_block_impl(const flopmeter::vision_spec& v)
+      : heads_(v.num_heads),
+        head_dim_(v.hidden_size / v.num_heads),
+        norm1_(register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({v.hidden_size}).eps(1e-6)))),
+        norm2_(register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({v.hidden_size}).eps(1e-6)))),
+        qkv_(register_module("qkv", linear(v.hidden_size, 3 * v.hidden_size, true))),
+        proj_(register_module("proj", linear(v.hidden_size, v.hidden_size, true))),
+        fc1_(register_module("fc1", linear(v.hidden_size, v.intermediate_size, true))),
+        fc2_(register_module("fc2", linear(v.intermediate_size, v.hidden_size, true))) {}
+
+  torch::Tensor forward(torch::Tensor x, const std::vector<image_item>& images) {
+    const std::int64_t patches = x.size(0);
+    const std::int64_t width = heads_ * head_dim_;
+    torch::Tensor qkv;
+    {
+      VLM_FLOP_SCOPE("vision_dense");
+      qkv = qkv_->forward(norm1_->forward(x)).view({patches, 3, heads_, head_dim_});
+    }
+    torch::Tensor attended;
+    {
+      // Bidirectional attention inside each temporal patch: a frame of h*w patches attends to itself only,
+      // (h*w)^2 pairs, like Qwen's cu_seqlens over grid_t frames.
+      VLM_FLOP_SCOPE("vision_attn_core");
+      const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+      std::vector<torch::Tensor> frames;
+      std::int64_t start = 0;
+      for (const image_item& image : images) {
+        const std::int64_t frame = image.h * image.w;
+        for (std::int64_t f = 0; f < image.t; ++f, start += frame) {
+          const torch::Tensor piece = qkv.narrow(0, start, frame);                  // [n, 3, heads, hd]
+          const torch::Tensor q = piece.select(1, 0).transpose(0, 1) * scale;       // [heads, n, hd]
+          const torch::Tensor k = piece.select(1, 1).transpose(0, 1);
+          const torch::Tensor v = piece.select(1, 2).transpose(0, 1);
+          const torch::Tensor probs = torch::softmax(torch::matmul(q, k.transpose(1, 2)), -1);
+          frames.push_back(torch::matmul(probs, v).transpose(0, 1).reshape({frame, width}));
+        }
+      }
+      attended = torch::cat(frames, 0);
+    }
+    VLM_FLOP_SCOPE("vision_dense");
+    x = x + proj_->forward(attended);
+    return x + fc2_->forward(F::gelu(fc1_->forward(norm2_->forward(x))));
+  }
+
+ private:
+  std::int64_t heads_, head_dim_;
+  torch::nn::LayerNorm norm1_, norm2_;
+  torch::nn::Linear qkv_, proj_, fc1_, fc2_;
+};
+
+// Groups spatial_merge_size^2 consecutive patches (one merge block) into one token:
+// LayerNorm, [m^2 * hv] -> m^2*hv -> GELU -> out_hidden. The DeepStack variant (Qwen3-VL) normalises after
+// grouping ("postshuffle" norm) instead of before.
+class patch_merger_impl : public torch::nn::Module {
+ public:
+  patch_merger_impl(const flopmeter::vision_spec& v, bool postshuffle_norm)
+      : width_(v.spatial_merge_size * v.spatial_merge_size * v.hidden_size),
+        postshuffle_(postshuffle_norm),
+        norm_(register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions(
+                                          {postshuffle_norm ? width_ : v.hidden_size}).eps(1e-6)))),
+        fc1_(register_module("fc1", linear(width_, width_, true))),
+        fc2_(register_module("fc2", linear(width_, v.out_hidden_size, true))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    VLM_FLOP_SCOPE("merger");
+    const torch::Tensor grouped =
+        postshuffle_ ? norm_->forward(x.reshape({-1, width_})) : norm_->forward(x).reshape({-1, width_});
+    return fc2_->forward(F::gelu(fc1_->forward(grouped)));
+  }
+
+ private:
+  std::int64_t width_;
+  bool postshuffle_;
+  torch::nn::LayerNorm norm_;
+  torch::nn::Linear fc1_, fc2_;
+};
+
+class vision_tower_impl : public torch::nn::Module {
+ public:
+  explicit vision_tower_impl(const flopmeter::vision_spec& v)
+      : deepstack_indexes_(v.deepstack_visual_indexes),
+        // Qwen's patch embedding is a Conv3d with kernel = stride = (temporal_patch_size, patch_size,
+        // patch_size) over non-overlapping patches, which is exactly this Linear of the flattened patch.
+        patch_embed_(register_module("patch_embed", linear(v.patch_input_size(), v.hidden_size, true))),
+        merger_(register_module("merger", std::make_shared<patch_merger_impl>(v, false))) {
+    for (std::int64_t i = 0; i < v.depth; ++i) {
+      blocks_.push_back(register_module("blocks_" + std::to_string(i), std::make_shared<vision_block_impl>(v)));
+    }
+    for (std::size_t i = 0; i < deepstack_indexes_.size(); ++i) {
+      deepstack_.push_back(register_module("deepstack_merger_" + std::to_string(i),
+                                           std::make_shared<patch_merger_impl>(v, true)));
+    }
+  }
+
+  // Returns the merged tokens [merged, out_hidden] followed by one DeepStack feature per index.
+  std::vector<torch::Tensor> forward(const torch::Tensor& pixel_patches, const std::vector<image_item>& images) {
+    torch::Tensor x;
+    {
+      VLM_FLOP_SCOPE("patch_embed");
+      x = patch_embed_->forward(pixel_patches);
+    }
+    std::vector<torch::Tensor> deepstack(deepstack_indexes_.size());
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+      x = blocks_[i]->forward(x, images);
+      for (std::size_t d = 0; d < deepstack_indexes_.size(); ++d) {
+        if (deepstack_indexes_[d] == static_cast<std::int64_t>(i)) deepstack[d] = deepstack_[d]->forward(x);
+      }
+    }
+    std::vector<torch::Tensor> out{merger_->forward(x)};
+    out.insert(out.end(), deepstack.begin(), deepstack.end());
+    return out;
+  }
+
+ private:
+  std::vector<std::int64_t> deepstack_indexes_;
+  torch::nn::Linear patch_embed_;
+  std::vector<std::shared_ptr<vision_block_impl>> blocks_;
+  std::shared_ptr<patch_merger_impl> merger_;
+  std::vector<std::shared_ptr<patch_merger_impl>> deepstack_;
+};
+
+// ---- the model ---------------------------------------------------------------------------------------------
+
+model_batch to_model_batch(const packed_row& row) {
+  model_batch b;
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const auto n = static_cast<std::int64_t>(row.input_ids.size());
+  b.input_ids = torch::from_blob(const_cast<std::int64_t*>(row.input_ids.data()), {n}, i64).clone();
+  b.labels = torch::from_blob(const_cast<std::int64_t*>(row.labels.data()), {n}, i64).clone();
+  b.document_lengths = row.document_lengths;
+  b.padding_tokens = row.padding_tokens;
+  b.images = row.images;
+  if (!row.images.empty()) {
+    const std::int64_t patches = row.patches();
+    const auto width = static_cast<std::int64_t>(row.pixel_patches.size()) / patches;
+    b.pixel_patches = torch::from_blob(const_cast<float*>(row.pixel_patches.data()), {patches, width},
+                                       torch::TensorOptions().dtype(torch::kFloat32))
+                          .clone();
+    std::vector<std::int64_t> positions;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (row.input_ids[static_cast<std::size_t>(i)] == row.image_token_id) positions.push_back(i);
+    }
+    b.image_positions = torch::tensor(positions, i64);
+  }
+  return b;
+}
+
+vlm_model_impl::vlm_model_impl(const flopmeter::model_spec& spec) : spec_(spec) {
+  const flopmeter::text_spec& t = spec_.text;
+  if (t.num_attention_heads % t.num_key_value_heads != 0 ||
+      (t.linear_num_key_heads > 0 && t.linear_num_value_heads % t.linear_num_key_heads != 0)) {
+    throw std::invalid_argument("vlm_model: head counts must divide (GQA groups, Gated DeltaNet key heads)");
+  }
+  if (spec_.vision && spec_.vision->out_hidden_size != t.hidden_size) {
+    throw std::invalid_argument("vlm_model: vision out_hidden_size must equal the decoder hidden_size");
+  }
+  embed_tokens_ = register_parameter("embed_tokens", torch::randn({t.vocab_size, t.hidden_size}) * 0.02);
+  lm_head_ = t.tie_word_embeddings ? embed_tokens_
+                                   : register_parameter("lm_head", torch::randn({t.vocab_size, t.hidden_size}) * 0.02);
+  if (spec_.vision) vision_ = register_module("visual", std::make_shared<vision_tower_impl>(*spec_.vision));
+  for (std::size_t i = 0; i < t.layer_types.size(); ++i) {
+    layers_.push_back(register_module("layers_" + std::to_string(i),
+                                      std::make_shared<decoder_layer_impl>(t, t.layer_types[i])));
+  }
+  final_norm_ = register_module("norm", std::make_shared<rms_norm_impl>(t.hidden_size));
+}
+
+vlm_model_impl::~vlm_model_impl() = default;
+
+torch::Tensor vlm_model_impl::forward(const model_batch& batch) {
+  const std::vector<segment> segments = segments_of(batch);
+  torch::Tensor h = F::embedding(batch.input_ids, embed_tokens_);  // a gather, not a matmul
+  std::vector<torch::Tensor> deepstack;
+  if (vision_ && !batch.images.empty()) {
+    std::vector<torch::Tensor> vision_out = vision_->forward(batch.pixel_patches, batch.images);
+    // The merged vision tokens replace the placeholders, in order: image i's run holds its merged tokens.
+    h = h.index_put({batch.image_positions}, vision_out[0]);
+    deepstack.assign(vision_out.begin() + 1, vision_out.end());
+  }
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    h = layers_[i]->forward(h, segments);
+    // DeepStack (Qwen3-VL): feature i is added to the image positions after decoder layer i.
+    if (i < deepstack.size()) {
+      h = h.index_put({batch.image_positions}, h.index({batch.image_positions}) + deepstack[i]);
+    }
+  }
+  h = final_norm_->forward(h);
+  torch::Tensor logits;
+  {
+    VLM_FLOP_SCOPE("logits");
+    logits = F::linear(h, lm_head_);  // [T, vocab], padding included
+  }
+  return F::cross_entropy(logits, batch.labels,
+                          F::CrossEntropyFuncOptions().ignore_index(kIgnoreLabel).reduction(torch::kSum));
+}
+
+}  // namespace vlm

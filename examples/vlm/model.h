@@ -1,0 +1,94 @@
+// examples/vlm/model.h — a small Qwen3.5 / Qwen3-VL style vision-language model in LibTorch, built from the
+// same flopmeter model TOML that flopmeter's FLOP model reads, so the model that runs and the model that is
+// counted are one description (model_configs/SCHEMA.md).
+//
+// What runs (every size from `flopmeter::model_spec`):
+//   vision tower   patch embedding (a Linear of in_channels*temporal_patch_size*patch_size^2 -> hv, the
+//                  same map as Qwen's Conv3d whose stride equals its kernel), `depth` blocks of
+//                  LayerNorm + bidirectional attention within each temporal patch of each item + LayerNorm +
+//                  GELU MLP, then the patch merger (and one DeepStack merger per deepstack index).
+//   decoder        token embedding with the merged vision tokens written over the image placeholders,
+//                  `num_hidden_layers` layers of RMSNorm + token mixer + RMSNorm + SwiGLU, final RMSNorm and
+//                  the LM head (tied to the embedding when tie_word_embeddings). The token mixer is GQA
+//                  softmax attention per document (with Qwen3.5's sigmoid output gate when attn_output_gate)
+//                  or a Gated DeltaNet (causal depthwise conv + gated delta rule per document).
+// Not modelled (element-wise, no matmul work, so it changes no FLOP count): RoPE / M-RoPE, the ViT's position
+// embeddings, dropout. Attention runs per document, the delta rule restarts at every document, and padding
+// tokens run through every projection, the conv and the delta rule but attend to nothing.
+//
+// FLOP attribution: every block of matmul work runs inside a RecordFunction user scope named
+// "flopmeter_cat:<category>" (the k* names below), so a profiler observer can attribute each GEMM —
+// tests/test_example_flops.cpp does, and compares the sums with flopmeter's FLOP model. Without an observer
+// these scopes cost one branch each.
+//
+// Ownership: the model owns its parameters (torch::nn::Module). Thread-safety: like any torch module, one
+// forward/backward at a time.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data.h"
+#include "flopmeter/model_spec.h"
+
+namespace vlm {
+
+// RecordFunction user-scope prefix and the categories of matmul work.
+inline constexpr const char* kScopePrefix = "flopmeter_cat:";
+inline constexpr const char* kTextAttnProj = "text_attn_proj";    // q (+gate), k, v, o projections
+inline constexpr const char* kTextAttnCore = "text_attn_core";    // QK^T and PV per document
+inline constexpr const char* kGdnProj = "gdn_proj";               // in_proj_qkv, _z, _a, _b, out_proj
+inline constexpr const char* kGdnConv = "gdn_conv";               // depthwise causal conv1d
+inline constexpr const char* kGdnDeltaRule = "gdn_delta_rule";    // the gated delta rule recurrence
+inline constexpr const char* kTextMlp = "text_mlp";               // SwiGLU gate, up, down
+inline constexpr const char* kLogits = "logits";                  // LM head
+inline constexpr const char* kPatchEmbed = "patch_embed";         // patch embedding
+inline constexpr const char* kVisionDense = "vision_dense";       // ViT qkv, proj, MLP
+inline constexpr const char* kVisionAttnCore = "vision_attn_core";  // ViT QK^T and PV per temporal patch
+inline constexpr const char* kMerger = "merger";                  // patch merger + DeepStack mergers
+
+// One row as tensors (CPU): what forward() consumes.
+struct model_batch {
+  torch::Tensor input_ids;                     // [T] int64
+  torch::Tensor labels;                        // [T] int64, kIgnoreLabel where no label
+  std::vector<std::int64_t> document_lengths;  // in row order
+  std::int64_t padding_tokens = 0;             // at the end of the row
+  torch::Tensor pixel_patches;                 // [patches, patch_input_size] float; undefined without images
+  std::vector<image_item> images;              // grids, in the order of pixel_patches and placeholders
+  torch::Tensor image_positions;               // [merged tokens] int64 row positions of the placeholders
+};
+
+model_batch to_model_batch(const packed_row& row);
+
+class vision_tower_impl;
+class decoder_layer_impl;
+class rms_norm_impl;
+
+class vlm_model_impl : public torch::nn::Module {
+ public:
+  // Throws std::invalid_argument when the spec asks for something this example does not build.
+  explicit vlm_model_impl(const flopmeter::model_spec& spec);
+  ~vlm_model_impl() override;
+
+  // The summed cross-entropy over the label tokens of the row (a scalar; divide for a mean).
+  torch::Tensor forward(const model_batch& batch);
+
+  const flopmeter::model_spec& spec() const { return spec_; }
+
+ private:
+  flopmeter::model_spec spec_;
+  torch::Tensor embed_tokens_;  // [vocab, h]
+  torch::Tensor lm_head_;       // [vocab, h]; the same tensor as embed_tokens_ when tied
+  std::shared_ptr<vision_tower_impl> vision_;
+  std::vector<std::shared_ptr<decoder_layer_impl>> layers_;
+  std::shared_ptr<rms_norm_impl> final_norm_;
+};
+TORCH_MODULE_IMPL(vlm_model, vlm_model_impl);
+
+}  // namespace vlm
