@@ -135,6 +135,9 @@ std::string console_line(const metrics_record& record) {
     if (value == nullptr && !is_mfu) continue;
     if (value == nullptr || !std::isfinite(*value)) {
       fmt::format_to(out, " | {} n/a", field.label);
+    } else if (*value != 0 && std::fabs(*value) < 1 && field.precision < 3) {
+      // Small figures (a CPU demo's TFLOP/s, a low MFU) keep three significant digits instead of reading 0.0.
+      fmt::format_to(out, " | {} {:.3g}{}", field.label, *value, field.suffix);
     } else {
       fmt::format_to(out, " | {} {:.{}f}{}", field.label, *value, field.precision, field.suffix);
     }

@@ -15,3 +15,17 @@ cmake --build "$build" -j "$(nproc)" --target flopmeter_cli flopmeter
 echo
 echo "== flopmeter check: the exact FLOP model against the Megatron per-token constant, term by term =="
 "$build/tools/flopmeter" check
+
+echo
+echo "== a short 2-rank training run of the example VLM with flopmeter dlopen'ed as a plugin =="
+cmake --build "$build" -j "$(nproc)" --target vlm_trainer
+run_dir="$build/demo"
+rm -rf "$run_dir"   # flopmeter's JSONL sink appends: start clean
+mkdir -p "$run_dir"
+(cd "$run_dir" && "$root/examples/launch.sh" 2 "$build/examples/vlm_trainer" --config "$root/examples/trainer.toml")
+jsonl="$run_dir/out/vlm_trainer/flopmeter_0.jsonl"
+png="$run_dir/out/vlm_trainer/throughput.png"
+"$root/scripts/plot_metrics.sh" "$jsonl" "$png" >/dev/null
+echo
+echo "flopmeter metrics (JSONL): $jsonl"
+echo "plot of tok/s and MFU over steps (PNG): $png"

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# scripts/plot_metrics.sh METRICS.jsonl OUT.png — plots perf/tokens_per_second and perf/mfu over steps from
+# flopmeter's JSONL with gnuplot (Debian: gnuplot-nox). MFU is drawn only when the file has it.
+set -euo pipefail
+if [ $# -ne 2 ]; then
+  echo "usage: $0 METRICS.jsonl OUT.png" >&2
+  exit 2
+fi
+jsonl=$1
+png=$2
+data=$(mktemp)
+trap 'rm -f "$data"' EXIT
+# One "step tok/s mfu" line per record; a missing field becomes NaN (gnuplot skips it).
+awk '
+  function field(name,   pattern, rest) {
+    pattern = "\"" name "\":"
+    if (index($0, pattern) == 0) return "NaN"
+    rest = substr($0, index($0, pattern) + length(pattern))
+    sub(/[,}].*/, "", rest)
+    return rest == "null" ? "NaN" : rest
+  }
+  { print field("step"), field("perf/tokens_per_second"), field("perf/mfu") }
+' "$jsonl" > "$data"
+if [ ! -s "$data" ]; then
+  echo "plot_metrics: $jsonl has no records" >&2
+  exit 1
+fi
+gnuplot <<GNUPLOT
+set terminal pngcairo size 1000,560 font "sans,11" noenhanced
+set output "$png"
+set title "flopmeter: throughput over training ($(basename "$jsonl"))"
+set xlabel "optimizer step"
+set ylabel "tokens / s (whole job)"
+set y2label "MFU (%)"
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+set grid
+set key bottom right
+plot "$data" using 1:2 with linespoints lw 2 pt 7 title "perf/tokens_per_second", \
+     "$data" using 1:3 axes x1y2 with linespoints lw 2 pt 5 title "perf/mfu"
+GNUPLOT
+echo "$png"
