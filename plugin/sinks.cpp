@@ -111,14 +111,15 @@ struct console_field {
   const char* label;   // shown before the value
   int precision;       // digits after the decimal point
   const char* suffix;  // unit shown after the value
+  bool significant_when_small = false;  // below 1: three significant digits, so a small figure never reads 0.0
 };
 
 // The order of the line; absent keys are skipped, except MFU which reads "n/a" (unknown peak).
 constexpr console_field kConsoleFields[] = {
     {"perf/tokens_per_second", "tok/s", 1, ""},
     {"perf/tokens_per_second_per_gpu", "tok/s/gpu", 1, ""},
-    {"perf/tflops_per_second", "TFLOP/s/gpu", 1, ""},
-    {"perf/mfu", "MFU", 1, "%"},
+    {"perf/tflops_per_second", "TFLOP/s/gpu", 1, "", true},
+    {"perf/mfu", "MFU", 1, "%", true},
     {"perf/step_time", "step", 3, "s"},
     {"train/batch_efficiency", "eff", 2, ""},
     {"perf/mem_gib", "mem", 1, "GiB"},
@@ -135,8 +136,8 @@ std::string console_line(const metrics_record& record) {
     if (value == nullptr && !is_mfu) continue;
     if (value == nullptr || !std::isfinite(*value)) {
       fmt::format_to(out, " | {} n/a", field.label);
-    } else if (*value != 0 && std::fabs(*value) < 1 && field.precision < 3) {
-      // Small figures (a CPU demo's TFLOP/s, a low MFU) keep three significant digits instead of reading 0.0.
+    } else if (field.significant_when_small && *value != 0 && std::fabs(*value) < 1) {
+      // A CPU demo's TFLOP/s or a low MFU keeps three significant digits instead of reading 0.0.
       fmt::format_to(out, " | {} {:.3g}{}", field.label, *value, field.suffix);
     } else {
       fmt::format_to(out, " | {} {:.{}f}{}", field.label, *value, field.precision, field.suffix);
