@@ -1,9 +1,10 @@
 // The c10d ProcessGroup adapter (see include/flopmeter/c10d.h). This file and the tests that need them are
 // the only places that include LibTorch/c10d headers: they are heavy, and the c10d API changes between
-// releases (written against LibTorch 1.13).
+// releases. It builds against LibTorch 1.13 (Debian) and 2.x; what differs is in c10d_compat.h (in 2.x
+// ProcessGroupGloo is a c10d::Backend that make_gloo_communicator_from_env registers on a ProcessGroup).
 //
-// wait(): in 1.13 the base Work::wait(timeout) throws "Operation timed out!" on a timeout (leaving the
-// collective running) and treats 0 as "no timeout" (blocks forever). For CPU backends wait() therefore calls
+// wait(): in 1.13 and 2.x alike the base Work::wait(timeout) throws "Operation timed out!" on a timeout
+// (leaving the collective running) and treats 0 as "no timeout" (blocks forever). For CPU backends wait() calls
 // Work::wait only with a positive timeout and catches the throw; a zero timeout is one isCompleted() poll.
 // For NCCL it polls isCompleted() and the copy-back event with short naps (Work::wait would only order
 // streams). Either way a timeout leaves the collective running, and the next wait() picks it up.
@@ -42,6 +43,7 @@
 #endif
 
 #include "flopmeter/error.h"
+#include "c10d_compat.h"
 #include "c10d_internal.h"
 
 namespace flopmeter {
@@ -340,9 +342,12 @@ std::shared_ptr<communicator> make_gloo_communicator_from_env(const gloo_env_opt
       gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }
     gloo_options->threads = 1;  // one small collective per log
-    c10::intrusive_ptr<c10d::ProcessGroup> group = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        store, static_cast<int>(rank), static_cast<int>(world), gloo_options);
-    return make_c10d_communicator(std::move(group));
+    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(world),
+                                                            gloo_options);
+    return make_c10d_communicator(c10d_compat::as_process_group(store, static_cast<int>(rank),
+                                                                static_cast<int>(world), std::move(gloo),
+                                                                c10d_compat::kGloo, c10::DeviceType::CPU,
+                                                                options.timeout));
   } catch (...) {
     throw error("make_gloo_communicator_from_env: rank " + std::to_string(rank) + " of " +
                 std::to_string(world) + " could not set up the Gloo group (store " + where + ", keys '" + prefix +

@@ -25,7 +25,13 @@ std::shared_ptr<throughput_plugin> create_throughput_plugin(const std::string& c
     options.sinks.push_back(make_jsonl_sink(path, logger));
   }
   for (auto& s : extra_sinks) options.sinks.push_back(std::move(s));
-  return throughput_plugin::create(std::move(options), std::move(comm));
+  // What needs the communicator (the layout dividing its world, its rank) and the sanity check are only
+  // known here; name the file those options came from, as every other configuration error does.
+  try {
+    return throughput_plugin::create(std::move(options), std::move(comm));
+  } catch (const error& e) {
+    throw error(config_path + ": " + e.what());
+  }
 }
 
 }  // namespace flopmeter

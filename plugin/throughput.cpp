@@ -4,7 +4,7 @@
 // other rows and all-reduces with SUM: afterwards every rank holds every rank's row (an all-gather done as
 // an all-reduce, which every backend supports). From the rows each rank derives DP-group sums, world maxima
 // and the per-rank top-k breakdown locally, so one collective serves every metric. At 16,384 ranks the
-// buffer is 16,384 x 18 x 8 B = 2.25 MiB per log.
+// buffer is 16,384 x kRowFields (19) x 8 B = 2.4 MiB per log.
 //
 // Every row carries the log's sequence number (row_present): every rank counts its on_log calls, and they
 // all call on_log at the same steps, so the rows of one collective agree unless collectives were paired
@@ -16,7 +16,8 @@
 // logs whose sequence number is a multiple of kRetryEveryLogs — the same logs on every rank, since the
 // schedule depends on nothing but the sequence number — and polls it without waiting at later logs. A
 // probe still pending is kept (no new collective until it resolves), so a rank that is ahead cannot run
-// further ahead of a slow one. When a probe completes with matching rows, its interval is emitted and
+// further ahead of a slow one, and ranks that issued different numbers of collectives fall back into step
+// (see start_collective). When a probe completes with matching rows, its interval is emitted and
 // reporting resumes with one collective per log.
 //
 // Deferral. on_log(k) closes interval k and starts its collective; the metrics of interval k are derived and
@@ -46,10 +47,11 @@ using namespace detail;  // row_layout.h
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr int kMaxConsecutiveFailures = 3;
 constexpr std::int64_t kRetryEveryLogs = 16;
-// Counts travel in the row as doubles, which hold integers exactly up to 2^53. derive() refuses a row
-// with a count beyond it (or negative, or not a number) rather than round it or, at 2^63, convert it back
-// to int64 with undefined behaviour. Reaching it takes 9e15 tokens or pairs in one rank's interval.
-constexpr double kMaxExactCount = 9007199254740992.0;  // 2^53
+// Counts travel in the row as doubles, which hold every integer below 2^53 exactly; an int64 count of 2^53
+// or more becomes a double of at least 2^53 (2^53 + 1 rounds to 2^53). derive() refuses a row with such a
+// count (or a negative one, or not a number) rather than round it or, at 2^63, convert it back to int64
+// with undefined behaviour. Reaching it takes 9e15 tokens or pairs in one rank's interval.
+constexpr double kExactCountLimit = 9007199254740992.0;  // 2^53, exclusive
 constexpr std::chrono::seconds kWarnEvery{60};
 
 double seconds_now() {
@@ -119,9 +121,12 @@ class throughput_plugin::impl {
     if (!peak_ && rank_ == 0 && options_.gpu.empty()) {
       logger_->warn("flopmeter: neither peak_tflops_per_gpu nor gpu is configured; perf/mfu will not be reported");
     } else if (!peak_ && rank_ == 0) {
-      logger_->warn("flopmeter: no peak FLOP/s for GPU '{}' ({}); perf/mfu will not be reported. Set peak_tflops_per_gpu "
-                    "or a GPU from `flopmeter peaks`.",
-                    options_.gpu, to_string(options_.precision));
+      // The known names, so the message says how to fix it (the tool has no command that lists them).
+      std::string known;
+      for (const peak_entry& entry : peak_table()) known += std::string(known.empty() ? "" : ", ") + entry.name;
+      logger_->warn("flopmeter: no {} peak FLOP/s for GPU '{}'; perf/mfu will not be reported. Set "
+                    "peak_tflops_per_gpu, or gpu to one of: {}.",
+                    to_string(options_.precision), options_.gpu, known);
     }
     buffer_.assign(static_cast<std::size_t>(world_) * kRowFields, 0.0);
     clock_ = options_.clock_seconds ? options_.clock_seconds : std::function<double()>(seconds_now);
@@ -181,13 +186,14 @@ class throughput_plugin::impl {
     // (the other ranks are issuing theirs) and the next interval starts here.
     ++log_sequence_;
     const double now = read_clock();
+    const bool was_in_flight = in_flight_.pending != nullptr;
     try {
       emit_in_flight();
     } catch (const std::exception& e) {
       warn_rate_limited(last_log_warning_, "flopmeter: on_log failed: {}", e.what());
     }
     try {
-      start_collective(event, now - interval_start_);
+      start_collective(event, now - interval_start_, was_in_flight);
     } catch (const std::exception& e) {
       warn_rate_limited(last_log_warning_, "flopmeter: on_log failed: {}", e.what());
     }
@@ -245,10 +251,15 @@ class throughput_plugin::impl {
 
   // Fills this rank's row and starts the interval's collective (every rank, every log: never gated on
   // local data).
-  void start_collective(const log_event& event, double interval_seconds) {
-    if (backing_off() && (in_flight_.pending || log_sequence_ % kRetryEveryLogs != 0)) {
-      // The group is broken or far behind (a peer died or hangs): a collective per log would block every
-      // log for the timeout. Only a probe at the shared retry logs, and none while one is still out.
+  // `was_in_flight`: a collective was still out when this log began.
+  void start_collective(const log_event& event, double interval_seconds, bool was_in_flight) {
+    if (backing_off() && (was_in_flight || log_sequence_ % kRetryEveryLogs != 0)) {
+      // The group is broken or out of step (a peer died, hangs, or issued a different number of
+      // collectives): a collective per log would block every log for the timeout. Only a probe at the shared
+      // retry logs, and none while one is out — nor at a log where one only just resolved: if ranks have
+      // issued different numbers of collectives, the one that is behind issues a probe at each retry log
+      // (each pairs with one the others issued earlier and resolves at once) while the one ahead holds its
+      // unmatched probe, so every retry log closes the gap by one and then both start the same probe.
       ++health_.skipped_intervals;
       return;
     }
@@ -367,7 +378,7 @@ class throughput_plugin::impl {
         return false;
       }
       for (std::size_t f = 0; f < kRowCountFields; ++f) {
-        if (!(x[f] >= 0 && x[f] <= kMaxExactCount)) {
+        if (!(x[f] >= 0 && x[f] < kExactCountLimit)) {
           warn_rate_limited(last_interval_warning_,
                             "flopmeter: metrics of step {} skipped: rank {} reported a count of {} in one interval, "
                             "beyond the 2^53 a row carries exactly",
@@ -435,7 +446,8 @@ class throughput_plugin::impl {
     }
     if (device > 0) v.emplace_back("train/batch_efficiency", real / device);
     v.emplace_back("perf/mem_gib", max_mem / kGiB);
-    if (labels > 0) v.emplace_back("train/loss", loss / labels);
+    // A DP sum of finite loss sums can still overflow the double range: then there is no loss to report.
+    if (labels > 0 && std::isfinite(loss)) v.emplace_back("train/loss", loss / labels);
     v.emplace_back("train/tokens_seen", tokens_seen_);
     v.emplace_back("train/num_samples", samples_seen_);
     if (in_flight_.event.learning_rate) v.emplace_back("train/lr", *in_flight_.event.learning_rate);
@@ -444,7 +456,7 @@ class throughput_plugin::impl {
     if (max_fwd_bwd > 0) v.emplace_back("perf/forward_backward_time", max_fwd_bwd);
     v.emplace_back("perf/log_wait_ms", log_wait_ms);
     v.emplace_back("perf/log_emit_ms", last_emit_ms_);
-    if (options_.topk > 0) add_topk(record);
+    if (options_.topk > 0) add_topk(record, step_time_known);
     return true;
   }
 
@@ -460,7 +472,9 @@ class throughput_plugin::impl {
   };
 
   // perf_topk/<metric>_{slow,fast}_<i> and _rank: the k worst and k best ranks for each metric.
-  void add_topk(metrics_record& record) {
+  // step_time only when every rank ran a micro-batch (as perf/step_time): a rank without one has no step
+  // time, and its NaN would both be emitted as a "slowest" value and break the sort's ordering.
+  void add_topk(metrics_record& record, bool step_time_known) {
     const std::size_t k = std::min<std::size_t>(static_cast<std::size_t>(options_.topk), per_rank_.size());
     order_.resize(per_rank_.size());
     const auto emit = [&](const char* name, auto value_of, bool higher_is_better) {
@@ -481,7 +495,7 @@ class throughput_plugin::impl {
       }
     };
     emit("tps", [](const rank_row& r) { return r.tokens_per_second; }, true);
-    emit("step_time", [](const rank_row& r) { return r.step_time; }, false);
+    if (step_time_known) emit("step_time", [](const rank_row& r) { return r.step_time; }, false);
     emit("tflops", [](const rank_row& r) { return r.tflops; }, true);
     if (peak_) {
       const double peak = *peak_;

@@ -27,6 +27,7 @@
 #include "flopmeter/model_config.h"
 #include "flopmeter/peak_table.h"
 #include "flopmeter/throughput.h"
+#include "throughput_config.h"
 #include "toml_reader.h"
 
 namespace flopmeter {
@@ -67,7 +68,8 @@ struct choice {
 // Reads one parsed plugin document into throughput_options. One instance per document.
 class options_loader : private detail::toml_reader {
  public:
-  explicit options_loader(std::string source_name) : toml_reader(std::move(source_name)) {}
+  options_loader(std::string source_name, std::string base_dir)
+      : toml_reader(std::move(source_name)), base_dir_(std::move(base_dir)) {}
 
   throughput_options load(const toml::table& root) const {
     check_keys(root, "", kRootKeys, kSchemaDoc, kHomes);
@@ -102,13 +104,13 @@ class options_loader : private detail::toml_reader {
   }
 
  private:
-  // model.config, relative to this file's directory unless absolute.
+  // model.config, relative to base_dir_ (the plugin file's directory) unless absolute.
   std::string model_config_path(const toml::table& model) const {
     const std::string config = required_string(model, "model", "config");
     if (config.empty()) fail_key(*model.get("config"), "model.config", "must not be empty");
     const std::filesystem::path path(config);
     if (path.is_absolute()) return config;
-    return (std::filesystem::path(source_name()).parent_path() / path).string();
+    return (std::filesystem::path(base_dir_) / path).string();
   }
 
   void read_peak(const toml::table& peak, throughput_options& options) const {
@@ -177,13 +179,25 @@ class options_loader : private detail::toml_reader {
     }
     fail_key(*node, key_path, std::string("unknown ") + what + " '" + value + "' (expected " + expected + ")");
   }
+
+  std::string base_dir_;
 };
 
 }  // namespace
 
+namespace detail {
+
+throughput_options parse_throughput_options(const std::string& toml_text, const std::string& source_name,
+                                            const std::string& base_dir) {
+  const toml::table root = parse_toml(toml_text, source_name);
+  return options_loader(source_name, base_dir).load(root);
+}
+
+}  // namespace detail
+
 throughput_options load_throughput_options(const std::string& path) {
-  const toml::table root = detail::parse_toml(detail::read_file(path, "plugin config"), path);
-  return options_loader(path).load(root);
+  return detail::parse_throughput_options(detail::read_file(path, "plugin config"), path,
+                                          std::filesystem::path(path).parent_path().string());
 }
 
 }  // namespace flopmeter

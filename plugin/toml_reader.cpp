@@ -8,7 +8,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <system_error>
 #include <vector>
 
@@ -60,10 +59,20 @@ std::string read_file(const std::string& path, std::string_view what) {
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw error(path + ": cannot open " + role + ": permission denied or unreadable");
-  std::ostringstream text;
-  text << in.rdbuf();
+  // Config files are a few KiB. A path that names something huge by mistake (a log, a dataset shard, a
+  // /proc file whose size reads as 0) would otherwise be read whole into the trainer's memory before the
+  // TOML error, so reading stops past kMaxConfigBytes.
+  constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    text.append(chunk, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxConfigBytes) {
+      throw error(path + ": cannot read " + role + ": larger than 16 MiB, so not a config file");
+    }
+  }
   if (in.bad()) throw error(path + ": cannot read " + role);
-  return std::move(text).str();
+  return text;
 }
 
 toml::table parse_toml(const std::string& text, const std::string& source_name) {

@@ -7,8 +7,6 @@
 #include "flopmeter/torch.h"
 
 #include <ATen/ATen.h>
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <string>
@@ -17,6 +15,7 @@
 #include "flopmeter/c10d.h"
 #include "flopmeter/error.h"
 #include "row_layout.h"
+#include "torch_path_log.h"  // spdlog stays out of this file: see there
 
 namespace flopmeter {
 namespace {
@@ -32,6 +31,8 @@ constexpr std::int64_t kCountEntries = static_cast<std::int64_t>(kRowCountFields
 
 at::Tensor constant(std::int64_t value, const at::TensorOptions& options) { return at::full({}, value, options); }
 
+// at::div's rounding_mode is c10::optional<c10::string_view> in 1.13 and std::optional<std::string_view> in
+// 2.x; a string literal converts to either.
 at::Tensor half_floor(const at::Tensor& x) { return at::div(x, 2, "floor"); }
 
 }  // namespace
@@ -138,10 +139,7 @@ class tensor_throughput::impl {
     }
     accumulated_ = at::zeros({kCountEntries}, at::TensorOptions().dtype(at::kLong).device(device));
     logger_ = options.logger;
-    if (!logger_) {
-      // Private and unregistered, like the plugin's own: the trainer's spdlog registry is not ours to touch.
-      logger_ = std::make_shared<spdlog::logger>("flopmeter", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-    }
+    if (!logger_) logger_ = make_tensor_path_logger();
     rank_ = group->getRank();
     auto comm = make_c10d_communicator_with(std::move(group), [this](at::Tensor& buffer) { contribute(buffer); });
     plugin_ = throughput_plugin::create(std::move(options), std::move(comm));
@@ -157,9 +155,9 @@ class tensor_throughput::impl {
     } catch (const std::exception& e) {
       try {
         accumulated_.select(0, kCountEntries - 1).add_(1);  // counted, on the device, with the others
-        logger_->warn("flopmeter: tensor micro-batch not counted: {}", e.what());
       } catch (...) {
       }
+      warn_uncounted_microbatch(*logger_, e.what());
     }
     // The micro-batch ran whatever its description: the plugin counts it for step time, samples and loss.
     microbatch_event host;

@@ -12,6 +12,7 @@ FLOPMETER_PACKAGES=(
   libgtest-dev
   libbenchmark-dev
   gnuplot-nox           # the demo's PNG plot
+  clang libclang-rt-14-dev  # libFuzzer and clang's sanitizer runtimes: scripts/fuzz.sh
 )
 
 flopmeter_install_deps() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine: installs what is missing, configures, builds, runs ctest.
-# Usage: scripts/test.sh            (build dir: build/, or $FLOPMETER_BUILD_DIR)
+# Usage: scripts/test.sh            (build dir: build/, or $FLOPMETER_BUILD_DIR; sanitizer and fuzz builds
+#                                    under $root/build/{asan,tsan,fuzz})
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/deps.sh
@@ -11,5 +12,12 @@ build="${FLOPMETER_BUILD_DIR:-$root/build}"
 jobs="$(nproc)"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$build" -j "$jobs"
-cd "$build"
-ctest --output-on-failure -j "$jobs" --timeout 600
+(cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600)
+
+# Hardening (skip with FLOPMETER_SKIP_HARDENING=1 for a quick local run): the non-torch suite under
+# ASan+UBSan and the threaded tests under TSan (build/asan, build/tsan), then every fuzz target for 20 s
+# over its corpus and past findings (build/fuzz). Each builds into its own tree under $root/build.
+if [ "${FLOPMETER_SKIP_HARDENING:-0}" != 1 ]; then
+  bash "$root/scripts/test_sanitizers.sh"
+  bash "$root/scripts/fuzz.sh" --smoke
+fi

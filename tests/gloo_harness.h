@@ -1,7 +1,8 @@
 // tests/gloo_harness.h — runs N real c10d ProcessGroupGloo ranks as threads of one test process.
 //
 // The pattern of c10d's own ProcessGroupGlooTest: every rank gets its own ProcessGroupGloo over one shared
-// in-process c10d::HashStore, bound to 127.0.0.1, so the collectives go through Gloo's real TCP transport.
+// in-process c10d::HashStore, bound to 127.0.0.1, so the collectives go through Gloo's real TCP transport
+// (on LibTorch 2.x the Gloo backend is wrapped in a c10d::ProcessGroup, plugin/c10d_compat.h).
 // `run_gloo_ranks` constructs the groups (the Gloo rendezvous is itself collective, so all ranks construct
 // concurrently), waits until every rank has its group, then calls `body(rank, group)` on each rank's thread.
 // The body receives the only reference the harness keeps, so it may drop it to simulate a dead peer.
@@ -34,6 +35,8 @@
 #define USE_C10D_GLOO 1  // the `torch` CMake target defines it; ProcessGroupGloo.hpp is empty without it
 #endif
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "../plugin/c10d_compat.h"  // LibTorch 2.x: ProcessGroupGloo is a Backend, wrapped in a ProcessGroup
 
 namespace flopmeter_test {
 
@@ -90,7 +93,10 @@ inline void run_gloo_ranks(int world, const gloo_rank_body& body, const gloo_run
           auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.group_timeout);
           gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
           gloo_options->threads = options.threads_per_rank;
-          group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, gloo_options);
+          auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, gloo_options);
+          group = flopmeter::c10d_compat::as_process_group(store, rank, world, std::move(gloo),
+                                                           flopmeter::c10d_compat::kGloo, c10::DeviceType::CPU,
+                                                           options.group_timeout);
         } catch (...) {
           std::lock_guard<std::mutex> lock(mutex);
           construction_failed = true;

@@ -17,6 +17,10 @@
 //   measured, never assumed to be 2x forward.
 // - Any matmul-like aten op the observer does not know (mv, dot, a backend conv at top level, ...) and any
 //   matmul outside every category fails the test, so nothing is silently left out.
+// - The device: FLOPMETER_TEST_DEVICE=cuda runs the model, the batch and the observer's hand-sized ops on the
+//   GPU (default: cpu). RecordFunction sees the CUDA ops on the host side exactly like the CPU ones (the
+//   autograd engine runs CUDA backward on its device thread; the observer's state is per thread). Asking for
+//   cuda where LibTorch sees no GPU fails every test here instead of silently testing the CPU.
 //
 // The comparison (numbers and the residual analysis: examples/FLOP_AGREEMENT.md):
 // - dense terms (decoder projections, SwiGLU, logits, ViT blocks, merger) agree with flopmeter within 0.5%
@@ -35,10 +39,12 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -235,6 +241,21 @@ class flop_observer {
 
 std::string source_path(const std::string& relative) { return std::string(FLOPMETER_SOURCE_DIR) + "/" + relative; }
 
+// The device under test: $FLOPMETER_TEST_DEVICE ("cpu", the default, or "cuda"). Throws when it names a device
+// this LibTorch cannot use.
+torch::Device test_device() {
+  const char* name = std::getenv("FLOPMETER_TEST_DEVICE");
+  const std::string device = (name == nullptr || *name == '\0') ? "cpu" : name;
+  if (device == "cpu") return torch::Device(torch::kCPU);
+  if (device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      throw std::runtime_error("FLOPMETER_TEST_DEVICE=cuda but this LibTorch sees no CUDA device");
+    }
+    return torch::Device(torch::kCUDA, 0);
+  }
+  throw std::runtime_error("FLOPMETER_TEST_DEVICE must be cpu or cuda, got '" + device + "'");
+}
+
 // The first row of the trainer's data stream (from step 1 on) with at least three documents, padding and two
 // images of different grids, so every term is exercised.
 vlm::packed_row interesting_row(const vlm::data_options& options, const flopmeter::model_spec& spec) {
@@ -254,14 +275,17 @@ struct measurement {
 };
 
 measurement measure(const flopmeter::model_spec& spec, const vlm::packed_row& row) {
+  const torch::Device device = test_device();
   torch::manual_seed(7);
   vlm::vlm_model model(spec);
-  const vlm::model_batch batch = vlm::to_model_batch(row);
+  model->to(device);
+  const vlm::model_batch batch = vlm::to_device(vlm::to_model_batch(row), device);
   measurement m;
   {
     flop_observer observer;
     torch::Tensor loss = model->forward(batch);
     loss.backward();
+    if (device.is_cuda()) (void)loss.item<double>();  // every kernel has been launched (and has run)
     m.flops = observer.by_category();
     m.uncounted = observer.uncounted_ops();
   }
@@ -343,13 +367,16 @@ void expect_backward_ratio(const measurement& m, const std::string& category, do
 // Backward runs in the reverse order of the forward, so a stack-based guess would misattribute; the sequence
 // numbers do not.
 TEST(ExampleFlops, ObserverAttributesForwardAndBackwardBySequenceNumber) {
+  const torch::Device device = test_device();
+  std::printf("device: %s\n", device.str().c_str());
   torch::manual_seed(0);
-  const torch::Tensor x = torch::randn({5, 8}, torch::requires_grad());
-  const torch::Tensor w = torch::randn({4, 8}, torch::requires_grad());
-  const torch::Tensor q = torch::randn({2, 5, 4}, torch::requires_grad());
-  const torch::Tensor signal = torch::randn({1, 6, 10}, torch::requires_grad());
-  const torch::Tensor kernel = torch::randn({6, 1, 4}, torch::requires_grad());
-  const torch::Tensor m = torch::randn({3, 3}, torch::requires_grad());
+  const auto on = torch::TensorOptions().device(device).requires_grad(true);
+  const torch::Tensor x = torch::randn({5, 8}, on);
+  const torch::Tensor w = torch::randn({4, 8}, on);
+  const torch::Tensor q = torch::randn({2, 5, 4}, on);
+  const torch::Tensor signal = torch::randn({1, 6, 10}, on);
+  const torch::Tensor kernel = torch::randn({6, 1, 4}, on);
+  const torch::Tensor m = torch::randn({3, 3}, on);
   std::map<std::string, category_flops> flops;
   std::set<std::string> uncounted;
   {
@@ -390,6 +417,7 @@ TEST(ExampleFlops, TinyVlmMicrobatchMatchesFlopmeter) {
   const measurement m = measure(spec, row);
   const batch_facts f = flopmeter_view(spec, row);
   const gdn_core_billing gdn = gdn_core_billed(spec, f.counts.device_tokens());
+  std::printf("device: %s\n", test_device().str().c_str());
 
   expect_all_counted(m);
   for (const char* dense : {vlm::kTextAttnProj, vlm::kGdnProj, vlm::kTextMlp, vlm::kLogits, vlm::kVisionDense, vlm::kMerger}) {

@@ -6,7 +6,10 @@
 //   in flopmeter's JSONL equals the sum over both ranks of the real tokens each rank ran in that interval
 //   divided by that rank's interval, both taken from the trainer's own per-rank logs; train/loss and
 //   train/tokens_seen agree with the same logs;
-// - a flopmeter library path that does not load is a clear error, not a crash.
+// - a flopmeter library path that does not load is a clear error, not a crash;
+// - flopmeter fed through its tensor path (--flopmeter-path tensor: the batch's cu_seqlens and grid_thw tensors,
+//   a one-rank Gloo group, the path --device cuda takes on a GPU) reports what the trainer counted;
+// - --device cuda is a clear error where LibTorch sees no GPU (and trains where it does).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -201,6 +204,47 @@ TEST(ExampleTrainer, TwoRanksTokensPerSecondIsTheSumOverRanks) {
   EXPECT_EQ(number_array(read_file(out / "summary_rank0.json"), "losses"),
             number_array(read_file(out / "summary_rank1.json"), "losses"));
   EXPECT_NE(console.find("[rank 1] flopmeter overhead: "), std::string::npos) << console;
+}
+
+TEST(ExampleTrainer, TensorPathReportsWhatTheTrainerCounted) {
+  const fs::path out = fresh_dir("tensor_path");
+  const fs::path log = out / "console.log";
+  ASSERT_EQ(run_command(trainer_command(out, "--steps 10 --log-interval 5 --flopmeter-path tensor"), log), 0)
+      << read_file(log);
+  const std::string summary = read_file(out / "summary.json");
+  EXPECT_NE(summary.find("\"flopmeter_path\":\"tensor\""), std::string::npos) << summary;
+  EXPECT_NE(summary.find("c10d:gloo, counters on cpu"), std::string::npos) << summary;
+  EXPECT_EQ(number(summary, "bad_microbatches"), 0);
+  EXPECT_EQ(number(summary, "failed_collectives"), 0);
+  EXPECT_EQ(number(summary, "flopmeter_event_calls"), 20 + 2 + 1);
+  const std::vector<std::string> trainer = read_lines(out / "trainer_rank0.jsonl");
+  const std::vector<std::string> metrics = read_lines(out / "flopmeter_0.jsonl");
+  ASSERT_EQ(metrics.size(), 2u);
+  ASSERT_EQ(trainer.size(), 2u);
+  double seen = 0;
+  for (std::size_t i = 0; i < metrics.size(); ++i) {
+    seen += number(trainer[i], "real_tokens");
+    EXPECT_EQ(number(metrics[i], "train/tokens_seen"), seen) << metrics[i];
+    EXPECT_DOUBLE_EQ(number(metrics[i], "train/batch_efficiency"),
+                     number(trainer[i], "real_tokens") / number(trainer[i], "device_tokens"));
+    EXPECT_NEAR(number(metrics[i], "perf/tokens_per_second") /
+                    (number(trainer[i], "real_tokens") / number(trainer[i], "interval_seconds")),
+                1.0, 1e-3)
+        << metrics[i];
+    EXPECT_TRUE(std::isfinite(number(metrics[i], "perf/log_wait_ms"))) << metrics[i];
+  }
+}
+
+TEST(ExampleTrainer, CudaDeviceWithoutAGpuIsAClearError) {
+  const fs::path out = fresh_dir("cuda_device");
+  const fs::path log = out / "console.log";
+  const int rc = run_command(trainer_command(out, "--steps 1 --log-interval 1 --device cuda"), log);
+  if (rc == 0) {
+    GTEST_SKIP() << "this LibTorch has a GPU: --device cuda trained (scripts/gpu_check.sh checks that run)";
+  }
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(read_file(log).find("--device cuda: this LibTorch sees no CUDA device"), std::string::npos)
+      << read_file(log);
 }
 
 TEST(ExampleTrainer, UnloadableFlopmeterLibraryIsAClearError) {

@@ -6,6 +6,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "flopmeter/c10d.h"
@@ -54,13 +58,25 @@ at::Tensor grids(const std::vector<image_grid>& g) {
 }
 std::int64_t invalid_entries(const at::Tensor& counts) { return counts[9].item<std::int64_t>(); }
 
+// The device of the counting tests: $FLOPMETER_TEST_DEVICE ("cpu", the default, or "cuda" on a GPU machine:
+// scripts/gpu_check.sh). The counts are formed where the tensors live; the multi-rank tests stay on Gloo.
+at::Device test_device() {
+  const char* name = std::getenv("FLOPMETER_TEST_DEVICE");
+  const std::string device = (name == nullptr || *name == '\0') ? "cpu" : name;
+  if (device != "cpu" && device != "cuda") throw std::runtime_error("FLOPMETER_TEST_DEVICE must be cpu or cuda");
+  return device == "cpu" ? at::Device(at::kCPU) : at::Device(at::kCUDA, 0);
+}
+at::Tensor dev_longs(const std::vector<std::int64_t>& values) { return longs(values).to(test_device()); }
+at::Tensor dev_grids(const std::vector<image_grid>& g) { return grids(g).to(test_device()); }
+
 TEST(tensor_path, device_counts_equal_host_counts) {
   const vision_geometry g = geometry_of(small_vlm());
+  std::printf("device: %s\n", test_device().str().c_str());
   const std::vector<image_grid> items = {{1, 2, 2}, {2, 4, 2}, {3, 8, 6}};
   // int32 cu_seqlens as flash-attention uses them; the path widens to int64 on the device.
   tensor_microbatch by_cu;
-  by_cu.cu_seqlens = longs({0, 3, 4, 8, 8, 10}).to(at::kInt);
-  by_cu.grid_thw = grids(items).to(at::kInt);
+  by_cu.cu_seqlens = dev_longs({0, 3, 4, 8, 8, 10}).to(at::kInt);
+  by_cu.grid_thw = dev_grids(items).to(at::kInt);
   by_cu.padding_tokens = 5;
   const at::Tensor from_cu = tensor_batch_counts(by_cu, g);
   EXPECT_EQ(invalid_entries(from_cu), 0);
@@ -69,8 +85,8 @@ TEST(tensor_path, device_counts_equal_host_counts) {
 
   tensor_microbatch by_positions;
   const std::vector<std::int64_t> positions = {0, 1, 2, 0, 0, 1, 2, 3, 0, 1};
-  by_positions.positions = longs(positions);
-  by_positions.grid_thw = grids(items);
+  by_positions.positions = dev_longs(positions);
+  by_positions.grid_thw = dev_grids(items);
   by_positions.padding_tokens = 5;
   const at::Tensor from_positions = tensor_batch_counts(by_positions, g);
   EXPECT_EQ(invalid_entries(from_positions), 0);
@@ -84,24 +100,24 @@ TEST(tensor_path, device_counts_equal_host_counts) {
 TEST(tensor_path, malformed_tensors_are_flagged_on_the_device) {
   const vision_geometry g = geometry_of(small_vlm());
   tensor_microbatch decreasing;
-  decreasing.cu_seqlens = longs({0, 5, 4});
+  decreasing.cu_seqlens = dev_longs({0, 5, 4});
   EXPECT_EQ(invalid_entries(tensor_batch_counts(decreasing, g)), 1);
   tensor_microbatch not_from_zero;
-  not_from_zero.cu_seqlens = longs({2, 5});
+  not_from_zero.cu_seqlens = dev_longs({2, 5});
   EXPECT_EQ(invalid_entries(tensor_batch_counts(not_from_zero, g)), 1);
   tensor_microbatch jumping;
-  jumping.positions = longs({0, 1, 3, 0, 2});  // 3 and 2 break their runs
+  jumping.positions = dev_longs({0, 1, 3, 0, 2});  // 3 and 2 break their runs
   EXPECT_EQ(invalid_entries(tensor_batch_counts(jumping, g)), 2);
   tensor_microbatch bad_grids;
-  bad_grids.grid_thw = grids({{1, 0, 2}, {1, 3, 2}, {1, 2, 2}, {1000000, 1000000, 1000000}});
+  bad_grids.grid_thw = dev_grids({{1, 0, 2}, {1, 3, 2}, {1, 2, 2}, {1000000, 1000000, 1000000}});
   EXPECT_EQ(invalid_entries(tensor_batch_counts(bad_grids, g)), 3);  // zero, odd h, too many patches
   // Host-known shape errors throw at once.
   tensor_microbatch both;
-  both.cu_seqlens = longs({0, 2});
-  both.positions = longs({0, 1});
+  both.cu_seqlens = dev_longs({0, 2});
+  both.positions = dev_longs({0, 1});
   EXPECT_THROW(tensor_batch_counts(both, g), error);
   tensor_microbatch text_only_with_grid;
-  text_only_with_grid.grid_thw = grids({{1, 2, 2}});
+  text_only_with_grid.grid_thw = dev_grids({{1, 2, 2}});
   EXPECT_THROW(tensor_batch_counts(text_only_with_grid, vision_geometry{}), error);
 }
 

@@ -15,6 +15,7 @@
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 #include "flopmeter/throughput.h"
+#include "throughput_config.h"  // plugin/: parse_throughput_options, the loader on text
 
 namespace flopmeter {
 namespace {
@@ -407,6 +408,20 @@ TEST_F(throughput_config, model_file_errors_propagate_unchanged) {
   EXPECT_EQ(error_of("[model]\nconfig = \"bad_model.toml\"\n"),
             model +
                 ":2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\")");
+}
+
+TEST_F(throughput_config, text_form_names_its_source_and_resolves_the_model_against_base_dir) {
+  // detail::parse_throughput_options is load_throughput_options without the file (the fuzzer's entry).
+  const std::string model = write("models/m.toml", read_text(kTinyVlm));
+  const throughput_options o =
+      detail::parse_throughput_options("[model]\nconfig = \"m.toml\"\n", "inline.toml", (dir_ / "models").string());
+  EXPECT_EQ(o.model.source_path, model);
+  try {
+    (void)detail::parse_throughput_options("[model]\nconfig = \"m.toml\"\n[logging]\ntopk = -1\n", "inline.toml", "");
+    ADD_FAILURE() << "no error";
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()), "inline.toml:4:8: key 'logging.topk': must be >= 0 (got -1)");
+  }
 }
 
 TEST_F(throughput_config, plugin_file_errors_come_before_the_model_file_is_read) {

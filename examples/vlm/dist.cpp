@@ -2,6 +2,7 @@
 // two never share a store key or a collective.
 #include "dist.h"
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 // ProcessGroupGloo.hpp needs Gloo's own headers (Debian: libgloo-dev) and USE_C10D_GLOO, which LibTorch's CMake
@@ -20,6 +21,10 @@
 #include <sstream>
 #include <stdexcept>
 #include <vector>
+
+// LibTorch 1.13 vs 2.x (ProcessGroupGloo is a Backend that must be wrapped in a ProcessGroup in 2.x): the same
+// header-only helper flopmeter's own sources use.
+#include "../../plugin/c10d_compat.h"
 
 namespace vlm {
 namespace {
@@ -52,6 +57,8 @@ dist_env read_dist_env() {
   if (addr == nullptr || *addr == '\0') throw std::runtime_error("WORLD_SIZE is set but MASTER_ADDR is not");
   env.master_addr = addr;
   env.master_port = env_int("MASTER_PORT", 1, 65535);
+  const char* local = std::getenv("LOCAL_RANK");
+  env.local_rank = (local != nullptr && *local != '\0') ? env_int("LOCAL_RANK", 0, 1 << 20) : env.rank;
   return env;
 }
 
@@ -95,7 +102,10 @@ std::unique_ptr<process_group> process_group::create(const dist_env& env, std::c
     }
     if (gloo->devices.empty()) gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     gloo->threads = 2;
-    s->group = c10::make_intrusive<c10d::ProcessGroupGloo>(s->store, env.rank, env.world_size, gloo);
+    auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(s->store, env.rank, env.world_size, gloo);
+    s->group = flopmeter::c10d_compat::as_process_group(s->store, env.rank, env.world_size, std::move(backend),
+                                                        flopmeter::c10d_compat::kGloo, c10::DeviceType::CPU,
+                                                        timeout);
   } catch (const std::exception& e) {
     throw std::runtime_error("rank " + std::to_string(env.rank) + " could not build the Gloo group (store " + where +
                              "): " + e.what());
@@ -119,5 +129,23 @@ void process_group::broadcast(at::Tensor& tensor, int root) {
 }
 
 void process_group::barrier() { state_->group->barrier()->wait(); }
+
+c10::intrusive_ptr<c10d::ProcessGroup> process_group::c10d_group() const { return state_->group; }
+c10::intrusive_ptr<c10d::Store> process_group::store() const { return state_->store; }
+
+c10::intrusive_ptr<c10d::ProcessGroup> make_local_gloo_group(std::chrono::milliseconds timeout) {
+#if !VLM_HAVE_GLOO
+  (void)timeout;
+  throw std::runtime_error("this trainer was built without Gloo's headers (Debian: libgloo-dev): no local group");
+#else
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::HashStore>();
+  auto gloo = c10d::ProcessGroupGloo::Options::create(timeout);
+  gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  gloo->threads = 1;
+  auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, 0, 1, gloo);
+  return flopmeter::c10d_compat::as_process_group(store, 0, 1, std::move(backend), flopmeter::c10d_compat::kGloo,
+                                                  c10::DeviceType::CPU, timeout);
+#endif
+}
 
 }  // namespace vlm

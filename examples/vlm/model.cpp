@@ -148,7 +148,7 @@ class full_attention_impl : public token_mixer {
         // the probabilities (zero above the diagonal) multiply V as a full L x L matrix. So this example does
         // 2 * nh * hd * L^2 multiply-adds per document and layer, where a causal kernel (FlashAttention's
         // varlen path, and flopmeter's count) does the L(L+1)/2 causal pairs only.
-        const torch::Tensor mask = torch::ones({n, n}, torch::TensorOptions().dtype(torch::kBool)).triu(1);
+        const torch::Tensor mask = torch::ones({n, n}, x.options().dtype(torch::kBool)).triu(1);
         const torch::Tensor scores = torch::matmul(qd, kd.transpose(1, 2)).masked_fill(mask, -INFINITY);
         const torch::Tensor probs = torch::softmax(scores, -1);
         pieces.push_back(torch::matmul(probs, vd).transpose(0, 1).reshape({n, heads_ * head_dim_}));
@@ -439,8 +439,23 @@ model_batch to_model_batch(const packed_row& row) {
       if (row.input_ids[static_cast<std::size_t>(i)] == row.image_token_id) positions.push_back(i);
     }
     b.image_positions = torch::tensor(positions, i64);
+    std::vector<std::int64_t> grids;
+    for (const image_item& image : row.images) grids.insert(grids.end(), {image.t, image.h, image.w});
+    b.grid_thw = torch::tensor(grids, i64).view({static_cast<std::int64_t>(row.images.size()), 3});
   }
+  std::vector<std::int32_t> cu{0};
+  for (const std::int64_t length : row.document_lengths) cu.push_back(cu.back() + static_cast<std::int32_t>(length));
+  b.cu_seqlens = torch::tensor(cu, torch::TensorOptions().dtype(torch::kInt32));
   return b;
+}
+
+model_batch to_device(model_batch batch, const torch::Device& device) {
+  if (device.is_cpu()) return batch;
+  for (torch::Tensor* t : {&batch.input_ids, &batch.labels, &batch.pixel_patches, &batch.image_positions,
+                           &batch.cu_seqlens, &batch.grid_thw}) {
+    if (t->defined()) *t = t->to(device, /*non_blocking=*/true);
+  }
+  return batch;
 }
 
 vlm_model_impl::vlm_model_impl(const flopmeter::model_spec& spec) : spec_(spec) {

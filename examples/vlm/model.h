@@ -53,7 +53,8 @@ inline constexpr const char* kVisionDense = "vision_dense";       // ViT qkv, pr
 inline constexpr const char* kVisionAttnCore = "vision_attn_core";  // ViT QK^T and PV per temporal patch
 inline constexpr const char* kMerger = "merger";                  // patch merger + DeepStack mergers
 
-// One row as tensors (CPU): what forward() consumes.
+// One row as tensors: what forward() consumes. The tensors live on one device (the model's); the host
+// vectors are the same facts the Python side of a trainer would keep on the host.
 struct model_batch {
   torch::Tensor input_ids;                     // [T] int64
   torch::Tensor labels;                        // [T] int64, kIgnoreLabel where no label
@@ -62,9 +63,16 @@ struct model_batch {
   torch::Tensor pixel_patches;                 // [patches, patch_input_size] float; undefined without images
   std::vector<image_item> images;              // grids, in the order of pixel_patches and placeholders
   torch::Tensor image_positions;               // [merged tokens] int64 row positions of the placeholders
+  // The batch description a varlen kernel consumes, travelling with the batch (not used by forward()):
+  torch::Tensor cu_seqlens;                    // [documents + 1] int32, 0 then the running document ends
+  torch::Tensor grid_thw;                      // [images, 3] int64 (t, h, w) in patches; undefined without
 };
 
+// The row as CPU tensors.
 model_batch to_model_batch(const packed_row& row);
+
+// The same batch with every tensor on `device` (non-blocking copies; a no-op for the CPU).
+model_batch to_device(model_batch batch, const torch::Device& device);
 
 class vision_tower_impl;
 class decoder_layer_impl;

@@ -11,6 +11,16 @@
 // flopmeter sees every micro-batch (document lengths, padding, image grids, samples, loss) and every log
 // step (lr, grad norm, data time, forward-backward time).
 //
+// --device cpu (default): everything on the CPU, flopmeter dlopen()ed through its C ABI with host document
+// lengths and image grids. --device cuda: the model and every batch tensor on cuda:LOCAL_RANK, and flopmeter
+// driven through its C++ tensor path (flopmeter/torch.h, vlm/tensor_meter.h) with the batch's cu_seqlens and
+// grid_thw GPU tensors, over an NCCL group when this build has one (vlm/nccl_group.cpp): a single-rank group
+// for one process, else one over the trainer's store. Without NCCL it falls back to a Gloo group with the
+// counters on the CPU (one device-to-host copy per micro-batch). The trainer's own gradient all-reduce stays
+// on Gloo (gradients go through the host). CUDA is reached only through LibTorch's runtime dispatch, so the
+// trainer builds against a CPU-only LibTorch and says so at run time. --flopmeter-path c_abi|tensor overrides
+// the choice of path (the tensor path on the CPU runs over a Gloo group, counters on the CPU).
+//
 // Outputs in output_dir (the trainer chdir()s there once its paths are resolved, so the plugin TOML's
 // relative JSONL path lands there too):
 //   trainer_rank<r>.jsonl  one line per log interval: this rank's real/device tokens, micro-batches and the
@@ -19,6 +29,8 @@
 //   summary_rank<r>.json   steps, first/final loss, per-step losses, wall time, time inside flopmeter calls
 //                          and its fraction of the wall time, flopmeter's health counters
 //   summary.json           rank 0's summary
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -36,6 +48,7 @@
 #include "flopmeter/model_config.h"
 #include "flopmeter_loader.h"
 #include "model.h"
+#include "tensor_meter.h"
 #include "trainer_config.h"
 
 #ifndef VLM_DEFAULT_FLOPMETER_LIBRARY
@@ -80,21 +93,22 @@ std::string json_string(const std::string& s) {
 
 // Flattens every parameter's gradient (zeros where a parameter got none, e.g. the vision tower in a step
 // without images) plus `extra` values into one tensor.
+// The result is on the CPU (the trainer's Gloo group reduces host tensors).
 torch::Tensor flatten_gradients(const std::vector<torch::Tensor>& params, const std::vector<double>& extra) {
   std::vector<torch::Tensor> pieces;
   pieces.reserve(params.size() + 1);
   for (const torch::Tensor& p : params) {
     pieces.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
   }
-  pieces.push_back(torch::tensor(std::vector<float>(extra.begin(), extra.end())));
-  return torch::cat(pieces);
+  pieces.push_back(torch::tensor(std::vector<float>(extra.begin(), extra.end())).to(params.front().device()));
+  return torch::cat(pieces).to(torch::kCPU);
 }
 
 void unflatten_gradients(const std::vector<torch::Tensor>& params, const torch::Tensor& flat, double scale) {
   torch::NoGradGuard no_grad;
   std::int64_t offset = 0;
   for (const torch::Tensor& p : params) {
-    const torch::Tensor slice = flat.narrow(0, offset, p.numel()).view(p.sizes()) * scale;
+    const torch::Tensor slice = (flat.narrow(0, offset, p.numel()).view(p.sizes()) * scale).to(p.device());
     if (p.grad().defined()) {
       p.mutable_grad().copy_(slice);
     } else {
@@ -128,10 +142,25 @@ int run(int argc, char** argv) {
   const bool chatty = env.rank == 0;
   torch::set_num_threads(static_cast<int>(config.threads));
 
+  // The device, checked at run time (LibTorch's own dispatch; no CUDA headers here).
+  const bool on_cuda = config.device == "cuda";
+  torch::Device device(torch::kCPU);
+  if (on_cuda) {
+    if (!torch::cuda::is_available()) {
+      throw std::runtime_error("--device cuda: this LibTorch sees no CUDA device (a CPU-only LibTorch, or no GPU "
+                               "or driver on this machine)");
+    }
+    const auto gpus = static_cast<int>(torch::cuda::device_count());
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % gpus));
+    // The current device: NCCL, the caching allocator and the current stream follow it.
+    c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);
+  }
+
   fs::create_directories(config.output_dir);
   const flopmeter::model_spec spec = flopmeter::load_model_spec(config.model_config);
   torch::manual_seed(config.data.seed);
   vlm::vlm_model model(spec);
+  model->to(device);
   std::vector<torch::Tensor> params = model->parameters();
   std::int64_t parameter_count = 0;
   for (const torch::Tensor& p : params) parameter_count += p.numel();
@@ -142,9 +171,9 @@ int run(int argc, char** argv) {
     // Same seed gives the same initial weights; the broadcast makes it a guarantee.
     torch::NoGradGuard no_grad;
     for (torch::Tensor& p : params) {
-      torch::Tensor copy = p.detach().clone();
+      torch::Tensor copy = p.detach().to(torch::kCPU).clone();
       group->broadcast(copy, 0);
-      p.copy_(copy);
+      p.copy_(copy.to(device));
     }
   }
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(config.lr)
@@ -154,18 +183,41 @@ int run(int argc, char** argv) {
     std::cout << tag << "model " << spec.name << " (" << config.model_config << "): " << parameter_count
               << " parameters; world size " << env.world_size << "; " << config.steps << " steps x "
               << config.microbatches_per_step << " micro-batches of " << config.data.row_length << " tokens per rank"
-              << std::endl;
+              << " on " << device.str() << std::endl;
   }
 
-  // flopmeter, loaded like a framework loads a plugin. The trainer works inside output_dir from here on.
+  // flopmeter on the CPU: loaded like a framework loads a plugin. On CUDA: the linked library's tensor path.
+  // The trainer works inside output_dir from here on.
   std::unique_ptr<vlm::plugin_library> meter;
-  if (config.flopmeter_enabled) meter = vlm::plugin_library::load(config.flopmeter_library);
+  std::unique_ptr<vlm::tensor_meter> tensor_meter;
+  const bool tensor_path = config.flopmeter_path.empty() ? on_cuda : config.flopmeter_path == "tensor";
+  if (config.flopmeter_enabled && !tensor_path) meter = vlm::plugin_library::load(config.flopmeter_library);
   fs::current_path(config.output_dir);
   if (meter) {
     meter->create(config.flopmeter_config, env.distributed, config.flopmeter_port_offset);
     if (chatty) {
       std::cout << tag << "flopmeter " << meter->path() << " (C ABI " << meter->abi_version() << "), plugin config "
                 << config.flopmeter_config << std::endl;
+    }
+  }
+  if (config.flopmeter_enabled && tensor_path) {
+    std::string why_not;
+    c10::intrusive_ptr<c10d::ProcessGroup> meter_group;
+    if (on_cuda) meter_group = vlm::make_nccl_group(env, group.get(), std::chrono::seconds(60), why_not);
+    torch::Device counters = device;
+    if (!meter_group) {
+      counters = torch::Device(torch::kCPU);
+      meter_group = group ? group->c10d_group() : vlm::make_local_gloo_group(std::chrono::seconds(60));
+      if (on_cuda) {
+        std::cout << tag << "note: no NCCL group (" << why_not << "); flopmeter's counters live on the CPU over "
+                  << "Gloo, so each micro-batch's counts are copied from the GPU (a sync per micro-batch)"
+                  << std::endl;
+      }
+    }
+    tensor_meter = vlm::tensor_meter::create(config.flopmeter_config, std::move(meter_group), counters);
+    if (chatty) {
+      std::cout << tag << "flopmeter " << tensor_meter->description() << ", plugin config " << config.flopmeter_config
+                << std::endl;
     }
   }
 
@@ -187,7 +239,7 @@ int run(int argc, char** argv) {
     for (std::int64_t micro = 0; micro < config.microbatches_per_step; ++micro) {
       auto t0 = clock_type::now();
       const vlm::packed_row row = vlm::make_row(config.data, spec, env.rank, step, micro);
-      const vlm::model_batch batch = vlm::to_model_batch(row);
+      const vlm::model_batch batch = vlm::to_device(vlm::to_model_batch(row), device);
       interval.data_seconds += seconds_since(t0);
 
       t0 = clock_type::now();
@@ -223,11 +275,22 @@ int run(int argc, char** argv) {
         event.label_tokens = labels;
         meter->on_microbatch(event);
       }
+      if (tensor_meter) {
+        // The batch's own description tensors, already on the GPU with the batch: no host copy of them.
+        flopmeter::tensor_microbatch event;
+        event.cu_seqlens = batch.cu_seqlens;
+        event.grid_thw = batch.grid_thw;
+        event.padding_tokens = row.padding_tokens;
+        event.samples = static_cast<std::int64_t>(row.document_lengths.size());
+        event.loss_sum = loss_value;
+        event.label_tokens = labels;
+        tensor_meter->on_microbatch(event);
+      }
     }
 
     // One all-reduce per step: the gradients (averaged over ranks) plus the step's loss sum and label count.
     if (group) {
-      torch::Tensor flat = flatten_gradients(params, {step_loss_sum, step_labels});
+      torch::Tensor flat = flatten_gradients(params, {step_loss_sum, step_labels});  // on the CPU
       group->allreduce_sum(flat);
       unflatten_gradients(params, flat, 1.0 / env.world_size);
       const auto tail = flat.narrow(0, flat.numel() - 2, 2);
@@ -258,6 +321,15 @@ int run(int argc, char** argv) {
         log.forward_backward_time_seconds = interval.forward_backward_seconds;
         meter->on_log(log);
       }
+      if (tensor_meter) {
+        flopmeter::log_event log;
+        log.step = step;
+        log.learning_rate = lr;
+        log.grad_norm = grad_norm;
+        log.data_time = std::chrono::duration<double>(interval.data_seconds);
+        log.forward_backward_time = std::chrono::duration<double>(interval.forward_backward_seconds);
+        tensor_meter->on_log(log);
+      }
       rank_log << "{\"step\":" << step << ",\"rank\":" << env.rank << ",\"world_size\":" << env.world_size
                << ",\"interval_seconds\":" << json_number(interval_seconds)
                << ",\"real_tokens\":" << interval.real_tokens << ",\"device_tokens\":" << interval.device_tokens
@@ -282,11 +354,21 @@ int run(int argc, char** argv) {
     meter->flush();
     meter->health(health);
   }
+  if (tensor_meter) {
+    tensor_meter->flush();
+    tensor_meter->health(health);
+  }
   const double wall_seconds = seconds_since(wall_start);
   if (meter) meter->destroy();
+  const bool metered = meter || tensor_meter;
+  const std::string meter_path = meter ? "c_abi" : tensor_meter ? "tensor" : "";
+  const std::string meter_name = meter ? meter->path() : tensor_meter ? tensor_meter->description() : "";
+  const double inside = meter ? meter->event_seconds() : tensor_meter ? tensor_meter->event_seconds() : 0.0;
+  const std::int64_t event_calls = meter ? meter->event_calls() : tensor_meter ? tensor_meter->event_calls() : 0;
+  const double setup_seconds = meter ? meter->setup_seconds() : tensor_meter ? tensor_meter->setup_seconds() : 0.0;
+  tensor_meter.reset();  // its group goes before the trainer's barrier
   if (group) group->barrier();  // nobody leaves (and takes its store server with it) while others still talk
 
-  const double inside = meter ? meter->event_seconds() : 0.0;
   const double fraction = inside / wall_seconds;
   std::ostringstream summary;
   summary << "{\"rank\":" << env.rank << ",\"world_size\":" << env.world_size << ",\"steps\":" << config.steps
@@ -295,11 +377,13 @@ int run(int argc, char** argv) {
           << ",\"losses\":[";
   for (std::size_t i = 0; i < losses.size(); ++i) summary << (i ? "," : "") << json_number(losses[i]);
   summary << "],\"wall_seconds\":" << json_number(wall_seconds)
-          << ",\"flopmeter_enabled\":" << (meter ? "true" : "false")
-          << ",\"flopmeter_library\":" << json_string(meter ? meter->path() : "")
-          << ",\"flopmeter_event_calls\":" << (meter ? meter->event_calls() : 0)
+          << ",\"device\":" << json_string(device.str())
+          << ",\"flopmeter_enabled\":" << (metered ? "true" : "false")
+          << ",\"flopmeter_path\":" << json_string(meter_path)
+          << ",\"flopmeter_library\":" << json_string(meter_name)
+          << ",\"flopmeter_event_calls\":" << event_calls
           << ",\"flopmeter_event_seconds\":" << json_number(inside)
-          << ",\"flopmeter_setup_seconds\":" << json_number(meter ? meter->setup_seconds() : 0.0)
+          << ",\"flopmeter_setup_seconds\":" << json_number(setup_seconds)
           << ",\"flopmeter_overhead_fraction\":" << json_number(fraction)
           << ",\"flopmeter_overhead_percent\":" << json_number(100.0 * fraction)
           << ",\"flopmeter_health\":{\"bad_microbatches\":" << health[0] << ",\"failed_collectives\":" << health[1]
@@ -310,10 +394,9 @@ int run(int argc, char** argv) {
 
   std::printf("%sloss %.4f -> %.4f over %lld steps in %.2f s\n", tag.c_str(), losses.front(), losses.back(),
               static_cast<long long>(config.steps), wall_seconds);
-  if (meter) {
+  if (metered) {
     std::printf("%sflopmeter overhead: %.4f%% of wall time (%.3f ms in %lld calls; setup %.1f ms)\n", tag.c_str(),
-                100.0 * fraction, 1e3 * inside, static_cast<long long>(meter->event_calls()),
-                1e3 * meter->setup_seconds());
+                100.0 * fraction, 1e3 * inside, static_cast<long long>(event_calls), 1e3 * setup_seconds);
   }
   if (chatty) {
     std::printf("%soutputs in %s: summary.json, trainer_rank*.jsonl", tag.c_str(), config.output_dir.c_str());

@@ -130,12 +130,18 @@ trainer_config load_trainer_config(const std::string& path) {
   trainer_config c;
   c.source_path = absolute(path);
   const toml::table* run = r.table(root, "run");
-  if (run) r.only(*run, "run", {"steps", "microbatches_per_step", "log_interval_steps", "threads", "output_dir"});
+  if (run) {
+    r.only(*run, "run", {"steps", "microbatches_per_step", "log_interval_steps", "threads", "output_dir", "device"});
+  }
   r.get(run, "run", "steps", c.steps, 1);
   r.get(run, "run", "microbatches_per_step", c.microbatches_per_step, 1);
   r.get(run, "run", "log_interval_steps", c.log_interval_steps, 1);
   r.get(run, "run", "threads", c.threads, 1);
   r.get_string(run, "run", "output_dir", c.output_dir);
+  r.get_string(run, "run", "device", c.device);
+  if (c.device != "cpu" && c.device != "cuda") {
+    r.fail(run->get("device")->source(), "key 'run.device': expected \"cpu\" or \"cuda\", got \"" + c.device + "\"");
+  }
 
   const toml::table* data = r.table(root, "data");
   if (data) {
@@ -189,9 +195,11 @@ trainer_config load_trainer_config(const std::string& path) {
 std::string trainer_usage(const char* program) {
   return std::string("usage: ") + program +
          " [--config trainer.toml] [--steps N] [--microbatches N] [--log-interval N] [--row-length N]\n"
-         "       [--seed N] [--threads N] [--lr X] [--output-dir DIR] [--model-config PATH]\n"
-         "       [--flopmeter-library PATH] [--flopmeter-config PATH] [--no-flopmeter]\n"
+         "       [--seed N] [--threads N] [--lr X] [--output-dir DIR] [--device cpu|cuda] [--model-config PATH]\n"
+         "       [--flopmeter-library PATH] [--flopmeter-config PATH] [--flopmeter-path c_abi|tensor]\n"
+         "       [--no-flopmeter]\n"
          "Multi-process: set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (examples/launch.sh does).\n"
+         "--device cuda: model and batches on cuda:LOCAL_RANK; flopmeter through its tensor path (flopmeter/torch.h).\n"
          "flopmeter library: --flopmeter-library > $FLOPMETER_LIBRARY > [flopmeter].library > the build's.\n";
 }
 
@@ -237,12 +245,20 @@ trainer_config parse_command_line(int argc, char** argv, const std::string& defa
       c.lr = parse_double(flag, value);
     } else if (flag == "--output-dir") {
       c.output_dir = value;
+    } else if (flag == "--device") {
+      if (value != "cpu" && value != "cuda") throw std::runtime_error("--device: expected cpu or cuda, got '" + value + "'");
+      c.device = value;
     } else if (flag == "--model-config") {
       c.model_config = absolute(value);
     } else if (flag == "--flopmeter-library") {
       cli_library = absolute(value);
     } else if (flag == "--flopmeter-config") {
       c.flopmeter_config = absolute(value);
+    } else if (flag == "--flopmeter-path") {
+      if (value != "c_abi" && value != "tensor") {
+        throw std::runtime_error("--flopmeter-path: expected c_abi or tensor, got '" + value + "'");
+      }
+      c.flopmeter_path = value;
     } else {
       throw std::runtime_error("unknown flag: " + flag);
     }

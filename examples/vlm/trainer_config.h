@@ -22,6 +22,10 @@ struct trainer_config {
   std::int64_t log_interval_steps = 5;      // flopmeter on_log (and the trainer's log line) every N steps
   std::int64_t threads = 1;                 // LibTorch intra-op threads per rank
   std::string output_dir = "out/vlm_trainer";  // per-rank logs, the summary and (via the plugin TOML) JSONL
+  // "cpu" or "cuda". cpu: flopmeter is dlopen()ed through its C ABI and sees host document lengths. cuda: the
+  // model and every batch tensor live on the GPU (cuda:LOCAL_RANK), and flopmeter is fed through its C++
+  // tensor path (flopmeter/torch.h) with the batch's cu_seqlens and grid_thw GPU tensors.
+  std::string device = "cpu";
   // [data] (seed included)
   data_options data;
   // [model]
@@ -39,6 +43,9 @@ struct trainer_config {
   std::string flopmeter_library;            // libflopmeter.so to dlopen; "" = the build's own
   std::string flopmeter_config;             // plugin TOML (plugin_configs/SCHEMA.md), absolute
   int flopmeter_port_offset = 1;            // flopmeter's own store: MASTER_PORT + this (multi-process only)
+  // How flopmeter is fed: "c_abi" (dlopen, host lengths) or "tensor" (the linked library's tensor path with the
+  // batch's cu_seqlens / grid_thw tensors). "" (default): c_abi on the CPU, tensor on CUDA. --flopmeter-path.
+  std::string flopmeter_path;
 };
 
 // Reads a trainer TOML. Throws std::runtime_error ("file:line:col: key 'run.steps': ...").
@@ -49,7 +56,8 @@ std::string trainer_usage(const char* program);
 
 // Parses the command line: --config PATH first (else `default_config`), then the overrides
 // (--steps N, --microbatches N, --log-interval N, --row-length N, --seed N, --threads N, --lr X,
-// --output-dir DIR, --model-config PATH, --flopmeter-library PATH, --flopmeter-config PATH, --no-flopmeter).
+// --output-dir DIR, --device cpu|cuda, --model-config PATH, --flopmeter-library PATH, --flopmeter-config PATH,
+// --flopmeter-path c_abi|tensor, --no-flopmeter).
 // The library path precedence is --flopmeter-library > $FLOPMETER_LIBRARY > [flopmeter].library > the
 // build's libflopmeter.so (`default_library`). Sets `help` and returns early on --help. Throws
 // std::runtime_error on a malformed command line.

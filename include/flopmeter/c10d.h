@@ -1,6 +1,10 @@
 // flopmeter/c10d.h — a `communicator` over a c10d ProcessGroup (Gloo on CPU, NCCL on GPU), for trainers
 // that use LibTorch. Only available when flopmeter was built with LibTorch (FLOPMETER_HAVE_TORCH); the
-// trainer must use the same LibTorch as flopmeter.
+// trainer must use the same LibTorch as flopmeter (1.13 or 2.x, built with the new C++ ABI).
+// LibTorch 2.x: pass a c10d::ProcessGroup (what torch.distributed builds), not a bare backend: there
+// ProcessGroupGloo and ProcessGroupNCCL are c10d::Backend objects; a C++ trainer that constructs one registers
+// it on a ProcessGroup with setBackend(device type, backend type, backend) and setDefaultBackend (as
+// plugin/c10d_compat.h does for flopmeter's own groups).
 //
 // Ownership: the communicator shares ownership of the ProcessGroup (an intrusive_ptr, as c10d does). A
 // `pending_collective` it returns owns a copy of the values (and the c10d Work), so the caller's buffer is

@@ -10,7 +10,8 @@
 // Ownership: the plugin shares the communicator and the sinks (shared_ptr); it owns its counters.
 // Errors: `create` throws flopmeter::error for bad options; the hooks never throw: a bad batch, a failed or
 // timed-out collective or a failing sink is logged (rate-limited), counted in `health()` and costs that
-// interval's metrics, not the run.
+// interval's metrics, not the run. After 3 failed collectives in a row the plugin stops waiting and probes
+// the group every 16 logs until a collective succeeds again (METRICS.md, "When things go wrong").
 // Thread-safety: hooks may be called from several threads; an internal mutex serializes them (the
 // expected use is one training thread per rank).
 #pragma once
@@ -70,10 +71,12 @@ struct throughput_options {
 // Counters of things that went wrong; all zero in a healthy run.
 struct throughput_health {
   std::uint64_t bad_microbatches = 0;     // rejected batch descriptions (not counted in any metric)
-  std::uint64_t failed_collectives = 0;   // intervals lost to a failed or timed-out collective
-  std::uint64_t skipped_intervals = 0;    // intervals not emitted (zero or negative time, failures)
+  std::uint64_t failed_collectives = 0;   // intervals lost to a failed or timed-out collective, or to one
+                                          // whose rows came from different logs (ranks out of step)
+  std::uint64_t skipped_intervals = 0;    // intervals not emitted (zero, negative or NaN time, counts beyond
+                                          // 2^53, failures, no collective while backing off)
   std::uint64_t events_after_flush = 0;   // events that arrived after flush()
-  std::uint64_t collectives_started = 0;  // one per on_log on the default path
+  std::uint64_t collectives_started = 0;  // one per on_log on the default path (fewer while backing off)
 };
 
 class throughput_plugin : public plugin {

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flopmeter/communicator.h"
@@ -37,6 +38,15 @@ class fake_group : public std::enable_shared_from_this<fake_group> {
     std::lock_guard<std::mutex> lock(mutex_);
     stalled_[r] = index;
   }
+  // A stalled rank catches up (a slow peer, not a dead one): it joins, in order, every collective it held
+  // back, with the values it started them with, and joins later ones at once. Like a real backend, the
+  // collectives are matched by their index, so nothing is paired out of order.
+  void resume_rank(int r) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stalled_.erase(r);
+    for (const auto& held : held_[r]) add(held.first, held.second.data(), held.second.size());
+    held_.erase(r);
+  }
 
  private:
   friend class fake_communicator;
@@ -46,17 +56,25 @@ class fake_group : public std::enable_shared_from_this<fake_group> {
     int joined = 0;
   };
 
-  // Adds `values` to collective `index`; returns false if the rank is stalled (does not join).
+  // Adds `values` to collective `index`; returns false if the rank is stalled (its values are held back
+  // until resume_rank).
   bool join(int r, std::int64_t index, const double* values, std::size_t count) {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto stalled = stalled_.find(r);
-    if (stalled != stalled_.end() && index >= stalled->second) return false;
+    if (stalled != stalled_.end() && index >= stalled->second) {
+      held_[r].emplace_back(index, std::vector<double>(values, values + count));
+      return false;
+    }
+    add(index, values, count);
+    return true;
+  }
+
+  void add(std::int64_t index, const double* values, std::size_t count) {  // mutex_ held
     collective& c = collectives_[index];
     if (c.sum.empty()) c.sum.assign(count, 0.0);
     for (std::size_t i = 0; i < count; ++i) c.sum[i] += values[i];
     ++c.joined;
     done_.notify_all();
-    return true;
   }
 
   int world_;
@@ -66,6 +84,7 @@ class fake_group : public std::enable_shared_from_this<fake_group> {
   std::map<std::int64_t, collective> collectives_;
   std::set<std::int64_t> failing_;
   std::map<int, std::int64_t> stalled_;
+  std::map<int, std::vector<std::pair<std::int64_t, std::vector<double>>>> held_;  // stalled ranks' values
 };
 
 class fake_pending : public pending_collective {

@@ -1,0 +1,82 @@
+// flopmeter through its tensor path; see tensor_meter.h.
+#include "tensor_meter.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <chrono>
+#include <stdexcept>
+#include <utility>
+
+#include "flopmeter/error.h"
+#include "flopmeter/sinks.h"
+#include "flopmeter/throughput.h"
+
+namespace vlm {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+}  // namespace
+
+std::unique_ptr<tensor_meter> tensor_meter::create(const std::string& plugin_config,
+                                                   c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device) {
+  if (!group) throw std::runtime_error("tensor_meter: no process group");
+  const auto start = clock_type::now();
+  std::unique_ptr<tensor_meter> m(new tensor_meter());
+  try {
+    flopmeter::throughput_options options = flopmeter::load_throughput_options(plugin_config);
+    if (options.console) options.sinks.push_back(flopmeter::make_console_sink());
+    if (!options.jsonl_path.empty()) {
+      std::string path = options.jsonl_path;
+      const std::string placeholder = "{rank}";
+      const std::string rank = std::to_string(group->getRank());
+      for (std::size_t at = path.find(placeholder); at != std::string::npos; at = path.find(placeholder, at)) {
+        path.replace(at, placeholder.size(), rank);
+        at += rank.size();
+      }
+      options.sinks.push_back(flopmeter::make_jsonl_sink(path));
+    }
+    m->description_ = "tensor path over c10d:" + group->getBackendName() + ", counters on " + device.str();
+    m->meter_ = flopmeter::tensor_throughput::create(std::move(options), std::move(group), device);
+  } catch (const flopmeter::error& e) {
+    throw std::runtime_error(plugin_config + ": " + e.what());
+  }
+  m->setup_seconds_ = seconds_since(start);
+  return m;
+}
+
+void tensor_meter::on_microbatch(const flopmeter::tensor_microbatch& batch) {
+  const auto start = clock_type::now();
+  meter_->on_microbatch(batch);
+  event_seconds_ += seconds_since(start);
+  ++event_calls_;
+}
+
+void tensor_meter::on_log(const flopmeter::log_event& log) {
+  const auto start = clock_type::now();
+  meter_->on_log(log);
+  event_seconds_ += seconds_since(start);
+  ++event_calls_;
+}
+
+void tensor_meter::flush() {
+  const auto start = clock_type::now();
+  meter_->flush();
+  event_seconds_ += seconds_since(start);
+  ++event_calls_;
+}
+
+void tensor_meter::health(std::uint64_t out[5]) const {
+  const flopmeter::throughput_health h = meter_->health();
+  out[0] = h.bad_microbatches;
+  out[1] = h.failed_collectives;
+  out[2] = h.skipped_intervals;
+  out[3] = h.events_after_flush;
+  out[4] = h.collectives_started;
+}
+
+}  // namespace vlm

@@ -1,0 +1,343 @@
+// Bad inputs the other suites do not pin, each with the message that says what is wrong and where (the
+// whole catalogue, with the tests that pin every entry, is in METRICS.md "Bad input catalogue"):
+//   - options that only the running plugin can check: the layout against the communicator's world, the
+//     rank, the peak, top-k, tpi_multiplier, the timeout; through a plugin file they also name the file;
+//   - peaks that give no MFU: an unknown GPU, a precision the GPU lacks, no peak at all (one warning each);
+//   - micro-batches the plugin rejects: the warning names the entry, and the batch is not counted.
+#include <gtest/gtest.h>
+#include <spdlog/logger.h>
+#include <spdlog/sinks/null_sink.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flopmeter/error.h"
+#include "flopmeter/throughput.h"
+#include "support/capture_sink.h"
+#include "support/fake_group.h"
+
+namespace flopmeter {
+namespace {
+
+using testing::capture_sink;
+using testing::fake_group;
+
+namespace fs = std::filesystem;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+
+// The small VLM of test_flop_model.cpp (spatial_merge_size 2).
+model_spec small_vlm() {
+  model_spec s;
+  s.name = "small";
+  s.model_type = "qwen3_vl";
+  s.text.hidden_size = 8;
+  s.text.num_hidden_layers = 2;
+  s.text.num_attention_heads = 2;
+  s.text.num_key_value_heads = 1;
+  s.text.head_dim = 4;
+  s.text.intermediate_size = 16;
+  s.text.vocab_size = 10;
+  s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
+  vision_spec v;
+  v.depth = 1;
+  v.hidden_size = 4;
+  v.num_heads = 2;
+  v.intermediate_size = 8;
+  v.out_hidden_size = 8;
+  v.patch_size = 2;
+  v.temporal_patch_size = 1;
+  v.spatial_merge_size = 2;
+  v.in_channels = 1;
+  s.vision = v;
+  return s;
+}
+
+// A logger that keeps what it was given, one "<level>|<message>" line each.
+struct captured_log {
+  std::ostringstream stream;
+  std::shared_ptr<spdlog::logger> logger;
+  captured_log()
+      : logger(std::make_shared<spdlog::logger>("bad_inputs", std::make_shared<spdlog::sinks::ostream_sink_mt>(stream))) {
+    logger->set_pattern("%l|%v");
+  }
+  std::string text() const { return stream.str(); }
+};
+
+// A communicator that claims any rank and world (the plugin must refuse the impossible ones).
+class claimed_rank final : public communicator {
+ public:
+  claimed_rank(int rank, int world) : rank_(rank), world_(world) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string backend_name() const override { return "claimed"; }
+  std::unique_ptr<pending_collective> start_allreduce_sum(double*, std::size_t) override {
+    throw error("not used in these tests");
+  }
+
+ private:
+  int rank_;
+  int world_;
+};
+
+std::string create_error(throughput_options o, std::shared_ptr<communicator> comm) {
+  try {
+    (void)throughput_plugin::create(std::move(o), std::move(comm));
+  } catch (const error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "create did not throw";
+  return "";
+}
+
+throughput_options base_options() {
+  throughput_options o;
+  o.model = small_vlm();
+  // Keeps the warnings of the create-error cases out of the test output.
+  o.logger = std::make_shared<spdlog::logger>("quiet", std::make_shared<spdlog::sinks::null_sink_mt>());
+  return o;
+}
+
+// ---- options that need the running plugin --------------------------------------------------------------
+
+TEST(bad_inputs, layout_not_dividing_the_world) {
+  throughput_options o = base_options();
+  o.parallel = {2, 2, 1};
+  EXPECT_EQ(create_error(o, std::make_shared<claimed_rank>(0, 6)),
+            "parallel layout: tp*cp*pp = 4 does not divide world_size 6");
+}
+
+TEST(bad_inputs, layout_larger_than_the_world) {
+  throughput_options o = base_options();
+  o.parallel = {8, 1, 2};
+  EXPECT_EQ(create_error(o, std::make_shared<claimed_rank>(0, 8)),
+            "parallel layout: tp*cp*pp = 8*1*2 exceeds world_size 8");
+}
+
+TEST(bad_inputs, rank_outside_the_world) {
+  EXPECT_EQ(create_error(base_options(), std::make_shared<claimed_rank>(4, 4)),
+            "parallel layout: rank 4 is outside [0, 4)");
+  EXPECT_EQ(create_error(base_options(), std::make_shared<claimed_rank>(-1, 4)),
+            "parallel layout: rank -1 is outside [0, 4)");
+  EXPECT_EQ(create_error(base_options(), std::make_shared<claimed_rank>(0, 0)),
+            "parallel layout: world_size must be >= 1, got 0");
+}
+
+TEST(bad_inputs, peak_that_is_not_a_positive_finite_number) {
+  for (const double peak : {0.0, -5.0, kNaN, std::numeric_limits<double>::infinity()}) {
+    throughput_options o = base_options();
+    o.peak_tflops_per_gpu = peak;
+    const std::string message = create_error(o, make_local_communicator());
+    EXPECT_EQ(message.rfind("throughput plugin: peak_tflops_per_gpu must be a finite number > 0 (got ", 0), 0u)
+        << message;
+  }
+}
+
+TEST(bad_inputs, other_options_the_plugin_refuses) {
+  throughput_options o = base_options();
+  o.topk = -1;
+  EXPECT_EQ(create_error(o, make_local_communicator()), "throughput plugin: topk must be >= 0 (got -1)");
+  o = base_options();
+  o.tpi_multiplier = 0.5;
+  EXPECT_EQ(create_error(o, make_local_communicator()),
+            "throughput plugin: tpi_multiplier must be a finite number >= 1 (got 0.500000)");
+  o = base_options();
+  o.collective_timeout = std::chrono::milliseconds(-1);
+  EXPECT_EQ(create_error(o, make_local_communicator()), "throughput plugin: collective_timeout must be >= 0");
+  EXPECT_EQ(create_error(base_options(), nullptr),
+            "throughput plugin: a communicator is required (make_local_communicator() for one process)");
+}
+
+// A plugin file whose layout does not fit the communicator's world: only known at start, but the message
+// still names the file the layout came from.
+TEST(bad_inputs, plugin_file_layout_not_dividing_the_world_names_the_file) {
+  const fs::path path = fs::temp_directory_path() / ("flopmeter_bad_inputs_" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(path) << "[model]\nconfig = \"" FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml\"\n"
+                      << "[parallel]\ntp = 4\n[sinks]\nconsole = false\n";
+  auto group = std::make_shared<fake_group>(6);
+  try {
+    (void)create_throughput_plugin(path.string(), group->rank(0));
+    ADD_FAILURE() << "no error";
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()), path.string() + ": parallel layout: tp*cp*pp = 4 does not divide world_size 6");
+  }
+  fs::remove(path);
+}
+
+// A config path that names something huge by mistake is refused after 16 MiB, not read whole.
+TEST(bad_inputs, config_file_larger_than_16_mib_is_not_read_whole) {
+  const fs::path path = fs::temp_directory_path() / ("flopmeter_bad_inputs_big_" + std::to_string(::getpid()) + ".toml");
+  {
+    std::ofstream out(path, std::ios::binary);
+    const std::string line(1023, '#');
+    for (int i = 0; i < 17 * 1024; ++i) out << line << '\n';  // 17 MiB of comments
+  }
+  try {
+    (void)load_throughput_options(path.string());
+    ADD_FAILURE() << "no error";
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()), path.string() + ": cannot read plugin config: larger than 16 MiB, so not a config file");
+  }
+  fs::remove(path);
+}
+
+// ---- peaks that give no MFU ----------------------------------------------------------------------------
+
+struct peak_case {
+  const char* name;
+  std::optional<std::string> gpu;
+  peak_precision precision;
+  const char* warning;  // the start of the one warning
+};
+
+TEST(bad_inputs, peaks_without_a_number_give_no_mfu_and_one_warning) {
+  const peak_case cases[] = {
+      {"unknown_gpu", std::string("Z100"), peak_precision::bf16,
+       "warning|flopmeter: no bf16 peak FLOP/s for GPU 'Z100'; perf/mfu will not be reported. Set "
+       "peak_tflops_per_gpu, or gpu to one of: A100 SXM, "},
+      {"precision_the_gpu_lacks", std::string("NVIDIA A100-SXM4-80GB"), peak_precision::fp8,
+       "warning|flopmeter: no fp8 peak FLOP/s for GPU 'NVIDIA A100-SXM4-80GB'; perf/mfu will not be reported."},
+      {"no_peak_at_all", std::nullopt, peak_precision::bf16,
+       "warning|flopmeter: neither peak_tflops_per_gpu nor gpu is configured; perf/mfu will not be reported"},
+  };
+  for (const peak_case& c : cases) {
+    captured_log log;
+    throughput_options o = base_options();
+    o.logger = log.logger;
+    if (c.gpu) o.gpu = *c.gpu;
+    o.precision = c.precision;
+    auto sink = std::make_shared<capture_sink>();
+    o.sinks = {sink};
+    double now = 0;
+    o.clock_seconds = [&now] { return now; };
+    auto plugin = throughput_plugin::create(o, make_local_communicator());
+    EXPECT_FALSE(plugin->peak_tflops_per_gpu().has_value()) << c.name;
+    for (int step = 1; step <= 3; ++step) {
+      now += 1;
+      plugin->on_log(log_event{});
+    }
+    plugin->flush();
+    ASSERT_EQ(sink->records.size(), 3u) << c.name;
+    for (std::size_t i = 0; i < 3; ++i) {
+      EXPECT_FALSE(sink->has(i, "perf/mfu")) << c.name;  // never a fallback number
+      EXPECT_FALSE(sink->has(i, "perf_topk/mfu_slow_0")) << c.name;
+    }
+    EXPECT_EQ(log.text().rfind(c.warning, 0), 0u) << c.name << ": " << log.text();
+    EXPECT_EQ(log.text().find('\n'), log.text().size() - 1) << c.name << ": more than one line: " << log.text();
+  }
+}
+
+// ---- micro-batches the plugin rejects ------------------------------------------------------------------
+
+struct batch_case {
+  const char* name;
+  std::vector<std::int64_t> lengths, cu_seqlens, positions;
+  std::vector<image_grid> grids;
+  std::int64_t padding = 0;
+  std::int64_t samples = 1;
+  std::optional<double> loss;
+  std::optional<std::int64_t> labels;
+  const char* message;  // what the warning says after "flopmeter: micro-batch not counted: "
+};
+
+TEST(bad_inputs, rejected_microbatch_warning_names_the_entry_and_the_batch_is_not_counted) {
+  const batch_case cases[] = {
+      {"negative_length", {3, -1}, {}, {}, {}, 0, 1, {}, {}, "flopmeter: document_lengths[1]: document length must be >= 0 (got -1)"},
+      {"document_too_long", {5000000000}, {}, {}, {}, 0, 1, {}, {},
+       "flopmeter: document_lengths[0] = 5000000000: causal pair count overflows a 64-bit count"},
+      {"cu_seqlens_not_from_zero", {}, {2, 5}, {}, {}, 0, 1, {}, {}, "flopmeter: cu_seqlens[0] must be 0 (got 2)"},
+      {"cu_seqlens_decreasing", {}, {0, 5, 4}, {}, {}, 0, 1, {}, {},
+       "flopmeter: cu_seqlens[2] = 4 is less than cu_seqlens[1] = 5 (cu_seqlens must be non-decreasing)"},
+      {"positions_skip", {}, {}, {0, 1, 3}, {}, 0, 1, {}, {},
+       "flopmeter: positions[2] = 3: expected 0 (a new document) or 2"},
+      {"two_descriptions", {4}, {0, 4}, {}, {}, 0, 1, {}, {},
+       "flopmeter: a micro-batch gives more than one of document_lengths, cu_seqlens, positions"},
+      {"negative_padding", {4}, {}, {}, {}, -3, 1, {}, {}, "flopmeter: padding_tokens must be >= 0 (got -3)"},
+      {"device_tokens_overflow", {1}, {}, {}, {}, kMax, 1, {}, {},
+       "flopmeter: real tokens + padding_tokens overflows a 64-bit count"},
+      {"grid_with_zero_side", {}, {}, {}, {{1, 2, 2}, {1, 0, 2}}, 0, 1, {}, {},
+       "flopmeter: image_grids[1] = (1, 0, 2): t, h and w must be >= 1"},
+      {"grid_not_multiple_of_merge", {}, {}, {}, {{1, 3, 2}}, 0, 1, {}, {},
+       "flopmeter: image_grids[0] = (1, 3, 2): h and w must be multiples of spatial_merge_size 2"},
+      {"grid_patch_count_overflows", {}, {}, {}, {{1000000, 1000000, 1000000}}, 0, 1, {}, {},
+       "flopmeter: image_grids[0] = (1000000, 1000000, 1000000): patch or pair count overflows a 64-bit count"},
+      {"negative_samples", {4}, {}, {}, {}, 0, -2, {}, {}, "flopmeter: samples must be >= 0 (got -2)"},
+      {"negative_label_tokens", {4}, {}, {}, {}, 0, 1, 2.0, -4, "flopmeter: label_tokens must be >= 0"},
+      {"loss_not_finite", {4}, {}, {}, {}, 0, 1, kNaN, 4, "flopmeter: loss_sum is not finite"},
+  };
+  for (const batch_case& c : cases) {
+    captured_log log;
+    throughput_options o = base_options();
+    o.logger = log.logger;
+    o.peak_tflops_per_gpu = 1.0;  // no peak warning in the log
+    auto sink = std::make_shared<capture_sink>();
+    o.sinks = {sink};
+    double now = 0;
+    o.clock_seconds = [&now] { return now; };
+    auto plugin = throughput_plugin::create(o, make_local_communicator());
+    microbatch_event e;
+    e.document_lengths = c.lengths;
+    e.cu_seqlens = c.cu_seqlens;
+    e.positions = c.positions;
+    e.image_grids = c.grids;
+    e.padding_tokens = c.padding;
+    e.samples = c.samples;
+    e.loss_sum = c.loss;
+    e.label_tokens = c.labels;
+    plugin->on_microbatch(e);
+    const std::vector<std::int64_t> good = {10};
+    microbatch_event ok;
+    ok.document_lengths = good;
+    plugin->on_microbatch(ok);
+    now = 1;
+    plugin->on_log(log_event{});
+    plugin->flush();
+    EXPECT_EQ(log.text(), std::string("warning|flopmeter: micro-batch not counted: ") + c.message + "\n") << c.name;
+    EXPECT_EQ(plugin->health().bad_microbatches, 1u) << c.name;
+    ASSERT_EQ(sink->records.size(), 1u) << c.name;
+    EXPECT_EQ(sink->value(0, "train/tokens_seen"), 10.0) << c.name;  // only the good batch
+    EXPECT_EQ(sink->value(0, "perf/step_time"), 0.5) << c.name;      // both ran: 1 s / 2 micro-batches
+  }
+}
+
+TEST(bad_inputs, interval_sums_that_would_overflow_reject_the_batch_that_overflows) {
+  // Each batch is valid, but the second would push the interval's sample (or label-token) count past int64:
+  // it is rejected, not wrapped; the first stays counted.
+  for (const bool labels : {false, true}) {
+    captured_log log;
+    throughput_options o = base_options();
+    o.logger = log.logger;
+    o.peak_tflops_per_gpu = 1.0;
+    auto plugin = throughput_plugin::create(o, make_local_communicator());
+    const std::vector<std::int64_t> doc = {4};
+    microbatch_event e;
+    e.document_lengths = doc;
+    e.samples = labels ? 1 : kMax;
+    if (labels) {
+      e.loss_sum = 1.0;
+      e.label_tokens = kMax;
+    }
+    plugin->on_microbatch(e);
+    plugin->on_microbatch(e);
+    EXPECT_EQ(plugin->health().bad_microbatches, 1u);
+    EXPECT_EQ(log.text(), labels ? "warning|flopmeter: micro-batch not counted: flopmeter: the interval's label token "
+                                   "count overflows a 64-bit count\n"
+                                 : "warning|flopmeter: micro-batch not counted: flopmeter: the interval's sample count "
+                                   "overflows a 64-bit count\n");
+  }
+}
+
+}  // namespace
+}  // namespace flopmeter

@@ -1,0 +1,502 @@
+// Faults around the throughput plugin: a peer that dies, a collective that times out or fails, a clock
+// that stands still, goes backwards or throws, events after flush(), hooks fired from several threads,
+// sinks that cannot write. In every case the training loop carries on, nothing is thrown into it, the
+// affected interval is skipped and counted (METRICS.md, "When things go wrong"), and later intervals report
+// the right numbers again. Ranks are simulated in one process over support/fake_group.h.
+#include <gtest/gtest.h>
+#include <spdlog/logger.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <iterator>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "flopmeter/error.h"
+#include "flopmeter/hooks.h"
+#include "flopmeter/throughput.h"
+#include "support/capture_sink.h"
+#include "support/fake_group.h"
+
+namespace flopmeter {
+namespace {
+
+using testing::capture_sink;
+using testing::fake_group;
+using namespace std::chrono_literals;
+
+namespace fs = std::filesystem;
+
+log_event log_at(std::int64_t step) {
+  log_event e;
+  e.step = step;
+  return e;
+}
+
+// The small text model of test_throughput.cpp: dense_per_token = 7392, text_attn_pair = 192.
+model_spec small_text_model() {
+  model_spec s;
+  s.name = "small";
+  s.model_type = "qwen3_vl";
+  s.text.hidden_size = 8;
+  s.text.num_hidden_layers = 2;
+  s.text.num_attention_heads = 2;
+  s.text.num_key_value_heads = 1;
+  s.text.head_dim = 4;
+  s.text.intermediate_size = 16;
+  s.text.vocab_size = 10;
+  s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
+  return s;
+}
+
+// N ranks over one fake group, each with its own clock and a capture sink; `communicators` may replace
+// the group's communicator of a rank (e.g. one whose start fails).
+struct job {
+  std::shared_ptr<fake_group> group;
+  std::vector<std::shared_ptr<throughput_plugin>> ranks;
+  std::vector<std::shared_ptr<capture_sink>> sinks;
+  std::vector<double> clock;
+
+  explicit job(int world, std::chrono::milliseconds timeout = 20ms,
+               const std::function<void(int, throughput_options&)>& customize = nullptr,
+               const std::function<std::shared_ptr<communicator>(int, std::shared_ptr<communicator>)>& wrap = nullptr)
+      : group(std::make_shared<fake_group>(world)), clock(static_cast<std::size_t>(world), 0.0) {
+    for (int r = 0; r < world; ++r) {
+      throughput_options o;
+      o.model = small_text_model();
+      o.emit = emit_ranks::all;
+      o.collective_timeout = timeout;
+      auto sink = std::make_shared<capture_sink>();
+      o.sinks = {sink};
+      double* my_clock = &clock[static_cast<std::size_t>(r)];
+      o.clock_seconds = [my_clock] { return *my_clock; };
+      if (customize) customize(r, o);
+      std::shared_ptr<communicator> comm = group->rank(r);
+      if (wrap) comm = wrap(r, comm);
+      ranks.push_back(throughput_plugin::create(std::move(o), comm));
+      sinks.push_back(sink);
+    }
+  }
+
+  throughput_plugin& rank(int r) { return *ranks[static_cast<std::size_t>(r)]; }
+  void microbatch(int r, std::int64_t tokens) {
+    microbatch_event e;
+    const std::vector<std::int64_t> lengths = {tokens};
+    e.document_lengths = lengths;
+    e.samples = 1;
+    rank(r).on_microbatch(e);
+  }
+  // One interval on every rank: 1 s, one micro-batch of `tokens` per rank, then the log of `step`.
+  void interval(std::int64_t step, std::int64_t tokens) {
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      clock[r] += 1.0;
+      microbatch(static_cast<int>(r), tokens);
+    }
+    for (auto& p : ranks) {
+      log_event e;
+      e.step = step;
+      p->on_log(e);
+    }
+  }
+  void flush_all() {
+    for (auto& p : ranks) p->flush();
+  }
+  std::vector<std::int64_t> steps(int r) const {
+    std::vector<std::int64_t> out;
+    for (const auto& record : sinks[static_cast<std::size_t>(r)]->records) out.push_back(record.step);
+    return out;
+  }
+};
+
+// Interval k runs 10k tokens on each rank in 1 s, so a record of step k from a world of W ranks must say
+// exactly 10k*W tokens/s: a record that mixed two ranks' different intervals could not.
+void expect_every_record_exact(const job& j, int world) {
+  for (const auto& sink : j.sinks) {
+    for (std::size_t i = 0; i < sink->records.size(); ++i) {
+      const double step = static_cast<double>(sink->records[i].step);
+      EXPECT_DOUBLE_EQ(sink->value(i, "perf/tokens_per_second"), 10.0 * step * world) << "step " << step;
+    }
+  }
+}
+
+// ---- collectives ---------------------------------------------------------------------------------------
+
+TEST(faults, failed_collectives_back_off_then_a_probe_resumes_reporting) {
+  // Log k starts collective k-1. Collectives 2, 3, 4 (logs 3, 4, 5) fail on every rank; their failures are
+  // seen at logs 4, 5, 6, the third in a row, so from log 6 the plugin backs off: no collective until the
+  // retry log 16 (a multiple of 16), whose probe (collective 5) succeeds and is emitted at log 17, which
+  // starts collective 6 again: one per log from then on.
+  job j(2);
+  for (const std::int64_t index : {2, 3, 4}) j.group->fail_collective(index);
+  for (std::int64_t step = 1; step <= 20; ++step) j.interval(step, 10 * step);
+  j.flush_all();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(j.steps(r), (std::vector<std::int64_t>{1, 2, 16, 17, 18, 19, 20})) << "rank " << r;
+    const throughput_health h = j.rank(r).health();
+    EXPECT_EQ(h.failed_collectives, 3u);
+    // Collectives 0-4, the probe (5), then logs 17-20 (6-9).
+    EXPECT_EQ(h.collectives_started, 10u);
+    EXPECT_EQ(j.group->started(r), 10);
+    // 3 failed + logs 6..15 without a collective.
+    EXPECT_EQ(h.skipped_intervals, 13u);
+  }
+  expect_every_record_exact(j, 2);
+  // tokens_seen counts the emitted intervals only: steps 1, 2, 16..20 at 10k tokens on each of 2 ranks.
+  EXPECT_DOUBLE_EQ(j.sinks[0]->value(6, "train/tokens_seen"), 20.0 * (1 + 2 + 16 + 17 + 18 + 19 + 20));
+}
+
+TEST(faults, dead_peer_costs_metrics_but_never_blocks_the_loop_after_backing_off) {
+  // Rank 1 stops joining from collective 3 (log 4) on and never comes back. Logs 5, 6, 7 each wait out
+  // the timeout (the deferred collective of the previous log), then the plugin backs off: the probe of
+  // log 16 is polled at every later log, never waited for.
+  constexpr auto kTimeout = 200ms;
+  job j(2, kTimeout);
+  j.group->stall_rank_from(1, 3);
+  // One interval calls on_log on both ranks: waiting out the timeout would take at least 2 x 200 ms, polling
+  // takes microseconds. 300 ms tells them apart with a wide margin either way.
+  constexpr auto kNoWait = kTimeout * 3 / 2;
+  std::chrono::duration<double> slowest_after_backoff{0};
+  for (std::int64_t step = 1; step <= 40; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    j.interval(step, 10 * step);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (step > 7) slowest_after_backoff = std::max(slowest_after_backoff, took);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  j.flush_all();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, kNoWait);
+  EXPECT_LT(slowest_after_backoff, kNoWait) << "an on_log blocked on the timeout after backing off";
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(j.steps(r), (std::vector<std::int64_t>{1, 2, 3})) << "rank " << r;
+    const throughput_health h = j.rank(r).health();
+    EXPECT_EQ(h.failed_collectives, 3u);
+    EXPECT_EQ(h.collectives_started, 7u);  // logs 1-6, and the probe of log 16 (still out)
+    // 3 failed, logs 7-15 without a collective, logs 17-40 while the probe is out.
+    EXPECT_EQ(h.skipped_intervals, 3u + 9u + 24u);
+  }
+  expect_every_record_exact(j, 2);
+}
+
+TEST(faults, slow_peer_catches_up_and_later_intervals_report_correctly_again) {
+  // As above, but rank 1 is only slow: after log 20 it joins everything it held back, in order. The probe
+  // of log 16 then completes and is emitted at log 21, whose collective starts the normal cadence again.
+  job j(2, 20ms);
+  j.group->stall_rank_from(1, 3);
+  for (std::int64_t step = 1; step <= 20; ++step) j.interval(step, 10 * step);
+  j.group->resume_rank(1);
+  for (std::int64_t step = 21; step <= 25; ++step) j.interval(step, 10 * step);
+  j.flush_all();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(j.steps(r), (std::vector<std::int64_t>{1, 2, 3, 16, 21, 22, 23, 24, 25})) << "rank " << r;
+    EXPECT_EQ(j.rank(r).health().failed_collectives, 3u);
+  }
+  expect_every_record_exact(j, 2);
+}
+
+// A communicator whose start_allreduce_sum throws once, at its `fail_at`-th call, without issuing anything.
+class start_fails_once final : public communicator {
+ public:
+  start_fails_once(std::shared_ptr<communicator> inner, int fail_at) : inner_(std::move(inner)), fail_at_(fail_at) {}
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  std::string backend_name() const override { return "start-fails-once"; }
+  std::unique_ptr<pending_collective> start_allreduce_sum(double* values, std::size_t count) override {
+    if (calls_++ == fail_at_) throw error("injected: the backend refused to start the collective");
+    return inner_->start_allreduce_sum(values, count);
+  }
+
+ private:
+  std::shared_ptr<communicator> inner_;
+  int fail_at_;
+  int calls_ = 0;
+};
+
+TEST(faults, ranks_out_of_step_never_mix_intervals_and_fall_back_into_step) {
+  // Rank 0 cannot start the collective of log 3, so from then on its collective i is paired with rank 1's
+  // collective i, which rank 1 started one log earlier. Every such result carries two different log
+  // sequence numbers and is discarded: no record mixes two intervals (each record below is exact). Both
+  // ranks back off; at each retry log the rank that is behind catches up by one; then both start the
+  // same probe (log 48), and reporting resumes.
+  job j(2, 20ms, nullptr, [](int r, std::shared_ptr<communicator> comm) -> std::shared_ptr<communicator> {
+    if (r == 0) return std::make_shared<start_fails_once>(std::move(comm), 2);
+    return comm;
+  });
+  for (std::int64_t step = 1; step <= 60; ++step) j.interval(step, 10 * step);
+  j.flush_all();
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<std::int64_t> steps = j.steps(r);
+    ASSERT_GE(steps.size(), 3u) << "rank " << r;
+    EXPECT_EQ(steps[0], 1);
+    EXPECT_EQ(steps[1], 2);
+    EXPECT_EQ(steps.back(), 60) << "reporting did not resume on rank " << r;
+    EXPECT_GE(j.rank(r).health().failed_collectives, 3u);
+  }
+  EXPECT_EQ(j.steps(0), j.steps(1));
+  expect_every_record_exact(j, 2);
+}
+
+// ---- the clock -----------------------------------------------------------------------------------------
+
+TEST(faults, clock_going_backwards_skips_that_interval_only) {
+  job j(1);
+  j.interval(1, 10);   // clock 1
+  j.clock[0] = 0.25;   // backwards: interval 2 is 0.25 - 1 = -0.75 s
+  j.microbatch(0, 20);
+  j.rank(0).on_log(log_at(2));
+  j.interval(3, 30);   // 0.25 -> 1.25: 1 s again
+  j.flush_all();
+  EXPECT_EQ(j.steps(0), (std::vector<std::int64_t>{1, 3}));
+  EXPECT_EQ(j.rank(0).health().skipped_intervals, 1u);
+  expect_every_record_exact(j, 1);
+}
+
+TEST(faults, zero_interval_on_one_rank_skips_the_interval_on_every_rank) {
+  // Rank 1's clock stands still for interval 2: a rate over 0 s is not a number, so no rank emits step 2
+  // (every rank derives from the same rows, so they agree), and step 3 is exact again.
+  job j(2);
+  j.interval(1, 10);
+  j.clock[0] += 1.0;
+  for (int r = 0; r < 2; ++r) j.microbatch(r, 20);
+  for (int r = 0; r < 2; ++r) j.rank(r).on_log(log_at(2));
+  j.interval(3, 30);
+  j.flush_all();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(j.steps(r), (std::vector<std::int64_t>{1, 3})) << "rank " << r;
+    EXPECT_EQ(j.rank(r).health().skipped_intervals, 1u);
+    EXPECT_EQ(j.rank(r).health().failed_collectives, 0u);
+  }
+  expect_every_record_exact(j, 2);
+}
+
+TEST(faults, clock_returning_nan_or_throwing_costs_the_intervals_around_it) {
+  // A NaN reading makes the interval ending there and the one starting there NaN seconds long; a clock that
+  // throws reads as NaN. Both are skipped, and the next interval is measured again.
+  double now = 0;
+  bool throw_next = false;
+  throughput_options o;
+  o.model = small_text_model();
+  auto sink = std::make_shared<capture_sink>();
+  o.sinks = {sink};
+  o.clock_seconds = [&] {
+    if (throw_next) {
+      throw_next = false;
+      throw std::runtime_error("clock unavailable");
+    }
+    return now;
+  };
+  auto plugin = throughput_plugin::create(o, make_local_communicator());
+  const std::vector<std::int64_t> doc = {100};
+  microbatch_event e;
+  e.document_lengths = doc;
+  const auto step = [&](std::int64_t s, double clock) {
+    now = clock;
+    plugin->on_microbatch(e);
+    EXPECT_NO_THROW(plugin->on_log(log_at(s)));
+  };
+  step(1, 1.0);                                          // 1 s: emitted
+  step(2, std::numeric_limits<double>::quiet_NaN());     // NaN: skipped
+  step(3, 3.0);                                          // 3 - NaN: skipped
+  step(4, 4.0);                                          // 1 s: emitted
+  throw_next = true;
+  step(5, 5.0);                                          // the clock throws: NaN, skipped
+  step(6, 6.0);                                          // skipped
+  step(7, 7.0);                                          // 1 s: emitted
+  plugin->flush();
+  ASSERT_EQ(sink->records.size(), 3u);
+  EXPECT_EQ(sink->records[0].step, 1);
+  EXPECT_EQ(sink->records[1].step, 4);
+  EXPECT_EQ(sink->records[2].step, 7);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(sink->value(i, "perf/tokens_per_second"), 100.0);
+  EXPECT_EQ(plugin->health().skipped_intervals, 4u);
+}
+
+// ---- events after flush, non-finite trainer figures ----------------------------------------------------
+
+TEST(faults, microbatch_and_log_after_flush_are_counted_and_ignored) {
+  job j(1);
+  j.interval(1, 10);
+  j.flush_all();
+  ASSERT_EQ(j.sinks[0]->records.size(), 1u);
+  j.microbatch(0, 1000);
+  j.interval(2, 10);  // one more micro-batch and a log
+  j.flush_all();      // a second flush does nothing
+  EXPECT_EQ(j.sinks[0]->records.size(), 1u);
+  EXPECT_EQ(j.rank(0).health().events_after_flush, 3u);
+  EXPECT_EQ(j.rank(0).health().collectives_started, 1u);
+}
+
+TEST(faults, non_finite_or_negative_trainer_times_and_memory_are_not_reported) {
+  // A NaN data time on rank 0 would otherwise decide the world maximum by argument order, an infinite one
+  // is not a duration, and negative memory is not memory: they read as "not reported" (0), so the other
+  // rank's figures stand.
+  job j(2);
+  for (int r = 0; r < 2; ++r) j.microbatch(r, 10);
+  for (int r = 0; r < 2; ++r) {
+    j.clock[static_cast<std::size_t>(r)] += 1.0;
+    log_event e;
+    e.step = 1;
+    e.data_time = std::chrono::duration<double>(r == 0 ? std::numeric_limits<double>::quiet_NaN() : 0.5);
+    e.forward_backward_time =
+        std::chrono::duration<double>(r == 0 ? std::numeric_limits<double>::infinity() : 0.25);
+    e.peak_memory_bytes = r == 0 ? -5 : std::int64_t{1} << 30;
+    j.rank(r).on_log(e);
+  }
+  j.flush_all();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(j.sinks[static_cast<std::size_t>(r)]->records.size(), 1u);
+    EXPECT_DOUBLE_EQ(j.sinks[static_cast<std::size_t>(r)]->value(0, "perf/data_time"), 0.5);
+    EXPECT_DOUBLE_EQ(j.sinks[static_cast<std::size_t>(r)]->value(0, "perf/forward_backward_time"), 0.25);
+    EXPECT_DOUBLE_EQ(j.sinks[static_cast<std::size_t>(r)]->value(0, "perf/mem_gib"), 1.0);
+  }
+}
+
+TEST(faults, rank_without_microbatches_has_no_step_time_row) {
+  // Rank 1 ran no micro-batch in the interval: it has no step time, so neither perf/step_time nor its
+  // top-k rows are reported (a NaN "slowest step" would be noise), while the rest is.
+  job j(2, 20ms, [](int, throughput_options& o) { o.topk = 1; });
+  j.microbatch(0, 10);
+  for (int r = 0; r < 2; ++r) j.clock[static_cast<std::size_t>(r)] += 1.0;
+  for (int r = 0; r < 2; ++r) j.rank(r).on_log(log_at(1));
+  j.flush_all();
+  const capture_sink& s = *j.sinks[0];
+  ASSERT_EQ(s.records.size(), 1u);
+  EXPECT_FALSE(s.has(0, "perf/step_time"));
+  EXPECT_FALSE(s.has(0, "perf_topk/step_time_slow_0"));
+  EXPECT_DOUBLE_EQ(s.value(0, "perf/tokens_per_second"), 10.0);
+  EXPECT_DOUBLE_EQ(s.value(0, "perf_topk/tps_fast_0"), 10.0);
+  for (const auto& [name, value] : s.records[0].values) EXPECT_TRUE(std::isfinite(value)) << name;
+}
+
+// ---- threads -------------------------------------------------------------------------------------------
+
+TEST(faults, hooks_from_two_threads_at_once_count_every_microbatch) {
+  // Two threads fire micro-batches through `hooks` and straight into the plugin while a third logs; the
+  // plugin's mutex serialises them (this test runs under ThreadSanitizer in scripts/test_sanitizers.sh).
+  // Every micro-batch lands in exactly one interval, so the emitted tokens add up to all of them.
+  std::atomic<int> clock_ticks{0};
+  throughput_options o;
+  o.model = small_text_model();
+  o.topk = 0;
+  auto sink = std::make_shared<capture_sink>();
+  o.sinks = {sink};
+  o.clock_seconds = [&clock_ticks] { return static_cast<double>(++clock_ticks); };  // every interval 1+ s
+  auto plugin = throughput_plugin::create(o, make_local_communicator());
+  hooks h;
+  const registration reg = h.add(plugin);
+  constexpr int kPerThread = 3000;
+  const std::vector<std::int64_t> doc = {7};
+  const auto fire = [&](bool through_hooks) {
+    microbatch_event e;
+    e.document_lengths = doc;
+    e.samples = 1;
+    for (int i = 0; i < kPerThread; ++i) {
+      if (through_hooks) {
+        h.on_microbatch(e);
+      } else {
+        plugin->on_microbatch(e);
+      }
+    }
+  };
+  std::atomic<bool> stop{false};
+  std::thread logger([&] {
+    std::int64_t step = 0;
+    while (!stop) {
+      h.on_log(log_at(++step));
+      (void)plugin->health();
+      std::this_thread::yield();
+    }
+    h.on_log(log_at(++step));  // closes the last interval
+  });
+  std::thread first(fire, true);
+  std::thread second(fire, false);
+  first.join();
+  second.join();
+  stop = true;
+  logger.join();
+  h.flush();
+  ASSERT_FALSE(sink->records.empty());
+  EXPECT_DOUBLE_EQ(sink->records.back().find("train/tokens_seen") ? *sink->records.back().find("train/tokens_seen") : -1,
+                   7.0 * 2 * kPerThread);
+  EXPECT_DOUBLE_EQ(*sink->records.back().find("train/num_samples"), 2.0 * kPerThread);
+  EXPECT_EQ(plugin->health().bad_microbatches, 0u);
+  EXPECT_EQ(plugin->health().skipped_intervals, 0u);
+  EXPECT_EQ(h.swallowed_exceptions(), 0u);
+}
+
+// ---- sinks ---------------------------------------------------------------------------------------------
+
+struct captured_log {
+  std::ostringstream stream;
+  std::shared_ptr<spdlog::logger> logger =
+      std::make_shared<spdlog::logger>("faults", std::make_shared<spdlog::sinks::ostream_sink_mt>(stream));
+};
+
+TEST(faults, jsonl_sink_on_a_full_disk_costs_its_records_not_the_run) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
+  captured_log log;
+  auto jsonl = make_jsonl_sink("/dev/full", log.logger);
+  job j(1, 20ms, [&](int, throughput_options& o) { o.sinks.push_back(jsonl); });
+  for (std::int64_t step = 1; step <= 5; ++step) j.interval(step, 10 * step);
+  j.flush_all();
+  // Every record reached the other sink; each write to the full disk failed, counted; one error logged.
+  EXPECT_EQ(j.steps(0), (std::vector<std::int64_t>{1, 2, 3, 4, 5}));
+  expect_every_record_exact(j, 1);
+  EXPECT_EQ(jsonl->failures(), 5u);
+  EXPECT_NE(log.stream.str().find("No space left on device"), std::string::npos) << log.stream.str();
+}
+
+TEST(faults, jsonl_file_removed_mid_run_is_recreated_and_later_records_land_in_it) {
+  const fs::path dir = fs::temp_directory_path() / ("flopmeter_faults_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path path = dir / "metrics.jsonl";
+  captured_log log;
+  auto jsonl = make_jsonl_sink(path.string(), log.logger);
+  job j(1, 20ms, [&](int, throughput_options& o) { o.sinks.push_back(jsonl); });
+  j.interval(1, 10);
+  j.interval(2, 20);  // emits step 1
+  ASSERT_TRUE(fs::remove(path));
+  j.interval(3, 30);  // emits step 2 into a new file
+  fs::remove_all(dir);
+  j.interval(4, 40);  // emits step 3: the directory is gone, the record is lost and counted
+  fs::create_directories(dir);
+  j.interval(5, 50);  // emits step 4: the file is back
+  j.flush_all();      // emits step 5
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("\"step\":1,"), std::string::npos);
+  EXPECT_EQ(text.find("\"step\":2,"), std::string::npos);  // it went to the file removed with the directory
+  EXPECT_NE(text.find("{\"step\":4,\"perf/tokens_per_second\":40,"), std::string::npos) << text;
+  EXPECT_NE(text.find("{\"step\":5,\"perf/tokens_per_second\":50,"), std::string::npos) << text;
+  EXPECT_EQ(jsonl->failures(), 1u);
+  EXPECT_EQ(j.steps(0), (std::vector<std::int64_t>{1, 2, 3, 4, 5}));
+  fs::remove_all(dir);
+}
+
+TEST(faults, throwing_callback_sink_is_counted_and_the_other_sinks_still_get_the_record) {
+  int calls = 0;
+  auto throwing = make_callback_sink([&calls](const metrics_record&) {
+    ++calls;
+    throw std::runtime_error("the trainer's callback failed");
+  });
+  job j(1, 20ms, [&](int, throughput_options& o) { o.sinks.insert(o.sinks.begin(), throwing); });
+  for (std::int64_t step = 1; step <= 3; ++step) j.interval(step, 10 * step);
+  j.flush_all();
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(throwing->failures(), 3u);
+  EXPECT_EQ(j.steps(0), (std::vector<std::int64_t>{1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace flopmeter
