@@ -36,6 +36,7 @@
 #include "flopmeter/hooks.h"
 #include "flopmeter/throughput.h"
 #include "fuzz_support.h"
+#include "support/small_models.h"
 
 namespace {
 
@@ -66,35 +67,8 @@ std::int64_t pick_side(FuzzedDataProvider& in) {
   return in.ConsumeBool() ? 2 * in.ConsumeIntegralInRange<std::int64_t>(0, 16) : pick(in);
 }
 
-// The small models of tests/test_flop_model.cpp: dense_per_token 7392, text_attn_pair 192; the VLM adds a
-// one-block ViT with spatial_merge_size 2.
-model_spec small_model(bool vision) {
-  model_spec s;
-  s.name = "small";
-  s.model_type = "qwen3_vl";
-  s.text.hidden_size = 8;
-  s.text.num_hidden_layers = 2;
-  s.text.num_attention_heads = 2;
-  s.text.num_key_value_heads = 1;
-  s.text.head_dim = 4;
-  s.text.intermediate_size = 16;
-  s.text.vocab_size = 10;
-  s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
-  if (vision) {
-    vision_spec v;
-    v.depth = 1;
-    v.hidden_size = 4;
-    v.num_heads = 2;
-    v.intermediate_size = 8;
-    v.out_hidden_size = 8;
-    v.patch_size = 2;
-    v.temporal_patch_size = 1;
-    v.spatial_merge_size = 2;
-    v.in_channels = 1;
-    s.vision = v;
-  }
-  return s;
-}
+// The small models of tests/support/small_models.h.
+model_spec small_model(bool vision) { return vision ? testing::small_vlm() : testing::small_text_model(); }
 
 std::shared_ptr<spdlog::logger> quiet_logger() {
   static const auto logger = std::make_shared<spdlog::logger>("fuzz", std::make_shared<spdlog::sinks::null_sink_mt>());

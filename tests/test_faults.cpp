@@ -28,12 +28,14 @@
 #include "flopmeter/throughput.h"
 #include "support/capture_sink.h"
 #include "support/fake_group.h"
+#include "support/small_models.h"
 
 namespace flopmeter {
 namespace {
 
 using testing::capture_sink;
 using testing::fake_group;
+using testing::small_text_model;
 using namespace std::chrono_literals;
 
 namespace fs = std::filesystem;
@@ -44,21 +46,6 @@ log_event log_at(std::int64_t step) {
   return e;
 }
 
-// The small text model of test_throughput.cpp: dense_per_token = 7392, text_attn_pair = 192.
-model_spec small_text_model() {
-  model_spec s;
-  s.name = "small";
-  s.model_type = "qwen3_vl";
-  s.text.hidden_size = 8;
-  s.text.num_hidden_layers = 2;
-  s.text.num_attention_heads = 2;
-  s.text.num_key_value_heads = 1;
-  s.text.head_dim = 4;
-  s.text.intermediate_size = 16;
-  s.text.vocab_size = 10;
-  s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
-  return s;
-}
 
 // N ranks over one fake group, each with its own clock and a capture sink; `communicators` may replace
 // the group's communicator of a rank (e.g. one whose start fails).

@@ -12,9 +12,12 @@
 
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
+#include "support/small_models.h"
 
 namespace flopmeter {
 namespace {
+
+using testing::small_vlm;
 
 model_spec load_shipped(const std::string& stem) {
   return load_model_spec(std::string(FLOPMETER_SOURCE_DIR) + "/model_configs/" + stem + ".toml");
@@ -121,32 +124,6 @@ TEST(mtp, trained_mtp_layer_costs_a_full_attention_layer_plus_projection_and_log
   EXPECT_EQ(c.dense_per_token, 4627267584);
 }
 
-// A small hand-made model whose numbers are easy to check.
-model_spec small_vlm() {
-  model_spec s;
-  s.name = "small";
-  s.model_type = "qwen3_vl";
-  s.text.hidden_size = 8;
-  s.text.num_hidden_layers = 2;
-  s.text.num_attention_heads = 2;
-  s.text.num_key_value_heads = 1;
-  s.text.head_dim = 4;
-  s.text.intermediate_size = 16;
-  s.text.vocab_size = 10;
-  s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
-  vision_spec v;
-  v.depth = 1;
-  v.hidden_size = 4;
-  v.num_heads = 2;
-  v.intermediate_size = 8;
-  v.out_hidden_size = 8;
-  v.patch_size = 2;
-  v.temporal_patch_size = 1;
-  v.spatial_merge_size = 2;
-  v.in_channels = 1;
-  s.vision = v;
-  return s;
-}
 
 TEST(coefficients, small_model_by_hand) {
   const coefficients c = compute_coefficients(small_vlm());

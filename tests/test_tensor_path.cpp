@@ -16,37 +16,14 @@
 #include "flopmeter/error.h"
 #include "gloo_harness.h"
 #include "support/capture_sink.h"
+#include "support/small_models.h"
 
 namespace flopmeter {
 namespace {
 
 using testing::capture_sink;
+using testing::small_vlm;
 
-model_spec small_vlm() {
-  model_spec s;
-  s.name = "small";
-  s.model_type = "qwen3_vl";
-  s.text.hidden_size = 8;
-  s.text.num_hidden_layers = 2;
-  s.text.num_attention_heads = 2;
-  s.text.num_key_value_heads = 1;
-  s.text.head_dim = 4;
-  s.text.intermediate_size = 16;
-  s.text.vocab_size = 10;
-  s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
-  vision_spec v;
-  v.depth = 1;
-  v.hidden_size = 4;
-  v.num_heads = 2;
-  v.intermediate_size = 8;
-  v.out_hidden_size = 8;
-  v.patch_size = 2;
-  v.temporal_patch_size = 1;
-  v.spatial_merge_size = 2;
-  v.in_channels = 1;
-  s.vision = v;
-  return s;
-}
 
 at::Tensor longs(const std::vector<std::int64_t>& values) {
   return at::tensor(values, at::TensorOptions().dtype(at::kLong));

@@ -13,6 +13,7 @@
 #include "flopmeter/error.h"
 #include "support/capture_sink.h"
 #include "support/fake_group.h"
+#include "support/small_models.h"
 
 namespace flopmeter {
 namespace {
@@ -20,25 +21,9 @@ namespace {
 using testing::capture_sink;
 using testing::fake_group;
 
-// A small text-only model whose coefficients are easy to derive (same as test_flop_model's small model
-// without the vision tower): dense_per_token = 6*(2*(192 + 384) + 80) = 7392, text_attn_pair = 192.
-model_spec small_text_model() {
-  model_spec s;
-  s.name = "small";
-  s.model_type = "qwen3_vl";
-  s.text.hidden_size = 8;
-  s.text.num_hidden_layers = 2;
-  s.text.num_attention_heads = 2;
-  s.text.num_key_value_heads = 1;
-  s.text.head_dim = 4;
-  s.text.intermediate_size = 16;
-  s.text.vocab_size = 10;
-  s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
-  return s;
-}
-
-// FLOPs of one document of L tokens on the small model: 7392*L + 192*L(L+1)/2.
-double small_doc_flops(double L) { return 7392.0 * L + 192.0 * L * (L + 1) / 2; }
+// The small text model (support/small_models.h): dense_per_token 7392, text_attn_pair 192.
+using testing::small_doc_flops;
+using testing::small_text_model;
 
 // N plugins over one fake group, each with its own settable clock and a capture sink on every rank.
 struct simulated_job {

@@ -11,6 +11,7 @@
 #include "flopmeter/throughput.h"
 #include "gloo_harness.h"
 #include "support/capture_sink.h"
+#include "support/small_models.h"
 
 namespace flopmeter {
 namespace {
@@ -19,22 +20,9 @@ using flopmeter_test::gloo_run_options;
 using flopmeter_test::run_gloo_ranks;
 using testing::capture_sink;
 
-// dense_per_token 7392, text_attn_pair 192 (derived in test_throughput.cpp / test_flop_model.cpp).
-model_spec small_text_model() {
-  model_spec s;
-  s.name = "small";
-  s.model_type = "qwen3_vl";
-  s.text.hidden_size = 8;
-  s.text.num_hidden_layers = 2;
-  s.text.num_attention_heads = 2;
-  s.text.num_key_value_heads = 1;
-  s.text.head_dim = 4;
-  s.text.intermediate_size = 16;
-  s.text.vocab_size = 10;
-  s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
-  return s;
-}
-double doc_flops(double L) { return 7392.0 * L + 192.0 * L * (L + 1) / 2; }
+// The small text model (support/small_models.h): dense_per_token 7392, text_attn_pair 192.
+using testing::small_text_model;
+const auto doc_flops = testing::small_doc_flops;
 
 struct rank_result {
   std::vector<metrics_record> records;
