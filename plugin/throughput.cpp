@@ -330,7 +330,11 @@ class throughput_plugin::impl {
     }
     consecutive_failures_ = 0;
     // Batches a tensor path rejected on the device surface here, one log later, without a sync.
-    health_.bad_microbatches += static_cast<std::uint64_t>(row(rank_)[row_device_rejected]);
+    // Only a finite count in range converts: anything else in that slot would be undefined behaviour to cast.
+    const double device_rejected = row(rank_)[row_device_rejected];
+    if (device_rejected > 0 && device_rejected < 9007199254740992.0) {  // 2^53
+      health_.bad_microbatches += static_cast<std::uint64_t>(device_rejected);
+    }
     const double emit_start = seconds_now();
     metrics_record record;
     if (!derive(log_wait_ms, record)) {
