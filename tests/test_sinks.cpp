@@ -254,6 +254,19 @@ TEST(ConsoleSink, OneLineWithEveryKnownValue) {
             "eff 0.93 | mem 41.2GiB | loss 2.3456 | wait 0.01ms");
 }
 
+TEST(ConsoleSink, SmallTflopsAndMfuKeepThreeSignificantDigits) {
+  // A CPU demo reports ~0.00114 TFLOP/s and ~0.228% MFU: with one decimal both would read 0.0. Below 1 they get
+  // three significant digits ({:.3g}); other small fields (eff 0.931) keep their fixed decimals.
+  captured_logger log;
+  auto sink = make_console_sink(log.logger);
+  sink->write(metrics_record{5,
+                             {{"perf/tflops_per_second", 0.0011408},
+                              {"perf/mfu", 0.22817},
+                              {"train/batch_efficiency", 0.931}}});
+  ASSERT_EQ(log.lines().size(), 1u);
+  EXPECT_EQ(log.lines()[0], "info|step 5 | TFLOP/s/gpu 0.00114 | MFU 0.228% | eff 0.93");
+}
+
 TEST(ConsoleSink, MissingValuesAreSkippedAndMissingMfuIsNa) {
   captured_logger log;
   auto sink = make_console_sink(log.logger);
