@@ -19,7 +19,7 @@
 #include "flopmeter/model_config.h"
 #include "flopmeter/throughput.h"
 #include "fuzz_support.h"
-#include "throughput_config.h"
+#include "accounting/throughput_config.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 //
 // The pattern of c10d's own ProcessGroupGlooTest: every rank gets its own ProcessGroupGloo over one shared
 // in-process c10d::HashStore, bound to 127.0.0.1, so the collectives go through Gloo's real TCP transport
-// (on LibTorch 2.x the Gloo backend is wrapped in a c10d::ProcessGroup, plugin/c10d_compat.h).
+// (on LibTorch 2.x the Gloo backend is wrapped in a c10d::ProcessGroup, plugin/comm/c10d_compat.h).
 // `run_gloo_ranks` constructs the groups (the Gloo rendezvous is itself collective, so all ranks construct
 // concurrently), waits until every rank has its group, then calls `body(rank, group)` on each rank's thread.
 // The body receives the only reference the harness keeps, so it may drop it to simulate a dead peer.
@@ -36,7 +36,7 @@
 #endif
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
-#include "../plugin/c10d_compat.h"  // LibTorch 2.x: ProcessGroupGloo is a Backend, wrapped in a ProcessGroup
+#include "../plugin/comm/c10d_compat.h"  // LibTorch 2.x: ProcessGroupGloo is a Backend, wrapped in a ProcessGroup
 
 namespace flopmeter_test {
 

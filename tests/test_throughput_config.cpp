@@ -1,4 +1,4 @@
-// Tests for the plugin TOML loader (plugin/throughput_config.cpp): the shipped example, defaults, how
+// Tests for the plugin TOML loader (plugin/accounting/throughput_config.cpp): the shipped example, defaults, how
 // model.config is resolved, the train_mtp_layers override, and one test per kind of bad input, each pinning
 // the whole message: file, exact line:col, key path and what is wrong.
 
@@ -15,7 +15,7 @@
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 #include "flopmeter/throughput.h"
-#include "throughput_config.h"  // plugin/: parse_throughput_options, the loader on text
+#include "accounting/throughput_config.h"  // plugin/: parse_throughput_options, the loader on text
 
 namespace flopmeter {
 namespace {

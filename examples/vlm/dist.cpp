@@ -24,7 +24,7 @@
 
 // LibTorch 1.13 vs 2.x (ProcessGroupGloo is a Backend that must be wrapped in a ProcessGroup in 2.x): the same
 // header-only helper flopmeter's own sources use.
-#include "../../plugin/c10d_compat.h"
+#include "../../plugin/comm/c10d_compat.h"
 
 namespace vlm {
 namespace {

@@ -18,7 +18,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
-#include "../../plugin/c10d_compat.h"
+#include "../../plugin/comm/c10d_compat.h"
 #endif
 
 #include <stdexcept>

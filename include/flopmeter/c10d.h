@@ -4,7 +4,7 @@
 // LibTorch 2.x: pass a c10d::ProcessGroup (what torch.distributed builds), not a bare backend: there
 // ProcessGroupGloo and ProcessGroupNCCL are c10d::Backend objects; a C++ trainer that constructs one registers
 // it on a ProcessGroup with setBackend(device type, backend type, backend) and setDefaultBackend (as
-// plugin/c10d_compat.h does for flopmeter's own groups).
+// plugin/comm/c10d_compat.h does for flopmeter's own groups).
 //
 // Ownership: the communicator shares ownership of the ProcessGroup (an intrusive_ptr, as c10d does). A
 // `pending_collective` it returns owns a copy of the values (and the c10d Work), so the caller's buffer is

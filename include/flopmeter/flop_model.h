@@ -4,7 +4,7 @@
 // (query, key) pair, per patch, ...) and a micro-batch description into exact integer counts of those units.
 // FLOPs = sum over terms of coefficient x count. Training = forward + backward = 3x the forward matmul work;
 // one multiply-add = 2 FLOPs; only matmul work is counted (norms, activations, softmax, RoPE are not).
-// The derivation of every coefficient is next to its code in plugin/flop_model.cpp and, for users, in
+// The derivation of every coefficient is next to its code in plugin/core/flop_model.cpp and, for users, in
 // METRICS.md.
 //
 // Numeric types (chosen so 1M-token rows, 100k-patch items and 100k documents stay exact):

@@ -43,8 +43,8 @@
 #endif
 
 #include "flopmeter/error.h"
-#include "c10d_compat.h"
-#include "c10d_internal.h"
+#include "comm/c10d_compat.h"
+#include "comm/c10d_internal.h"
 
 namespace flopmeter {
 namespace {

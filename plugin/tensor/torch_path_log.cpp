@@ -1,5 +1,5 @@
 // The tensor path's logging (see torch_path_log.h): no LibTorch header here.
-#include "torch_path_log.h"
+#include "tensor/torch_path_log.h"
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>

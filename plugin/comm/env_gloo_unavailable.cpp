@@ -1,5 +1,5 @@
 // The C ABI's env-Gloo entry point in a build without LibTorch: a clear error instead of a missing symbol.
-#include "env_gloo.h"
+#include "comm/env_gloo.h"
 
 #include "flopmeter/error.h"
 

@@ -11,7 +11,7 @@
 #include "flopmeter/communicator.h"
 #include "flopmeter/error.h"
 #include "flopmeter/throughput.h"
-#include "env_gloo.h"
+#include "comm/env_gloo.h"
 
 namespace {
 

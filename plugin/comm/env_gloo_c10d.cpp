@@ -1,6 +1,6 @@
 // The C ABI's env-Gloo entry point in a LibTorch build: flopmeter's own Gloo group on a TCPStore that rank 0
 // serves at MASTER_PORT + port_offset, so it never touches the trainer's store or process groups.
-#include "env_gloo.h"
+#include "comm/env_gloo.h"
 
 #include "flopmeter/c10d.h"
 #include "flopmeter/error.h"

@@ -11,11 +11,11 @@
 
 #include <string>
 
-#include "c10d_internal.h"
+#include "comm/c10d_internal.h"
 #include "flopmeter/c10d.h"
 #include "flopmeter/error.h"
-#include "row_layout.h"
-#include "torch_path_log.h"  // spdlog stays out of this file: see there
+#include "accounting/row_layout.h"
+#include "tensor/torch_path_log.h"  // spdlog stays out of this file: see there
 
 namespace flopmeter {
 namespace {

@@ -1,7 +1,7 @@
-// plugin/toml_reader.cpp — the TOML++ helpers shared by the model and plugin config loaders (see
+// plugin/core/toml_reader.cpp — the TOML++ helpers shared by the model and plugin config loaders (see
 // toml_reader.h for the message formats).
 
-#include "toml_reader.h"
+#include "core/toml_reader.h"
 
 #include <algorithm>
 #include <charconv>

@@ -37,7 +37,7 @@
 #include "flopmeter/error.h"
 #include "flopmeter/megatron.h"
 #include "flopmeter/model_config.h"
-#include "row_layout.h"
+#include "accounting/row_layout.h"
 
 namespace flopmeter {
 namespace {

@@ -1,4 +1,4 @@
-// plugin/throughput_config.h — internal (not installed): the plugin TOML loader on text rather than on a
+// plugin/accounting/throughput_config.h — internal (not installed): the plugin TOML loader on text rather than on a
 // file, for the fuzzer (fuzz/fuzz_plugin_config.cpp) and the tests. load_throughput_options(path) is
 // parse_throughput_options(contents of path, path, directory of path).
 // Thread-safety: reentrant; it shares no state (the model file it names is read from disk).

@@ -1,4 +1,4 @@
-// plugin/model_config.cpp — the model TOML loader and the model_spec invariants. The generic TOML parts
+// plugin/core/model_config.cpp — the model TOML loader and the model_spec invariants. The generic TOML parts
 // (file reading, syntax errors, locations, unknown keys, typed getters) live in toml_reader.h, shared with
 // the plugin config loader (throughput_config.cpp).
 //
@@ -27,7 +27,7 @@
 #include <toml++/toml.h>
 
 #include "flopmeter/error.h"
-#include "toml_reader.h"
+#include "core/toml_reader.h"
 
 namespace flopmeter {
 

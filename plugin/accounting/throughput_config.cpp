@@ -1,4 +1,4 @@
-// plugin/throughput_config.cpp — the plugin TOML loader: load_throughput_options() (schema in
+// plugin/accounting/throughput_config.cpp — the plugin TOML loader: load_throughput_options() (schema in
 // plugin_configs/SCHEMA.md).
 //
 // Every problem throws flopmeter::error citing FILE:LINE:COL and the key path (formats in toml_reader.h),
@@ -27,8 +27,8 @@
 #include "flopmeter/model_config.h"
 #include "flopmeter/peak_table.h"
 #include "flopmeter/throughput.h"
-#include "throughput_config.h"
-#include "toml_reader.h"
+#include "accounting/throughput_config.h"
+#include "core/toml_reader.h"
 
 namespace flopmeter {
 namespace {
