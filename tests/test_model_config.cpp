@@ -368,7 +368,7 @@ const bad_case kBadCases[] = {
      "full_attention_interval = 8 exceeds num_hidden_layers = 4, so no layer would be full attention"},
     // "model_type = " is 13 characters -> column 14, line 2.
     {"unknown_model_type", "model_type = \"qwen3_5\"", "model_type = \"llama\"",
-     "bad.toml:2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\")"},
+     "bad.toml:2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\")"},
     // Column 14, line 5.
     {"text_model_type_mismatch", "model_type = \"qwen3_5_text\"", "model_type = \"qwen3_vl_text\"",
      "bad.toml:5:14: key 'text_config.model_type': must be \"qwen3_5_text\" for model.model_type \"qwen3_5\" "
@@ -520,7 +520,7 @@ TEST(validate_model_spec, names_the_offending_field) {
     model_spec s = good;
     s.model_type = "llama";
     EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': model_type must be \"qwen3_vl\" or \"qwen3_5\" (got \"llama\")");
+              "invalid model_spec 'tiny': model_type must be one of \"qwen3_vl\", \"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\" (got \"llama\")");
   }
   {
     model_spec s = good;
