@@ -124,7 +124,8 @@ TEST_F(throughput_config, example_file_loads_with_the_documented_values) {
   EXPECT_EQ(o.model.model_type, expected.model_type);
   EXPECT_EQ(o.model.text.hidden_size, 2048);
   EXPECT_EQ(o.model.text.num_hidden_layers, 28);
-  EXPECT_EQ(o.model.text.layer_types, expected.text.layer_types);
+  EXPECT_EQ(o.model.text.full_attention_interval, expected.text.full_attention_interval);
+  EXPECT_EQ(o.model.text.num_full_attention_layers(), expected.text.num_full_attention_layers());
   ASSERT_TRUE(o.model.vision.has_value());
   EXPECT_EQ(o.model.vision->deepstack_visual_indexes, expected.vision->deepstack_visual_indexes);
   EXPECT_EQ(o.model.train_mtp_layers, expected.train_mtp_layers);

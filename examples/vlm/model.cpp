@@ -471,9 +471,9 @@ vlm_model_impl::vlm_model_impl(const flopmeter::model_spec& spec) : spec_(spec) 
   lm_head_ = t.tie_word_embeddings ? embed_tokens_
                                    : register_parameter("lm_head", torch::randn({t.vocab_size, t.hidden_size}) * 0.02);
   if (spec_.vision) vision_ = register_module("visual", std::make_shared<vision_tower_impl>(*spec_.vision));
-  for (std::size_t i = 0; i < t.layer_types.size(); ++i) {
+  for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
     layers_.push_back(register_module("layers_" + std::to_string(i),
-                                      std::make_shared<decoder_layer_impl>(t, t.layer_types[i])));
+                                      std::make_shared<decoder_layer_impl>(t, t.layer_type(i))));
   }
   final_norm_ = register_module("norm", std::make_shared<rms_norm_impl>(t.hidden_size));
 }

@@ -109,11 +109,10 @@ coefficients compute_coefficients(const model_spec& spec) {
   coefficients c;
 
   // dense_per_token = 6 * (sum over layers of the token mixer's projections + SwiGLU) + 6 * logits.
-  int128 layer_macs = 0;
-  for (const layer_kind kind : t.layer_types) {
-    layer_macs += (kind == layer_kind::full_attention ? full_attention_projection_macs(t) : gated_deltanet_macs(t));
-    layer_macs += swiglu_macs(t);
-  }
+  // Layer kinds are counted, not iterated: the cost does not grow with num_hidden_layers.
+  const int128 layer_macs = int128{t.num_full_attention_layers()} * full_attention_projection_macs(t) +
+                            int128{t.num_linear_attention_layers()} * gated_deltanet_macs(t) +
+                            int128{t.num_hidden_layers} * swiglu_macs(t);
   c.dense_per_token = to_coefficient(kTrain * (layer_macs + logits_macs(t)), "dense_per_token");
 
   // text_attn_pair = 6 * 2*nh*hd per full-attention layer. A document of L tokens has L(L+1)/2 causal pairs

@@ -34,14 +34,15 @@ namespace flopmeter {
 // ---------------------------------------------------------------------------------------------------------
 // model_spec's small methods
 
-std::int64_t text_spec::num_full_attention_layers() const {
-  return static_cast<std::int64_t>(
-      std::count(layer_types.begin(), layer_types.end(), layer_kind::full_attention));
+layer_kind text_spec::layer_type(std::int64_t index) const {
+  return full_attention_interval <= 0 || (index + 1) % full_attention_interval == 0 ? layer_kind::full_attention
+                                                                                    : layer_kind::linear_attention;
 }
 
-std::int64_t text_spec::num_linear_attention_layers() const {
-  return static_cast<std::int64_t>(
-      std::count(layer_types.begin(), layer_types.end(), layer_kind::linear_attention));
+// Layers i in [0, L) with (i+1) % k == 0 are i+1 = k, 2k, ..., floor(L/k)*k: floor(L/k) of them.
+std::int64_t text_spec::num_full_attention_layers() const {
+  if (num_hidden_layers < 1) return 0;
+  return full_attention_interval <= 0 ? num_hidden_layers : num_hidden_layers / full_attention_interval;
 }
 
 // Counted arithmetically (no per-layer storage): the stride gives num_hidden_layers / decoder_sparse_step MoE
@@ -314,10 +315,10 @@ class spec_loader : private detail::toml_reader {
     }
   }
 
-  // Resolves text.layer_types from the model type and interval and checks an explicit `layer_types` array
-  // against it.
-  void read_layer_types(const toml::table& text, model_spec& spec) const {
-    text_spec& t = spec.text;
+  // Checks an explicit `layer_types` array (optional, one entry per layer) against the layout that the model
+  // type and interval give. Nothing is stored per layer.
+  void read_layer_types(const toml::table& text, const model_spec& spec) const {
+    const text_spec& t = spec.text;
     const bool hybrid = is_hybrid_type(spec.model_type);
     const std::int64_t interval = hybrid ? t.full_attention_interval : 1;
     const std::string layout = hybrid ? "inconsistent Qwen3.5 layer layout: " : "inconsistent Qwen3-VL layer layout: ";
@@ -326,12 +327,6 @@ class spec_loader : private detail::toml_reader {
                layout + "full_attention_interval = " + std::to_string(interval) + " exceeds num_hidden_layers = " +
                    std::to_string(t.num_hidden_layers) + ", so no layer would be full attention");
     }
-    t.layer_types.resize(static_cast<std::size_t>(t.num_hidden_layers));
-    for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
-      t.layer_types[static_cast<std::size_t>(i)] =
-          (i + 1) % interval == 0 ? layer_kind::full_attention : layer_kind::linear_attention;
-    }
-
     const toml::node* node = text.get("layer_types");
     if (node == nullptr) return;
     if (!node->is_array()) fail_type(*node, "text_config.layer_types", "an array");
@@ -348,7 +343,7 @@ class spec_loader : private detail::toml_reader {
         fail_key(array[i], path, "expected \"linear_attention\" or \"full_attention\", got " + in_quotes(value));
       }
       const std::string_view resolved =
-          t.layer_types[i] == layer_kind::full_attention ? kFullAttention : kLinearAttention;
+          t.layer_type(static_cast<std::int64_t>(i)) == layer_kind::full_attention ? kFullAttention : kLinearAttention;
       if (value != resolved) {
         const std::string reason =
             hybrid ? "full_attention_interval = " + std::to_string(interval) + " makes it " + in_quotes(resolved)
@@ -523,29 +518,12 @@ void validate_model_spec(const model_spec& spec) {
   check_size(spec, "text.vocab_size", t.vocab_size);
   check_size(spec, "text.mtp_num_hidden_layers", t.mtp_num_hidden_layers, 0);
 
-  // Layer layout.
-  if (static_cast<std::int64_t>(t.layer_types.size()) != t.num_hidden_layers) {
-    fail_spec(spec, "text.layer_types has " + std::to_string(t.layer_types.size()) +
-                        " entries but text.num_hidden_layers = " + std::to_string(t.num_hidden_layers));
-  }
+  // Layer layout (arithmetic: layer_type(i) follows from the interval).
   if (hybrid) {
     check_size(spec, "text.full_attention_interval", t.full_attention_interval);
   } else if (t.full_attention_interval != 0) {
     fail_spec(spec, "text.full_attention_interval must be 0 for model_type " + in_quotes(spec.model_type) + " (got " +
                         std::to_string(t.full_attention_interval) + ")");
-  }
-  const std::string layout_reason =
-      hybrid ? " (text.full_attention_interval = " + std::to_string(t.full_attention_interval) + ")"
-             : " (model_type " + in_quotes(spec.model_type) + ")";
-  for (std::size_t i = 0; i < t.layer_types.size(); ++i) {
-    const bool full = !hybrid || (static_cast<std::int64_t>(i) + 1) % t.full_attention_interval == 0;
-    const layer_kind expected = full ? layer_kind::full_attention : layer_kind::linear_attention;
-    if (t.layer_types[i] != expected) {
-      fail_spec(spec, "text.layer_types[" + std::to_string(i) + "] is " +
-                          (full ? "linear_attention but should be full_attention"
-                                : "full_attention but should be linear_attention") +
-                          layout_reason);
-    }
   }
   if (t.num_full_attention_layers() == 0) {
     fail_spec(spec, "no full attention layer: text.full_attention_interval (" +
