@@ -27,6 +27,7 @@
 #include <toml++/toml.h>
 
 #include "flopmeter/error.h"
+#include "flopmeter/flop_model.h"
 #include "core/toml_reader.h"
 
 namespace flopmeter {
@@ -162,6 +163,7 @@ class spec_loader : private detail::toml_reader {
     if (options != nullptr) {
       spec.train_mtp_layers = optional_bool(*options, "flopmeter", "train_mtp_layers", false);
     }
+    check_coefficients(root, spec);
     return spec;
   }
 
@@ -169,6 +171,38 @@ class spec_loader : private detail::toml_reader {
   // A size: integer in [1, 2^31].
   std::int64_t required_size(const toml::table& table, std::string_view path, std::string_view key) const {
     return required_int(table, path, key, {1, kMaxSize});
+  }
+
+  // Every combination of sizes: each coefficient, and the sums reports form from them, must fit in int64 (the
+  // FLOP model saturates instead of wrapping and names the fields of the product that is too large). The
+  // error cites where the first of those fields is set, and names them all. MTP layers are counted as if
+  // trained: a plugin config can turn that on.
+  void check_coefficients(const toml::table& root, const model_spec& spec) const {
+    model_spec trained = spec;
+    trained.train_mtp_layers = true;
+    try {
+      (void)compute_coefficients(trained);
+    } catch (const coefficient_overflow& e) {
+      const toml::node* first = nullptr;
+      std::string first_key;
+      std::string keys;
+      for (const std::string& field : e.fields()) {
+        // model_spec paths "text.X" / "vision.X" are the TOML keys "text_config.X" / "vision_config.X".
+        const bool vision = field.rfind("vision.", 0) == 0;
+        const std::string key = field.substr(field.find('.') + 1);
+        const std::string path = (vision ? "vision_config." : "text_config.") + key;
+        keys += (keys.empty() ? "" : ", ") + path;
+        const toml::table* table = root.get_as<toml::table>(vision ? "vision_config" : "text_config");
+        if (first == nullptr && table != nullptr && table->get(key) != nullptr) {
+          first = table->get(key);
+          first_key = path;
+        }
+      }
+      const std::string what = "coefficient " + e.coefficient() + " would exceed 2^63 FLOPs: the product of " + keys +
+                               " is too large";
+      if (first != nullptr) fail_key(*first, first_key, what);
+      fail_at(root.source(), what);
+    }
   }
 
   // --- tables --------------------------------------------------------------------------------------------
