@@ -55,14 +55,14 @@ term product(std::initializer_list<factor> factors) {
   t.value = 1;
   for (const factor& f : factors) {
     t.value = saturating_multiply(t.value, f.value);
-    if (f.field != nullptr) t.fields.push_back(f.field);
+    if (f.field != nullptr && f.value > 1) t.fields.push_back(f.field);  // a factor of 1 cannot be to blame
   }
   return t;
 }
 
 term operator*(term t, const factor& f) {
   t.value = saturating_multiply(t.value, f.value);
-  if (f.field != nullptr) t.fields.push_back(f.field);
+  if (f.field != nullptr && f.value > 1) t.fields.push_back(f.field);
   return t;
 }
 
@@ -255,21 +255,24 @@ coefficients compute_coefficients(const model_spec& spec) {
   dense_terms& d = c.dense;
   const moe_block_macs moe = moe_macs(t);
   const std::int64_t moe_layers = t.num_moe_layers();
-  const term total =
-      dense_part(d.attention_projections, full_attention_projection_macs(t), t.num_full_attention_layers(),
-                 "text.num_hidden_layers", "dense_per_token (attention projections)") +
-      dense_part(d.linear_attention, t.num_linear_attention_layers() > 0 ? gated_deltanet_macs(t) : term{},
-                 t.num_linear_attention_layers(), "text.num_hidden_layers", "dense_per_token (Gated DeltaNet)") +
-      dense_part(d.dense_mlp, swiglu_macs(t, t.intermediate_size, "text.intermediate_size"), t.num_dense_mlp_layers(),
-                 "text.num_hidden_layers", "dense_per_token (dense MLP)") +
-      dense_part(d.moe_router, moe.router, moe_layers, "text.num_hidden_layers", "dense_per_token (MoE router)") +
-      dense_part(d.moe_routed_experts, moe.routed_experts, moe_layers, "text.num_hidden_layers",
-                 "dense_per_token (MoE routed experts)") +
-      dense_part(d.moe_shared_expert, moe.shared_expert, moe_layers, "text.num_hidden_layers",
-                 "dense_per_token (MoE shared expert)") +
-      dense_part(d.moe_shared_expert_gate, moe.shared_expert_gate, moe_layers, "text.num_hidden_layers",
-                 "dense_per_token (MoE shared-expert gate)") +
-      dense_part(d.logits, logits_macs(t), 1, nullptr, "dense_per_token (logits)");
+  // One statement per part, so the first part that overflows is the one reported, in a fixed order.
+  term total = dense_part(d.attention_projections, full_attention_projection_macs(t), t.num_full_attention_layers(),
+                          "text.num_hidden_layers", "dense_per_token (attention projections)");
+  total = total + dense_part(d.linear_attention,
+                             t.num_linear_attention_layers() > 0 ? gated_deltanet_macs(t) : term{},
+                             t.num_linear_attention_layers(), "text.num_hidden_layers",
+                             "dense_per_token (Gated DeltaNet)");
+  total = total + dense_part(d.dense_mlp, swiglu_macs(t, t.intermediate_size, "text.intermediate_size"),
+                             t.num_dense_mlp_layers(), "text.num_hidden_layers", "dense_per_token (dense MLP)");
+  total = total + dense_part(d.moe_router, moe.router, moe_layers, "text.num_hidden_layers",
+                             "dense_per_token (MoE router)");
+  total = total + dense_part(d.moe_routed_experts, moe.routed_experts, moe_layers, "text.num_hidden_layers",
+                             "dense_per_token (MoE routed experts)");
+  total = total + dense_part(d.moe_shared_expert, moe.shared_expert, moe_layers, "text.num_hidden_layers",
+                             "dense_per_token (MoE shared expert)");
+  total = total + dense_part(d.moe_shared_expert_gate, moe.shared_expert_gate, moe_layers, "text.num_hidden_layers",
+                             "dense_per_token (MoE shared-expert gate)");
+  total = total + dense_part(d.logits, logits_macs(t), 1, nullptr, "dense_per_token (logits)");
   c.dense_per_token = to_coefficient(total, kTrain, "dense_per_token");
 
   // text_attn_pair = 6 * 2*nh*hd per full-attention layer. A document of L tokens has L(L+1)/2 causal pairs
