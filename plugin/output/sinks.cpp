@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "flopmeter/error.h"
+#include "output/json_line.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/stat.h>
@@ -169,7 +170,7 @@ class jsonl_sink final : public sink {
 
  protected:
   void write_(const metrics_record& record) override {
-    std::string line = to_json_line(record);
+    std::string line = detail::to_json_line(record);
     line.push_back('\n');
     if (file_ != nullptr && replaced()) {
       close();
@@ -286,7 +287,24 @@ std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record
   return std::make_shared<callback_sink>(std::move(callback));
 }
 
-std::string to_json_line(const metrics_record& record) {
+std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
+                                              std::shared_ptr<spdlog::logger> logger) {
+  std::vector<std::shared_ptr<sink>> sinks;
+  if (config.console) sinks.push_back(make_console_sink(logger));
+  if (!config.jsonl_path.empty()) {
+    std::string path = config.jsonl_path;
+    const std::string placeholder = "{rank}";
+    const std::string rank_text = std::to_string(rank);
+    for (std::size_t at = path.find(placeholder); at != std::string::npos; at = path.find(placeholder, at)) {
+      path.replace(at, placeholder.size(), rank_text);
+      at += rank_text.size();
+    }
+    sinks.push_back(make_jsonl_sink(path, logger));
+  }
+  return sinks;
+}
+
+std::string detail::to_json_line(const metrics_record& record) {
   std::string line = "{\"step\":";
   line += std::to_string(record.step);
   for (const auto& entry : record.values) {
