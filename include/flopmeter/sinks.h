@@ -62,7 +62,9 @@ struct sink_config {
 };
 
 // The sinks `config` names, for the process of rank `rank`, logging through `logger` (a private one when
-// null): the console sink first, then the JSONL sink. Throws flopmeter::error when a sink cannot be made.
+// null): the console sink first, then the JSONL sink. Throws flopmeter::error when a sink cannot be made,
+// including a JSONL path that cannot be opened for append now (a missing or unwritable directory): the
+// message names the path and the reason. (make_jsonl_sink alone opens lazily and counts failed records.)
 std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
                                               std::shared_ptr<spdlog::logger> logger = nullptr);
 

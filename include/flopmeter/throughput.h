@@ -4,14 +4,21 @@
 // Life cycle: create it with options and a communicator, register it with `hooks` (or call its hooks
 // directly), fire on_microbatch / on_log, flush at the end. on_microbatch only adds integer counts
 // (no allocation, no collective, no device sync). on_log closes the interval, starts one asynchronous
-// all-reduce and emits the *previous* interval's metrics after waiting for its collective
-// (perf/log_wait_ms is that wait). flush() waits for and emits the last interval.
+// all-gather of this rank's row and emits the *previous* interval's metrics after waiting for its collective
+// (perf/log_wait_ms is that wait). flush() waits for and emits the last interval. Destroying the plugin
+// without flush() flushes it: the wait for the last collective is bounded by collective_timeout like any
+// on_log's (and is a poll while reporting is paused), so destruction never blocks longer than that.
+// Every rank must call on_log at the same steps with the same, increasing `step`: a rank whose step
+// disagrees with its peers' (it skipped or added an on_log) costs one interval on every rank, which is
+// counted (out_of_step_intervals), logged once, and the ranks get back in step by themselves.
 //
 // Ownership: the plugin shares the communicator and the sinks (shared_ptr); it owns its counters.
 // Errors: `create` throws flopmeter::error for bad options; the hooks never throw: a bad batch, a failed or
 // timed-out collective or a failing sink is logged (rate-limited), counted in `health()` and costs that
 // interval's metrics, not the run. After 3 failed collectives in a row the plugin stops waiting and probes
-// the group every 16 logs until a collective succeeds again (METRICS.md, "When things go wrong").
+// the group every 16 logs until a collective succeeds again; it logs when reporting pauses and when it
+// resumes (METRICS.md, "When things go wrong"). Every emitted record ends with this rank's health counters
+// (health/...).
 // Thread-safety: hooks may be called from several threads; an internal mutex serializes them (the
 // expected use is one training thread per rank).
 #pragma once
@@ -72,6 +79,10 @@ struct throughput_health {
                                           // 2^53, failures, no collective while backing off)
   std::uint64_t events_after_flush = 0;   // events that arrived after flush()
   std::uint64_t collectives_started = 0;  // one per on_log on the default path (fewer while backing off)
+  std::uint64_t out_of_step_intervals = 0;  // of failed_collectives: rows from different logs (a rank skipped
+                                            // or added an on_log); the ranks get back in step by themselves
+  std::uint64_t dropped_records = 0;      // records a sink could not write (summed over this plugin's sinks;
+                                          // e.g. a JSONL file in a directory that does not exist)
 };
 
 class throughput_plugin : public plugin {

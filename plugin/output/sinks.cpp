@@ -24,6 +24,8 @@
 #include <utility>
 
 #include "flopmeter/error.h"
+#include "flopmeter/metric_names.h"
+#include "core/exact_double.h"
 #include "output/json_line.h"
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -95,10 +97,9 @@ void append_json_string(std::string& out, const std::string& text) {
 // as %.17g but 41.2 stays "41.2" rather than "41.200000000000003", and independent of the C locale (a
 // trainer that calls setlocale() cannot turn the decimal point into a comma). JSON has no NaN or Inf: null.
 void append_json_number(std::string& out, double value) {
-  constexpr double kTwoPow53 = 9007199254740992.0;
   if (!std::isfinite(value)) {
     out += "null";
-  } else if (value == std::trunc(value) && std::fabs(value) < kTwoPow53) {
+  } else if (value == std::trunc(value) && std::fabs(value) < detail::kExactIntegerLimit) {
     out += std::to_string(static_cast<long long>(value));
   } else {
     fmt::format_to(std::back_inserter(out), "{}", value);
@@ -117,15 +118,15 @@ struct console_field {
 
 // The order of the line; absent keys are skipped, except MFU which reads "n/a" (unknown peak).
 constexpr console_field kConsoleFields[] = {
-    {"perf/tokens_per_second", "tok/s", 1, ""},
-    {"perf/tokens_per_second_per_gpu", "tok/s/gpu", 1, ""},
-    {"perf/tflops_per_second", "TFLOP/s/gpu", 1, "", true},
-    {"perf/mfu", "MFU", 1, "%", true},
-    {"perf/step_time", "step", 3, "s"},
-    {"train/batch_efficiency", "eff", 2, ""},
-    {"perf/mem_gib", "mem", 1, "GiB"},
-    {"train/loss", "loss", 4, ""},
-    {"perf/log_wait_ms", "wait", 2, "ms"},
+    {metric::kTokensPerSecond, "tok/s", 1, ""},
+    {metric::kTokensPerSecondPerGpu, "tok/s/gpu", 1, ""},
+    {metric::kTflopsPerSecond, "TFLOP/s/gpu", 1, "", true},
+    {metric::kMfu, "MFU", 1, "%", true},
+    {metric::kStepTime, "step", 3, "s"},
+    {metric::kBatchEfficiency, "eff", 2, ""},
+    {metric::kMemGib, "mem", 1, "GiB"},
+    {metric::kLoss, "loss", 4, ""},
+    {metric::kLogWaitMs, "wait", 2, "ms"},
 };
 
 std::string console_line(const metrics_record& record) {
@@ -133,7 +134,7 @@ std::string console_line(const metrics_record& record) {
   auto out = std::back_inserter(line);
   for (const console_field& field : kConsoleFields) {
     const double* value = record.find(field.key);
-    const bool is_mfu = std::string(field.key) == "perf/mfu";
+    const bool is_mfu = field.key == metric::kMfu;
     if (value == nullptr && !is_mfu) continue;
     if (value == nullptr || !std::isfinite(*value)) {
       fmt::format_to(out, " | {} n/a", field.label);
@@ -299,6 +300,16 @@ std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int ran
       path.replace(at, placeholder.size(), rank_text);
       at += rank_text.size();
     }
+    // Checked here, where the trainer can still act on it: a missing or unwritable directory would otherwise
+    // drop every record of the run (each one counted in health().dropped_records, but no file at all).
+    std::FILE* probe = std::fopen(path.c_str(), "a");
+    if (probe == nullptr) {
+      const int code = errno;
+      throw error("sinks.jsonl: cannot open '" + path + "' for append: " +
+                  std::error_code(code, std::generic_category()).message() +
+                  " (create the directory first, or change [sinks] jsonl)");
+    }
+    std::fclose(probe);
     sinks.push_back(make_jsonl_sink(path, logger));
   }
   return sinks;
