@@ -61,24 +61,17 @@ class metrics_deriver {
   const derive_setup& setup() const { return setup_; }
 
  private:
-  struct rank_row {
-    std::int64_t rank = 0;
-    double tokens_per_second = 0;
-    double tflops = 0;
-    double step_time = 0;
-    double mem_gib = 0;
-    double forward_backward_time = 0;
-    double data_time = 0;
-    double log_wait_ms = 0;
-  };
+  static constexpr std::size_t kLinearSelectMax = 16;  // larger k: partial_sort
+  // The k worst entries of `column` into order_ (worst first) and the k best into fast_order_ (best first).
+  void select_ends(const std::vector<double>& column, std::size_t k, bool higher_is_better);
   void add_topk(metrics_record& record, bool step_time_known, bool forward_backward_known, bool data_known,
                 bool log_wait_known);
 
   derive_setup setup_;
-  std::vector<rank_row> per_rank_;
+  // One column per per-rank figure, indexed by rank (contiguous, so a top-k is one pass over one array).
+  std::vector<double> tps_, tflops_, step_time_, mem_gib_, forward_backward_, data_, log_wait_, mfu_;
   std::vector<std::uint32_t> order_;       // the slow end of each top-k
   std::vector<std::uint32_t> fast_order_;  // the fast end
-  std::vector<double> key_;
 };
 
 }  // namespace flopmeter::detail
