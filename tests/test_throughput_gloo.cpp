@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <memory>
 #include <vector>
 
@@ -129,6 +131,54 @@ TEST(throughput_gloo, dp2_cp2_with_padding) {
     // Padding is dense work: F = 7392*(700+300) + 192*700*701/2 for replica 0, likewise for replica 1.
     const double f0 = 7392.0 * 1000 + 192.0 * 700 * 701 / 2, f1 = 7392.0 * 1000 + 192.0 * 900 * 901 / 2;
     EXPECT_NEAR(value(m, "perf/tflops_per_second") / ((f0 + f1) / 2 / 4 / 1e12), 1.0, 1e-12);
+  }
+}
+
+TEST(throughput_gloo, the_per_rank_topk_names_a_straggler_in_a_job_synchronised_every_step) {
+  // Four ranks meet at a Gloo barrier every step (the gradient all-reduce of a real job), so every rank's
+  // interval is the same and the tps and step-time top-k cannot tell them apart. Rank 2 does far more
+  // work: its forward+backward takes at least 150 ms where the others' take about 10 ms (sleeps: a loaded
+  // machine may stretch them, but not by 140 ms every step). Each rank reports its own
+  // forward_backward_time, so perf_topk/forward_backward_time_slow_0_rank names rank 2 at every log, and
+  // the headline perf/forward_backward_time (the world maximum) is rank 2's.
+  constexpr int kWorld = 4;
+  constexpr int kSteps = 5;
+  std::vector<std::vector<metrics_record>> records(kWorld);
+  run_gloo_ranks(kWorld, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    auto sink = std::make_shared<capture_sink>();
+    throughput_options o;
+    o.model = small_text_model();
+    o.emit = emit_ranks::all;
+    o.topk = 1;
+    o.sinks = {sink};
+    auto plugin = throughput_plugin::create(std::move(o), make_c10d_communicator(group));
+    for (int step = 1; step <= kSteps; ++step) {
+      const auto start = std::chrono::steady_clock::now();
+      const std::vector<std::int64_t> lengths = {64};
+      microbatch_event e;
+      e.document_lengths = lengths;
+      plugin->on_microbatch(e);
+      std::this_thread::sleep_for(std::chrono::milliseconds(rank == 2 ? 150 : 10));  // "forward + backward"
+      const std::chrono::duration<double> forward_backward = std::chrono::steady_clock::now() - start;
+      group->barrier()->wait();  // the step's synchronisation
+      log_event l;
+      l.step = step;
+      l.forward_backward_time = forward_backward;
+      plugin->on_log(l);
+    }
+    plugin->flush();
+    records[static_cast<std::size_t>(rank)] = sink->records;
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    const std::vector<metrics_record>& rs = records[static_cast<std::size_t>(r)];
+    ASSERT_EQ(rs.size(), static_cast<std::size_t>(kSteps)) << "rank " << r;
+    for (const metrics_record& m : rs) {
+      EXPECT_EQ(value(m, "perf_topk/forward_backward_time_slow_0_rank"), 2.0) << "rank " << r << " step " << m.step;
+      EXPECT_GE(value(m, "perf_topk/forward_backward_time_slow_0"), 0.150);
+      EXPECT_NE(value(m, "perf_topk/forward_backward_time_fast_0_rank"), 2.0);
+      EXPECT_LT(value(m, "perf_topk/forward_backward_time_fast_0"), value(m, "perf_topk/forward_backward_time_slow_0"));
+      EXPECT_EQ(value(m, "perf/forward_backward_time"), value(m, "perf_topk/forward_backward_time_slow_0"));
+    }
   }
 }
 
