@@ -182,6 +182,44 @@ TEST(throughput_gloo, the_per_rank_topk_names_a_straggler_in_a_job_synchronised_
   }
 }
 
+TEST(throughput_gloo, destroying_the_plugin_on_a_hung_peer_takes_the_collective_timeout_not_gloos) {
+  // Rank 1 stays alive but never joins a collective (as a peer stopped by SIGSTOP). Rank 0's plugin owns
+  // the only reference to its Gloo group (as with make_gloo_communicator_from_env), starts the collective of
+  // log 1 and is destroyed without flush(). Destruction flushes, waiting at most collective_timeout (300 ms)
+  // for that collective, and must not then wait for Gloo's own timeout (10 s) in the group's destructor.
+  gloo_run_options options;
+  options.group_timeout = std::chrono::milliseconds(10000);
+  options.keep_groups_until_all_done = false;
+  std::atomic<bool> destroyed{false};
+  std::chrono::duration<double> destroy_took{0};
+  run_gloo_ranks(
+      2,
+      [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+        if (rank == 1) {
+          while (!destroyed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return;
+        }
+        throughput_options o;
+        o.model = small_text_model();
+        o.collective_timeout = std::chrono::milliseconds(300);
+        auto plugin = throughput_plugin::create(std::move(o), make_c10d_communicator(std::move(group)));
+        const std::vector<std::int64_t> lengths = {100};
+        microbatch_event e;
+        e.document_lengths = lengths;
+        plugin->on_microbatch(e);
+        log_event l;
+        l.step = 1;
+        plugin->on_log(l);
+        const auto start = std::chrono::steady_clock::now();
+        plugin.reset();
+        destroy_took = std::chrono::steady_clock::now() - start;
+        destroyed = true;
+      },
+      options);
+  EXPECT_GE(destroy_took.count(), 0.3);  // the flush waited for the collective, bounded by its timeout
+  EXPECT_LT(destroy_took.count(), 3.0) << "destroying blocked beyond the collective timeout";
+}
+
 TEST(throughput_gloo, a_failed_collective_costs_metrics_not_the_run) {
   // Rank 1 drops its group before the log (a dead peer); the others' collective fails within the Gloo
   // timeout. Nothing is thrown into the "training loop" (the body), the interval is skipped and counted.

@@ -170,6 +170,21 @@ class c10d_communicator final : public communicator {
         rank_(group_->getRank()),
         world_size_(group_->getSize()) {}
 
+  // A group whose last collective has not finished (a peer that died or hangs, e.g. stopped by SIGSTOP)
+  // cannot be destroyed without blocking: ProcessGroupGloo's destructor joins its worker threads, which
+  // wait inside the collective until Gloo's own timeout. When this communicator holds the last reference
+  // (a group flopmeter built, as make_gloo_communicator_from_env does), that reference is abandoned
+  // instead (a group the trainer still holds is only released: dropping a reference never blocks): the group and its threads stay allocated until the process exits, and destruction returns at
+  // once. A finished group is destroyed normally.
+  ~c10d_communicator() override {
+    if (last_work_ && !last_work_->isCompleted() && group_.use_count() == 1) {
+      (void)group_.release();
+      (void)last_work_.release();
+    }
+  }
+  c10d_communicator(const c10d_communicator&) = delete;
+  c10d_communicator& operator=(const c10d_communicator&) = delete;
+
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string backend_name() const override { return name_; }
@@ -194,6 +209,7 @@ class c10d_communicator final : public communicator {
         if (contribute_) contribute_(host);
         std::vector<at::Tensor> tensors{host};
         c10::intrusive_ptr<c10d::Work> work = group_->allreduce(tensors, options);
+        last_work_ = work;
         return std::make_unique<c10d_pending>(name_, std::move(work), std::move(host), nullptr, at::Tensor(),
                                               values, count);
       }
@@ -204,6 +220,7 @@ class c10d_communicator final : public communicator {
       if (contribute_) contribute_(device);
       std::vector<at::Tensor> tensors{device};
       c10::intrusive_ptr<c10d::Work> work = group_->allreduce(tensors, options);
+      last_work_ = work;
       // For NCCL, Work::wait makes the current stream wait for the all-reduce; the host does not block
       // (unless the trainer set NCCL_BLOCKING_WAIT=1).
       work->wait();
@@ -248,6 +265,7 @@ class c10d_communicator final : public communicator {
         for (std::size_t r = 0; r < world; ++r) outputs[0].push_back(gathered.narrow(0, static_cast<std::int64_t>(r) * n, n));
         std::vector<at::Tensor> inputs{host};
         c10::intrusive_ptr<c10d::Work> work = group_->allgather(outputs, inputs, options);
+        last_work_ = work;
         auto pending = std::make_unique<c10d_pending>(name_, std::move(work), std::move(gathered), nullptr,
                                                       at::Tensor(), recv, count * world);
         pending->named("all-gather");
@@ -256,6 +274,7 @@ class c10d_communicator final : public communicator {
       at::Tensor device_in = host.to(at::TensorOptions().device(at::kCUDA), /*non_blocking=*/true);
       at::Tensor device_out = at::empty({total}, device_in.options());
       c10::intrusive_ptr<c10d::Work> work = group_->_allgather_base(device_out, device_in, options);
+      last_work_ = work;
       work->wait();  // orders the current stream after the all-gather; the host does not block
       at::Tensor back = at::empty({total}, host_options);
       back.copy_(device_out, /*non_blocking=*/true);
@@ -274,6 +293,7 @@ class c10d_communicator final : public communicator {
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<c10d::Work> last_work_;  // the latest collective started (see the destructor)
   detail::device_contribution contribute_;
   std::string backend_;
   std::string name_;
