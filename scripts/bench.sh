@@ -42,7 +42,7 @@ END {
     else if (n ~ /on_log_4_ranks\/2000\/0\//) log_b2b = time[n]
     else if (n ~ /on_log_4_ranks/) log_gap = time[n]
   }
-  printf "bare 1-element Gloo all-reduce (4 ranks): %.1f us; bare all-reduce of on_log's payload (4 x 19 doubles): %.1f us\n", bare, payload
+  printf "bare 1-element Gloo all-reduce (4 ranks): %.1f us; bare all-reduce of on_log's buffer (4 x 21 doubles): %.1f us\n", bare, payload
   printf "on_log with 20 ms of training between logs (the hook's cost in a loop): %.1f us -> ratio to the bare 1-element all-reduce %.2f (target <= 2)\n", log_gap, log_gap / bare
   printf "on_log back to back (each waits for the previous collective): %.1f us -> %.2f x the bare all-reduce of the same payload\n", log_b2b, log_b2b / payload
 }
