@@ -184,7 +184,7 @@ class throughput_plugin::impl {
       current_ = next;
     } catch (const std::exception& e) {
       ++health_.bad_microbatches;
-      warn_rate_limited(batch_warnings_, "flopmeter: micro-batch not counted: {}", e.what());
+      warn_rate_limited(last_batch_warning_, "flopmeter: micro-batch not counted: {}", e.what());
     }
   }
 
@@ -213,12 +213,12 @@ class throughput_plugin::impl {
     try {
       emit_in_flight();
     } catch (const std::exception& e) {
-      warn_rate_limited(log_warnings_, "flopmeter: on_log failed: {}", e.what());
+      warn_rate_limited(last_log_warning_, "flopmeter: on_log failed: {}", e.what());
     }
     try {
       start_collective(event, now - interval_start_, was_in_flight);
     } catch (const std::exception& e) {
-      warn_rate_limited(log_warnings_, "flopmeter: on_log failed: {}", e.what());
+      warn_rate_limited(last_log_warning_, "flopmeter: on_log failed: {}", e.what());
     }
     interval_start_ = now;
     current_ = interval_counters{};
@@ -231,7 +231,7 @@ class throughput_plugin::impl {
     try {
       emit_in_flight();
     } catch (const std::exception& e) {
-      warn_rate_limited(log_warnings_, "flopmeter: flush failed: {}", e.what());
+      warn_rate_limited(last_log_warning_, "flopmeter: flush failed: {}", e.what());
     }
   }
 
@@ -367,7 +367,7 @@ class throughput_plugin::impl {
     ++health_.failed_collectives;
     ++health_.skipped_intervals;
     ++consecutive_failures_;
-    warn_rate_limited(collective_warnings_, "flopmeter: metrics of step {} skipped: {}", in_flight_.event.step,
+    warn_rate_limited(last_collective_warning_, "flopmeter: metrics of step {} skipped: {}", in_flight_.event.step,
                       why);
     if (consecutive_failures_ == kMaxConsecutiveFailures) {
       // Once per pause, never rate-limited away: a dashboard going quiet must have a reason in the log.
@@ -479,7 +479,7 @@ class throughput_plugin::impl {
     derive_result result = deriver_->derive(buffer_.data(), world_, context);
     if (!result.derived) {
       ++health_.skipped_intervals;
-      warn_rate_limited(interval_warnings_, "flopmeter: metrics of step {} skipped: {}", in_flight_.event.step,
+      warn_rate_limited(last_interval_warning_, "flopmeter: metrics of step {} skipped: {}", in_flight_.event.step,
                         result.why);
       return;
     }
@@ -537,7 +537,8 @@ class throughput_plugin::impl {
   bool out_of_step_reported_ = false;
   bool flushed_ = false;
   throughput_health health_;
-  detail::rate_limiter batch_warnings_, log_warnings_, collective_warnings_, interval_warnings_;
+  // One rate limiter per kind of warning (the names are those of the time points they replaced).
+  detail::rate_limiter last_batch_warning_, last_log_warning_, last_collective_warning_, last_interval_warning_;
 };
 
 std::shared_ptr<throughput_plugin> throughput_plugin::create(throughput_options options,

@@ -1,7 +1,5 @@
-// The c10d ProcessGroup adapter (see include/flopmeter/c10d.h). It includes LibTorch/c10d headers, as do
-// the other files of flopmeter_torch (plugin/CMakeLists.txt) and the tests that need them: they are heavy,
-// and the c10d API changes between releases. It builds against LibTorch 1.13 (Debian) and 2.x; what differs is in c10d_compat.h (in 2.x
-// ProcessGroupGloo is a c10d::Backend that make_gloo_communicator_from_env registers on a ProcessGroup).
+// The c10d ProcessGroup adapter (see include/flopmeter/c10d.h); flopmeter's own Gloo groups are built in
+// gloo_group.cpp. It builds against LibTorch 1.13 (Debian) and 2.x; what differs is in c10d_compat.h.
 //
 // wait(): in 1.13 and 2.x alike the base Work::wait(timeout) throws "Operation timed out!" on a timeout
 // (leaving the collective running) and treats 0 as "no timeout" (blocks forever). For CPU backends wait() calls
