@@ -274,10 +274,20 @@ TEST(model_config, qwen3_vl_text_only_defaults) {
   EXPECT_EQ(spec.text.num_full_attention_layers(), 3);
 }
 
-TEST(model_config, qwen3_vl_ignores_linear_attention_sizes) {
-  const model_spec spec = parse_model_spec(kVlBase + "linear_key_head_dim = 128\n", "vl.toml");
-  EXPECT_EQ(spec.text.linear_key_head_dim, 0);
-  EXPECT_EQ(spec.text.num_linear_attention_layers(), 0);
+// Issue 9 item 10: a field of another model type is refused when its value would change the work (a Qwen3.5
+// Gated DeltaNet size, or the output gate, on a Qwen3-VL); at its neutral value (false, 0) it states the
+// absence of the feature, as the shipped Qwen3-VL files' "attn_output_gate = false" does.
+TEST(model_config, qwen3_vl_refuses_qwen3_5_fields) {
+  // Line 12, "linear_key_head_dim = " is 22 characters -> column 23.
+  EXPECT_EQ(error_of(kVlBase + "linear_key_head_dim = 128\n", "vl.toml"),
+            "vl.toml:12:23: key 'text_config.linear_key_head_dim': not allowed for model_type \"qwen3_vl\", which has "
+            "no Gated DeltaNet layers (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")");
+  // attn_output_gate = true would add the gate half of q_proj (+9% dense FLOPs on Qwen3-VL-2B). Column 20.
+  EXPECT_EQ(error_of(kVlBase + "attn_output_gate = true\n", "vl.toml"),
+            "vl.toml:12:20: key 'text_config.attn_output_gate': not allowed for model_type \"qwen3_vl\", which has "
+            "no Gated DeltaNet layers (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")");
+  const model_spec spec = parse_model_spec(kVlBase + "attn_output_gate = false\n", "vl.toml");
+  EXPECT_FALSE(spec.text.attn_output_gate);
 }
 
 TEST(model_config, sizes_up_to_two_to_the_31_are_accepted) {
@@ -396,7 +406,7 @@ const bad_case kBadCases[] = {
     // The product 3 * 2 * 65536^2 = 2^33.58 exceeds 2^31 although each factor is sane; reported at the
     // [vision_config] header, line 24.
     {"patch_input_size_too_large", "patch_size = 4", "patch_size = 65536",
-     "bad.toml:24:1: [vision_config]: patch embedding input in_channels * temporal_patch_size * patch_size^2 is "
+     "bad.toml:24:1: key 'vision_config': patch embedding input in_channels * temporal_patch_size * patch_size^2 is "
      "too large: must be <= 2^31 = 2147483648"},
 };
 
@@ -463,7 +473,8 @@ TEST(model_config_errors, directory_is_not_a_config) {
     (void)load_model_spec(path);
     FAIL() << "no error";
   } catch (const error& e) {
-    EXPECT_EQ(std::string(e.what()), path + ": cannot open model config: not a regular file");
+    EXPECT_EQ(std::string(e.what()), path + ": cannot open model config: a directory without a config.json (name a model TOML file, a Hugging "
+                                    "Face config.json, or a checkpoint directory that holds one)");
   }
 }
 
@@ -490,60 +501,61 @@ TEST(validate_model_spec, names_the_offending_field) {
   {
     model_spec s = good;
     s.text.hidden_size = 0;
-    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': text.hidden_size must be > 0 (got 0)");
+    EXPECT_EQ(validation_error(s), "model_spec 'tiny': key 'text_config.hidden_size': must be > 0 (got 0)");
   }
   {
     model_spec s = good;
     s.text.num_key_value_heads = 3;
     EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': text.num_key_value_heads (3) must divide text.num_attention_heads (4)");
+              "model_spec 'tiny': key 'text_config.num_key_value_heads': must divide text_config.num_attention_heads = 4 (got 3)");
   }
   {
     model_spec s = good;
     s.text.vocab_size = (std::int64_t{1} << 31) + 1;
-    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': text.vocab_size is too large: must be <= 2^31 = "
+    EXPECT_EQ(validation_error(s), "model_spec 'tiny': key 'text_config.vocab_size': too large: must be <= 2^31 = "
                                    "2147483648 (got 2147483649)");
   }
   {
     model_spec s = good;
     s.text.layer_types.pop_back();
     EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': text.layer_types has 3 entries but text.num_hidden_layers = 4");
+              "model_spec 'tiny': key 'text_config.layer_types': inconsistent Qwen3.5 layer layout: 3 entries but num_hidden_layers = 4");
   }
   {
     model_spec s = good;
     s.text.layer_types[0] = layer_kind::full_attention;
-    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': text.layer_types[0] is full_attention but should be "
-                                   "linear_attention (text.full_attention_interval = 2)");
+    EXPECT_EQ(validation_error(s), "model_spec 'tiny': key 'text_config.layer_types[0]': inconsistent Qwen3.5 layer layout: layer 0 is "
+              "\"full_attention\" but full_attention_interval = 2 makes it \"linear_attention\"");
   }
   {
     model_spec s = good;
     s.model_type = "llama";
     EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': model_type must be one of \"qwen3_vl\", \"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\" (got \"llama\")");
+              "model_spec 'tiny': key 'model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", "
+              "\"qwen3_vl_moe\", \"qwen3_5_moe\")");
   }
   {
     model_spec s = good;
     s.vision->num_heads = 3;
     EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': vision.num_heads (3) must divide vision.hidden_size (32)");
+              "model_spec 'tiny': key 'vision_config.num_heads': must divide vision_config.hidden_size = 32 (got 3)");
   }
   {
     model_spec s = good;
     s.vision->out_hidden_size = 32;
     EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': vision.out_hidden_size (32) must equal text.hidden_size (64)");
+              "model_spec 'tiny': key 'vision_config.out_hidden_size': must equal text_config.hidden_size = 64 (got 32)");
   }
   {
     model_spec s = good;
     s.vision->deepstack_visual_indexes = {2};
     EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': vision.deepstack_visual_indexes[0] = 2 is outside [0, vision.depth = 2)");
+              "model_spec 'tiny': key 'vision_config.deepstack_visual_indexes[0]': must be a ViT block index in [0, vision_config.depth = 2) (got 2)");
   }
   {
     model_spec s = good;
     s.text.linear_num_key_heads = 0;
-    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': text.linear_num_key_heads must be > 0 (got 0)");
+    EXPECT_EQ(validation_error(s), "model_spec 'tiny': key 'text_config.linear_num_key_heads': must be > 0 (got 0)");
   }
 }
 
@@ -560,8 +572,8 @@ TEST(validate_model_spec, qwen3_vl_spec_built_in_code) {
   s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
   EXPECT_NO_THROW(validate_model_spec(s));
   s.text.layer_types[1] = layer_kind::linear_attention;
-  EXPECT_EQ(validation_error(s), "invalid model_spec: text.layer_types[1] is linear_attention but should be "
-                                 "full_attention (model_type \"qwen3_vl\")");
+  EXPECT_EQ(validation_error(s), "model_spec: key 'text_config.layer_types[1]': inconsistent Qwen3-VL layer layout: layer 1 is "
+            "\"linear_attention\" but model_type \"qwen3_vl\" has only full_attention layers");
 }
 
 }  // namespace
