@@ -130,7 +130,7 @@ class options_loader : private detail::toml_reader {
       return load_model_spec(model_path);
     } catch (const error& e) {
       if (e.where().line > 0) throw;  // a problem inside the model file: its own file:line:col says where
-      fail_key(config, "model.config", "cannot load the model: " + e.what());
+      fail_key(config, "model.config", std::string("cannot load the model: ") + e.what());
     }
   }
 

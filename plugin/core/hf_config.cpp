@@ -289,6 +289,11 @@ class json_document final : public detail::field_reader {
       fail(path, "too large: must be <= 2^31 = " + std::to_string(detail::kMaxSize) + " (got " +
                      std::to_string(value.get<std::uint64_t>()) + ")");
     }
+    // nlohmann-json reads an integer beyond 64 bits as a floating-point number; it is still an integer to
+    // the user, and too large.
+    if (value.is_number_float() && is_integer_text(path)) {
+      fail(path, "too large: must be <= 2^31 = " + std::to_string(detail::kMaxSize) + " (got an integer beyond 64 bits)");
+    }
     if (!value.is_number_integer()) type_error(path, value, "an integer");
     return value.get<std::int64_t>();
   }
@@ -337,6 +342,17 @@ class json_document final : public detail::field_reader {
   }
 
  private:
+  // Whether the number at `path` is written as an integer (digits, an optional '-', no '.', 'e' or 'E').
+  bool is_integer_text(std::string_view path) const {
+    const auto found = offsets_.find(std::string(path));
+    if (found == offsets_.end()) return false;
+    std::size_t i = found->second;
+    if (i < text_.size() && text_[i] == '-') ++i;
+    const std::size_t digits = i;
+    while (i < text_.size() && text_[i] >= '0' && text_[i] <= '9') ++i;
+    return i > digits && (i == text_.size() || (text_[i] != '.' && text_[i] != 'e' && text_[i] != 'E'));
+  }
+
   [[noreturn]] void type_error(std::string_view path, const json& value, const char* expected) const {
     fail(path, std::string("expected ") + expected + ", got " + json_type_name(value));
   }
@@ -428,7 +444,9 @@ std::string import_hf_config(const std::string& path) {
   out += "# Each value's comment says where it came from: FILE:LINE:COL of the value and its JSON path.\n";
   out += "# Fields that do not change FLOPs (rope settings, token ids, dtype, ...) are not carried over.\n\n";
   out += "[model]\n";
-  write_line(out, "name = \"" + safe_name(spec.name) + "\"", "the checkpoint directory's name");
+  write_line(out, "name = \"" + safe_name(spec.name) + "\"",
+             std::filesystem::path(file).filename() == "config.json" ? "the checkpoint directory's name"
+                                                                     : "the file's name");
   write_line(out, "model_type = \"" + spec.model_type + "\"", doc.position_text("model_type") + " model_type");
   std::string_view table;
   for (const detail::schema_field& field : detail::schema_fields()) {
