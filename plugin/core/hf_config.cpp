@@ -112,7 +112,8 @@ class position_scan {
     const std::size_t start = next_start();
     frame& top = stack_.back();
     if (!top.keys.insert(name).second) {
-      return fail(start, "duplicate key '" + name + "' in " + (top.path.empty() ? "the top-level object" : "'" + top.path + "'") +
+      return fail(start, "duplicate key " + detail::quoted(name) + " in " +
+                             (top.path.empty() ? "the top-level object" : detail::quoted(top.path)) +
                              " (JSON leaves its meaning undefined, so flopmeter refuses it)");
     }
     top.key = name;
@@ -129,7 +130,20 @@ class position_scan {
     const std::size_t column = what.find(", column ");
     const std::size_t colon = column == std::string::npos ? std::string::npos : what.find(": ", column);
     if (colon != std::string::npos) what.erase(0, colon + 2);
-    failure_ = error(location_of(source_, text_, position > 0 ? position - 1 : 0, {}), "JSON syntax error: " + what);
+    // Its "last read" quotes the input: bytes that are not printable ASCII are written \xHH.
+    std::string printable;
+    for (const char c : what) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (byte >= 0x20 && byte < 0x7f) {
+        printable.push_back(c);
+      } else {
+        static constexpr char kHex[] = "0123456789abcdef";
+        printable += "\\x";
+        printable.push_back(kHex[byte >> 4]);
+        printable.push_back(kHex[byte & 0xf]);
+      }
+    }
+    failure_ = error(location_of(source_, text_, position > 0 ? position - 1 : 0, {}), "JSON syntax error: " + printable);
     return false;
   }
 
@@ -371,7 +385,7 @@ std::string read_model_type(const json_document& doc) {
   }
   const std::string model_type = doc.string("model_type");
   if (!detail::is_supported_model_type(model_type)) {
-    doc.fail("model_type", "unsupported model type \"" + model_type + "\" (flopmeter models " +
+    doc.fail("model_type", "unsupported model type " + detail::quoted(model_type) + " (flopmeter models " +
                                detail::supported_model_types_text() + ")");
   }
   return model_type;

@@ -98,7 +98,7 @@ constexpr detail::key_home kHomes[] = {{"model", kModelKeys},
 
 constexpr std::string_view kSchemaDoc = "model_configs/SCHEMA.md";
 
-std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
+std::string in_quotes(std::string_view text) { return detail::quoted(text); }
 
 // A parsed model TOML seen through the rules' field paths ("text_config.layer_types[2]" is TOML++'s own
 // path syntax, so at_path() resolves it).

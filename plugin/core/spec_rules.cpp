@@ -98,7 +98,7 @@ std::string path_of(std::string_view table, std::string_view key) {
   return std::string(table) + "." + std::string(key);
 }
 
-std::string in_quotes(std::string_view text) { return "\"" + std::string(text) + "\""; }
+std::string in_quotes(std::string_view text) { return quoted(text); }
 
 // "2^31 = 2147483648" for the size bound.
 std::string max_size_text() { return "2^31 = " + std::to_string(kMaxSize); }
@@ -165,6 +165,29 @@ const char* kind_name(layer_kind kind) {
 }
 
 }  // namespace
+
+std::string quoted(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    unsigned code = 0x100;  // none
+    if (byte < 0x20 || byte == 0x7f) {
+      code = byte;
+    } else if (byte == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
+      code = static_cast<unsigned char>(text[++i]);  // U+0080..U+009F in UTF-8
+    }
+    if (code == 0x100) {
+      out.push_back(text[i]);
+    } else {
+      out += "\\u00";
+      out.push_back(kHex[code >> 4]);
+      out.push_back(kHex[code & 0xf]);
+    }
+  }
+  return out + "\"";
+}
 
 bool is_supported_model_type(std::string_view model_type) {
   return model_type == kQwen3Vl || model_type == kQwen35 || model_type == kQwen3VlMoe || model_type == kQwen35Moe;

@@ -31,6 +31,10 @@ struct spec_violation {
   std::string what;
 };
 
+// `text` in double quotes for a message, with control characters (C0, DEL, C1) written as \u00XX, so that a
+// value from a hostile file cannot drive the user's terminal when the message is printed.
+std::string quoted(std::string_view text);
+
 // The model types flopmeter models, for "unknown model type" messages: "\"qwen3_vl\", \"qwen3_5\"".
 bool is_supported_model_type(std::string_view model_type);
 std::string supported_model_types_text();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "flopmeter/error.h"
+#include "core/spec_rules.h"
 
 namespace flopmeter::detail {
 namespace {
@@ -322,7 +323,9 @@ void toml_reader::check_keys(const toml::table& table, std::string_view table_pa
     (void)node;
     const std::string_view name = key.str();
     if (contains(allowed, name)) continue;
-    std::string message = "unknown key '" + join(table_path, name) + "'";
+    // The key as written, control characters escaped (it is printed to the user's terminal).
+    const std::string shown = detail::quoted(join(table_path, name));
+    std::string message = "unknown key '" + shown.substr(1, shown.size() - 2) + "'";
     std::string_view best;
     std::size_t best_distance = 3;  // suggest only close matches
     // Beyond kMaxHintKeyLength no schema key is within distance 3, so the quadratic distance is skipped.
