@@ -158,7 +158,6 @@ TEST_P(shipped_config, every_field_equals_the_reference_table) {
   EXPECT_EQ(t.linear_conv_kernel_dim, r.linear_conv_kernel_dim);
   EXPECT_EQ(t.mtp_num_hidden_layers, r.mtp_num_hidden_layers);
   // Layout: Qwen3-VL all full attention; Qwen3.5 one full attention layer in every 4.
-  ASSERT_EQ(static_cast<std::int64_t>(t.layer_types.size()), r.num_hidden_layers);
   const std::int64_t full = r.full_attention_interval == 0 ? r.num_hidden_layers
                                                            : r.num_hidden_layers / r.full_attention_interval;
   EXPECT_EQ(t.num_full_attention_layers(), full);
@@ -191,8 +190,8 @@ INSTANTIATE_TEST_SUITE_P(model_configs, shipped_config, ::testing::ValuesIn(kRef
 TEST(model_config, qwen3_5_9b_has_eight_full_attention_layers_at_every_fourth_index) {
   const model_spec spec = load_model_spec(config_path("qwen3_5_9b.toml"));
   std::vector<std::size_t> full;
-  for (std::size_t i = 0; i < spec.text.layer_types.size(); ++i) {
-    if (spec.text.layer_types[i] == layer_kind::full_attention) full.push_back(i);
+  for (std::int64_t i = 0; i < spec.text.num_hidden_layers; ++i) {
+    if (spec.text.layer_type(i) == layer_kind::full_attention) full.push_back(static_cast<std::size_t>(i));
   }
   // (i + 1) % 4 == 0 for i in [0, 32): 3, 7, ..., 31.
   EXPECT_EQ(full, (std::vector<std::size_t>{3, 7, 11, 15, 19, 23, 27, 31}));
@@ -230,8 +229,9 @@ TEST(model_config, tiny_vlm_loads) {
   EXPECT_EQ(t.linear_conv_kernel_dim, 4);
   EXPECT_EQ(t.mtp_num_hidden_layers, 0);
   // (i + 1) % 2 == 0: layers 1 and 3 are full attention.
-  EXPECT_EQ(t.layer_types, (std::vector<layer_kind>{layer_kind::linear_attention, layer_kind::full_attention,
-                                                    layer_kind::linear_attention, layer_kind::full_attention}));
+  EXPECT_EQ((std::vector<layer_kind>{t.layer_type(0), t.layer_type(1), t.layer_type(2), t.layer_type(3)}),
+            (std::vector<layer_kind>{layer_kind::linear_attention, layer_kind::full_attention,
+                                     layer_kind::linear_attention, layer_kind::full_attention}));
   ASSERT_TRUE(spec.vision.has_value());
   const vision_spec& v = *spec.vision;
   EXPECT_EQ(v.depth, 2);
@@ -521,15 +521,10 @@ TEST(validate_model_spec, names_the_offending_field) {
   }
   {
     model_spec s = good;
-    s.text.layer_types.pop_back();
-    EXPECT_EQ(validation_error(s),
-              "model_spec 'tiny': key 'text_config.layer_types': inconsistent Qwen3.5 layer layout: 3 entries but num_hidden_layers = 4");
-  }
-  {
-    model_spec s = good;
-    s.text.layer_types[0] = layer_kind::full_attention;
-    EXPECT_EQ(validation_error(s), "model_spec 'tiny': key 'text_config.layer_types[0]': inconsistent Qwen3.5 layer layout: layer 0 is "
-              "\"full_attention\" but full_attention_interval = 2 makes it \"linear_attention\"");
+    s.text.full_attention_interval = 5;
+    EXPECT_EQ(validation_error(s), "model_spec 'tiny': key 'text_config.full_attention_interval': inconsistent Qwen3.5 "
+                                   "layer layout: full_attention_interval = 5 exceeds num_hidden_layers = 4, so no "
+                                   "layer would be full attention");
   }
   {
     model_spec s = good;
@@ -573,11 +568,12 @@ TEST(validate_model_spec, qwen3_vl_spec_built_in_code) {
   s.text.head_dim = 16;
   s.text.intermediate_size = 128;
   s.text.vocab_size = 512;
-  s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
   EXPECT_NO_THROW(validate_model_spec(s));
-  s.text.layer_types[1] = layer_kind::linear_attention;
-  EXPECT_EQ(validation_error(s), "model_spec: key 'text_config.layer_types[1]': inconsistent Qwen3-VL layer layout: layer 1 is "
-            "\"linear_attention\" but model_type \"qwen3_vl\" has only full_attention layers");
+  EXPECT_EQ(s.text.num_full_attention_layers(), 2);
+  s.text.full_attention_interval = 2;
+  EXPECT_EQ(validation_error(s), "model_spec: key 'text_config.full_attention_interval': not allowed for model_type "
+                                 "\"qwen3_vl\", which has no Gated DeltaNet layers (a field of the Qwen3.5 types "
+                                 "\"qwen3_5\" and \"qwen3_5_moe\")");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -665,7 +661,8 @@ TEST(hf_config, qwen3_vl_2b_config_json_gives_the_shipped_toml_spec_and_coeffici
   EXPECT_EQ(json.text.intermediate_size, toml.text.intermediate_size);
   EXPECT_EQ(json.text.vocab_size, toml.text.vocab_size);
   EXPECT_EQ(json.text.tie_word_embeddings, toml.text.tie_word_embeddings);  // from the top level
-  EXPECT_EQ(json.text.layer_types, toml.text.layer_types);
+  EXPECT_EQ(json.text.full_attention_interval, toml.text.full_attention_interval);
+  EXPECT_EQ(json.text.num_full_attention_layers(), 28);
   ASSERT_TRUE(json.vision.has_value());
   EXPECT_EQ(json.vision->deepstack_visual_indexes, toml.vision->deepstack_visual_indexes);
   EXPECT_EQ(json.vision->patch_input_size(), toml.vision->patch_input_size());
@@ -692,7 +689,8 @@ TEST(hf_config, qwen3_5_config_json_with_layer_types_gives_the_shipped_toml_coef
       "\"temporal_patch_size\": 2, \"spatial_merge_size\": 2, \"in_channels\": 3, \"num_position_embeddings\": 2304}}\n";
   const model_spec from_json = parse_hf_config(json, "Qwen3.5-0.8B/config.json");
   const model_spec toml = load_model_spec(config_path("qwen3_5_0_8b.toml"));
-  EXPECT_EQ(from_json.text.layer_types, toml.text.layer_types);
+  EXPECT_EQ(from_json.text.full_attention_interval, 4);
+  EXPECT_EQ(from_json.text.num_full_attention_layers(), toml.text.num_full_attention_layers());
   EXPECT_EQ(from_json.text.mtp_num_hidden_layers, 1);
   expect_same_coefficients(from_json, toml);
 }

@@ -190,6 +190,49 @@ TEST_P(moe_bad_input, message_names_file_location_key_and_problem) {
 INSTANTIATE_TEST_SUITE_P(model_config_moe, moe_bad_input, ::testing::ValuesIn(kBadCases),
                          [](const ::testing::TestParamInfo<bad_case>& param_info) { return std::string(param_info.param.name); });
 
+// Every combination of sizes is checked at load time: the error cites where the first field of the product
+// that is too large is set, and names all its keys (issue: coefficients beyond 2^63 were refused with no file,
+// line or key).
+TEST(model_config_overflow, product_of_sizes_cites_file_line_col_and_keys) {
+  // hidden 2^31 x vocab 2^31 = 2^62 logits multiply-adds, x6 > 2^63. "hidden_size = " is 14 characters.
+  const std::string doc = replace_once(replace_once(kVlMoe, "hidden_size = 64", "hidden_size = 2147483648"),
+                                       "vocab_size = 512", "vocab_size = 2147483648");
+  EXPECT_EQ(error_of(doc), "moe.toml:5:15: key 'text_config.hidden_size': coefficient dense_per_token (logits) would "
+                           "exceed 2^63 FLOPs: the product of text_config.hidden_size, text_config.vocab_size is too "
+                           "large");
+}
+
+TEST(model_config_overflow, merger_with_a_large_spatial_merge_size_is_refused_not_wrapped) {
+  // (m^2 * hv)^2 with m = 2^31 wraps even 128-bit arithmetic; refused at the merge size's value (line 9).
+  const std::string doc = replace_once(kVlMoe, "norm_topk_prob = true\n",
+                                       "norm_topk_prob = true\n"
+                                       "[vision_config]\n"                      // 19
+                                       "depth = 1\nhidden_size = 4\nnum_heads = 2\nintermediate_size = 8\n"
+                                       "out_hidden_size = 64\npatch_size = 2\ntemporal_patch_size = 1\n"
+                                       "spatial_merge_size = 2147483648\n"     // 27
+                                       "in_channels = 1\n");
+  EXPECT_EQ(error_of(doc), "moe.toml:27:22: key 'vision_config.spatial_merge_size': coefficient "
+                           "merger_per_merged_token would exceed 2^63 FLOPs: the product of "
+                           "vision_config.spatial_merge_size, vision_config.hidden_size is too large");
+}
+
+// MTP is counted as if trained: a plugin config can turn it on later, so dense + MTP must fit at load time.
+TEST(model_config_overflow, dense_plus_mtp_is_checked_even_when_not_trained) {
+  // h = 400,000,000, V = 2^31: dense 5.15e18 and MTP 7.07e18 each fit, together 1.22e19 > 2^63.
+  std::string doc = replace_once(kVlMoe, "hidden_size = 64", "hidden_size = 400000000");
+  doc = replace_once(doc, "vocab_size = 512", "vocab_size = 2147483648");
+  doc = replace_once(doc, "num_attention_heads = 4\nnum_key_value_heads = 2\nhead_dim = 16",
+                     "num_attention_heads = 1\nnum_key_value_heads = 1\nhead_dim = 1");
+  doc = replace_once(doc, "num_experts = 8\nnum_experts_per_tok = 2\nmoe_intermediate_size = 32",
+                     "num_experts = 1\nnum_experts_per_tok = 1\nmoe_intermediate_size = 1");
+  doc = replace_once(doc, "intermediate_size = 128", "intermediate_size = 1");
+  EXPECT_NO_THROW((void)parse_model_spec(doc, "moe.toml"));
+  doc = replace_once(doc, "norm_topk_prob = true\n", "norm_topk_prob = true\nmtp_num_hidden_layers = 1\n");
+  EXPECT_EQ(error_of(doc), "moe.toml:5:15: key 'text_config.hidden_size': coefficient dense_per_token + "
+                           "mtp_per_token would exceed 2^63 FLOPs: the product of text_config.hidden_size, "
+                           "text_config.vocab_size is too large");
+}
+
 TEST(validate_model_spec_moe, names_the_offending_field) {
   model_spec s = parse_model_spec(kVlMoe, "moe.toml");
   s.name = "m";

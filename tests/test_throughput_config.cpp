@@ -124,7 +124,8 @@ TEST_F(throughput_config, example_file_loads_with_the_documented_values) {
   EXPECT_EQ(o.model.model_type, expected.model_type);
   EXPECT_EQ(o.model.text.hidden_size, 2048);
   EXPECT_EQ(o.model.text.num_hidden_layers, 28);
-  EXPECT_EQ(o.model.text.layer_types, expected.text.layer_types);
+  EXPECT_EQ(o.model.text.full_attention_interval, expected.text.full_attention_interval);
+  EXPECT_EQ(o.model.text.num_full_attention_layers(), expected.text.num_full_attention_layers());
   ASSERT_TRUE(o.model.vision.has_value());
   EXPECT_EQ(o.model.vision->deepstack_visual_indexes, expected.vision->deepstack_visual_indexes);
   EXPECT_EQ(o.model.train_mtp_layers, expected.train_mtp_layers);
@@ -433,7 +434,8 @@ TEST_F(throughput_config, model_path_may_be_a_config_json_or_a_checkpoint_direct
     const throughput_options o = load_throughput_options(plugin.string());
     EXPECT_EQ(o.model.source_path, file);
     EXPECT_EQ(o.model.name, "tiny");  // the checkpoint directory's name
-    EXPECT_EQ(o.model.text.layer_types, reference.text.layer_types);
+    EXPECT_EQ(o.model.text.full_attention_interval, reference.text.full_attention_interval);
+    EXPECT_EQ(o.model.text.attn_output_gate, reference.text.attn_output_gate);
     EXPECT_EQ(o.model.text.linear_num_value_heads, reference.text.linear_num_value_heads);
   }
 }

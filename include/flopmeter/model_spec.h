@@ -31,9 +31,9 @@ struct text_spec {
   bool tie_word_embeddings = false;       // no FLOP effect: the logits matmul runs either way
   bool attn_output_gate = false;          // Qwen3.5: q_proj also produces a sigmoid gate (2x its width)
   // Layer layout. For Qwen3.5 layer i is full attention when (i+1) % full_attention_interval == 0 and Gated
-  // DeltaNet otherwise; 0 means every layer is full attention (Qwen3-VL). `layer_types` is the resolved list.
+  // DeltaNet otherwise; 0 means every layer is full attention (Qwen3-VL). Nothing is stored per layer:
+  // layer_type(i) and the counts below are arithmetic, so a spec's size and cost do not grow with the layer count.
   std::int64_t full_attention_interval = 0;
-  std::vector<layer_kind> layer_types;
   // Gated DeltaNet sizes; required when any layer is linear_attention, 0 otherwise.
   std::int64_t linear_key_head_dim = 0;
   std::int64_t linear_value_head_dim = 0;
@@ -56,8 +56,9 @@ struct text_spec {
   std::vector<std::int64_t> mlp_only_layers;         // layer indexes forced dense; distinct, each < num_hidden_layers
   bool norm_topk_prob = false;                       // renormalise the top-k weights; no FLOP effect
 
+  layer_kind layer_type(std::int64_t index) const;  // index in [0, num_hidden_layers)
   std::int64_t num_full_attention_layers() const;
-  std::int64_t num_linear_attention_layers() const;
+  std::int64_t num_linear_attention_layers() const { return num_hidden_layers - num_full_attention_layers(); }
   bool is_moe() const { return num_experts > 0; }
   // Decoder layers whose MLP is an MoE block / a dense SwiGLU (they add up to num_hidden_layers).
   std::int64_t num_moe_layers() const;

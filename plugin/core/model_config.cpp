@@ -37,14 +37,15 @@ namespace flopmeter {
 // ---------------------------------------------------------------------------------------------------------
 // model_spec's small methods
 
-std::int64_t text_spec::num_full_attention_layers() const {
-  return static_cast<std::int64_t>(
-      std::count(layer_types.begin(), layer_types.end(), layer_kind::full_attention));
+layer_kind text_spec::layer_type(std::int64_t index) const {
+  return full_attention_interval <= 0 || (index + 1) % full_attention_interval == 0 ? layer_kind::full_attention
+                                                                                    : layer_kind::linear_attention;
 }
 
-std::int64_t text_spec::num_linear_attention_layers() const {
-  return static_cast<std::int64_t>(
-      std::count(layer_types.begin(), layer_types.end(), layer_kind::linear_attention));
+// Layers i in [0, L) with (i+1) % k == 0 are i+1 = k, 2k, ..., floor(L/k)*k: floor(L/k) of them.
+std::int64_t text_spec::num_full_attention_layers() const {
+  if (num_hidden_layers < 1) return 0;
+  return full_attention_interval <= 0 ? num_hidden_layers : num_hidden_layers / full_attention_interval;
 }
 
 // Counted arithmetically (no per-layer storage): the stride gives num_hidden_layers / decoder_sparse_step MoE
@@ -225,6 +226,7 @@ void validate_model_spec(const model_spec& spec) {
   const std::string source = spec.name.empty() ? "model_spec" : "model_spec '" + spec.name + "'";
   std::optional<detail::spec_violation> violation = detail::check_fields(spec);
   if (!violation) violation = detail::check_invariants(spec);
+  if (!violation) violation = detail::check_coefficients(spec);
   if (violation) throw error(error_location{source, 0, 0, violation->field}, violation->what);
 }
 

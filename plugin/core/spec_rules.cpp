@@ -3,6 +3,8 @@
 
 #include "core/spec_rules.h"
 
+#include "flopmeter/flop_model.h"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -195,16 +197,6 @@ bool is_supported_model_type(std::string_view model_type) {
 
 std::string supported_model_types_text() { return R"("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe")"; }
 
-std::vector<layer_kind> resolved_layer_types(const text_spec& t) {
-  std::vector<layer_kind> kinds(static_cast<std::size_t>(t.num_hidden_layers), layer_kind::full_attention);
-  if (t.full_attention_interval > 0) {
-    for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
-      if ((i + 1) % t.full_attention_interval != 0) kinds[static_cast<std::size_t>(i)] = layer_kind::linear_attention;
-    }
-  }
-  return kinds;
-}
-
 std::optional<spec_violation> check_fields(const model_spec& spec) {
   if (!is_supported_model_type(spec.model_type)) {
     return spec_violation{"model_type", "unknown model type " + in_quotes(spec.model_type) + " (supported: " +
@@ -294,29 +286,13 @@ std::optional<spec_violation> check_invariants(const model_spec& spec) {
                               std::to_string(t.linear_num_key_heads) + " (got " +
                               std::to_string(t.linear_num_value_heads) + ")"};
   }
-  // Layer layout: the interval leaves at least one full attention layer, and layer_types (as written, or
-  // resolved by the loader) says the same as the interval.
+  // Layer layout: the interval leaves at least one full attention layer (layer i is full attention when
+  // (i + 1) % interval == 0; nothing is stored per layer).
   if (hybrid && t.full_attention_interval > t.num_hidden_layers) {
     return spec_violation{"text_config.full_attention_interval",
                           layout_name(spec) + "full_attention_interval = " + std::to_string(t.full_attention_interval) +
                               " exceeds num_hidden_layers = " + std::to_string(t.num_hidden_layers) +
                               ", so no layer would be full attention"};
-  }
-  if (static_cast<std::int64_t>(t.layer_types.size()) != t.num_hidden_layers) {
-    return spec_violation{"text_config.layer_types", layout_name(spec) + std::to_string(t.layer_types.size()) +
-                                                         " entries but num_hidden_layers = " +
-                                                         std::to_string(t.num_hidden_layers)};
-  }
-  for (std::size_t i = 0; i < t.layer_types.size(); ++i) {
-    const bool full = !hybrid || (static_cast<std::int64_t>(i) + 1) % t.full_attention_interval == 0;
-    const layer_kind expected = full ? layer_kind::full_attention : layer_kind::linear_attention;
-    if (t.layer_types[i] == expected) continue;
-    const std::string reason = hybrid ? "full_attention_interval = " + std::to_string(t.full_attention_interval) +
-                                            " makes it " + in_quotes(kind_name(expected))
-                                      : "model_type \"qwen3_vl\" has only full_attention layers";
-    return spec_violation{"text_config.layer_types[" + std::to_string(i) + "]",
-                          layout_name(spec) + "layer " + std::to_string(i) + " is " +
-                              in_quotes(kind_name(t.layer_types[i])) + " but " + reason};
   }
   if (spec.vision) {
     const vision_spec& v = *spec.vision;
@@ -340,6 +316,57 @@ std::optional<spec_violation> check_invariants(const model_spec& spec) {
       }
       if (!seen.insert(index).second) return spec_violation{field, "duplicate DeepStack index " + std::to_string(index)};
     }
+  }
+  return std::nullopt;
+}
+
+std::optional<spec_violation> check_written_layer_types(const model_spec& spec, const std::vector<layer_kind>& written) {
+  const text_spec& t = spec.text;
+  if (static_cast<std::int64_t>(written.size()) != t.num_hidden_layers) {
+    return spec_violation{"text_config.layer_types", layout_name(spec) + std::to_string(written.size()) +
+                                                         " entries but num_hidden_layers = " +
+                                                         std::to_string(t.num_hidden_layers)};
+  }
+  for (std::size_t i = 0; i < written.size(); ++i) {
+    const layer_kind expected = t.layer_type(static_cast<std::int64_t>(i));
+    if (written[i] == expected) continue;
+    const std::string reason = is_hybrid(spec) ? "full_attention_interval = " +
+                                                     std::to_string(t.full_attention_interval) + " makes it " +
+                                                     in_quotes(kind_name(expected))
+                                               : "model_type " + in_quotes(spec.model_type) + " has only full_attention layers";
+    return spec_violation{"text_config.layer_types[" + std::to_string(i) + "]",
+                          layout_name(spec) + "layer " + std::to_string(i) + " is " + in_quotes(kind_name(written[i])) +
+                              " but " + reason};
+  }
+  return std::nullopt;
+}
+
+std::optional<spec_violation> check_coefficients(const model_spec& spec) {
+  // MTP layers are counted as if trained: a plugin config can turn that on after loading.
+  model_spec trained = spec;
+  trained.train_mtp_layers = true;
+  try {
+    (void)compute_coefficients(trained);
+  } catch (const coefficient_overflow& e) {
+    std::string fields;
+    std::string first;
+    std::vector<std::string> also;
+    for (const std::string& field : e.fields()) {
+      // The FLOP model names model_spec members ("text.X", "vision.X"): the schema paths are "text_config.X"
+      // and "vision_config.X".
+      const bool vision = field.rfind("vision.", 0) == 0;
+      const std::string path = std::string(vision ? "vision_config." : "text_config.") + field.substr(field.find('.') + 1);
+      fields += (fields.empty() ? "" : ", ") + path;
+      if (first.empty()) {
+        first = path;
+      } else {
+        also.push_back(path);
+      }
+    }
+    return spec_violation{first.empty() ? std::string("text_config") : first,
+                          "coefficient " + e.coefficient() + " would exceed 2^63 FLOPs: the product of " + fields +
+                              " is too large",
+                          also};
   }
   return std::nullopt;
 }
@@ -392,7 +419,8 @@ model_spec read_model_spec(const field_reader& reader, const std::string& model_
   }
   if (reader.has("text_config.attn_output_gate")) t.attn_output_gate = reader.boolean("text_config.attn_output_gate");
 
-  // layer_types as written: type-checked here, compared with the interval by check_invariants().
+  // layer_types as written: type-checked here, compared with the interval by check_written_layer_types()
+  // (the spec stores no per-layer list).
   std::optional<std::vector<layer_kind>> written_layers;
   if (reader.has("text_config.layer_types")) {
     const std::size_t count = reader.array_size("text_config.layer_types");
@@ -432,8 +460,20 @@ model_spec read_model_spec(const field_reader& reader, const std::string& model_
     if (violation->field == "text_config.intermediate_size" && !reader.has(violation->field)) missing(violation->field);
     reader.fail(violation->field, violation->what);
   }
-  t.layer_types = written_layers ? std::move(*written_layers) : resolved_layer_types(t);
   if (auto violation = check_invariants(spec)) reader.fail(violation->field, violation->what);
+  if (written_layers) {
+    if (auto violation = check_written_layer_types(spec, *written_layers)) reader.fail(violation->field, violation->what);
+  }
+  if (auto violation = check_coefficients(spec)) {
+    // Cited where the file sets the first of the fields (a field left at its default is not in the file).
+    std::string at = violation->field;
+    for (const std::string& other : violation->also) {
+      if (reader.has(at)) break;
+      at = other;
+    }
+    if (!reader.has(at)) at = violation->field;
+    reader.fail(at, violation->what);
+  }
   return spec;
 }
 

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "flopmeter/error.h"
@@ -27,8 +28,12 @@ constexpr std::int64_t kMaxSize = std::int64_t{1} << 31;
 
 // One broken rule: the field path and what is wrong with it ("must be > 0 (got 0)").
 struct spec_violation {
+  spec_violation(std::string field_path, std::string problem, std::vector<std::string> other_fields = {})
+      : field(std::move(field_path)), what(std::move(problem)), also(std::move(other_fields)) {}
+
   std::string field;
   std::string what;
+  std::vector<std::string> also;  // other fields the problem involves; a loader cites the first one its file sets
 };
 
 // `text` in double quotes for a message, with control characters (C0, DEL, C1) written as \u00XX, so that a
@@ -39,15 +44,15 @@ std::string quoted(std::string_view text);
 bool is_supported_model_type(std::string_view model_type);
 std::string supported_model_types_text();
 
-// Layer i is full attention when (i + 1) % full_attention_interval == 0; every layer when the interval is 0.
-// Call only on a spec whose fields passed check_fields (num_hidden_layers in [1, 2^31]).
-std::vector<layer_kind> resolved_layer_types(const text_spec& text);
-
 // Phase 1: each field on its own (bounds, and fields that do not belong to the model type).
 std::optional<spec_violation> check_fields(const model_spec& spec);
-// Phase 2: the cross-field invariants (GQA divisibility, layer layout, DeepStack indexes, ...). Needs
-// text.layer_types filled.
+// Phase 2: the cross-field invariants (GQA divisibility, layer layout, DeepStack indexes, ...).
 std::optional<spec_violation> check_invariants(const model_spec& spec);
+// A layer_types list as a file writes it, against the layout the interval gives (the spec keeps no list).
+std::optional<spec_violation> check_written_layer_types(const model_spec& spec, const std::vector<layer_kind>& written);
+// Phase 3: every coefficient (MTP counted as trained) fits in int64; the violation names the fields whose
+// product is too large, at the first of them.
+std::optional<spec_violation> check_coefficients(const model_spec& spec);
 
 // Reads one config document for read_model_spec(). Paths are schema field paths ("text_config.head_dim",
 // "text_config.layer_types[3]"); a table path ("vision_config") names the table itself. Every getter throws
