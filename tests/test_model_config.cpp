@@ -646,6 +646,14 @@ void expect_same_coefficients(const model_spec& a, const model_spec& b) {
   EXPECT_EQ(x.mtp_per_token, y.mtp_per_token);
   EXPECT_EQ(x.mtp_attn_pair, y.mtp_attn_pair);
   EXPECT_EQ(x.patches_per_merged_token, y.patches_per_merged_token);
+  EXPECT_EQ(x.dense.attention_projections, y.dense.attention_projections);
+  EXPECT_EQ(x.dense.linear_attention, y.dense.linear_attention);
+  EXPECT_EQ(x.dense.dense_mlp, y.dense.dense_mlp);
+  EXPECT_EQ(x.dense.moe_router, y.dense.moe_router);
+  EXPECT_EQ(x.dense.moe_routed_experts, y.dense.moe_routed_experts);
+  EXPECT_EQ(x.dense.moe_shared_expert, y.dense.moe_shared_expert);
+  EXPECT_EQ(x.dense.moe_shared_expert_gate, y.dense.moe_shared_expert_gate);
+  EXPECT_EQ(x.dense.logits, y.dense.logits);
 }
 
 TEST(hf_config, qwen3_vl_2b_config_json_gives_the_shipped_toml_spec_and_coefficients) {
@@ -693,6 +701,23 @@ TEST(hf_config, qwen3_5_config_json_with_layer_types_gives_the_shipped_toml_coef
   EXPECT_EQ(from_json.text.num_full_attention_layers(), toml.text.num_full_attention_layers());
   EXPECT_EQ(from_json.text.mtp_num_hidden_layers, 1);
   expect_same_coefficients(from_json, toml);
+}
+
+TEST(hf_config, moe_config_jsons_give_the_shipped_moe_tomls_coefficients) {
+  // The fuzz corpus' seed configs of Qwen3-VL-30B-A3B and Qwen3.5-35B-A3B (written as the checkpoints write
+  // them: MoE fields in text_config, rope and token-id fields to ignore, Qwen3.5 MoE without intermediate_size).
+  const std::string corpus = std::string(FLOPMETER_SOURCE_DIR) + "/tests/fuzz_corpus/fuzz_hf_config/";
+  const model_spec vl = load_model_spec(corpus + "seed-qwen3_vl_moe.json");
+  EXPECT_EQ(vl.text.num_experts, 128);
+  EXPECT_EQ(vl.text.num_moe_layers(), 48);
+  expect_same_coefficients(vl, load_model_spec(config_path("qwen3_vl_30b_a3b.toml")));
+  model_spec q35 = load_model_spec(corpus + "seed-qwen3_5_moe.json");
+  EXPECT_EQ(q35.text.shared_expert_intermediate_size, 512);
+  EXPECT_EQ(q35.text.decoder_sparse_step, 1);  // absent in the JSON: every layer an MoE block
+  model_spec toml = load_model_spec(config_path("qwen3_5_35b_a3b.toml"));
+  expect_same_coefficients(q35, toml);
+  q35.train_mtp_layers = toml.train_mtp_layers = true;  // the MTP layer (an MoE layer) maps too
+  expect_same_coefficients(q35, toml);
 }
 
 TEST(hf_config, errors_cite_the_json_line_column_and_path) {
