@@ -116,7 +116,9 @@ TEST_P(moe_check, compares_experts_term_by_term_and_states_router_and_gate) {
 }
 
 INSTANTIATE_TEST_SUITE_P(moe_configs, moe_check,
-                         ::testing::Combine(::testing::Values("qwen3_vl_30b_a3b", "qwen3_5_35b_a3b"),
+                         ::testing::Combine(::testing::Values("qwen3_vl_30b_a3b", "qwen3_5_35b_a3b",
+                                                              "qwen3_vl_235b_a22b", "qwen3_5_122b_a10b",
+                                                              "qwen3_5_397b_a17b"),
                                             ::testing::Bool()));
 
 // check --seq-len: the whole-row counts must fit int64; a too-large S is a user-facing error, and the largest
