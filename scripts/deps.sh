@@ -9,6 +9,7 @@ FLOPMETER_PACKAGES=(
   libgloo-dev           # Gloo headers that c10d/ProcessGroupGloo.hpp includes
   libspdlog-dev libfmt-dev
   libtomlplusplus-dev
+  nlohmann-json3-dev    # Hugging Face config.json model files (core loader)
   libgtest-dev
   libbenchmark-dev
   gnuplot-nox           # the demo's PNG plot

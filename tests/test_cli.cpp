@@ -327,7 +327,7 @@ TEST_F(CliTest, TopLevelHelpListsCommands) {
 }
 
 TEST_F(CliTest, EveryCommandHasHelp) {
-  for (const std::string command : {"check", "coefficients", "estimate"}) {
+  for (const std::string command : {"check", "coefficients", "estimate", "import"}) {
     const std::vector<std::vector<std::string>> variants = {
         {command, "--help"}, {command, "-h"}, {"help", command},
         {command, "--bogus", "--help"}};  // --help wins over otherwise bad arguments
@@ -702,7 +702,8 @@ TEST_F(CliTest, BadCommandLinesAreRejectedWithClearMessages) {
       {{"estimate", m, "--docs", "1", "--images", "1x2x2,"}, 2, "--images entry 2"},
       {{"estimate", m, "--docs", "1", "--images", "99999999999999999999x1x1"}, 2, "out of range"},
       // --scope, --seq-len
-      {{"estimate", m, "--docs", "1", "--scope", "bogus"}, 2, "--scope: expected 'seed' or 'complete', got 'bogus'"},
+      {{"estimate", m, "--docs", "1", "--scope", "bogus"}, 2,
+       "--scope: unknown FLOP scope 'bogus' (expected \"seed\" or \"complete\")"},
       {{"estimate", m, "--docs", "1", "--seq-len", "0"}, 2, "--seq-len: expected a positive integer"},
       {{"check", m, "--seq-len", "0"}, 2, "--seq-len: expected a positive integer, got '0'"},
       {{"check", m, "--seq-len", "-5"}, 2, "--seq-len: expected a positive integer, got '-5'"},
@@ -710,9 +711,9 @@ TEST_F(CliTest, BadCommandLinesAreRejectedWithClearMessages) {
       {{"check", m, "--seq-len", "1e3"}, 2, "'1e3' is not an integer"},
       {{"check", m, "--seq-len", "9223372036854775808"}, 2, "out of range"},
       // model and batch errors: exit 1
-      {{"coefficients", "/nonexistent/model.toml"}, 1, "'/nonexistent/model.toml' does not exist"},
-      {{"check", "/nonexistent/model.toml"}, 1, "does not exist"},
-      {{"coefficients", kConfigs}, 1, "is a directory"},
+      {{"coefficients", "/nonexistent/model.toml"}, 1, "/nonexistent/model.toml: cannot open model config: no such file"},
+      {{"check", "/nonexistent/model.toml"}, 1, "cannot open model config: no such file"},
+      {{"coefficients", kConfigs}, 1, "cannot open model config: a directory without a config.json"},
       {{"estimate", m, "--docs", "1", "--images", "1x3x2"}, 1, "multiples of spatial_merge_size 2"},
       {{"estimate", m, "--docs", "1", "--images", "1x2x3"}, 1, "multiples of spatial_merge_size 2"},
       {{"estimate", m, "--docs", "4294967296"}, 1, "overflows"},
@@ -768,6 +769,135 @@ TEST_F(CliTest, JsonStringsAreEscaped) {
   ASSERT_EQ(r.status, 0) << r.err;
   const json c = parse_json(r.out);
   EXPECT_EQ(c["model"].s, "ti\"ny\\vlm\t?");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Global options (issue 9 item 11), config.json wherever a model is named and `flopmeter import` (issue 8
+// section 3), file-system causes (issue 9 item 7).
+
+// Qwen3-VL-2B's FLOP fields as a config.json (the full file, with the fields flopmeter ignores, is in
+// test_model_config.cpp); line 3 holds the text sizes.
+const char* const kQwen3Vl2bJson =
+    "{\"model_type\": \"qwen3_vl\", \"tie_word_embeddings\": true, \"transformers_version\": \"4.57.0\",\n"
+    "\"text_config\": {\"model_type\": \"qwen3_vl_text\", \"rope_theta\": 5000000, \"dtype\": \"bfloat16\",\n"
+    "\"hidden_size\": 2048, \"num_hidden_layers\": 28, \"num_attention_heads\": 16, \"num_key_value_heads\": 8,\n"
+    "\"head_dim\": 128, \"intermediate_size\": 6144, \"vocab_size\": 151936},\n"
+    "\"vision_config\": {\"deepstack_visual_indexes\": [5, 11, 17], \"depth\": 24, \"hidden_size\": 1024,\n"
+    "\"num_heads\": 16, \"intermediate_size\": 4096, \"out_hidden_size\": 2048, \"patch_size\": 16,\n"
+    "\"temporal_patch_size\": 2, \"spatial_merge_size\": 2, \"in_channels\": 3, \"hidden_act\": \"gelu\"}}\n";
+
+// `text` with every occurrence of `from` replaced by `to`.
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+    text.replace(at, from.size(), to);
+  }
+  return text;
+}
+
+TEST_F(CliTest, JsonBeforeTheCommandIsTheSameAsAfter) {
+  for (const std::string command : {"coefficients", "check"}) {
+    const result before = run({"--json", command, kQwen3Vl2b});
+    const result after = run({command, kQwen3Vl2b, "--json"});
+    EXPECT_EQ(before.status, 0) << before.err;
+    EXPECT_EQ(before.out, after.out);
+    EXPECT_EQ(before.out.rfind(command == "check" ? "[" : "{", 0), 0u) << before.out;
+  }
+  const result alone = run({"--json"});
+  EXPECT_EQ(alone.status, 2);
+  EXPECT_NE(alone.err.find("missing command after --json"), std::string::npos) << alone.err;
+}
+
+TEST_F(CliTest, VersionTakesNoFurtherArguments) {
+  const result r = run({"--version", "--bogus"});
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("flopmeter: unexpected argument '--bogus' after --version"), std::string::npos) << r.err;
+  EXPECT_EQ(run({"version", "x"}).status, 2);
+}
+
+TEST_F(CliTest, ConfigJsonAndCheckpointDirectoryWorkWhereverAModelIsNamed) {
+  const fs::path ckpt = dir_ / "Qwen3-VL-2B-Instruct";
+  fs::create_directory(ckpt);
+  write_file(ckpt / "config.json", kQwen3Vl2bJson);
+  const result toml = run({"coefficients", kQwen3Vl2b, "--json"});
+  ASSERT_EQ(toml.status, 0) << toml.err;
+  for (const std::string& model : {(ckpt / "config.json").string(), ckpt.string()}) {
+    const result json = run({"coefficients", model, "--json"});
+    ASSERT_EQ(json.status, 0) << json.err;
+    // The same numbers; only the model's name (the checkpoint directory) differs.
+    EXPECT_EQ(replace_all(json.out, "Qwen3-VL-2B-Instruct", "qwen3_vl_2b"), toml.out);
+    const result estimate = run({"estimate", model, "--docs", "3,5", "--json"});
+    EXPECT_EQ(replace_all(estimate.out, "Qwen3-VL-2B-Instruct", "qwen3_vl_2b"),
+              run({"estimate", kQwen3Vl2b, "--docs", "3,5", "--json"}).out);
+    const result check = run({"check", model});
+    EXPECT_EQ(check.status, 0) << check.out << check.err;
+  }
+}
+
+TEST_F(CliTest, ConfigJsonErrorsCiteLineColumnAndPath) {
+  // Line 3: "\"hidden_size\": " is 15 characters -> the value at column 16.
+  const fs::path bad = dir_ / "config.json";
+  write_file(bad, replace_all(kQwen3Vl2bJson, "\"hidden_size\": 2048", "\"hidden_size\": 0"));
+  const result r = run({"coefficients", bad.string()});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "flopmeter: error: " + bad.string() + ":3:16: key 'text_config.hidden_size': must be > 0 (got 0)\n");
+}
+
+TEST_F(CliTest, ImportWritesTheEquivalentTomlWithSources) {
+  const fs::path json = dir_ / "config.json";
+  write_file(json, kQwen3Vl2bJson);
+  const fs::path toml = dir_ / "imported.toml";
+  const result r = run({"import", json.string(), "-o", toml.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  // Round trip: the TOML gives what the config.json gives; both are named after dir_, the config.json's
+  // directory, and each output names its file, which differs.
+  const result from_json = run({"coefficients", json.string(), "--json"});
+  const result from_toml = run({"coefficients", toml.string(), "--json"});
+  ASSERT_EQ(from_toml.status, 0) << from_toml.err;
+  EXPECT_EQ(replace_all(from_toml.out, toml.string(), json.string()), from_json.out);
+  // The comment of a value: line 3, "\"hidden_size\": " + 15 -> 3:16.
+  const std::string text = read_file(toml);
+  EXPECT_NE(text.find("hidden_size = 2048                        # config.json:3:16 text_config.hidden_size\n"),
+            std::string::npos)
+      << text;
+  // Standard output without -o.
+  const result to_stdout = run({"import", json.string()});
+  EXPECT_EQ(to_stdout.status, 0);
+  EXPECT_EQ(to_stdout.out, text);
+}
+
+TEST_F(CliTest, ImportErrors) {
+  const fs::path json = dir_ / "config.json";
+  write_file(json, kQwen3Vl2bJson);
+  result r = run({"import"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("missing the CONFIG.json argument"), std::string::npos) << r.err;
+  r = run({"import", json.string(), "-o", (dir_ / "no_such_dir" / "m.toml").string()});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "flopmeter: error: " + (dir_ / "no_such_dir" / "m.toml").string() +
+                       ": cannot create the TOML file: No such file or directory\n");
+  // A trailing comma: nlohmann-json stops at the "}" after it, column 27 ("{" 1, key 2-13, value 16-25, "," 26).
+  write_file(json, "{\"model_type\": \"qwen3_vl\",}");
+  r = run({"import", json.string()});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.rfind("flopmeter: error: " + json.string() + ":1:27: JSON syntax error: ", 0), 0u) << r.err;
+}
+
+TEST_F(CliTest, SymlinkLoopAndEscapeSequencesInErrors) {
+  fs::create_symlink(dir_ / "b.toml", dir_ / "a.toml");
+  fs::create_symlink(dir_ / "a.toml", dir_ / "b.toml");
+  result r = run({"coefficients", (dir_ / "a.toml").string()});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "flopmeter: error: " + (dir_ / "a.toml").string() +
+                       ": cannot open model config: too many levels of symbolic links\n");
+  // A model type holding ESC [2J (clear screen) reaches the terminal as \u001b, never as the raw byte.
+  const fs::path json = dir_ / "esc.json";
+  write_file(json, "{\"model_type\": \"\\u001b[2J\"}");
+  r = run({"coefficients", json.string()});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unsupported model type \"\\u001b[2J\""), std::string::npos) << r.err;
 }
 
 }  // namespace

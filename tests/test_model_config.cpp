@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "flopmeter/error.h"
+#include "flopmeter/flop_model.h"
 #include "flopmeter/model_config.h"
 #include "flopmeter/model_spec.h"
 
@@ -274,10 +278,20 @@ TEST(model_config, qwen3_vl_text_only_defaults) {
   EXPECT_EQ(spec.text.num_full_attention_layers(), 3);
 }
 
-TEST(model_config, qwen3_vl_ignores_linear_attention_sizes) {
-  const model_spec spec = parse_model_spec(kVlBase + "linear_key_head_dim = 128\n", "vl.toml");
-  EXPECT_EQ(spec.text.linear_key_head_dim, 0);
-  EXPECT_EQ(spec.text.num_linear_attention_layers(), 0);
+// Issue 9 item 10: a field of another model type is refused when its value would change the work (a Qwen3.5
+// Gated DeltaNet size, or the output gate, on a Qwen3-VL); at its neutral value (false, 0) it states the
+// absence of the feature, as the shipped Qwen3-VL files' "attn_output_gate = false" does.
+TEST(model_config, qwen3_vl_refuses_qwen3_5_fields) {
+  // Line 12, "linear_key_head_dim = " is 22 characters -> column 23.
+  EXPECT_EQ(error_of(kVlBase + "linear_key_head_dim = 128\n", "vl.toml"),
+            "vl.toml:12:23: key 'text_config.linear_key_head_dim': not allowed for model_type \"qwen3_vl\", which has "
+            "no Gated DeltaNet layers (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")");
+  // attn_output_gate = true would add the gate half of q_proj (+9% dense FLOPs on Qwen3-VL-2B). Column 20.
+  EXPECT_EQ(error_of(kVlBase + "attn_output_gate = true\n", "vl.toml"),
+            "vl.toml:12:20: key 'text_config.attn_output_gate': not allowed for model_type \"qwen3_vl\", which has "
+            "no Gated DeltaNet layers (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")");
+  const model_spec spec = parse_model_spec(kVlBase + "attn_output_gate = false\n", "vl.toml");
+  EXPECT_FALSE(spec.text.attn_output_gate);
 }
 
 TEST(model_config, sizes_up_to_two_to_the_31_are_accepted) {
@@ -396,7 +410,7 @@ const bad_case kBadCases[] = {
     // The product 3 * 2 * 65536^2 = 2^33.58 exceeds 2^31 although each factor is sane; reported at the
     // [vision_config] header, line 24.
     {"patch_input_size_too_large", "patch_size = 4", "patch_size = 65536",
-     "bad.toml:24:1: [vision_config]: patch embedding input in_channels * temporal_patch_size * patch_size^2 is "
+     "bad.toml:24:1: key 'vision_config': patch embedding input in_channels * temporal_patch_size * patch_size^2 is "
      "too large: must be <= 2^31 = 2147483648"},
 };
 
@@ -463,7 +477,8 @@ TEST(model_config_errors, directory_is_not_a_config) {
     (void)load_model_spec(path);
     FAIL() << "no error";
   } catch (const error& e) {
-    EXPECT_EQ(std::string(e.what()), path + ": cannot open model config: not a regular file");
+    EXPECT_EQ(std::string(e.what()), path + ": cannot open model config: a directory without a config.json (name a model TOML file, a Hugging "
+                                    "Face config.json, or a checkpoint directory that holds one)");
   }
 }
 
@@ -490,54 +505,56 @@ TEST(validate_model_spec, names_the_offending_field) {
   {
     model_spec s = good;
     s.text.hidden_size = 0;
-    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': text.hidden_size must be > 0 (got 0)");
+    EXPECT_EQ(validation_error(s), "model_spec 'tiny': key 'text_config.hidden_size': must be > 0 (got 0)");
   }
   {
     model_spec s = good;
     s.text.num_key_value_heads = 3;
     EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': text.num_key_value_heads (3) must divide text.num_attention_heads (4)");
+              "model_spec 'tiny': key 'text_config.num_key_value_heads': must divide text_config.num_attention_heads = 4 (got 3)");
   }
   {
     model_spec s = good;
     s.text.vocab_size = (std::int64_t{1} << 31) + 1;
-    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': text.vocab_size is too large: must be <= 2^31 = "
+    EXPECT_EQ(validation_error(s), "model_spec 'tiny': key 'text_config.vocab_size': too large: must be <= 2^31 = "
                                    "2147483648 (got 2147483649)");
   }
   {
     model_spec s = good;
     s.text.full_attention_interval = 5;
-    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': no full attention layer: text.full_attention_interval "
-                                   "(5) exceeds text.num_hidden_layers (4)");
+    EXPECT_EQ(validation_error(s), "model_spec 'tiny': key 'text_config.full_attention_interval': inconsistent Qwen3.5 "
+                                   "layer layout: full_attention_interval = 5 exceeds num_hidden_layers = 4, so no "
+                                   "layer would be full attention");
   }
   {
     model_spec s = good;
     s.model_type = "llama";
     EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': model_type must be one of \"qwen3_vl\", \"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\" (got \"llama\")");
+              "model_spec 'tiny': key 'model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", "
+              "\"qwen3_vl_moe\", \"qwen3_5_moe\")");
   }
   {
     model_spec s = good;
     s.vision->num_heads = 3;
     EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': vision.num_heads (3) must divide vision.hidden_size (32)");
+              "model_spec 'tiny': key 'vision_config.num_heads': must divide vision_config.hidden_size = 32 (got 3)");
   }
   {
     model_spec s = good;
     s.vision->out_hidden_size = 32;
     EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': vision.out_hidden_size (32) must equal text.hidden_size (64)");
+              "model_spec 'tiny': key 'vision_config.out_hidden_size': must equal text_config.hidden_size = 64 (got 32)");
   }
   {
     model_spec s = good;
     s.vision->deepstack_visual_indexes = {2};
     EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': vision.deepstack_visual_indexes[0] = 2 is outside [0, vision.depth = 2)");
+              "model_spec 'tiny': key 'vision_config.deepstack_visual_indexes[0]': must be a ViT block index in [0, vision_config.depth = 2) (got 2)");
   }
   {
     model_spec s = good;
     s.text.linear_num_key_heads = 0;
-    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': text.linear_num_key_heads must be > 0 (got 0)");
+    EXPECT_EQ(validation_error(s), "model_spec 'tiny': key 'text_config.linear_num_key_heads': must be > 0 (got 0)");
   }
 }
 
@@ -554,8 +571,210 @@ TEST(validate_model_spec, qwen3_vl_spec_built_in_code) {
   EXPECT_NO_THROW(validate_model_spec(s));
   EXPECT_EQ(s.text.num_full_attention_layers(), 2);
   s.text.full_attention_interval = 2;
-  EXPECT_EQ(validation_error(s), "invalid model_spec: text.full_attention_interval must be 0 for model_type "
-                                 "\"qwen3_vl\" (got 2)");
+  EXPECT_EQ(validation_error(s), "model_spec: key 'text_config.full_attention_interval': not allowed for model_type "
+                                 "\"qwen3_vl\", which has no Gated DeltaNet layers (a field of the Qwen3.5 types "
+                                 "\"qwen3_5\" and \"qwen3_5_moe\")");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Hugging Face config.json (issue 8 section 3): the same rules, the same spec as the shipped TOML.
+
+// Qwen3-VL-2B-Instruct's config.json as the checkpoint ships it: the FLOP fields of
+// ../shared/reference/qwen-configs.md and the fields flopmeter must ignore (rope settings, token ids, dtype,
+// hidden_act, initializer_range, transformers_version, ...). tie_word_embeddings only at the top level.
+// Line numbers in the comments (the location tests below use them).
+const std::string kQwen3Vl2bJson =
+    "{\n"                                                                    // 1
+    "  \"architectures\": [\"Qwen3VLForConditionalGeneration\"],\n"        // 2
+    "  \"image_token_id\": 151655,\n"                                       // 3
+    "  \"model_type\": \"qwen3_vl\",\n"                                     // 4
+    "  \"text_config\": {\n"                                                // 5
+    "    \"attention_bias\": false,\n"                                      // 6
+    "    \"attention_dropout\": 0.0,\n"                                     // 7
+    "    \"bos_token_id\": 151643,\n"                                       // 8
+    "    \"dtype\": \"bfloat16\",\n"                                        // 9
+    "    \"eos_token_id\": 151645,\n"                                       // 10
+    "    \"head_dim\": 128,\n"                                              // 11
+    "    \"hidden_act\": \"silu\",\n"                                       // 12
+    "    \"hidden_size\": 2048,\n"                                          // 13
+    "    \"initializer_range\": 0.02,\n"                                    // 14
+    "    \"intermediate_size\": 6144,\n"                                    // 15
+    "    \"max_position_embeddings\": 262144,\n"                            // 16
+    "    \"model_type\": \"qwen3_vl_text\",\n"                              // 17
+    "    \"num_attention_heads\": 16,\n"                                    // 18
+    "    \"num_hidden_layers\": 28,\n"                                      // 19
+    "    \"num_key_value_heads\": 8,\n"                                     // 20
+    "    \"rms_norm_eps\": 1e-06,\n"                                        // 21
+    "    \"rope_scaling\": {\"mrope_interleaved\": true, \"mrope_section\": [24, 20, 20], \"rope_type\": \"default\"},\n"  // 22
+    "    \"rope_theta\": 5000000,\n"                                        // 23
+    "    \"use_cache\": true,\n"                                            // 24
+    "    \"vocab_size\": 151936\n"                                          // 25
+    "  },\n"                                                                 // 26
+    "  \"tie_word_embeddings\": true,\n"                                    // 27
+    "  \"transformers_version\": \"4.57.0.dev0\",\n"                        // 28
+    "  \"video_token_id\": 151656,\n"                                       // 29
+    "  \"vision_config\": {\n"                                              // 30
+    "    \"deepstack_visual_indexes\": [5, 11, 17],\n"                      // 31
+    "    \"depth\": 24,\n"                                                  // 32
+    "    \"hidden_act\": \"gelu_pytorch_tanh\",\n"                          // 33
+    "    \"hidden_size\": 1024,\n"                                          // 34
+    "    \"in_channels\": 3,\n"                                             // 35
+    "    \"initializer_range\": 0.02,\n"                                    // 36
+    "    \"intermediate_size\": 4096,\n"                                    // 37
+    "    \"model_type\": \"qwen3_vl\",\n"                                   // 38
+    "    \"num_heads\": 16,\n"                                              // 39
+    "    \"num_position_embeddings\": 2304,\n"                              // 40
+    "    \"out_hidden_size\": 2048,\n"                                      // 41
+    "    \"patch_size\": 16,\n"                                             // 42
+    "    \"spatial_merge_size\": 2,\n"                                      // 43
+    "    \"temporal_patch_size\": 2\n"                                      // 44
+    "  },\n"                                                                 // 45
+    "  \"vision_end_token_id\": 151653,\n"                                  // 46
+    "  \"vision_start_token_id\": 151652\n"                                 // 47
+    "}\n";                                                                   // 48
+
+// Every coefficient, so that a JSON-to-spec mapping that loses or misreads any field shows.
+void expect_same_coefficients(const model_spec& a, const model_spec& b) {
+  const coefficients x = compute_coefficients(a);
+  const coefficients y = compute_coefficients(b);
+  EXPECT_EQ(x.dense_per_token, y.dense_per_token);
+  EXPECT_EQ(x.text_attn_pair, y.text_attn_pair);
+  EXPECT_EQ(x.vision_per_patch, y.vision_per_patch);
+  EXPECT_EQ(x.vision_attn_pair, y.vision_attn_pair);
+  EXPECT_EQ(x.patch_embed_per_patch, y.patch_embed_per_patch);
+  EXPECT_EQ(x.merger_per_merged_token, y.merger_per_merged_token);
+  EXPECT_EQ(x.mtp_per_token, y.mtp_per_token);
+  EXPECT_EQ(x.mtp_attn_pair, y.mtp_attn_pair);
+  EXPECT_EQ(x.patches_per_merged_token, y.patches_per_merged_token);
+  EXPECT_EQ(x.dense.attention_projections, y.dense.attention_projections);
+  EXPECT_EQ(x.dense.linear_attention, y.dense.linear_attention);
+  EXPECT_EQ(x.dense.dense_mlp, y.dense.dense_mlp);
+  EXPECT_EQ(x.dense.moe_router, y.dense.moe_router);
+  EXPECT_EQ(x.dense.moe_routed_experts, y.dense.moe_routed_experts);
+  EXPECT_EQ(x.dense.moe_shared_expert, y.dense.moe_shared_expert);
+  EXPECT_EQ(x.dense.moe_shared_expert_gate, y.dense.moe_shared_expert_gate);
+  EXPECT_EQ(x.dense.logits, y.dense.logits);
+}
+
+TEST(hf_config, qwen3_vl_2b_config_json_gives_the_shipped_toml_spec_and_coefficients) {
+  const model_spec json = parse_hf_config(kQwen3Vl2bJson, "Qwen3-VL-2B-Instruct/config.json");
+  const model_spec toml = load_model_spec(config_path("qwen3_vl_2b.toml"));
+  EXPECT_EQ(json.name, "Qwen3-VL-2B-Instruct");  // the checkpoint directory
+  EXPECT_EQ(json.model_type, toml.model_type);
+  EXPECT_EQ(json.text.hidden_size, toml.text.hidden_size);
+  EXPECT_EQ(json.text.num_hidden_layers, toml.text.num_hidden_layers);
+  EXPECT_EQ(json.text.num_attention_heads, toml.text.num_attention_heads);
+  EXPECT_EQ(json.text.num_key_value_heads, toml.text.num_key_value_heads);
+  EXPECT_EQ(json.text.head_dim, toml.text.head_dim);
+  EXPECT_EQ(json.text.intermediate_size, toml.text.intermediate_size);
+  EXPECT_EQ(json.text.vocab_size, toml.text.vocab_size);
+  EXPECT_EQ(json.text.tie_word_embeddings, toml.text.tie_word_embeddings);  // from the top level
+  EXPECT_EQ(json.text.full_attention_interval, toml.text.full_attention_interval);
+  EXPECT_EQ(json.text.num_full_attention_layers(), 28);
+  ASSERT_TRUE(json.vision.has_value());
+  EXPECT_EQ(json.vision->deepstack_visual_indexes, toml.vision->deepstack_visual_indexes);
+  EXPECT_EQ(json.vision->patch_input_size(), toml.vision->patch_input_size());
+  expect_same_coefficients(json, toml);
+  // And the hand-derived value itself (test_flop_model derives it): 6 x 1,720,451,072 MACs per token.
+  EXPECT_EQ(compute_coefficients(json).dense_per_token, 10322706432);
+}
+
+TEST(hf_config, qwen3_5_config_json_with_layer_types_gives_the_shipped_toml_coefficients) {
+  // Qwen3.5-0.8B's FLOP fields (qwen-configs.md), written the way its config.json writes them: layer_types
+  // spelled out, mtp_num_hidden_layers, rope_parameters and other fields flopmeter ignores.
+  std::string layers;
+  for (int i = 0; i < 24; ++i) layers += std::string(i > 0 ? ", " : "") + ((i + 1) % 4 == 0 ? "\"full_attention\"" : "\"linear_attention\"");
+  const std::string json =
+      "{\"model_type\": \"qwen3_5\", \"tie_word_embeddings\": true, \"text_config\": {\"model_type\": \"qwen3_5_text\",\n"
+      "\"attn_output_gate\": true, \"full_attention_interval\": 4, \"head_dim\": 256, \"hidden_size\": 1024,\n"
+      "\"intermediate_size\": 3584, \"num_attention_heads\": 8, \"num_hidden_layers\": 24, \"num_key_value_heads\": 2,\n"
+      "\"vocab_size\": 248320, \"layer_types\": [" + layers + "], \"linear_conv_kernel_dim\": 4,\n"
+      "\"linear_key_head_dim\": 128, \"linear_num_key_heads\": 16, \"linear_num_value_heads\": 16,\n"
+      "\"linear_value_head_dim\": 128, \"mtp_num_hidden_layers\": 1, \"mtp_use_dedicated_embeddings\": false,\n"
+      "\"partial_rotary_factor\": 0.25, \"rope_parameters\": {\"rope_type\": \"default\", \"mrope_section\": [11, 11, 10]}},\n"
+      "\"vision_config\": {\"model_type\": \"qwen3_5\", \"deepstack_visual_indexes\": [], \"depth\": 12, \"hidden_size\": 768,\n"
+      "\"num_heads\": 12, \"intermediate_size\": 3072, \"out_hidden_size\": 1024, \"patch_size\": 16,\n"
+      "\"temporal_patch_size\": 2, \"spatial_merge_size\": 2, \"in_channels\": 3, \"num_position_embeddings\": 2304}}\n";
+  const model_spec from_json = parse_hf_config(json, "Qwen3.5-0.8B/config.json");
+  const model_spec toml = load_model_spec(config_path("qwen3_5_0_8b.toml"));
+  EXPECT_EQ(from_json.text.full_attention_interval, 4);
+  EXPECT_EQ(from_json.text.num_full_attention_layers(), toml.text.num_full_attention_layers());
+  EXPECT_EQ(from_json.text.mtp_num_hidden_layers, 1);
+  expect_same_coefficients(from_json, toml);
+}
+
+TEST(hf_config, moe_config_jsons_give_the_shipped_moe_tomls_coefficients) {
+  // The fuzz corpus' seed configs of Qwen3-VL-30B-A3B and Qwen3.5-35B-A3B (written as the checkpoints write
+  // them: MoE fields in text_config, rope and token-id fields to ignore, Qwen3.5 MoE without intermediate_size).
+  const std::string corpus = std::string(FLOPMETER_SOURCE_DIR) + "/tests/fuzz_corpus/fuzz_hf_config/";
+  const model_spec vl = load_model_spec(corpus + "seed-qwen3_vl_moe.json");
+  EXPECT_EQ(vl.text.num_experts, 128);
+  EXPECT_EQ(vl.text.num_moe_layers(), 48);
+  expect_same_coefficients(vl, load_model_spec(config_path("qwen3_vl_30b_a3b.toml")));
+  model_spec q35 = load_model_spec(corpus + "seed-qwen3_5_moe.json");
+  EXPECT_EQ(q35.text.shared_expert_intermediate_size, 512);
+  EXPECT_EQ(q35.text.decoder_sparse_step, 1);  // absent in the JSON: every layer an MoE block
+  model_spec toml = load_model_spec(config_path("qwen3_5_35b_a3b.toml"));
+  expect_same_coefficients(q35, toml);
+  q35.train_mtp_layers = toml.train_mtp_layers = true;  // the MTP layer (an MoE layer) maps too
+  expect_same_coefficients(q35, toml);
+}
+
+TEST(hf_config, errors_cite_the_json_line_column_and_path) {
+  // Line 20 "    \"num_key_value_heads\": 8," -> 3: 16 % 3 != 0. "    \"num_key_value_heads\": " + 27 -> 20:28.
+  std::string bad = kQwen3Vl2bJson;
+  bad.replace(bad.find("\"num_key_value_heads\": 8"), 24, "\"num_key_value_heads\": 3");
+  try {
+    (void)parse_hf_config(bad, "ckpt/config.json");
+    FAIL() << "no error";
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()), "ckpt/config.json:20:28: key 'text_config.num_key_value_heads': must divide "
+                                     "text_config.num_attention_heads = 16 (got 3)");
+    EXPECT_EQ(e.where().file, "ckpt/config.json");
+    EXPECT_EQ(e.where().line, 20u);
+    EXPECT_EQ(e.where().column, 28u);
+    EXPECT_EQ(e.where().key, "text_config.num_key_value_heads");
+    EXPECT_EQ(e.description(), "must divide text_config.num_attention_heads = 16 (got 3)");
+  }
+  // The same rule through the TOML loader and validate_model_spec: one rule, one text, three locations.
+  model_spec spec = parse_hf_config(kQwen3Vl2bJson, "ckpt/config.json");
+  spec.text.num_key_value_heads = 3;
+  try {
+    validate_model_spec(spec);
+    FAIL() << "no error";
+  } catch (const error& e) {
+    EXPECT_EQ(e.where().key, "text_config.num_key_value_heads");
+    EXPECT_EQ(e.description(), "must divide text_config.num_attention_heads = 16 (got 3)");
+  }
+}
+
+TEST(hf_config, import_writes_a_toml_that_round_trips_with_commented_sources) {
+  std::random_device random;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("flopmeter_import_" + std::to_string(random())) / "Qwen3-VL-2B-Instruct";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json", std::ios::binary) << kQwen3Vl2bJson;
+  const std::string toml = import_hf_config(dir.string());  // the checkpoint directory
+  std::error_code ec;
+  std::filesystem::remove_all(dir.parent_path(), ec);
+  const model_spec round_trip = parse_model_spec(toml, "imported.toml");
+  const model_spec json = parse_hf_config(kQwen3Vl2bJson, "Qwen3-VL-2B-Instruct/config.json");
+  EXPECT_EQ(round_trip.name, "Qwen3-VL-2B-Instruct");
+  EXPECT_EQ(round_trip.text.tie_word_embeddings, true);
+  expect_same_coefficients(round_trip, json);
+  // Where each value came from: "    \"hidden_size\": " + 19 -> 13:20; vision hidden_size 34:20; the top-level
+  // tie_word_embeddings "  \"tie_word_embeddings\": " + 25 -> 27:26.
+  EXPECT_NE(toml.find("hidden_size = 2048                        # config.json:13:20 text_config.hidden_size\n"),
+            std::string::npos) << toml;
+  EXPECT_NE(toml.find("hidden_size = 1024                        # config.json:34:20 vision_config.hidden_size\n"),
+            std::string::npos) << toml;
+  EXPECT_NE(toml.find("tie_word_embeddings = true                # config.json:27:26 tie_word_embeddings\n"),
+            std::string::npos) << toml;
+  EXPECT_NE(toml.find("deepstack_visual_indexes = [5, 11, 17]    # config.json:31:33 vision_config.deepstack_visual_indexes\n"),
+            std::string::npos) << toml;
+  // Nothing that does not change FLOPs is carried over.
+  EXPECT_EQ(toml.find("rope_"), std::string::npos);
+  EXPECT_EQ(toml.find("token_id"), std::string::npos);
 }
 
 }  // namespace

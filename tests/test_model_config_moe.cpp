@@ -247,20 +247,20 @@ TEST(validate_model_spec_moe, names_the_offending_field) {
   EXPECT_EQ(message(s), "");
   model_spec wrong = s;
   wrong.model_type = "qwen3_vl";
-  EXPECT_EQ(message(wrong), "invalid model_spec 'm': text.num_experts, num_experts_per_tok, moe_intermediate_size, "
-                            "shared_expert_intermediate_size, decoder_sparse_step and mlp_only_layers must be unset "
-                            "(0, empty) for model_type \"qwen3_vl\", a dense model");
+  EXPECT_EQ(message(wrong), "model_spec 'm': key 'text_config.num_experts': not allowed for model_type \"qwen3_vl\", "
+                            "a dense model (no experts); a mixture-of-experts model has model_type \"qwen3_vl_moe\"");
   wrong = s;
   wrong.text.num_experts_per_tok = 9;
-  EXPECT_EQ(message(wrong), "invalid model_spec 'm': text.num_experts_per_tok (9) must be <= text.num_experts (8)");
+  EXPECT_EQ(message(wrong), "model_spec 'm': key 'text_config.num_experts_per_tok': must be <= text_config.num_experts = 8 "
+                            "(got 9)");
   wrong = s;
   wrong.text.shared_expert_intermediate_size = 4;
-  EXPECT_EQ(message(wrong), "invalid model_spec 'm': text.shared_expert_intermediate_size must be 0 for model_type "
-                            "\"qwen3_vl_moe\": Qwen3-VL MoE has no shared expert");
+  EXPECT_EQ(message(wrong), "model_spec 'm': key 'text_config.shared_expert_intermediate_size': not allowed for "
+                            "model_type \"qwen3_vl_moe\": Qwen3-VL MoE has no shared expert");
   wrong = s;
   wrong.text.mlp_only_layers = {1, 3, 5};
-  EXPECT_EQ(message(wrong), "invalid model_spec 'm': no decoder layer is an MoE block (text.decoder_sparse_step = 2, "
-                            "text.num_hidden_layers = 6)");
+  EXPECT_EQ(message(wrong), "model_spec 'm': key 'text_config.mlp_only_layers': no decoder layer would be an MoE "
+                            "block (decoder_sparse_step = 2, num_hidden_layers = 6)");
 }
 
 }  // namespace

@@ -399,9 +399,46 @@ TEST_F(throughput_config, missing_plugin_file_names_the_path) {
   }
 }
 
-TEST_F(throughput_config, missing_model_file_is_the_model_loaders_error_with_the_resolved_path) {
+// Issue 9 item 12: a model file that cannot be read is reported where the user fixes it, at model.config in
+// the plugin file ("config = " is 9 characters -> 2:10), with the resolved path and the operating system's
+// reason.
+TEST_F(throughput_config, missing_model_file_is_cited_at_model_config_in_the_plugin_file) {
   EXPECT_EQ(error_of("[model]\nconfig = \"nope.toml\"\n"),
-            (dir_ / "nope.toml").string() + ": cannot open model config: no such file");
+            plugin_path() + ":2:10: key 'model.config': cannot load the model: " + (dir_ / "nope.toml").string() +
+                ": cannot open model config: no such file");
+}
+
+TEST_F(throughput_config, model_path_naming_the_plugin_file_itself_says_so) {
+  // plugin_path() is dir_/plugin.toml; "config = " is 9 characters -> 2:10.
+  EXPECT_EQ(error_of("[model]\nconfig = \"plugin.toml\"\n"),
+            plugin_path() + ":2:10: key 'model.config': names this plugin config itself ('" + plugin_path() +
+                "'); it must name a model TOML file, a Hugging Face config.json or a checkpoint directory");
+}
+
+TEST_F(throughput_config, model_path_may_be_a_config_json_or_a_checkpoint_directory) {
+  // The tiny VLM as a Hugging Face config.json: the same spec as tiny_vlm.toml (name aside).
+  const std::string json =
+      R"({"model_type": "qwen3_5", "text_config": {"model_type": "qwen3_5_text", "hidden_size": 64,
+  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+  "intermediate_size": 128, "vocab_size": 512, "tie_word_embeddings": true, "attn_output_gate": true,
+  "full_attention_interval": 2, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+  "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_conv_kernel_dim": 4,
+  "rope_theta": 10000000, "dtype": "bfloat16"},
+ "vision_config": {"depth": 2, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64, "out_hidden_size": 64,
+  "patch_size": 4, "temporal_patch_size": 2, "spatial_merge_size": 2, "in_channels": 3}})";
+  const std::string file = write("ckpt/tiny/config.json", json);
+  const model_spec reference = load_model_spec(kTinyVlm);
+  for (const std::string& config : {std::string("ckpt/tiny/config.json"), std::string("ckpt/tiny")}) {
+    SCOPED_TRACE(config);
+    fs::path plugin = dir_ / "plugin.toml";
+    std::ofstream(plugin) << "[model]\nconfig = \"" << config << "\"\n";
+    const throughput_options o = load_throughput_options(plugin.string());
+    EXPECT_EQ(o.model.source_path, file);
+    EXPECT_EQ(o.model.name, "tiny");  // the checkpoint directory's name
+    EXPECT_EQ(o.model.text.full_attention_interval, reference.text.full_attention_interval);
+    EXPECT_EQ(o.model.text.attn_output_gate, reference.text.attn_output_gate);
+    EXPECT_EQ(o.model.text.linear_num_value_heads, reference.text.linear_num_value_heads);
+  }
 }
 
 TEST_F(throughput_config, model_file_errors_propagate_unchanged) {

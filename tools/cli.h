@@ -2,7 +2,7 @@
 //
 // The tool is split into: argument parsing (cli_args.cpp), JSON and number formatting (cli_format.cpp),
 // finding and loading model files (cli_models.cpp), and one file per command (cli_check.cpp,
-// cli_coefficients.cpp, cli_estimate.cpp); flopmeter_main.cpp dispatches and maps errors to exit codes.
+// cli_coefficients.cpp, cli_estimate.cpp, cli_import.cpp); flopmeter_main.cpp dispatches and maps errors to exit codes.
 //
 // Error tiers, mapped to exit codes in main():
 //   - usage_error: the command line itself is wrong (unknown command or option, malformed value). Exit 2.
@@ -77,6 +77,15 @@ std::vector<std::int64_t> parse_length_list(const std::string& command, const st
 std::vector<image_grid> parse_grid_list(const std::string& command, const std::string& what,
                                         const std::string& text);
 
+// "seed" / "complete" for --scope, through the library's parse_flop_scope (one grammar for the CLI and the
+// plugin config); a bad value is a usage_error for `command`.
+flop_scope parse_scope_option(const std::string& command, const std::string& text);
+
+// A library message without the "flopmeter: " some older messages of the FLOP model still start with (the
+// tool prints its own "flopmeter: error: "). The one place the tool edits a message; it goes once every
+// library message is a plain description (flopmeter::error's convention).
+std::string without_library_prefix(const std::string& message);
+
 // ---- formatting (cli_format.cpp) ----
 
 // A JSON string literal (with quotes): escapes quotes, backslashes and control characters; invalid UTF-8
@@ -131,10 +140,12 @@ void set_program_path(const char* argv0);
 int run_check(const std::vector<std::string>& args);
 int run_coefficients(const std::vector<std::string>& args);
 int run_estimate(const std::vector<std::string>& args);
+int run_import(const std::vector<std::string>& args);
 
 // Usage texts (printed by --help and referenced by usage errors).
 extern const char* const kCheckUsage;
 extern const char* const kCoefficientsUsage;
 extern const char* const kEstimateUsage;
+extern const char* const kImportUsage;
 
 }  // namespace flopmeter::cli

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "cli.h"
+#include "flopmeter/error.h"
+#include "flopmeter/flop_model.h"
 
 namespace flopmeter::cli {
 namespace {
@@ -198,6 +200,19 @@ std::vector<image_grid> parse_grid_list(const std::string& command, const std::s
     grids.push_back(grid);
   }
   return grids;
+}
+
+std::string without_library_prefix(const std::string& message) {
+  const std::string prefix = "flopmeter: ";
+  return message.compare(0, prefix.size(), prefix) == 0 ? message.substr(prefix.size()) : message;
+}
+
+flop_scope parse_scope_option(const std::string& command, const std::string& text) {
+  try {
+    return parse_flop_scope(text, "--scope");
+  } catch (const error& e) {
+    throw usage_error(command, e.what());
+  }
 }
 
 }  // namespace flopmeter::cli

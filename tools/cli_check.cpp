@@ -13,7 +13,7 @@
 namespace flopmeter::cli {
 
 const char* const kCheckUsage =
-    "usage: flopmeter check [MODEL.toml ...] [--seq-len S]... [--json]\n"
+    "usage: flopmeter check [MODEL ...] [--seq-len S]... [--json]\n"
     "\n"
     "Compares the exact FLOP model with the Megatron per-token constant, term by term, for every model and\n"
     "row length S: the dense coefficients must equal the constant's token-linear part, pair coefficient x S/2\n"
@@ -21,7 +21,8 @@ const char* const kCheckUsage =
     "ratio the derivation predicts: (S+1)/S for causal text attention, 2 for bidirectional ViT attention.\n"
     "\n"
     "arguments:\n"
-    "  MODEL.toml      model files, or names of shipped configs (e.g. qwen3_vl_2b); default: every *.toml in\n"
+    "  MODEL           model TOML files, config.json files, checkpoint directories holding one, or names of\n"
+    "                  shipped configs (e.g. qwen3_vl_2b); default: every *.toml in\n"
     "                  the model configs directory ($FLOPMETER_MODEL_CONFIGS, else the installed or source\n"
     "                  tree's model_configs/), sorted by name\n"
     "options:\n"
@@ -134,10 +135,8 @@ int run_check(const std::vector<std::string>& args) {
       try {
         reports.push_back(run_sanity_check(spec, seq_len));
       } catch (const error& e) {
-        std::string message = e.what();
-        const std::string prefix = "flopmeter: ";
-        if (message.compare(0, prefix.size(), prefix) == 0) message.erase(0, prefix.size());
-        throw error("check of " + spec.name + " at S=" + std::to_string(seq_len) + ": " + message);
+        throw error(e.where(), "check of " + spec.name + " at S=" + std::to_string(seq_len) + ": " +
+                                   without_library_prefix(e.description()));
       }
       sources.push_back(spec.source_path);
     }

@@ -16,7 +16,7 @@
 namespace flopmeter::cli {
 
 const char* const kEstimateUsage =
-    "usage: flopmeter estimate MODEL.toml --docs L1,L2,... [--padding N] [--images TxHxW,...]\n"
+    "usage: flopmeter estimate MODEL --docs L1,L2,... [--padding N] [--images TxHxW,...]\n"
     "                          [--scope seed|complete] [--seq-len S] [--json]\n"
     "\n"
     "Exact training FLOPs (forward + backward) of one packed micro-batch, term by term, and what the Megatron\n"
@@ -24,7 +24,8 @@ const char* const kEstimateUsage =
     "  constant FLOPs = text_per_token(S) x (real + padding tokens) + vision_per_token(S) x patches.\n"
     "\n"
     "arguments:\n"
-    "  MODEL.toml        a model file, or the name of a shipped config (e.g. qwen3_vl_2b)\n"
+    "  MODEL             a model TOML file, a Hugging Face config.json or a checkpoint directory that holds\n"
+    "                    one, or the name of a shipped config (e.g. qwen3_vl_2b)\n"
     "options:\n"
     "  --docs L1,L2,...  document lengths in tokens, comma-separated integers >= 0 (required)\n"
     "  --padding N       padding tokens the device also ran, an integer >= 0 (default 0)\n"
@@ -64,7 +65,34 @@ std::string counts_json(const batch_counts& n) {
 
 }  // namespace
 
-int run_estimate(const std::vector<std::string>& args) {
+namespace {
+
+// What the command line asks for.
+struct estimate_request {
+  std::string model;
+  std::vector<std::int64_t> docs;
+  std::int64_t padding = 0;
+  std::vector<image_grid> grids;
+  flop_scope scope = flop_scope::complete;
+  std::int64_t seq_len = 0;  // 0 = not given (a given --seq-len is >= 1)
+  bool json = false;
+};
+
+// The exact count and the constant's view of the same batch.
+struct estimate_result {
+  model_spec spec;
+  coefficients c;
+  batch_counts n;
+  flop_breakdown f;
+  double exact = 0;
+  std::int64_t row_length = 0;
+  std::optional<megatron_constant> constant;
+  double megatron_flops = std::numeric_limits<double>::quiet_NaN();
+  double over_exact = std::numeric_limits<double>::quiet_NaN();
+};
+
+// The command line, or std::nullopt after printing --help.
+std::optional<estimate_request> parse_request(const std::vector<std::string>& args) {
   const std::string cmd = "estimate";
   const parsed_args parsed = parse_args(cmd, args,
                                         {{"--docs", true},
@@ -75,85 +103,83 @@ int run_estimate(const std::vector<std::string>& args) {
                                          {"--json", false}});
   if (parsed.help) {
     std::fputs(kEstimateUsage, stdout);
-    return kExitOk;
+    return std::nullopt;
   }
   if (parsed.positionals.empty()) throw usage_error(cmd, "missing the MODEL.toml argument");
   if (parsed.positionals.size() > 1) {
     throw usage_error(cmd, "unexpected argument '" + parsed.positionals[1] + "' (one model only)");
   }
+  estimate_request request;
+  request.model = parsed.positionals[0];
   const std::optional<std::string> docs_text = parsed.single("--docs");
   if (!docs_text) throw usage_error(cmd, "missing --docs L1,L2,... (the document lengths in tokens)");
-  const std::vector<std::int64_t> docs = parse_length_list(cmd, "--docs", *docs_text);
-  const std::optional<std::string> padding_text = parsed.single("--padding");
-  const std::int64_t padding = padding_text ? parse_non_negative_int(cmd, "--padding", *padding_text) : 0;
-  const std::optional<std::string> images_text = parsed.single("--images");
-  const std::vector<image_grid> grids =
-      images_text ? parse_grid_list(cmd, "--images", *images_text) : std::vector<image_grid>{};
-  const std::optional<std::string> scope_text = parsed.single("--scope");
-  flop_scope scope = flop_scope::complete;
-  if (scope_text) {
-    if (*scope_text == "seed") {
-      scope = flop_scope::seed;
-    } else if (*scope_text != "complete") {
-      throw usage_error(cmd, "--scope: expected 'seed' or 'complete', got '" + *scope_text + "'");
-    }
+  request.docs = parse_length_list(cmd, "--docs", *docs_text);
+  if (const std::optional<std::string> padding_text = parsed.single("--padding")) {
+    request.padding = parse_non_negative_int(cmd, "--padding", *padding_text);
   }
-  const std::optional<std::string> seq_len_text = parsed.single("--seq-len");
-  // 0 = not given (a given --seq-len is >= 1). A plain integer, not an optional: GCC 12 reports a false
-  // maybe-uninitialized for std::optional<int64_t> here.
-  const std::int64_t seq_len = seq_len_text ? parse_positive_int(cmd, "--seq-len", *seq_len_text) : 0;
-  const bool json = parsed.has("--json");
+  if (const std::optional<std::string> images_text = parsed.single("--images")) {
+    request.grids = parse_grid_list(cmd, "--images", *images_text);
+  }
+  if (const std::optional<std::string> scope_text = parsed.single("--scope")) {
+    request.scope = parse_scope_option(cmd, *scope_text);
+  }
+  if (const std::optional<std::string> seq_len_text = parsed.single("--seq-len")) {
+    request.seq_len = parse_positive_int(cmd, "--seq-len", *seq_len_text);
+  }
+  request.json = parsed.has("--json");
+  return request;
+}
 
-  const model_spec spec = load_model_argument(parsed.positionals[0]);
-  const coefficients c = compute_coefficients(spec);
-  batch_counts n;
+estimate_result compute_estimate(const estimate_request& request) {
+  estimate_result r;
+  r.spec = load_model_argument(request.model);
+  r.c = compute_coefficients(r.spec);
   try {
-    n = count_from_lengths(docs, padding, grids, geometry_of(spec));
+    r.n = count_from_lengths(request.docs, request.padding, request.grids, geometry_of(r.spec));
   } catch (const error& e) {
-    std::string message = e.what();
-    const std::string prefix = "flopmeter: ";
-    if (message.compare(0, prefix.size(), prefix) == 0) message.erase(0, prefix.size());
-    throw error("invalid batch (--docs/--padding/--images) for model " + spec.name + ": " + message);
+    throw error(e.where(), "invalid batch (--docs/--padding/--images) for model " + r.spec.name + ": " +
+                               without_library_prefix(e.description()));
   }
-  const flop_breakdown f = compute_flops(c, n, scope);
-  const double exact = f.total();
-
+  r.f = compute_flops(r.c, r.n, request.scope);
+  r.exact = r.f.total();
   // The constant's view of the same batch. With no tokens and no --seq-len there is no row length to take.
-  const std::int64_t row_length = seq_len > 0 ? seq_len : n.device_tokens();
-  std::optional<megatron_constant> constant;
-  double megatron_flops = std::numeric_limits<double>::quiet_NaN();
-  double over_exact = std::numeric_limits<double>::quiet_NaN();
-  if (row_length >= 1) {
-    constant = compute_megatron_constant(spec, row_length);
-    megatron_flops = constant->text_per_token() * static_cast<double>(n.device_tokens()) +
-                     constant->vision_per_token() * static_cast<double>(n.patches);
-    if (exact > 0) over_exact = megatron_flops / exact;
+  r.row_length = request.seq_len > 0 ? request.seq_len : r.n.device_tokens();
+  if (r.row_length >= 1) {
+    r.constant = compute_megatron_constant(r.spec, r.row_length);
+    r.megatron_flops = r.constant->text_per_token() * static_cast<double>(r.n.device_tokens()) +
+                       r.constant->vision_per_token() * static_cast<double>(r.n.patches);
+    if (r.exact > 0) r.over_exact = r.megatron_flops / r.exact;
   }
+  return r;
+}
 
-  if (json) {
-    json_object object;
-    object.string("model", spec.name)
-        .string("scope", to_string(scope))
-        .number("flops", exact)
-        .number("text_dense", f.text_dense)
-        .number("text_attention", f.text_attention)
-        .number("vision_dense", f.vision_dense)
-        .number("vision_attention", f.vision_attention)
-        .number("patch_embed", f.patch_embed)
-        .number("merger", f.merger)
-        .number("mtp", f.mtp)
-        .raw("counts", counts_json(n))
-        .integer("row_length", row_length)
-        .number("megatron_text_per_token", constant ? constant->text_per_token() : megatron_flops)
-        .number("megatron_vision_per_token", constant ? constant->vision_per_token() : megatron_flops)
-        .number("megatron_flops", megatron_flops)
-        .number("megatron_over_exact", over_exact);
-    std::printf("%s\n", object.str().c_str());
-    return kExitOk;
-  }
+void print_json(const estimate_request& request, const estimate_result& r) {
+  const flop_breakdown& f = r.f;
+  json_object object;
+  object.string("model", r.spec.name)
+      .string("scope", to_string(request.scope))
+      .number("flops", r.exact)
+      .number("text_dense", f.text_dense)
+      .number("text_attention", f.text_attention)
+      .number("vision_dense", f.vision_dense)
+      .number("vision_attention", f.vision_attention)
+      .number("patch_embed", f.patch_embed)
+      .number("merger", f.merger)
+      .number("mtp", f.mtp)
+      .raw("counts", counts_json(r.n))
+      .integer("row_length", r.row_length)
+      .number("megatron_text_per_token", r.constant ? r.constant->text_per_token() : r.megatron_flops)
+      .number("megatron_vision_per_token", r.constant ? r.constant->vision_per_token() : r.megatron_flops)
+      .number("megatron_flops", r.megatron_flops)
+      .number("megatron_over_exact", r.over_exact);
+  std::printf("%s\n", object.str().c_str());
+}
 
-  std::printf("%s, scope %s: training FLOPs (forward + backward) of this micro-batch\n\n", spec.name.c_str(),
-              to_string(scope));
+void print_text(const estimate_request& request, const estimate_result& r) {
+  const batch_counts& n = r.n;
+  const flop_breakdown& f = r.f;
+  const char* scope = to_string(request.scope);
+  std::printf("%s, scope %s: training FLOPs (forward + backward) of this micro-batch\n\n", r.spec.name.c_str(), scope);
   std::printf("counts\n");
   std::printf("  %-24s %20s\n", "real_tokens", group_digits(n.real_tokens).c_str());
   std::printf("  %-24s %20s\n", "padding_tokens", group_digits(n.padding_tokens).c_str());
@@ -162,7 +188,7 @@ int run_estimate(const std::vector<std::string>& args) {
   std::printf("  %-24s %20s\n", "items", group_digits(n.items).c_str());
   std::printf("  %-24s %20s   sum of t*h*w\n", "patches", group_digits(n.patches).c_str());
   std::printf("  %-24s %20s   patches / %lld\n", "merged_tokens", group_digits(n.merged_tokens).c_str(),
-              static_cast<long long>(c.patches_per_merged_token));
+              static_cast<long long>(r.c.patches_per_merged_token));
   std::printf("  %-24s %20s   sum of t*(h*w)^2 (complete scope)\n", "vision_pairs_per_frame",
               group_digits(n.vision_pairs_per_frame).c_str());
   std::printf("  %-24s %20s   sum of (t*h*w)^2 (seed scope)\n", "vision_pairs_whole",
@@ -179,24 +205,37 @@ int run_estimate(const std::vector<std::string>& args) {
   for (const auto& term : terms) {
     std::printf("  %-24s %20s   %s\n", term.name, short_number(term.value).c_str(), si_flops(term.value).c_str());
   }
-  std::printf("  %-24s %20s   %s\n", "total", short_number(exact).c_str(), si_flops(exact).c_str());
+  std::printf("  %-24s %20s   %s\n", "total", short_number(r.exact).c_str(), si_flops(r.exact).c_str());
 
   std::printf("\nMegatron per-token constant\n");
-  if (!constant) {
+  if (!r.constant) {
     std::printf("  the batch has no tokens; pass --seq-len S to compare with the constant at row length S\n");
-    return kExitOk;
+    return;
   }
-  std::printf("  row length S = %lld%s\n", static_cast<long long>(row_length),
-              seq_len > 0 ? " (--seq-len)" : " (real + padding tokens)");
+  std::printf("  row length S = %lld%s\n", static_cast<long long>(r.row_length),
+              request.seq_len > 0 ? " (--seq-len)" : " (real + padding tokens)");
   std::printf("  text %s FLOPs/token x %lld tokens + vision %s FLOPs/token x %lld patches = %s (%s)\n",
-              short_number(constant->text_per_token()).c_str(), static_cast<long long>(n.device_tokens()),
-              short_number(constant->vision_per_token()).c_str(), static_cast<long long>(n.patches),
-              short_number(megatron_flops).c_str(), si_flops(megatron_flops).c_str());
-  if (std::isfinite(over_exact)) {
+              short_number(r.constant->text_per_token()).c_str(), static_cast<long long>(n.device_tokens()),
+              short_number(r.constant->vision_per_token()).c_str(), static_cast<long long>(n.patches),
+              short_number(r.megatron_flops).c_str(), si_flops(r.megatron_flops).c_str());
+  if (std::isfinite(r.over_exact)) {
     std::printf("  the per-token constant at S=%lld would report %s the work this batch did (%s scope)\n",
-                static_cast<long long>(row_length), ratio_text(over_exact).c_str(), to_string(scope));
+                static_cast<long long>(r.row_length), ratio_text(r.over_exact).c_str(), scope);
   } else {
     std::printf("  the batch did no counted work, so there is no ratio to report\n");
+  }
+}
+
+}  // namespace
+
+int run_estimate(const std::vector<std::string>& args) {
+  const std::optional<estimate_request> request = parse_request(args);
+  if (!request) return kExitOk;  // --help
+  const estimate_result result = compute_estimate(*request);
+  if (request->json) {
+    print_json(*request, result);
+  } else {
+    print_text(*request, result);
   }
   return kExitOk;
 }

@@ -86,14 +86,13 @@ std::vector<std::string> default_model_files() {
 
 model_spec load_model_argument(const std::string& argument) {
   if (argument.empty()) throw error("the model file name is empty");
+  // A bare name ("qwen3_vl_2b" or "qwen3_vl_2b.toml") that is not a path here names a shipped config. Only
+  // a name that does not exist at all is looked up: any other problem with the path (a symlink loop, a
+  // directory the user cannot enter) is reported by the loader with its real cause.
   std::error_code ec;
   const fs::path path(argument);
-  if (fs::exists(path, ec)) {
-    if (is_dir(path)) throw error("model file '" + argument + "' is a directory, not a TOML file");
-    return load_model_spec(argument);
-  }
-  // A bare name ("qwen3_vl_2b" or "qwen3_vl_2b.toml") of a shipped config.
-  if (argument.find('/') == std::string::npos) {
+  const bool absent = !fs::exists(fs::symlink_status(path, ec)) && (!ec || ec == std::errc::no_such_file_or_directory);
+  if (absent && argument.find('/') == std::string::npos) {
     std::string dir;
     try {
       dir = model_configs_dir();
@@ -103,10 +102,13 @@ model_spec load_model_argument(const std::string& argument) {
     if (!dir.empty()) {
       const std::string file = path.extension() == ".toml" ? argument : argument + ".toml";
       const fs::path shipped = fs::path(dir) / file;
-      if (fs::exists(shipped, ec) && !is_dir(shipped)) return load_model_spec(shipped.string());
+      std::error_code shipped_ec;
+      if (fs::is_regular_file(shipped, shipped_ec)) return load_model_spec(shipped.string());
     }
   }
-  throw error("model file '" + argument + "' does not exist");
+  // A model TOML, a config.json, or a checkpoint directory that holds one; errors cite file:line:col or the
+  // operating system's reason.
+  return load_model_spec(argument);
 }
 
 }  // namespace flopmeter::cli

@@ -21,7 +21,7 @@ namespace {
 using namespace flopmeter::cli;
 
 const char* const kTopUsage =
-    "usage: flopmeter <command> [arguments] [--json]\n"
+    "usage: flopmeter [--json] <command> [arguments] [--json]\n"
     "\n"
     "FLOP/MFU metrics for training vision-language models: the exact FLOP model of flopmeter next to the\n"
     "Megatron per-token constant.\n"
@@ -30,17 +30,34 @@ const char* const kTopUsage =
     "  check          term-by-term sanity check of the FLOP model against the Megatron constant\n"
     "  coefficients   training FLOPs per token, per attention pair, per patch ... of one model\n"
     "  estimate       exact FLOPs of a described micro-batch, and how far the constant would be off\n"
+    "  import         the model TOML equivalent to a Hugging Face config.json\n"
+    "\n"
+    "A MODEL argument is a model TOML file, a Hugging Face config.json, a checkpoint directory that holds one,\n"
+    "or the name of a shipped config (e.g. qwen3_vl_2b).\n"
     "\n"
     "options:\n"
     "  -h, --help     show this help (`flopmeter <command> --help` for a command's own)\n"
     "  --version      print the version\n"
+    "  --json         before the command: the same as after it (JSON output)\n"
     "\n"
     "exit status: 0 success, 1 model/config error or a failed check, 2 bad command line.\n";
 
-int dispatch(const std::vector<std::string>& words) {
-  if (words.empty()) throw usage_error("", "missing command");
-  const std::string& command = words[0];
-  const std::vector<std::string> rest(words.begin() + 1, words.end());
+void print_version(const std::vector<std::string>& rest, const std::string& spelled) {
+  if (!rest.empty()) throw usage_error("", "unexpected argument '" + rest[0] + "' after " + spelled);
+  std::printf("flopmeter %s\n", FLOPMETER_VERSION);
+}
+
+int dispatch(std::vector<std::string> words) {
+  // Global options before the command. --json is the commands' own option, so it moves behind the command
+  // (first, so that a "--" among the command's words cannot turn it into a positional).
+  bool json = false;
+  while (!words.empty() && words[0] == "--json") {
+    json = true;
+    words.erase(words.begin());
+  }
+  if (words.empty()) throw usage_error("", json ? "missing command after --json" : "missing command");
+  const std::string command = words[0];
+  std::vector<std::string> rest(words.begin() + 1, words.end());
   if (command == "--help" || command == "-h") {
     std::fputs(kTopUsage, stdout);
     return kExitOk;
@@ -53,20 +70,34 @@ int dispatch(const std::vector<std::string>& words) {
     return dispatch({rest[0], "--help"});
   }
   if (command == "--version" || command == "version") {
-    std::printf("flopmeter %s\n", FLOPMETER_VERSION);
+    print_version(rest, command);
     return kExitOk;
   }
+  if (json) rest.insert(rest.begin(), "--json");
   if (command == "check") return run_check(rest);
   if (command == "coefficients") return run_coefficients(rest);
   if (command == "estimate") return run_estimate(rest);
+  if (command == "import") return run_import(rest);
   if (!command.empty() && command[0] == '-') throw usage_error("", "unknown option '" + command + "'");
   throw usage_error("", "unknown command '" + command + "'");
 }
 
-// Library messages often start with "flopmeter: "; the tool adds its own prefix.
-std::string without_prefix(const std::string& message) {
-  const std::string prefix = "flopmeter: ";
-  return message.compare(0, prefix.size(), prefix) == 0 ? message.substr(prefix.size()) : message;
+// A message for the terminal: control characters other than newline (which a hostile file could use to drive
+// the terminal) written as \xHH. The library already escapes the values it quotes; this is the last guard.
+std::string printable(const std::string& message) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const char c : message) {
+    const auto byte = static_cast<unsigned char>(c);
+    if ((byte < 0x20 && c != '\n') || byte == 0x7f) {
+      out += "\\x";
+      out.push_back(kHex[byte >> 4]);
+      out.push_back(kHex[byte & 0xf]);
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -84,17 +115,17 @@ int main(int argc, char** argv) {
     return status;
   } catch (const usage_error& e) {
     const std::string who = e.command().empty() ? "flopmeter" : "flopmeter " + e.command();
-    std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
+    std::fprintf(stderr, "%s: %s\n", who.c_str(), printable(e.what()).c_str());
     std::fprintf(stderr, "Run '%s --help' for usage.\n", who.c_str());
     return kExitUsage;
   } catch (const flopmeter::error& e) {
-    std::fprintf(stderr, "flopmeter: error: %s\n", without_prefix(e.what()).c_str());
+    std::fprintf(stderr, "flopmeter: error: %s\n", printable(without_library_prefix(e.what())).c_str());
     return kExitFailure;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "flopmeter: error: out of memory\n");
     return kExitFailure;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "flopmeter: internal error: %s\n", e.what());
+    std::fprintf(stderr, "flopmeter: internal error: %s\n", printable(e.what()).c_str());
     return kExitFailure;
   } catch (...) {
     std::fprintf(stderr, "flopmeter: internal error: unknown exception\n");

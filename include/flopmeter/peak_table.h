@@ -1,8 +1,9 @@
 // flopmeter/peak_table.h — dense peak FLOP/s per GPU, kept as data with a source note per row.
 //
-// Lookup matches the table's names as substrings of the given device name after normalisation (case and
-// punctuation ignored), longest name first, so "NVIDIA GB200" finds GB200 before B200 and "H200" is never
-// taken for "H20". An unknown device yields no number: MFU is then not reported (never a fallback figure).
+// Lookup matches the table's names as substrings of the given device name after normalisation (only
+// letters and digits compare: case, spaces and all punctuation are ignored, so "H100.SXM" is "H100 SXM"),
+// longest name first, so "NVIDIA GB200" finds GB200 before B200 and "H200" is never taken for "H20". An
+// unknown device yields no number: MFU is then not reported (never a fallback figure).
 // Thread-safety: the table is immutable; lookups may run on any thread.
 #pragma once
 

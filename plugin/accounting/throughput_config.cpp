@@ -3,7 +3,9 @@
 //
 // Every problem throws flopmeter::error citing FILE:LINE:COL and the key path (formats in toml_reader.h),
 // e.g. "plugin.toml:14:8: key 'logging.topk': must be >= 0 (got -1)". The model file named by model.config
-// is read with load_model_spec(); its errors propagate unchanged (they name the model file).
+// is read with load_model_spec(); an error inside it propagates unchanged (it names the model file's line
+// and column), one that stops the file from being read at all (missing, unreadable, a directory without a
+// config.json, this plugin file itself) is reported at model.config in the plugin file.
 //
 // Reading order (so the most useful error comes first): unknown keys in every table, then [model], [peak],
 // [parallel], [logging], [sinks], keys in SCHEMA.md order; the model file is loaded last, once this file is
@@ -17,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 
 #include <toml++/toml.h>
@@ -99,7 +102,7 @@ class options_loader : private detail::toml_reader {
     if (logging != nullptr) read_logging(*logging, options);
     if (sinks != nullptr) read_sinks(*sinks, config.sinks);
 
-    options.model = load_model_spec(model_path);
+    options.model = load_model(*model->get("config"), model_path);
     if (train_mtp_layers) options.model.train_mtp_layers = *train_mtp_layers;
     return config;
   }
@@ -112,6 +115,24 @@ class options_loader : private detail::toml_reader {
     const std::filesystem::path path(config);
     if (path.is_absolute()) return config;
     return (std::filesystem::path(base_dir_) / path).string();
+  }
+
+  // The model file model.config names. Its own errors keep their location (the model file's line and
+  // column); a file that cannot be read at all is reported at model.config in this file, which is where the
+  // user has to fix it. A model path that is this plugin file gets its own message.
+  model_spec load_model(const toml::node& config, const std::string& model_path) const {
+    std::error_code ec;
+    if (std::filesystem::equivalent(model_path, source_name(), ec) && !ec) {
+      fail_key(config, "model.config",
+               "names this plugin config itself ('" + model_path + "'); it must name a model TOML file, a Hugging "
+               "Face config.json or a checkpoint directory");
+    }
+    try {
+      return load_model_spec(model_path);
+    } catch (const error& e) {
+      if (e.where().line > 0) throw;  // a problem inside the model file: its own file:line:col says where
+      fail_key(config, "model.config", std::string("cannot load the model: ") + e.what());
+    }
   }
 
   void read_peak(const toml::table& peak, throughput_options& options) const {

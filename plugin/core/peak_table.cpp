@@ -72,13 +72,16 @@ constexpr peak_alias kAliases[] = {
 };
 // clang-format on
 
-// Uppercase; spaces, '-' and '_' dropped: "NVIDIA A100-SXM4-80GB" -> "NVIDIAA100SXM480GB".
+// Letters and digits only, uppercased: every other byte (spaces and all punctuation, ASCII or not) is dropped,
+// so "NVIDIA A100-SXM4-80GB", "a100.sxm4/80gb" and "A100 SXM4 80GB" all read "NVIDIAA100SXM480GB" (the
+// schema promises that punctuation is ignored; dropping only some of it let "H100.SXM" miss its row).
 std::string normalise(const std::string& name) {
   std::string out;
   out.reserve(name.size());
-  for (char c : name) {
-    if (c == ' ' || c == '-' || c == '_') continue;
-    out.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+  for (const char c : name) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x80 || std::isalnum(byte) == 0) continue;
+    out.push_back(static_cast<char>(std::toupper(byte)));
   }
   return out;
 }

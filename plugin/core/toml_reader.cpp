@@ -3,15 +3,21 @@
 
 #include "core/toml_reader.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 #include <vector>
 
 #include "flopmeter/error.h"
+#include "core/spec_rules.h"
 
 namespace flopmeter::detail {
 namespace {
@@ -21,8 +27,8 @@ bool contains(array_view<std::string_view> keys, std::string_view key) {
 }
 
 [[noreturn]] void fail_syntax(const std::string& source_name, const toml::parse_error& e) {
-  throw error(source_name + ":" + std::to_string(e.source().begin.line) + ":" +
-              std::to_string(e.source().begin.column) + ": TOML syntax error: " + std::string(e.description()));
+  throw error(error_location{source_name, e.source().begin.line, e.source().begin.column, {}},
+              "TOML syntax error: " + std::string(e.description()));
 }
 
 // "2^31 = 2147483648" for powers of two from 2^16 up (where the exponent is the readable part), else the
@@ -47,35 +53,190 @@ std::string number_text(double value) {
 
 }  // namespace
 
-std::string read_file(const std::string& path, std::string_view what) {
-  const std::string role(what);
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) {
-    throw error(path + ": cannot open " + role + ": no such file");
-  }
-  if (!std::filesystem::is_regular_file(status)) {
-    throw error(path + ": cannot open " + role + ": not a regular file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw error(path + ": cannot open " + role + ": permission denied or unreadable");
-  // Config files are a few KiB. A path that names something huge by mistake (a log, a dataset shard, a
-  // /proc file whose size reads as 0) would otherwise be read whole into the trainer's memory before the
-  // TOML error, so reading stops past kMaxConfigBytes.
-  constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
-  std::string text;
-  char chunk[1 << 16];
-  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
-    text.append(chunk, static_cast<std::size_t>(in.gcount()));
-    if (text.size() > kMaxConfigBytes) {
-      throw error(path + ": cannot read " + role + ": larger than 16 MiB, so not a config file");
-    }
-  }
-  if (in.bad()) throw error(path + ": cannot read " + role);
+namespace {
+
+// The operating system's reason, in the words of the messages: "no such file" for ENOENT (what users and
+// the tests have always read), strerror's text otherwise ("permission denied", "too many levels of symbolic
+// links", "not a directory" for a path through a file, ...).
+std::string os_reason(int code) {
+  if (code == ENOENT) return "no such file";
+  std::string text = std::generic_category().message(code);
+  if (!text.empty()) text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
   return text;
 }
 
+const char* file_kind(std::filesystem::file_type type) {
+  switch (type) {
+    case std::filesystem::file_type::directory: return "is a directory";
+    case std::filesystem::file_type::fifo: return "not a regular file (a FIFO)";
+    case std::filesystem::file_type::socket: return "not a regular file (a socket)";
+    case std::filesystem::file_type::character: return "not a regular file (a character device)";
+    case std::filesystem::file_type::block: return "not a regular file (a block device)";
+    default: return "not a regular file";
+  }
+}
+
+// Closes a file descriptor on every path out of read_file.
+struct fd_closer {
+  int fd;
+  ~fd_closer() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+std::string read_file(const std::string& path, std::string_view what) {
+  const std::string role(what);
+  const auto fail = [&](const std::string& verb, const std::string& reason) -> void {
+    throw error(error_location{path, 0, 0, {}}, "cannot " + verb + " " + role + ": " + reason);
+  };
+  if (path.empty()) fail("open", "the path is empty");
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec) fail("open", os_reason(ec.value()));
+  if (!std::filesystem::exists(status)) fail("open", "no such file");
+  if (!std::filesystem::is_regular_file(status)) fail("open", file_kind(status.type()));
+  // O_NONBLOCK: should the path be swapped for a FIFO after the check, open() must not wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) fail("open", os_reason(errno));
+  const fd_closer closer{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) fail("open", os_reason(errno));
+  if (!S_ISREG(info.st_mode)) fail("open", "not a regular file");
+  // Config files are a few KiB. A path that names something huge by mistake (a log, a dataset shard, a
+  // /proc file whose size reads as 0) would otherwise be read whole into the trainer's memory before the
+  // syntax error, so reading stops past kMaxConfigBytes, whatever size the file claims.
+  constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
+  std::string text;
+  char chunk[1 << 16];
+  while (true) {
+    const ssize_t got = ::read(fd, chunk, sizeof chunk);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      fail("read", os_reason(errno));
+    }
+    if (got == 0) break;
+    text.append(chunk, static_cast<std::size_t>(got));
+    if (text.size() > kMaxConfigBytes) fail("read", "larger than 16 MiB, so not a config file");
+  }
+  return text;
+}
+
+void prescan_toml(std::string_view text, const std::string& source_name) {
+  // A small lexer that knows only what decides key context and nesting: strings (four kinds), comments,
+  // brackets, '=' and ','. It never rejects valid TOML within the limits: TOML++ reports the syntax errors.
+  std::uint32_t line = 1;
+  std::uint32_t column = 0;
+  const auto fail = [&](const std::string& what) -> void {
+    throw error(error_location{source_name, line, column, {}}, what);
+  };
+  // The innermost open brackets ('[' array or '{' inline table), up to the limit.
+  char open[kMaxNestingDepth + 1] = {};
+  int depth = 0;
+  bool in_key = true;      // reading a key: at the start of a line outside brackets, or after '{' / ','
+  bool in_header = false;  // inside [table] or [[array.of.tables]]
+  int key_parts = 1;
+  const std::size_t size = text.size();
+  for (std::size_t i = 0; i < size; ++i) {
+    const char c = text[i];
+    ++column;
+    if (c == '\n') {
+      ++line;
+      column = 0;
+      if (depth == 0) {
+        in_key = true;
+        in_header = false;
+        key_parts = 1;
+      }
+      continue;
+    }
+    if (c == '#') {  // comment to the end of the line
+      while (i + 1 < size && text[i + 1] != '\n') ++i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      const bool multi = i + 2 < size && text[i + 1] == c && text[i + 2] == c;
+      std::size_t j = i + (multi ? 3 : 1);
+      for (; j < size; ++j) {
+        if (text[j] == '\n') {
+          if (!multi) break;  // TOML++ reports the unterminated string
+          ++line;
+          column = 0;
+          continue;
+        }
+        ++column;
+        if (c == '"' && text[j] == '\\') {
+          ++j;
+          ++column;
+          continue;
+        }
+        if (text[j] == c && (!multi || (j + 2 < size && text[j + 1] == c && text[j + 2] == c))) {
+          if (multi) {
+            // A multi-line string may end with up to two extra quotes: """a""""" is a + two quotes.
+            j += 2;
+            while (j + 1 < size && text[j + 1] == c) ++j;
+          }
+          break;
+        }
+      }
+      column += multi ? 2 : 0;
+      i = j < size && text[j] != '\n' ? j : j - 1;
+      continue;
+    }
+    if (in_key && c == '.') {
+      if (++key_parts > kMaxKeyParts) {
+        fail(std::string(in_header ? "table header" : "dotted key") + " has more than " +
+             std::to_string(kMaxKeyParts) + " parts; refused before parsing (no config needs that many)");
+      }
+      continue;
+    }
+    if (c == '[' && depth == 0 && in_key && !in_header) {  // a table header at the start of a line
+      in_header = true;
+      key_parts = 1;
+      if (i + 1 < size && text[i + 1] == '[') {
+        ++i;
+        ++column;
+      }
+      continue;
+    }
+    if (c == ']' && in_header) {
+      in_key = false;
+      in_header = false;
+      if (i + 1 < size && text[i + 1] == ']') {
+        ++i;
+        ++column;
+      }
+      continue;
+    }
+    if (c == '[' || c == '{') {
+      if (depth == kMaxNestingDepth) {
+        fail("arrays and inline tables nested more than " + std::to_string(kMaxNestingDepth) +
+             " deep; refused before parsing (no config needs that many)");
+      }
+      open[depth++] = c;
+      in_key = c == '{';
+      key_parts = 1;
+      continue;
+    }
+    if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+      in_key = false;
+      continue;
+    }
+    if (c == '=') {
+      in_key = false;
+      continue;
+    }
+    if (c == ',' && depth > 0 && open[depth - 1] == '{') {
+      in_key = true;
+      key_parts = 1;
+    }
+  }
+}
+
 toml::table parse_toml(const std::string& text, const std::string& source_name) {
+  prescan_toml(text, source_name);
 #if TOML_EXCEPTIONS
   try {
     return toml::parse(std::string_view(text), std::string_view(source_name));
@@ -128,19 +289,24 @@ std::string join(std::string_view table_path, std::string_view key) {
 // ---------------------------------------------------------------------------------------------------------
 // toml_reader: error reporting
 
-std::string toml_reader::where(const toml::source_region& region) const {
+error_location toml_reader::location(const toml::source_region& region, std::string key) const {
   // Every node of a parsed document has a position; fall back to 1:1 if one ever does not.
   const auto line = region.begin.line == 0 ? 1u : region.begin.line;
   const auto column = region.begin.column == 0 ? 1u : region.begin.column;
-  return source_ + ":" + std::to_string(line) + ":" + std::to_string(column);
+  return error_location{source_, line, column, std::move(key)};
+}
+
+std::string toml_reader::where(const toml::source_region& region) const {
+  const error_location at = location(region);
+  return at.file + ":" + std::to_string(at.line) + ":" + std::to_string(at.column);
 }
 
 void toml_reader::fail_at(const toml::source_region& region, const std::string& what) const {
-  throw error(where(region) + ": " + what);
+  throw error(location(region), what);
 }
 
 void toml_reader::fail_key(const toml::node& node, const std::string& key_path, const std::string& what) const {
-  fail_at(node.source(), "key '" + key_path + "': " + what);
+  throw error(location(node.source(), key_path), what);
 }
 
 void toml_reader::fail_type(const toml::node& node, const std::string& key_path, const char* expected) const {
@@ -157,10 +323,14 @@ void toml_reader::check_keys(const toml::table& table, std::string_view table_pa
     (void)node;
     const std::string_view name = key.str();
     if (contains(allowed, name)) continue;
-    std::string message = "unknown key '" + join(table_path, name) + "'";
+    // The key as written, control characters escaped (it is printed to the user's terminal).
+    const std::string shown = detail::quoted(join(table_path, name));
+    std::string message = "unknown key '" + shown.substr(1, shown.size() - 2) + "'";
     std::string_view best;
     std::size_t best_distance = 3;  // suggest only close matches
-    for (const std::string_view candidate : allowed) {
+    // Beyond kMaxHintKeyLength no schema key is within distance 3, so the quadratic distance is skipped.
+    for (const std::string_view candidate : name.size() <= kMaxHintKeyLength ? allowed
+                                                                             : array_view<std::string_view>{}) {
       const std::size_t distance = edit_distance(name, candidate);
       if (distance < best_distance) {
         best_distance = distance;

@@ -20,20 +20,38 @@
 #include <toml++/toml.h>
 
 #include "flopmeter/array_view.h"
+#include "flopmeter/error.h"
 
 namespace flopmeter::detail {
 
 // The contents of the file at `path`. `what` names the file's role in the errors, e.g. "model config":
 //   PATH: cannot open model config: no such file
+// The cause is the operating system's (errno / std::filesystem): "no such file", "permission denied",
+// "too many levels of symbolic links", "is a directory", "not a regular file (a FIFO)", ...
 std::string read_file(const std::string& path, std::string_view what);
 
-// Parses TOML text; a syntax error becomes "SOURCE:LINE:COL: TOML syntax error: ...".
+// Limits of the pre-scan that runs before TOML++ sees a document. TOML++ parses dotted keys, table headers
+// and nested arrays / inline tables recursively, so a header of 35,000 parts overflowed its stack (and the
+// trainer that loaded the plugin). No config needs more than a handful of either.
+constexpr int kMaxKeyParts = 64;      // parts of one dotted key or table header: a.b.c has 3
+constexpr int kMaxNestingDepth = 64;  // arrays and inline tables inside one another
+
+// The bounded pre-scan alone (linear in the text, no recursion, no allocation beyond a few counters):
+// throws "SOURCE:LINE:COL: <what>" at the first part or bracket past a limit. parse_toml() calls it.
+void prescan_toml(std::string_view text, const std::string& source_name);
+
+// Parses TOML text after prescan_toml(); a syntax error becomes "SOURCE:LINE:COL: TOML syntax error: ...".
 toml::table parse_toml(const std::string& text, const std::string& source_name);
+
+// Longest key the "did you mean" hint compares: an edit distance costs length x length, so a multi-megabyte
+// unknown key would take seconds. Longer keys get no hint (no schema key is near that long).
+constexpr std::size_t kMaxHintKeyLength = 64;
 
 // "integer", "string", ... as used in "expected an integer, got string".
 const char* type_name(toml::node_type type);
 
-// Levenshtein distance, for "did you mean" hints on unknown keys.
+// Levenshtein distance, for "did you mean" hints on unknown keys. O(a x b): callers bound the lengths
+// (kMaxHintKeyLength).
 std::size_t edit_distance(std::string_view a, std::string_view b);
 
 // "table.key", or "key" for the root table.
@@ -70,6 +88,7 @@ class toml_reader {
   // --- error reporting ---------------------------------------------------------------------------------
 
   std::string where(const toml::source_region& region) const;  // "FILE:LINE:COL"
+  error_location location(const toml::source_region& region, std::string key = {}) const;
   [[noreturn]] void fail_at(const toml::source_region& region, const std::string& what) const;
   [[noreturn]] void fail_key(const toml::node& node, const std::string& key_path, const std::string& what) const;
   [[noreturn]] void fail_type(const toml::node& node, const std::string& key_path, const char* expected) const;

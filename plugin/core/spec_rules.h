@@ -1,0 +1,99 @@
+// plugin/core/spec_rules.h — internal: the one set of rules of a model_spec, and the reading of a model spec
+// from any config document (TOML model file, Hugging Face config.json) through a field_reader.
+//
+// Every rule reports a *field path* in the schema's names ("text_config.num_key_value_heads",
+// "vision_config.deepstack_visual_indexes[2]"; the names of model_configs/SCHEMA.md, which are the Hugging
+// Face config.json names). validate_model_spec() names that path; each loader maps it to FILE:LINE:COL of
+// the value through its field_reader, so a rule is written once and every loader cites the same problem.
+//
+// Not installed. Thread-safety: the tables are immutable, the functions reentrant.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "flopmeter/error.h"
+#include "flopmeter/model_spec.h"
+
+namespace flopmeter::detail {
+
+// Largest accepted size (2^31). Every size field is bounded by it so that the FLOP model's int64 products
+// of a few sizes with token counts cannot overflow; no real model comes near it.
+constexpr std::int64_t kMaxSize = std::int64_t{1} << 31;
+
+// One broken rule: the field path and what is wrong with it ("must be > 0 (got 0)").
+struct spec_violation {
+  spec_violation(std::string field_path, std::string problem, std::vector<std::string> other_fields = {})
+      : field(std::move(field_path)), what(std::move(problem)), also(std::move(other_fields)) {}
+
+  std::string field;
+  std::string what;
+  std::vector<std::string> also;  // other fields the problem involves; a loader cites the first one its file sets
+};
+
+// `text` in double quotes for a message, with control characters (C0, DEL, C1) written as \u00XX, so that a
+// value from a hostile file cannot drive the user's terminal when the message is printed.
+std::string quoted(std::string_view text);
+
+// The model types flopmeter models, for "unknown model type" messages: "\"qwen3_vl\", \"qwen3_5\"".
+bool is_supported_model_type(std::string_view model_type);
+std::string supported_model_types_text();
+
+// Phase 1: each field on its own (bounds, and fields that do not belong to the model type).
+std::optional<spec_violation> check_fields(const model_spec& spec);
+// Phase 2: the cross-field invariants (GQA divisibility, layer layout, DeepStack indexes, ...).
+std::optional<spec_violation> check_invariants(const model_spec& spec);
+// A layer_types list as a file writes it, against the layout the interval gives (the spec keeps no list).
+std::optional<spec_violation> check_written_layer_types(const model_spec& spec, const std::vector<layer_kind>& written);
+// Phase 3: every coefficient (MTP counted as trained) fits in int64; the violation names the fields whose
+// product is too large, at the first of them.
+std::optional<spec_violation> check_coefficients(const model_spec& spec);
+
+// Reads one config document for read_model_spec(). Paths are schema field paths ("text_config.head_dim",
+// "text_config.layer_types[3]"); a table path ("vision_config") names the table itself. Every getter throws
+// flopmeter::error located at the value when the value has the wrong type.
+class field_reader {
+ public:
+  virtual ~field_reader() = default;
+
+  virtual bool has_table(std::string_view table) const = 0;
+  virtual bool has(std::string_view path) const = 0;
+  virtual std::int64_t integer(std::string_view path) const = 0;
+  virtual bool boolean(std::string_view path) const = 0;
+  virtual std::string string(std::string_view path) const = 0;
+  virtual std::size_t array_size(std::string_view path) const = 0;
+  // A required boolean the document may leave out (config.json keeps tie_word_embeddings at the top level
+  // or omits it); nullopt when the format requires it.
+  virtual std::optional<bool> default_bool(std::string_view /*path*/) const { return std::nullopt; }
+
+  // How the document names the model type, for messages: "model.model_type" (TOML), "model_type" (JSON).
+  virtual std::string model_type_path() const = 0;
+
+  // Where the value at `path` is (the table's start for a table path); key = path.
+  virtual error_location where(std::string_view path) const = 0;
+  // Where a missing key of `table` is reported (the table's header or opening brace).
+  virtual error_location where_missing(std::string_view table) const = 0;
+
+  [[noreturn]] void fail(std::string_view path, const std::string& what) const { throw error(where(path), what); }
+};
+
+// Reads [text_config] and [vision_config] through `reader` for a model of `model_type` (already checked with
+// is_supported_model_type), applies every rule and returns the spec (name, source_path and train_mtp_layers
+// are left to the caller). Throws flopmeter::error located by the reader.
+model_spec read_model_spec(const field_reader& reader, const std::string& model_type);
+
+// One field the reader reads, for writers that list them (`flopmeter import`): table, key and whether it is
+// an integer array / string array.
+struct schema_field {
+  std::string_view table;
+  std::string_view key;
+};
+// Every field of [text_config] and [vision_config] in SCHEMA.md order.
+const std::vector<schema_field>& schema_fields();
+
+}  // namespace flopmeter::detail
