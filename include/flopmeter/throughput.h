@@ -57,6 +57,9 @@ struct throughput_options {
   emit_ranks emit = emit_ranks::rank0;
   bool sanity_check = false;                    // run the term-by-term check at create(); refuse on mismatch
   std::chrono::milliseconds collective_timeout{120000};  // how long on_log may block on the previous log
+  // Only for groups flopmeter builds itself from a plugin file (C ABI flopmeter_create_gloo_from_env): the
+  // bound on the Gloo rendezvous on every rank, and Gloo's collective timeout. Default 60 s.
+  std::chrono::milliseconds rendezvous_timeout{60000};
   std::vector<std::shared_ptr<sink>> sinks;     // where metrics go
   // Sinks named by a plugin file ([sinks]); load_throughput_options fills these two and the C ABI / plugin
   // creates the sinks from them.

@@ -39,7 +39,7 @@ constexpr std::string_view kModelKeys[] = {"config", "scope", "sanity_check", "t
 constexpr std::string_view kPeakKeys[] = {"gpu", "tflops_per_gpu", "precision"};
 constexpr std::string_view kParallelKeys[] = {"tp", "cp", "pp", "order"};
 constexpr std::string_view kLoggingKeys[] = {"log_interval_steps", "tpi_multiplier", "topk", "emit",
-                                             "collective_timeout_ms"};
+                                             "collective_timeout_ms", "rendezvous_timeout_ms"};
 constexpr std::string_view kSinksKeys[] = {"console", "jsonl"};
 
 // Where a key written at the top level belongs (for "did you mean 'parallel.tp' in table [parallel]?").
@@ -152,6 +152,8 @@ class options_loader : private detail::toml_reader {
     options.emit = optional_choice(logging, p, "emit", "emit mode", emits, options.emit);
     options.collective_timeout = std::chrono::milliseconds(
         optional_int(logging, p, "collective_timeout_ms", kNonNegative, options.collective_timeout.count()));
+    options.rendezvous_timeout = std::chrono::milliseconds(
+        optional_int(logging, p, "rendezvous_timeout_ms", kPositive, options.rendezvous_timeout.count()));
   }
 
   void read_sinks(const toml::table& sinks, throughput_options& options) const {

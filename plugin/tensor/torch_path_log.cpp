@@ -10,10 +10,16 @@ std::shared_ptr<spdlog::logger> make_tensor_path_logger() {
   return std::make_shared<spdlog::logger>("flopmeter", std::make_shared<spdlog::sinks::stderr_sink_mt>());
 }
 
-void warn_uncounted_microbatch(spdlog::logger& logger, const char* why) noexcept {
+bool warn_uncounted_microbatch(spdlog::logger& logger, warning_limiter& limiter, const char* why) noexcept {
   try {
-    logger.warn("flopmeter: tensor micro-batch not counted: {}", why);
+    const auto now = std::chrono::steady_clock::now();
+    if (limiter.last.time_since_epoch().count() != 0 && now - limiter.last < kTensorPathWarnEvery) return false;
+    limiter.last = now;
+    logger.warn("flopmeter: tensor micro-batch not counted: {} (this warning is logged at most once a minute; "
+                "health().bad_microbatches counts every one)", why);
+    return true;
   } catch (...) {
+    return false;
   }
 }
 

@@ -4,6 +4,7 @@
 // includes spdlog or fmt (plugin/CMakeLists.txt keeps LibTorch's include directories off the others).
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 namespace spdlog {
@@ -16,7 +17,16 @@ namespace flopmeter::detail {
 // not ours to touch).
 std::shared_ptr<spdlog::logger> make_tensor_path_logger();
 
-// "flopmeter: tensor micro-batch not counted: <why>" at warning level; never throws.
-void warn_uncounted_microbatch(spdlog::logger& logger, const char* why) noexcept;
+// How often one kind of warning may be logged: once a minute, as the host path's (throughput.cpp).
+inline constexpr std::chrono::seconds kTensorPathWarnEvery{60};
+
+// The last time one kind of warning was logged. Not synchronised: the caller holds its own lock.
+struct warning_limiter {
+  std::chrono::steady_clock::time_point last{};
+};
+
+// "flopmeter: tensor micro-batch not counted: <why>" at warning level, unless `limiter` logged within
+// kTensorPathWarnEvery; returns whether it logged. Never throws.
+bool warn_uncounted_microbatch(spdlog::logger& logger, warning_limiter& limiter, const char* why) noexcept;
 
 }  // namespace flopmeter::detail
