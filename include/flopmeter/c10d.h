@@ -73,7 +73,8 @@ struct gloo_group_options {
   // later collective. Must be > 0. Default 60 s.
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
   // flopmeter's keys in the trainer's store go under "<store_key_prefix>/group/<n>/", where n counts the calls
-  // to make_gloo_communicator in this process: they never meet the trainer's keys. Default "flopmeter".
+  // to make_gloo_communicator with this rank in this process: they never meet the trainer's keys. Default
+  // "flopmeter".
   std::string store_key_prefix = "flopmeter";
   // Address Gloo binds to; empty (default): GLOO_SOCKET_IFNAME's interfaces if set, else this host's name.
   std::string gloo_hostname;

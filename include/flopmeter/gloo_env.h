@@ -8,10 +8,11 @@
 // trainer's next collective, and Gloo kills the whole job; on a group of its own a skipped log costs
 // flopmeter an interval and nothing else.
 //
-// Bounded: make_gloo_communicator_from_env returns or throws on every rank within `timeout` (plus scheduling
-// slack), even when a peer, or rank 0 that hosts the store, dies or hangs during the rendezvous. The store
+// Bounded: make_gloo_communicator_from_env returns or throws on every rank within `timeout` + 0.5 s (plus
+// scheduling slack), even when a peer, or rank 0 that hosts the store, dies or hangs during the rendezvous. The store
 // connection and the Gloo rendezvous run on a helper thread; when the bound passes, the calling thread
-// throws and the attempt is abandoned to that thread, which releases everything when Gloo gives up.
+// throws and the attempt is abandoned to that thread, which releases everything when Gloo gives up. (The half
+// second lets the store and Gloo, given `timeout` themselves, report a failure they detect with its cause.)
 //
 // Ownership: the returned communicator owns the store client, the Gloo group and its threads.
 // Thread-safety: one thread at a time per communicator (communicator.h). Concurrent calls of this function

@@ -26,6 +26,7 @@
 #if FLOPMETER_HAVE_TORCH
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -56,6 +57,10 @@ namespace flopmeter {
 namespace {
 
 constexpr const char* kFromEnv = "make_gloo_communicator_from_env";
+
+// The watchdog waits this much longer than the store and Gloo are given, so that a failure they detect
+// themselves (an unreachable store, a missing peer) is reported with its own cause rather than as a timeout.
+constexpr std::chrono::milliseconds kWatchdogGrace{500};
 
 // Parses all of `text` as a decimal integer in [lo, hi]; `what` names it in errors, which start with `who`.
 long long parse_integer(const std::string& who, const std::string& what, const std::string& text, long long lo,
@@ -122,7 +127,7 @@ std::shared_ptr<communicator> run_bounded(const attempt& a, Build build) {
     throw error(a.who + ": rank " + std::to_string(a.rank) + " could not start the rendezvous thread: " + e.what());
   }
   std::unique_lock<std::mutex> lock(state->mutex);
-  if (!state->done_cv.wait_for(lock, a.timeout, [&] { return state->done; })) {
+  if (!state->done_cv.wait_for(lock, a.timeout + kWatchdogGrace, [&] { return state->done; })) {
     throw error(a.who + ": rank " + std::to_string(a.rank) + " of " + std::to_string(a.world) +
                 ": the Gloo rendezvous did not finish within " + std::to_string(a.timeout.count()) + " ms (" +
                 a.where + "); a peer, or the rank that serves the store, died, hung or never started. The attempt "
@@ -165,7 +170,15 @@ std::shared_ptr<communicator> build_gloo_group(const c10::intrusive_ptr<c10d::St
 }
 
 std::atomic<unsigned> env_generation{0};
-std::atomic<unsigned> store_generation{0};
+
+// The n-th call of make_gloo_communicator for `rank` in this process (0, 1, ...): counted per rank, so that ranks
+// run as threads of one process (c10d's own test pattern) meet each other's n-th call, as processes do.
+unsigned next_store_generation(int rank) {
+  static std::mutex mutex;
+  static std::map<int, unsigned> calls;
+  std::lock_guard<std::mutex> lock(mutex);
+  return calls[rank]++;
+}
 
 #endif  // FLOPMETER_HAVE_TORCH && FLOPMETER_C10D_HAVE_GLOO
 
@@ -226,7 +239,7 @@ std::shared_ptr<communicator> make_gloo_communicator(c10::intrusive_ptr<c10d::St
   }
   detail::check_group_covers_job(who, world_size, 0);
   const std::string prefix =
-      options.store_key_prefix + "/group/" + std::to_string(store_generation.fetch_add(1));
+      options.store_key_prefix + "/group/" + std::to_string(next_store_generation(rank));
   attempt a{who, rank, world_size, "keys '" + prefix + "/' in the trainer's store", options.timeout};
   const std::string hostname = options.gloo_hostname;
   const std::chrono::milliseconds timeout = options.timeout;
