@@ -8,10 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -475,7 +477,7 @@ TEST(OwnGroup, BadArgumentsAreRefused) {
   EXPECT_THROW(flopmeter::make_gloo_communicator(store, 0, 1, loopback_group(milliseconds(0))), flopmeter::error);
   scoped_env world4({{"WORLD_SIZE", "4"}});
   try {
-    flopmeter::make_gloo_communicator(store, 0, 2);
+    flopmeter::make_gloo_communicator(store, 0, 2, loopback_group(milliseconds(1000)));
     ADD_FAILURE() << "world_size 2 was accepted with WORLD_SIZE=4";
   } catch (const flopmeter::error& e) {
     EXPECT_NE(std::string(e.what()).find("but the job has 4 (WORLD_SIZE=4)"), std::string::npos) << e.what();
@@ -555,6 +557,7 @@ TEST(OwnGroup, EveryRankReturnsWithinTheTimeoutWhenTheStoreHangsMidRendezvous) {
   constexpr milliseconds kTimeout{1500};
   std::vector<std::string> errors(2);
   std::vector<milliseconds> took(2);
+  std::atomic<int> returned{0};
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
@@ -565,10 +568,20 @@ TEST(OwnGroup, EveryRankReturnsWithinTheTimeoutWhenTheStoreHangsMidRendezvous) {
         errors[static_cast<std::size_t>(rank)] = e.what();
       }
       took[static_cast<std::size_t>(rank)] = std::chrono::duration_cast<milliseconds>(steady_clock::now() - start);
+      ++returned;
     });
   }
   std::this_thread::sleep_for(milliseconds(200));  // both have published their addresses by now
   store->hang();
+  // A rank that never returns fails the test (abort with a message) instead of hanging ctest.
+  const auto give_up = steady_clock::now() + milliseconds(30000);
+  while (returned.load() < 2) {
+    if (steady_clock::now() > give_up) {
+      std::fprintf(stderr, "EveryRankReturnsWithinTheTimeoutWhenTheStoreHangsMidRendezvous: a rank never returned\n");
+      std::abort();
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
   for (auto& t : ranks) t.join();
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_NE(errors[static_cast<std::size_t>(rank)].find("the Gloo rendezvous did not finish within 1500 ms"),
