@@ -114,7 +114,9 @@ class throughput_config : public ::testing::Test {
 
 TEST_F(throughput_config, example_file_loads_with_the_documented_values) {
   const std::string path = kSourceDir + "/plugin_configs/example.toml";
-  const throughput_options o = load_throughput_options(path);
+  const plugin_config config = load_plugin_config(path);
+  const throughput_options& o = config.options;
+  const sink_config& sinks = config.sinks;
 
   // model.config = "../model_configs/qwen3_vl_2b.toml", resolved against plugin_configs/.
   const std::string model_path = kSourceDir + "/plugin_configs/../model_configs/qwen3_vl_2b.toml";
@@ -138,19 +140,19 @@ TEST_F(throughput_config, example_file_loads_with_the_documented_values) {
   EXPECT_EQ(o.parallel.cp, 1);
   EXPECT_EQ(o.parallel.pp, 1);
   EXPECT_EQ(o.rank_order, "tp-cp-dp-pp");
-  EXPECT_EQ(o.log_interval_steps, 1);
   EXPECT_EQ(o.tpi_multiplier, 1.0);
   EXPECT_EQ(o.topk, 3);
   EXPECT_EQ(o.emit, emit_ranks::rank0);
   EXPECT_EQ(o.collective_timeout, std::chrono::milliseconds(120000));
-  EXPECT_TRUE(o.console);
-  EXPECT_EQ(o.jsonl_path, "flopmeter.jsonl");
+  EXPECT_TRUE(sinks.console);
+  EXPECT_EQ(sinks.jsonl_path, "flopmeter.jsonl");
   EXPECT_TRUE(o.sinks.empty());  // the loader names sinks; it does not create them
   EXPECT_EQ(o.logger, nullptr);
 }
 
 TEST_F(throughput_config, every_key_of_the_base_document_is_read) {
-  const throughput_options o = load_throughput_options(write("plugin.toml", kBase));
+  const plugin_config config = load_plugin_config(write("plugin.toml", kBase));
+  const throughput_options& o = config.options;
   EXPECT_EQ(o.model.source_path, kTinyVlm);  // absolute: used as it is
   EXPECT_EQ(o.model.name, "tiny_vlm");
   EXPECT_EQ(o.scope, flop_scope::complete);
@@ -163,18 +165,18 @@ TEST_F(throughput_config, every_key_of_the_base_document_is_read) {
   EXPECT_EQ(o.parallel.cp, 1);
   EXPECT_EQ(o.parallel.pp, 4);
   EXPECT_EQ(o.rank_order, "tp-cp-dp-pp");
-  EXPECT_EQ(o.log_interval_steps, 10);
   EXPECT_EQ(o.tpi_multiplier, 1.5);
   EXPECT_EQ(o.topk, 5);
   EXPECT_EQ(o.emit, emit_ranks::all);
   EXPECT_EQ(o.collective_timeout, std::chrono::milliseconds(30000));
-  EXPECT_FALSE(o.console);
-  EXPECT_EQ(o.jsonl_path, "out/metrics_{rank}.jsonl");  // raw: {rank} is substituted at plugin start
+  EXPECT_FALSE(config.sinks.console);
+  EXPECT_EQ(config.sinks.jsonl_path, "out/metrics_{rank}.jsonl");  // raw: {rank} is substituted by make_sinks
 }
 
 TEST_F(throughput_config, only_the_model_config_is_required_and_the_rest_defaults) {
-  const throughput_options o =
-      load_throughput_options(write("plugin.toml", "[model]\nconfig = \"" + kTinyVlm + "\"\n"));
+  const plugin_config config =
+      load_plugin_config(write("plugin.toml", "[model]\nconfig = \"" + kTinyVlm + "\"\n"));
+  const throughput_options& o = config.options;
   const throughput_options d;  // the struct's defaults
   EXPECT_EQ(o.model.name, "tiny_vlm");
   EXPECT_EQ(o.scope, flop_scope::complete);
@@ -187,13 +189,12 @@ TEST_F(throughput_config, only_the_model_config_is_required_and_the_rest_default
   EXPECT_EQ(o.parallel.cp, 1);
   EXPECT_EQ(o.parallel.pp, 1);
   EXPECT_EQ(o.rank_order, d.rank_order);
-  EXPECT_EQ(o.log_interval_steps, 1);
   EXPECT_EQ(o.tpi_multiplier, 1.0);
   EXPECT_EQ(o.topk, 3);
   EXPECT_EQ(o.emit, emit_ranks::rank0);
   EXPECT_EQ(o.collective_timeout, std::chrono::milliseconds(120000));
-  EXPECT_TRUE(o.console);
-  EXPECT_EQ(o.jsonl_path, "");
+  EXPECT_TRUE(config.sinks.console);
+  EXPECT_EQ(config.sinks.jsonl_path, "");
 }
 
 TEST_F(throughput_config, relative_model_path_is_resolved_against_the_config_directory) {

@@ -13,6 +13,7 @@
 #include "flopmeter/throughput.h"
 #include "flopmeter/gloo_env.h"
 #include "accounting/plugin_factory.h"
+#include "output/json_line.h"
 
 namespace {
 
@@ -34,7 +35,7 @@ class callback_slot final : public flopmeter::sink {
       callback = callback_;
       user = user_;
     }
-    if (callback != nullptr) callback(user, record.step, flopmeter::to_json_line(record).c_str());
+    if (callback != nullptr) callback(user, record.step, flopmeter::detail::to_json_line(record).c_str());
   }
 
  private:
@@ -146,15 +147,15 @@ static flopmeter_plugin* create_gloo_from_env(const char* config_path, int port_
     throw flopmeter::error("flopmeter_gloo_options.rendezvous_timeout_ms must be >= 0 (got " +
                            std::to_string(timeout_ms) + ")");
   }
-  flopmeter::throughput_options options = flopmeter::load_throughput_options(config_path);
+  flopmeter::plugin_config config = flopmeter::load_plugin_config(config_path);
   flopmeter::gloo_env_options gloo;
   gloo.start_store_server = true;
   gloo.store_port_offset = port_offset;
-  gloo.timeout = timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms) : options.rendezvous_timeout;
+  gloo.timeout = timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms) : config.rendezvous_timeout;
   auto handle = std::make_unique<flopmeter_plugin>();
   handle->callback = std::make_shared<callback_slot>();
   handle->plugin = flopmeter::detail::create_configured_plugin(
-      config_path, std::move(options), flopmeter::make_gloo_communicator_from_env(gloo), nullptr, {handle->callback});
+      config_path, std::move(config), flopmeter::make_gloo_communicator_from_env(gloo), nullptr, {handle->callback});
   return handle.release();
 }
 

@@ -14,7 +14,6 @@
 #include <string>
 #include <utility>
 
-#include "accounting/plugin_factory.h"
 #include "comm/c10d_internal.h"
 #include "flopmeter/c10d.h"
 #include "flopmeter/error.h"
@@ -261,10 +260,11 @@ std::shared_ptr<tensor_throughput> create_tensor_throughput(const std::string& c
                                                             std::vector<std::shared_ptr<sink>> extra_sinks,
                                                             const c10d_options& checks) {
   if (!group) throw error("create_tensor_throughput: the process group is null");
-  throughput_options options = load_throughput_options(config_path);
+  plugin_config config = load_plugin_config(config_path);
   try {
+    throughput_options options = std::move(config.options);
     options.logger = logger;
-    options.sinks = detail::make_configured_sinks(options, group->getRank(), logger);
+    options.sinks = make_sinks(config.sinks, group->getRank(), logger);
     for (auto& s : extra_sinks) options.sinks.push_back(std::move(s));
     return tensor_throughput::create(std::move(options), std::move(group), device, checks);
   } catch (const error& e) {
