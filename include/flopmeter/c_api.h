@@ -93,7 +93,7 @@ flopmeter_plugin* flopmeter_create(const char* config_path, const flopmeter_comm
  * (a separate TCPStore on that port, served by rank 0). Only in builds with LibTorch; otherwise NULL with
  * a message.
  * Rendezvous bound: on every rank this returns (a plugin, or NULL with a message) within the rendezvous
- * timeout, even when rank 0, which serves the store, or another peer dies or hangs during the rendezvous;
+ * timeout + 0.5 s, even when rank 0, which serves the store, or another peer dies or hangs during the rendezvous;
  * the abandoned attempt is left to a helper thread that frees it when Gloo gives up. The timeout is the
  * plugin config's [logging] rendezvous_timeout_ms (default 60000), or flopmeter_gloo_options below; it is
  * also Gloo's timeout for each later collective.

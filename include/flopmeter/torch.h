@@ -24,8 +24,11 @@
 // collective).
 //
 // Only in builds with LibTorch, against the same LibTorch as the trainer.
-// Which group: one over every rank of the job (flopmeter/c10d.h, "WHICH GROUP"); on CPU prefer a Gloo group of
-// flopmeter's own. A group whose size differs from the job's (WORLD_SIZE, or c10d_options) is refused.
+// Which group: one over every rank of the job (flopmeter/c10d.h, "WHICH GROUP"), all-reducing where the
+// counters live: a world NCCL group for CUDA tensors. A group whose size differs from the job's (WORLD_SIZE,
+// or c10d_options) is refused. If that group is also the trainer's, every rank must fire every on_log (c10d.h,
+// "THE RECOMMENDED PATH", says why). With CPU tensors the tensor path gains nothing: use the host path over a
+// Gloo group of flopmeter's own (make_gloo_communicator) instead.
 // Ownership: shares the process group (intrusive_ptr) and owns the plugin and its device accumulators.
 // Thread-safety: all hooks take one internal mutex; tensors must not be written by the trainer while a hook
 // reads them (ATen's own rule).
