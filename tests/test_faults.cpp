@@ -531,5 +531,69 @@ TEST(faults, throwing_callback_sink_is_counted_and_the_other_sinks_still_get_the
   EXPECT_EQ(j.steps(0), (std::vector<std::int64_t>{1, 2, 3}));
 }
 
+TEST(faults, every_dropped_record_is_counted_in_health_and_in_the_next_records) {
+  // A JSONL file in a directory that does not exist (made with make_jsonl_sink, which opens lazily): each
+  // of the 3 records is dropped by that sink. health().dropped_records says 3, and the records the capture
+  // sink got carry the count as of their emission: 0 before the first drop (the JSONL sink comes after the
+  // capture sink), then 1, then 2.
+  captured_log log;
+  auto jsonl = make_jsonl_sink("/nonexistent-flopmeter-dir/metrics.jsonl", log.logger);
+  job j(1, 20ms, [&](int, throughput_options& o) { o.sinks.push_back(jsonl); });
+  for (std::int64_t step = 1; step <= 3; ++step) j.interval(step, 10 * step);
+  j.flush_all();
+  EXPECT_EQ(j.rank(0).health().dropped_records, 3u);
+  const capture_sink& s = *j.sinks[0];
+  ASSERT_EQ(s.records.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(s.value(i, "health/dropped_records"), static_cast<double>(i));
+  EXPECT_NE(log.stream.str().find("cannot open for append"), std::string::npos) << log.stream.str();
+}
+
+TEST(faults, a_jsonl_path_that_cannot_be_opened_fails_at_create_naming_the_path) {
+  sink_config config;
+  config.console = false;
+  config.jsonl_path = "/nonexistent-flopmeter-dir/metrics_{rank}.jsonl";
+  try {
+    (void)make_sinks(config, 3);
+    FAIL() << "make_sinks accepted a JSONL path in a missing directory";
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "sinks.jsonl: cannot open '/nonexistent-flopmeter-dir/metrics_3.jsonl' for append: No such file or "
+              "directory (create the directory first, or change [sinks] jsonl)");
+  }
+}
+
+TEST(faults, destroying_without_flush_emits_the_last_interval) {
+  // Logs 1 and 2 on both ranks; the interval of log 2 is still in flight when the plugins are destroyed
+  // without flush(). Destruction flushes it: both ranks get steps 1 and 2, exactly.
+  job j(2);
+  j.interval(1, 10);
+  j.interval(2, 20);
+  for (auto& sink : j.sinks) EXPECT_EQ(sink->records.size(), 1u);
+  j.ranks.clear();  // destroys both plugins
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(j.steps(r), (std::vector<std::int64_t>{1, 2})) << "rank " << r;
+  expect_every_record_exact(j, 2);
+}
+
+TEST(faults, reporting_pause_and_resume_are_logged_once_each) {
+  // As failed_collectives_back_off_then_a_probe_resumes_reporting: collectives 2, 3, 4 fail, reporting
+  // pauses at log 6 and resumes when the probe of log 16 completes (seen at log 17). Each rank says so
+  // once: two "paused" and two "resumed" lines for the two ranks, naming the steps.
+  captured_log log;
+  job j(2, 20ms, [&](int, throughput_options& o) { o.logger = log.logger; });
+  for (const std::int64_t index : {2, 3, 4}) j.group->fail_collective(index);
+  for (std::int64_t step = 1; step <= 20; ++step) j.interval(step, 10 * step);
+  j.flush_all();
+  const std::string text = log.stream.str();
+  const auto count = [&text](const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("reporting paused at step 5 after 3 failed collectives in a row"), 2u) << text;
+  EXPECT_EQ(count("reporting resumed: the collective of step 16 completed"), 2u) << text;
+  EXPECT_EQ(count("reporting paused"), 2u);
+  EXPECT_EQ(count("reporting resumed"), 2u);
+}
+
 }  // namespace
 }  // namespace flopmeter

@@ -228,6 +228,41 @@ TEST(JsonlSink, PartialLastLineIsTerminatedBeforeAppending) {
 
 TEST(JsonlSink, EmptyPathIsASetupError) { EXPECT_THROW(make_jsonl_sink(""), error); }
 
+// ---- make_sinks ----------------------------------------------------------------------------------------
+
+TEST(MakeSinks, ConsoleThenJsonlWithEveryRankPlaceholderReplaced) {
+  temp_dir dir;
+  captured_logger log;
+  sink_config config;
+  config.jsonl_path = (dir.path / "m_{rank}_of_{rank}.jsonl").string();
+  const auto sinks = make_sinks(config, 7, log.logger);
+  ASSERT_EQ(sinks.size(), 2u);  // console (the default) first, then the JSONL file
+  EXPECT_TRUE(fs::exists(dir.path / "m_7_of_7.jsonl"));  // opened (and created) at once: checked at create
+  sinks[1]->write(record_at(3, 40.0));
+  EXPECT_EQ(read_file(dir.path / "m_7_of_7.jsonl"), "{\"step\":3,\"perf/mfu\":40,\"train/loss\":2.5}\n");
+  sinks[0]->write(record_at(3, 40.0));
+  EXPECT_EQ(log.lines().size(), 1u);  // the console line
+
+  config.console = false;
+  config.jsonl_path.clear();
+  EXPECT_TRUE(make_sinks(config, 0).empty());
+}
+
+TEST(MakeSinks, AJsonlPathThatCannotBeOpenedIsASetupErrorNamingIt) {
+  temp_dir dir;
+  sink_config config;
+  config.console = false;
+  config.jsonl_path = (dir.path / "missing" / "m.jsonl").string();
+  try {
+    (void)make_sinks(config, 0);
+    FAIL() << "accepted a JSONL path in a missing directory";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("sinks.jsonl: cannot open '" + config.jsonl_path + "' for append: No such file"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // ---- console sink --------------------------------------------------------------------------------------
 
 TEST(ConsoleSink, OneLineWithEveryKnownValue) {

@@ -18,6 +18,7 @@ namespace flopmeter::detail {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kInverseGiB = 1.0 / kGiB;
 
 // A time a row carries, or 0 when it is not a positive finite number (not reported).
 double reported(double value) { return std::isfinite(value) && value > 0 ? value : 0.0; }
@@ -36,9 +37,11 @@ metrics_deriver::metrics_deriver(derive_setup setup) : setup_(std::move(setup)) 
 derive_result metrics_deriver::derive(const double* rows, std::int64_t world, const derive_context& context) {
   derive_result result;
   const auto row = [rows](std::int64_t r) { return rows + static_cast<std::size_t>(r) * kRowFields; };
-  const double tp = static_cast<double>(setup_.tp);
   const double ranks_per_replica = static_cast<double>(setup_.tp * setup_.cp * setup_.pp);
-  const double model_parallel_share = static_cast<double>(setup_.cp * setup_.pp);
+  // A rank's TFLOP/s is its batches' FLOPs / tp (its TP share) / (cp*pp) (CP and PP split that share
+  // further) / t / 1e12: the constant part of the divisor once (an exact product of small integers and
+  // 1e12), leaving one division per rank.
+  const double tflops_divisor = static_cast<double>(setup_.tp * setup_.cp * setup_.pp) * 1e12;
   const double world_size = static_cast<double>(world);
 
   // Per-rank rows (each with its own interval, so rank skew shows in its row), one column per figure.
@@ -65,14 +68,13 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     const std::size_t i = static_cast<std::size_t>(r);
     const batch_counts counts = counts_from_row(x);
     // Each rank of a TP group holds the same micro-batch and does 1/tp of its matmul work: its share.
-    const double flops = compute_flops(setup_.flop_coefficients, counts, setup_.scope).total() / tp;
+    const double batch_flops = compute_flops(setup_.flop_coefficients, counts, setup_.scope).total();
     // A replica's tokens are seen by all tp*cp*pp ranks that share its micro-batches; attributing 1/(tp*cp*pp)
     // of them to each makes the rows sum to the job's tokens/s.
     tps_[i] = static_cast<double>(counts.real_tokens) / ranks_per_replica / t;
-    // flops is the rank's TP share; CP and PP split that share further between cp*pp ranks.
-    tflops_[i] = flops / model_parallel_share / t / 1e12;
+    tflops_[i] = batch_flops / tflops_divisor / t;
     step_time_[i] = x[row_microbatches] > 0 ? t / x[row_microbatches] : std::numeric_limits<double>::quiet_NaN();
-    mem_gib_[i] = x[row_peak_memory_bytes] / kGiB;
+    mem_gib_[i] = x[row_peak_memory_bytes] * kInverseGiB;  // exact: a power of two
     forward_backward_[i] = reported(x[row_forward_backward_seconds]);
     data_[i] = reported(x[row_data_seconds]);
     log_wait_[i] = reported(x[row_log_wait_ms]);

@@ -30,7 +30,6 @@
 // next row, so that the per-rank top-k shows who waited for whom.
 #include "flopmeter/throughput.h"
 
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -46,6 +45,7 @@
 #include "accounting/derive.h"
 #include "accounting/row_layout.h"
 #include "core/exact_double.h"
+#include "output/logging.h"
 
 namespace flopmeter {
 namespace {
@@ -58,7 +58,6 @@ constexpr std::int64_t kRetryEveryLogs = 16;
 // int64 count of 2^53 or more becomes a double of at least 2^53. derive() refuses a row with such a count
 // (or a negative one, or not a number) rather than round it or, at 2^63, convert it back to int64 with
 // undefined behaviour. Reaching it takes 9e15 tokens or pairs in one rank's interval.
-constexpr std::chrono::seconds kWarnEvery{60};
 
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -82,11 +81,7 @@ class throughput_plugin::impl {
         comm_(std::move(comm)),
         layout_(options_.parallel, comm_ ? comm_->world_size() : 1, options_.rank_order) {
     if (!comm_) throw error("throughput plugin: a communicator is required (make_local_communicator() for one process)");
-    logger_ = options_.logger;
-    if (!logger_) {
-      // A private logger: never registered, never the default, so the trainer's spdlog setup is untouched.
-      logger_ = std::make_shared<spdlog::logger>("flopmeter", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-    }
+    logger_ = detail::logger_or_private(options_.logger);
     if (options_.topk < 0) throw error("throughput plugin: topk must be >= 0 (got " + std::to_string(options_.topk) + ")");
     if (!(options_.tpi_multiplier >= 1.0) || !std::isfinite(options_.tpi_multiplier)) {
       throw error("throughput plugin: tpi_multiplier must be a finite number >= 1 (got " +
@@ -282,13 +277,15 @@ class throughput_plugin::impl {
 
   bool backing_off() const { return consecutive_failures_ >= kMaxConsecutiveFailures; }
 
+  // One warning a minute per kind (`limit`); the ones held back are counted in the next.
   template <class... Args>
-  void warn_rate_limited(std::chrono::steady_clock::time_point& last, const char* format, const Args&... args) noexcept {
+  void warn_rate_limited(detail::rate_limiter& limit, const char* format, const Args&... args) noexcept {
     try {
-      const auto now = std::chrono::steady_clock::now();
-      if (last.time_since_epoch().count() != 0 && now - last < kWarnEvery) return;
-      last = now;
-      logger_->warn(fmt::runtime(format), args...);
+      if (!limit.allow()) return;
+      const std::uint64_t suppressed = limit.take_suppressed();
+      std::string message = fmt::format(fmt::runtime(format), args...);
+      if (suppressed > 0) message += fmt::format(" ({} similar warnings suppressed)", suppressed);
+      logger_->warn("{}", message);
     } catch (...) {
       // Logging must not be the thing that throws into the training loop.
     }
@@ -540,8 +537,8 @@ class throughput_plugin::impl {
   bool out_of_step_reported_ = false;
   bool flushed_ = false;
   throughput_health health_;
-  std::chrono::steady_clock::time_point last_batch_warning_{}, last_log_warning_{}, last_collective_warning_{},
-      last_interval_warning_{};
+  // One rate limiter per kind of warning (the names are those of the time points they replaced).
+  detail::rate_limiter last_batch_warning_, last_log_warning_, last_collective_warning_, last_interval_warning_;
 };
 
 std::shared_ptr<throughput_plugin> throughput_plugin::create(throughput_options options,

@@ -27,6 +27,7 @@
 #include "flopmeter/metric_names.h"
 #include "core/exact_double.h"
 #include "output/json_line.h"
+#include "output/logging.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/stat.h>
@@ -60,12 +61,7 @@ std::uint64_t sink::failures() const {
 
 namespace {
 
-// A private logger, never registered in spdlog's registry and never made the default one, so that the
-// trainer's own spdlog set-up is left exactly as it was.
-std::shared_ptr<spdlog::logger> logger_or_private(std::shared_ptr<spdlog::logger> logger) {
-  if (logger) return logger;
-  return std::make_shared<spdlog::logger>("flopmeter", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-}
+using detail::logger_or_private;
 
 // ---- JSON ----------------------------------------------------------------------------------------------
 
@@ -234,29 +230,22 @@ class jsonl_sink final : public sink {
     throw error("jsonl sink " + path_ + ": " + what + ": " + reason);
   }
 
-  // Logs at most one message per kReportInterval; the next one says how many were suppressed meanwhile.
+  // Logs at most one message a minute; the next one says how many were suppressed meanwhile.
   void report(spdlog::level::level_enum level, const std::string& message) {
-    constexpr std::chrono::seconds kReportInterval{60};
-    const auto now = std::chrono::steady_clock::now();
-    if (last_report_ && now - *last_report_ < kReportInterval) {
-      ++suppressed_;
-      return;
-    }
-    if (suppressed_ > 0) {
+    if (!reports_.allow()) return;
+    const std::uint64_t suppressed = reports_.take_suppressed();
+    if (suppressed > 0) {
       logger_->log(level, "flopmeter jsonl sink {}: {} ({} similar messages suppressed)", path_, message,
-                   suppressed_);
+                   suppressed);
     } else {
       logger_->log(level, "flopmeter jsonl sink {}: {}", path_, message);
     }
-    last_report_ = now;
-    suppressed_ = 0;
   }
 
   std::string path_;
   std::shared_ptr<spdlog::logger> logger_;
   std::FILE* file_ = nullptr;
-  std::optional<std::chrono::steady_clock::time_point> last_report_;
-  std::uint64_t suppressed_ = 0;
+  detail::rate_limiter reports_;
 };
 
 // ---- callback ------------------------------------------------------------------------------------------
