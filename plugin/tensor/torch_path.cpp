@@ -173,7 +173,7 @@ class tensor_throughput::impl {
         accumulated_.select(0, kInvalid).add_(1);  // counted, on the device, with the others
       } catch (...) {
       }
-      warn_uncounted_microbatch(*logger_, uncounted_warning_, e.what());
+      warn_uncounted_microbatch(*logger_, *uncounted_warning_, e.what());
     }
     // The micro-batch ran whatever its description: the plugin counts it for the step time, with nothing else
     // (its tokens, samples, loss and label tokens are on the device, masked).
@@ -232,7 +232,7 @@ class tensor_throughput::impl {
   at::Tensor accumulated_;
   at::Tensor loss_sum_;
   std::int64_t rank_ = 0;
-  warning_limiter uncounted_warning_;
+  std::shared_ptr<rate_limiter> uncounted_warning_ = make_warning_limiter();
   std::mutex mutex_;
 };
 

@@ -11,13 +11,19 @@ std::shared_ptr<spdlog::logger> make_tensor_path_logger() {
   return private_logger();
 }
 
-bool warn_uncounted_microbatch(spdlog::logger& logger, warning_limiter& limiter, const char* why) noexcept {
+std::shared_ptr<rate_limiter> make_warning_limiter() { return std::make_shared<rate_limiter>(); }
+
+bool warn_uncounted_microbatch(spdlog::logger& logger, rate_limiter& limiter, const char* why) noexcept {
   try {
-    const auto now = std::chrono::steady_clock::now();
-    if (limiter.last.time_since_epoch().count() != 0 && now - limiter.last < kTensorPathWarnEvery) return false;
-    limiter.last = now;
-    logger.warn("flopmeter: tensor micro-batch not counted: {} (this warning is logged at most once a minute; "
-                "health().bad_microbatches counts every one)", why);
+    if (!limiter.allow()) return false;
+    const std::uint64_t held_back = limiter.take_suppressed();
+    if (held_back == 0) {
+      logger.warn("flopmeter: tensor micro-batch not counted: {} (logged at most once a minute; "
+                  "health().bad_microbatches counts every one)", why);
+    } else {
+      logger.warn("flopmeter: tensor micro-batch not counted: {} ({} more since the last warning; "
+                  "health().bad_microbatches counts every one)", why, held_back);
+    }
     return true;
   } catch (...) {
     return false;

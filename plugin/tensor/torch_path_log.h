@@ -4,7 +4,6 @@
 // includes spdlog or fmt (plugin/CMakeLists.txt keeps LibTorch's include directories off the others).
 #pragma once
 
-#include <chrono>
 #include <memory>
 
 namespace spdlog {
@@ -17,16 +16,14 @@ namespace flopmeter::detail {
 // not ours to touch).
 std::shared_ptr<spdlog::logger> make_tensor_path_logger();
 
-// How often one kind of warning may be logged: once a minute, as the host path's (throughput.cpp).
-inline constexpr std::chrono::seconds kTensorPathWarnEvery{60};
+class rate_limiter;  // output/logging.h: one message a minute per kind, as on the host path
 
-// The last time one kind of warning was logged. Not synchronised: the caller holds its own lock.
-struct warning_limiter {
-  std::chrono::steady_clock::time_point last{};
-};
+// A rate limiter for one kind of tensor-path warning (created where spdlog is visible). Used under the tensor
+// path's lock.
+std::shared_ptr<rate_limiter> make_warning_limiter();
 
-// "flopmeter: tensor micro-batch not counted: <why>" at warning level, unless `limiter` logged within
-// kTensorPathWarnEvery; returns whether it logged. Never throws.
-bool warn_uncounted_microbatch(spdlog::logger& logger, warning_limiter& limiter, const char* why) noexcept;
+// "flopmeter: tensor micro-batch not counted: <why>" at warning level when `limiter` allows it (one a minute),
+// saying how many were held back since the last one; returns whether it logged. Never throws.
+bool warn_uncounted_microbatch(spdlog::logger& logger, rate_limiter& limiter, const char* why) noexcept;
 
 }  // namespace flopmeter::detail
