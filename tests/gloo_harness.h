@@ -50,6 +50,8 @@ struct gloo_run_options {
   // true (default): destroy the groups only after every body returned. false: hand the body the only
   // reference to its rank's group.
   bool keep_groups_until_all_done = true;
+  // The store the groups rendezvous over (the "trainer's store"); null (default): a fresh HashStore.
+  c10::intrusive_ptr<c10d::Store> store;
 };
 
 using gloo_rank_body = std::function<void(int rank, c10::intrusive_ptr<c10d::ProcessGroup> group)>;
@@ -71,7 +73,8 @@ inline void run_gloo_ranks(int world, const gloo_rank_body& body, const gloo_run
   // Gloo writes with writev(): a write to a peer that has closed its socket raises SIGPIPE, which would kill
   // the whole test process instead of failing one collective. Ignore it, as the Python interpreter does.
   std::signal(SIGPIPE, SIG_IGN);
-  auto store = c10::make_intrusive<c10d::HashStore>();
+  c10::intrusive_ptr<c10d::Store> store = options.store;
+  if (!store) store = c10::make_intrusive<c10d::HashStore>();
 
   std::mutex mutex;
   std::condition_variable cv;

@@ -8,8 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -17,9 +21,14 @@
 #include <thread>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
 #include "flopmeter/c10d.h"
 #include "flopmeter/error.h"
+#include "flopmeter/throughput.h"
 #include "gloo_harness.h"
+#include "support/capture_sink.h"
+#include "support/small_models.h"
 
 namespace {
 
@@ -371,6 +380,244 @@ TEST(GlooFromEnv, UnreachableStoreFailsWithinTheTimeout) {
   options.timeout = milliseconds(1500);
   expect_env_error(options, "rank 1 could not reach the TCPStore at 127.0.0.1:" + std::to_string(port));
   EXPECT_LT(steady_clock::now() - start, milliseconds(8000));
+}
+
+// ---- Which group: one over the whole job ----
+
+TEST(WhichGroup, AGroupSmallerThanTheJobIsRefusedWithWhatToPass) {
+  // The data-parallel group of a dp 2 x tp 2 job: 2 ranks of 4 (WORLD_SIZE=4). Handed to flopmeter it would
+  // count half the tokens; it is refused, and the message says what to pass instead.
+  scoped_env env({{"WORLD_SIZE", "4"}});
+  run_gloo_ranks(2, [](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    try {
+      make_c10d_communicator(group);
+      ADD_FAILURE() << "rank " << rank << ": a 2-rank group was accepted in a 4-rank job";
+    } catch (const flopmeter::error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("make_c10d_communicator: the group has 2 ranks but the job has 4 (WORLD_SIZE=4)"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find("not the data-parallel group"), std::string::npos) << what;
+      EXPECT_NE(what.find("make_gloo_communicator(store, rank, world_size)"), std::string::npos) << what;
+    }
+  });
+}
+
+TEST(WhichGroup, TheJobSizeTheTrainerStatesWinsOverTheEnvironment) {
+  scoped_env env({{"WORLD_SIZE", std::nullopt}});
+  run_gloo_ranks(2, [](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    EXPECT_NO_THROW(make_c10d_communicator(group));  // nothing known: nothing checked
+    flopmeter::c10d_options four;
+    four.job_world_size = 4;
+    try {
+      make_c10d_communicator(group, four);
+      ADD_FAILURE() << "a 2-rank group was accepted for a stated 4-rank job";
+    } catch (const flopmeter::error& e) {
+      EXPECT_NE(std::string(e.what()).find("but the job has 4 (job_world_size=4)"), std::string::npos) << e.what();
+    }
+  });
+  scoped_env world2({{"WORLD_SIZE", "2"}});
+  run_gloo_ranks(2, [](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    EXPECT_NO_THROW(make_c10d_communicator(group));  // the whole job
+  });
+}
+
+// ---- make_gloo_communicator: flopmeter's own group over the trainer's store ----
+
+flopmeter::gloo_group_options loopback_group(milliseconds timeout) {
+  flopmeter::gloo_group_options options;
+  options.timeout = timeout;
+  options.gloo_hostname = "127.0.0.1";
+  return options;
+}
+
+TEST(OwnGroup, BuiltFromTheTrainersStoreAndRankItSumsOverTheJob) {
+  auto store = c10::make_intrusive<c10d::HashStore>();  // the trainer's store; its own groups use it too
+  gloo_run_options options;
+  options.store = store;
+  run_gloo_ranks(
+      kWorld,
+      [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup>) {
+        auto comm = flopmeter::make_gloo_communicator(store, rank, kWorld, loopback_group(milliseconds(10000)));
+        EXPECT_EQ(comm->rank(), rank);
+        EXPECT_EQ(comm->world_size(), kWorld);
+        EXPECT_EQ(comm->backend_name(), "c10d:gloo");
+        std::vector<double> values = contribution(rank);
+        auto pending = comm->start_allreduce_sum(values.data(), values.size());
+        ASSERT_EQ(pending->wait(kLongWait), collective_status::done) << pending->error_message();
+        EXPECT_EQ(values, kExpectedSum);
+      },
+      options);
+}
+
+TEST(OwnGroup, ASkippedLogCostsAnIntervalNotTheTrainersCollectives) {
+  // dp 2 x tp 2 over 4 ranks. Rank 3 skips on_log at step 1. On a group of flopmeter's own, the trainer's next
+  // collective on its own group still pairs up and sums right (1 + 2 + 3 + 4 = 10 at every rank); on a shared
+  // group it would have met flopmeter's all-reduce instead. flopmeter loses that interval: the other ranks'
+  // collective times out at flush (collective_timeout 300 ms), counted.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  gloo_run_options options;
+  options.store = store;
+  options.group_timeout = milliseconds(5000);
+  run_gloo_ranks(
+      kWorld,
+      [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+        auto comm = flopmeter::make_gloo_communicator(store, rank, kWorld, loopback_group(milliseconds(2000)));
+        flopmeter::throughput_options o;
+        o.model = flopmeter::testing::small_vlm();
+        o.parallel.tp = 2;
+        o.collective_timeout = milliseconds(300);
+        auto plugin = flopmeter::throughput_plugin::create(o, comm);
+        const std::vector<std::int64_t> lengths = {64};
+        flopmeter::microbatch_event batch;
+        batch.document_lengths = lengths;
+        plugin->on_microbatch(batch);
+        if (rank != 3) {
+          flopmeter::log_event log;
+          log.step = 1;
+          plugin->on_log(log);
+        }
+        at::Tensor trainer = at::full({1}, rank + 1.0, at::kDouble);
+        std::vector<at::Tensor> tensors{trainer};
+        auto work = group->allreduce(tensors);
+        ASSERT_TRUE(work->wait(milliseconds(10000)));
+        EXPECT_EQ(trainer.item<double>(), 10.0) << "rank " << rank;
+        plugin->flush();
+        EXPECT_EQ(plugin->health().failed_collectives, rank == 3 ? 0u : 1u) << "rank " << rank;
+      },
+      options);
+}
+
+TEST(OwnGroup, BadArgumentsAreRefused) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  scoped_env env({{"WORLD_SIZE", std::nullopt}});
+  EXPECT_THROW(flopmeter::make_gloo_communicator(c10::intrusive_ptr<c10d::Store>(), 0, 2), flopmeter::error);
+  EXPECT_THROW(flopmeter::make_gloo_communicator(store, 2, 2), flopmeter::error);
+  EXPECT_THROW(flopmeter::make_gloo_communicator(store, 0, 0), flopmeter::error);
+  EXPECT_THROW(flopmeter::make_gloo_communicator(store, 0, 1, loopback_group(milliseconds(0))), flopmeter::error);
+  scoped_env world4({{"WORLD_SIZE", "4"}});
+  try {
+    flopmeter::make_gloo_communicator(store, 0, 2, loopback_group(milliseconds(1000)));
+    ADD_FAILURE() << "world_size 2 was accepted with WORLD_SIZE=4";
+  } catch (const flopmeter::error& e) {
+    EXPECT_NE(std::string(e.what()).find("but the job has 4 (WORLD_SIZE=4)"), std::string::npos) << e.what();
+  }
+}
+
+// A store whose waits ignore their timeout, and whose every get and wait blocks once hang() is called: a store
+// host that stopped answering, with a client that has no receive timeout. release() makes the blocked calls throw, so that the
+// rendezvous attempts abandoned to flopmeter's helper threads end before the test does.
+class hanging_store final : public c10d::Store {
+ public:
+  void hang() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    hanging_ = true;
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  int blocked() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return blocked_;
+  }
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override { inner_->set(key, value); }
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override {
+    return inner_->compareSet(key, expected, desired);
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    block_if_hanging();
+    return inner_->get(key);
+  }
+  int64_t add(const std::string& key, int64_t value) override { return inner_->add(key, value); }
+  bool deleteKey(const std::string& key) override { return inner_->deleteKey(key); }
+  bool check(const std::vector<std::string>& keys) override { return inner_->check(keys); }
+  int64_t getNumKeys() override { return inner_->getNumKeys(); }
+  void wait(const std::vector<std::string>& keys) override { wait_ignoring_timeout(keys); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
+    wait_ignoring_timeout(keys);
+  }
+
+ private:
+  void block_if_hanging() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!hanging_) return;
+    ++blocked_;
+    cv_.wait(lock, [&] { return released_; });
+    --blocked_;
+    throw std::runtime_error("hanging_store: released");
+  }
+
+  // A wait that never times out: polls for the keys (and blocks for good once the store hangs).
+  void wait_ignoring_timeout(const std::vector<std::string>& keys) {
+    for (;;) {
+      block_if_hanging();
+      if (inner_->check(keys)) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  c10::intrusive_ptr<c10d::HashStore> inner_ = c10::make_intrusive<c10d::HashStore>();
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  bool hanging_ = false;
+  bool released_ = false;
+  int blocked_ = 0;
+};
+
+TEST(OwnGroup, EveryRankReturnsWithinTheTimeoutWhenTheStoreHangsMidRendezvous) {
+  // World 3: ranks 0 and 1 start the rendezvous, rank 2 has not arrived, and then the store stops answering.
+  // Without a bound both ranks would wait forever in the rendezvous; with it each throws within the timeout
+  // (1500 ms) + the 500 ms grace, here allowed 2.5 s of scheduling slack on top.
+  scoped_env env({{"WORLD_SIZE", std::nullopt}});
+  auto store = c10::make_intrusive<hanging_store>();
+  constexpr milliseconds kTimeout{1500};
+  std::vector<std::string> errors(2);
+  std::vector<milliseconds> took(2);
+  std::atomic<int> returned{0};
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      const auto start = steady_clock::now();
+      try {
+        flopmeter::make_gloo_communicator(store, rank, 3, loopback_group(kTimeout));
+      } catch (const flopmeter::error& e) {
+        errors[static_cast<std::size_t>(rank)] = e.what();
+      }
+      took[static_cast<std::size_t>(rank)] = std::chrono::duration_cast<milliseconds>(steady_clock::now() - start);
+      ++returned;
+    });
+  }
+  std::this_thread::sleep_for(milliseconds(200));  // both have published their addresses by now
+  store->hang();
+  // A rank that never returns fails the test (abort with a message) instead of hanging ctest.
+  const auto give_up = steady_clock::now() + milliseconds(30000);
+  while (returned.load() < 2) {
+    if (steady_clock::now() > give_up) {
+      std::fprintf(stderr, "EveryRankReturnsWithinTheTimeoutWhenTheStoreHangsMidRendezvous: a rank never returned\n");
+      std::abort();
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  for (auto& t : ranks) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(errors[static_cast<std::size_t>(rank)].find("the Gloo rendezvous did not finish within 1500 ms"),
+              std::string::npos)
+        << "rank " << rank << ": " << errors[static_cast<std::size_t>(rank)];
+    EXPECT_LE(took[static_cast<std::size_t>(rank)], kTimeout + milliseconds(500) + milliseconds(2500));
+    EXPECT_GE(took[static_cast<std::size_t>(rank)], kTimeout);
+  }
+  // The abandoned attempts are still blocked in the store; released, they end on their helper threads.
+  EXPECT_GE(store->blocked(), 1);
+  store->release();
+  const auto deadline = steady_clock::now() + milliseconds(10000);
+  while (store->blocked() > 0 && steady_clock::now() < deadline) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(store->blocked(), 0);
+  // They unwind their half-built Gloo groups on their own threads; give them a moment before the process exits.
+  std::this_thread::sleep_for(milliseconds(300));
 }
 
 }  // namespace

@@ -6,14 +6,21 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "flopmeter/c10d.h"
 #include "flopmeter/error.h"
+#include "flopmeter/hooks.h"
 #include "gloo_harness.h"
 #include "support/capture_sink.h"
 #include "support/small_models.h"
@@ -200,6 +207,305 @@ TEST(tensor_path, counters_must_live_where_the_group_reduces) {
     throughput_options o;
     o.model = small_vlm();
     EXPECT_THROW(tensor_throughput::create(o, group, c10::Device(c10::kCUDA, 0)), error);
+  });
+}
+
+// ---- What a rejected tensor batch contributes, warnings, dtypes, creation from a file, hooks ----
+
+// Sets (or, with nullopt, unsets) one environment variable for a scope.
+class scoped_env_var {
+ public:
+  scoped_env_var(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      ::setenv(name, value->c_str(), 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~scoped_env_var() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  scoped_env_var(const scoped_env_var&) = delete;
+  scoped_env_var& operator=(const scoped_env_var&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// Everything written to stderr while `run` runs (flopmeter's private loggers write there).
+template <class F>
+std::string capture_stderr(F run) {
+  std::fflush(stderr);
+  char path[] = "/tmp/flopmeter_stderr_XXXXXX";
+  const int file = ::mkstemp(path);
+  const int saved = ::dup(2);
+  ::dup2(file, 2);
+  try {
+    run();
+  } catch (...) {
+    std::fflush(stderr);
+    ::dup2(saved, 2);
+    ::close(saved);
+    ::close(file);
+    ::unlink(path);
+    throw;
+  }
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  ::close(file);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  ::unlink(path);
+  return text.str();
+}
+
+std::size_t occurrences(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+throughput_options two_rank_options(const std::shared_ptr<capture_sink>& sink, const std::shared_ptr<double>& clock) {
+  throughput_options o;
+  o.model = small_vlm();
+  o.peak_tflops_per_gpu = 1e-3;
+  o.emit = emit_ranks::all;
+  o.sinks = {sink};
+  o.clock_seconds = [clock] { return *clock; };
+  return o;
+}
+
+tensor_microbatch good_batch(int rank) {
+  tensor_microbatch b;
+  b.cu_seqlens = longs({0, 100 + rank, 128 + rank});  // 128 + rank real tokens
+  b.padding_tokens = 4;
+  b.samples = 2;
+  b.loss_sum = 10.0;
+  b.label_tokens = 3;
+  return b;
+}
+
+TEST(tensor_path, a_rejected_batch_adds_no_loss_labels_or_samples) {
+  // Per rank: one good batch (loss 10 over 3 labels, 2 samples), one rejected on the device (cu_seqlens
+  // decreasing) and one rejected on the host (float cu_seqlens), each claiming a large loss and labels.
+  // By hand: train/loss = (10 + 10) / (3 + 3) = 3.333...; samples 2 + 2 = 4; tokens 128 + 129 = 257.
+  // Counting the rejected ones would give (20 + 2 * (1000 + 500)) / (6 + 2 * (7 + 5)) = 101.
+  std::vector<rank_run> out(2);
+  flopmeter_test::run_gloo_ranks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    auto sink = std::make_shared<capture_sink>();
+    auto clock = std::make_shared<double>(0.0);
+    auto plugin = tensor_throughput::create(two_rank_options(sink, clock), group, c10::Device(c10::kCPU));
+    plugin->on_microbatch(good_batch(rank));
+    tensor_microbatch device_rejected;
+    device_rejected.cu_seqlens = longs({0, 9, 3});
+    device_rejected.samples = 5;
+    device_rejected.loss_sum = 1000.0;
+    device_rejected.label_tokens = 7;
+    plugin->on_microbatch(device_rejected);
+    tensor_microbatch host_rejected;
+    host_rejected.cu_seqlens = at::tensor(std::vector<double>{0, 2.5, 5});
+    host_rejected.samples = 5;
+    host_rejected.loss_sum = 500.0;
+    host_rejected.label_tokens = 5;
+    plugin->on_microbatch(host_rejected);
+    *clock = 1.0;
+    log_event l;
+    l.step = 1;
+    plugin->on_log(l);
+    plugin->flush();
+    out[static_cast<std::size_t>(rank)] = {sink->records, plugin->health()};
+  });
+  for (const rank_run& run : out) {
+    ASSERT_EQ(run.records.size(), 1u);
+    EXPECT_DOUBLE_EQ(*run.records[0].find("train/loss"), 20.0 / 6.0);
+    EXPECT_EQ(*run.records[0].find("train/num_samples"), 4.0);
+    EXPECT_EQ(*run.records[0].find("train/tokens_seen"), 257.0);
+    EXPECT_EQ(run.health.bad_microbatches, 2u);
+  }
+}
+
+TEST(tensor_path, rejection_warnings_are_rate_limited_like_the_host_path) {
+  // 40 rejected batches per rank within a second: one warning per rank (one a minute per kind), while
+  // health counts all 40.
+  std::vector<rank_run> out(2);
+  const std::string logged = capture_stderr([&] {
+    flopmeter_test::run_gloo_ranks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+      auto sink = std::make_shared<capture_sink>();
+      auto clock = std::make_shared<double>(0.0);
+      auto plugin = tensor_throughput::create(two_rank_options(sink, clock), group, c10::Device(c10::kCPU));
+      for (int i = 0; i < 40; ++i) {
+        tensor_microbatch bad;
+        bad.positions = at::tensor(std::vector<float>{0, 1, 2});
+        plugin->on_microbatch(bad);
+      }
+      *clock = 1.0;
+      log_event l;
+      l.step = 1;
+      plugin->on_log(l);
+      plugin->flush();
+      out[static_cast<std::size_t>(rank)] = {sink->records, plugin->health()};
+    });
+  });
+  EXPECT_EQ(occurrences(logged, "tensor micro-batch not counted"), 2u) << logged;
+  EXPECT_EQ(occurrences(logged, "positions must have an integer dtype (got Float)"), 2u) << logged;
+  for (const rank_run& run : out) EXPECT_EQ(run.health.bad_microbatches, 40u);
+}
+
+TEST(tensor_path, floating_point_and_bool_tensors_are_rejected) {
+  const vision_geometry g = geometry_of(small_vlm());
+  tensor_microbatch float_cu;
+  float_cu.cu_seqlens = at::tensor(std::vector<double>{0, 2.5, 5});  // would count as [0, 2, 5]
+  EXPECT_THROW(tensor_batch_counts(float_cu, g), error);
+  tensor_microbatch float_positions;
+  float_positions.positions = at::tensor(std::vector<float>{0, 1, 2});
+  EXPECT_THROW(tensor_batch_counts(float_positions, g), error);
+  tensor_microbatch bool_positions;
+  bool_positions.positions = at::tensor(std::vector<std::int64_t>{0, 1}).to(at::kBool);
+  EXPECT_THROW(tensor_batch_counts(bool_positions, g), error);
+  tensor_microbatch float_grid;
+  float_grid.grid_thw = grids({{1, 2, 2}}).to(at::kFloat);
+  EXPECT_THROW(tensor_batch_counts(float_grid, g), error);
+  try {
+    tensor_batch_counts(float_cu, g);
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("cu_seqlens must have an integer dtype (got Double)"), std::string::npos)
+        << e.what();
+  }
+  // Integer dtypes of every width stay accepted (int32 as flash-attention gives them, uint8, int16).
+  for (const at::ScalarType type : {at::kInt, at::kShort, at::kByte, at::kLong}) {
+    tensor_microbatch ok;
+    ok.cu_seqlens = longs({0, 3, 5}).to(type);
+    EXPECT_EQ(invalid_entries(tensor_batch_counts(ok, g)), 0) << c10::toString(type);
+  }
+}
+
+// A scratch directory for plugin files and their JSONL output.
+class scratch_dir {
+ public:
+  explicit scratch_dir(const std::string& name)
+      : path_(std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~scratch_dir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(tensor_path, one_call_creation_from_a_plugin_file_honours_its_sinks) {
+  // The plugin file names a JSONL sink per rank; both ranks write their own file, one line per log. By hand:
+  // tokens_seen = 128 + 129 = 257 on both ranks (emit = "all").
+  scratch_dir dir("flopmeter_tensor_sinks");
+  std::ofstream(dir.file("plugin.toml")) << "[model]\nconfig = \"" FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml\"\n"
+                                         << "[peak]\ntflops_per_gpu = 1.0\n"
+                                         << "[logging]\nemit = \"all\"\n"
+                                         << "[sinks]\nconsole = false\njsonl = \"" << dir.file("m_{rank}.jsonl")
+                                         << "\"\n";
+  flopmeter_test::run_gloo_ranks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    auto plugin = create_tensor_throughput(dir.file("plugin.toml"), group, c10::Device(c10::kCPU));
+    tensor_microbatch b;
+    b.cu_seqlens = longs({0, 100 + rank, 128 + rank});
+    plugin->on_microbatch(b);
+    log_event l;
+    l.step = 7;
+    plugin->on_log(l);
+    plugin->flush();
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::vector<std::string> lines = lines_of(dir.file("m_" + std::to_string(rank) + ".jsonl"));
+    ASSERT_EQ(lines.size(), 1u) << "rank " << rank;
+    EXPECT_EQ(lines[0].rfind("{\"step\":7,", 0), 0u) << lines[0];
+    EXPECT_NE(lines[0].find("\"train/tokens_seen\":257"), std::string::npos) << lines[0];
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("m_{rank}.jsonl")));
+  // A bad file names itself.
+  std::ofstream(dir.file("bad.toml")) << "[model]\nconfig = \"missing.toml\"\n";
+  flopmeter_test::run_gloo_ranks(1, [&](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    try {
+      create_tensor_throughput(dir.file("bad.toml"), group, c10::Device(c10::kCPU));
+      ADD_FAILURE() << "a missing model file was accepted";
+    } catch (const error& e) {
+      EXPECT_NE(std::string(e.what()).find("missing.toml"), std::string::npos) << e.what();
+    }
+  });
+}
+
+TEST(tensor_path, make_jsonl_sink_expands_the_rank) {
+  scratch_dir dir("flopmeter_jsonl_rank");
+  metrics_record r;
+  r.step = 3;
+  r.values = {{"train/tokens_seen", 5.0}};
+  make_jsonl_sink(dir.file("x_{rank}_{rank}.jsonl"), 12)->write(r);
+  EXPECT_EQ(lines_of(dir.file("x_12_12.jsonl")).size(), 1u);
+  // Without a rank, "{rank}" is an error that says what to call, never a file literally named "x_{rank}".
+  EXPECT_THROW(make_jsonl_sink(dir.file("x_{rank}.jsonl")), error);
+  EXPECT_THROW(make_jsonl_sink(dir.file("x_{rank}.jsonl"), -1), error);
+}
+
+TEST(tensor_path, registers_with_hooks_like_the_host_path) {
+  // The tensor plugin is a flopmeter::plugin: registered with hooks, it takes host-described batches and
+  // logs from hooks and tensor batches directly. By hand per rank: 50 host tokens + (128 + rank) tensor
+  // tokens; the job: 50 + 128 + 50 + 129 = 357 tokens_seen.
+  flopmeter_test::run_gloo_ranks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    auto sink = std::make_shared<capture_sink>();
+    auto clock = std::make_shared<double>(0.0);
+    std::shared_ptr<tensor_throughput> plugin =
+        tensor_throughput::create(two_rank_options(sink, clock), group, c10::Device(c10::kCPU));
+    hooks h;
+    registration reg = h.add(plugin);
+    const std::vector<std::int64_t> lengths = {50};
+    microbatch_event host;
+    host.document_lengths = lengths;
+    h.on_microbatch(host);
+    tensor_microbatch b;
+    b.cu_seqlens = longs({0, 100 + rank, 128 + rank});
+    plugin->on_microbatch(b);
+    *clock = 1.0;
+    log_event l;
+    l.step = 1;
+    h.on_log(l);
+    h.flush();
+    ASSERT_EQ(sink->records.size(), 1u);
+    EXPECT_EQ(sink->value(0, "train/tokens_seen"), 357.0);
+    EXPECT_EQ(h.swallowed_exceptions(), 0u);
+  });
+}
+
+TEST(tensor_path, a_group_smaller_than_the_job_is_refused) {
+  // The data-parallel group of a dp 2 x tp 2 job: 2 ranks of 4. Refused, with what to pass instead.
+  scoped_env_var world("WORLD_SIZE", "4");
+  flopmeter_test::run_gloo_ranks(2, [&](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    throughput_options o;
+    o.model = small_vlm();
+    try {
+      tensor_throughput::create(o, group, c10::Device(c10::kCPU));
+      ADD_FAILURE() << "a 2-rank group was accepted in a 4-rank job";
+    } catch (const error& e) {
+      EXPECT_NE(std::string(e.what()).find("the group has 2 ranks but the job has 4 (WORLD_SIZE=4)"),
+                std::string::npos)
+          << e.what();
+    }
+    // The size the trainer states wins over the environment: a group of the stated size is accepted.
+    c10d_options two;
+    two.job_world_size = 2;
+    EXPECT_NO_THROW(tensor_throughput::create(o, group, c10::Device(c10::kCPU), two));
   });
 }
 

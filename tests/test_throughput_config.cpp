@@ -469,5 +469,16 @@ TEST_F(throughput_config, plugin_file_errors_come_before_the_model_file_is_read)
             plugin_path() + ":4:8: key 'logging.topk': must be >= 0 (got -1)");
 }
 
+// [logging] rendezvous_timeout_ms: read into plugin_config (the C ABI's own Gloo group uses it), 60000 by default,
+// and a bad value names file:line:col and the key ("rendezvous_timeout_ms = " is 24 characters -> column 25).
+TEST_F(throughput_config, rendezvous_timeout_is_read_with_its_default_and_bounds) {
+  EXPECT_EQ(load_plugin_config(write("default.toml", kBase)).rendezvous_timeout, std::chrono::milliseconds(60000));
+  const std::string with_timeout = replace_once(kBase, "collective_timeout_ms = 30000\n",
+                                                "collective_timeout_ms = 30000\nrendezvous_timeout_ms = 2500\n");
+  EXPECT_EQ(load_plugin_config(write("set.toml", with_timeout)).rendezvous_timeout, std::chrono::milliseconds(2500));
+  EXPECT_EQ(error_of(replace_once(with_timeout, "rendezvous_timeout_ms = 2500", "rendezvous_timeout_ms = 0")),
+            plugin_path() + ":20:25: key 'logging.rendezvous_timeout_ms': must be > 0 (got 0)");
+}
+
 }  // namespace
 }  // namespace flopmeter

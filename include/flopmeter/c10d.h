@@ -14,10 +14,22 @@
 // Thread-safety: like every communicator, one thread at a time; it need not be the creating thread. The
 // group must not be used by other threads concurrently in a way that reorders collectives across ranks
 // (c10d's own rule: every rank issues the group's collectives in the same order).
-// Dead peers: Gloo sends with writev(), so a write to a peer that closed its connection raises SIGPIPE in
-// this process. Python ignores SIGPIPE; a C++ trainer should too (std::signal(SIGPIPE, SIG_IGN)) so that a
-// dead peer makes the collective `failed` instead of killing the trainer. flopmeter does not change signal
-// dispositions itself.
+// Dead peers: see flopmeter/gloo_env.h (ignore SIGPIPE in a C++ trainer).
+//
+// WHICH GROUP: flopmeter needs one group over EVERY rank of the job (the world), not the data-parallel group.
+// It derives the data-parallel, tensor-, context- and pipeline-parallel groups itself from the plugin
+// config's [parallel] sizes and the rank order; each rank's row says what that rank ran. Handed the
+// data-parallel group with tp = 2, it would see half the job and count half the tokens, and two ranks would
+// write the same "{rank}" file. Whenever the job's size is known (WORLD_SIZE in the environment, or
+// c10d_options::job_world_size), a group of another size is refused with a message saying what to pass.
+//
+// THE RECOMMENDED PATH: a group of flopmeter's own, built from what the trainer already has: its c10d Store
+// and its rank (make_gloo_communicator below), or the launch environment (make_gloo_communicator_from_env,
+// flopmeter/gloo_env.h). Sharing the trainer's own group works while every rank fires every on_log, but one
+// rank that skips an on_log pairs flopmeter's all-reduce with the trainer's next collective on the others,
+// and Gloo aborts the whole job; on its own group the same mistake costs flopmeter an interval, never the
+// run. Use make_c10d_communicator with an existing world group only when the trainer cannot spare a store
+// (an NCCL world group for the tensor path on GPU is the usual case).
 #pragma once
 
 #include <c10/util/intrusive_ptr.h>
@@ -27,51 +39,55 @@
 #include <string>
 
 #include "flopmeter/communicator.h"
+#include "flopmeter/gloo_env.h"  // make_gloo_communicator_from_env, declared there without LibTorch types
 
 namespace c10d {
 class ProcessGroup;
+class Store;
 }  // namespace c10d
 
 namespace flopmeter {
 
-// Wraps an existing c10d group (usually the data-parallel group the trainer already has).
+// Checks on a group handed to flopmeter.
+struct c10d_options {
+  // The number of ranks in the whole job, when the trainer knows it. 0 (default): WORLD_SIZE from the
+  // environment when set, otherwise not checked. A group whose size differs is refused (see WHICH GROUP).
+  int job_world_size = 0;
+};
+
+// Wraps an existing c10d group over every rank of the job (see WHICH GROUP above).
 // - Gloo (and any other CPU backend): the all-reduce runs on an owned CPU tensor of kDouble.
 // - NCCL (getBackendName() == "nccl"): the values are copied into a pinned tensor, then to the current CUDA
 //   device (non_blocking, on the current stream); after the all-reduce the current stream waits for NCCL
 //   (Work::wait, which only orders streams unless NCCL_BLOCKING_WAIT=1), copies back into a pinned tensor
 //   (non_blocking) and records an event. `wait` polls that event; no device or stream synchronisation.
 // backend_name() is "c10d:" + the group's backend name, e.g. "c10d:gloo".
-// Throws flopmeter::error if `group` is null.
-std::shared_ptr<communicator> make_c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group);
+// Throws flopmeter::error if `group` is null, or if its size is not the job's (c10d_options::job_world_size,
+// else WORLD_SIZE when set).
+std::shared_ptr<communicator> make_c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                                     const c10d_options& options = {});
 
-// Where make_gloo_communicator_from_env finds its peers. The defaults suit a trainer whose rank 0 already
-// hosts a c10d TCPStore at MASTER_ADDR:MASTER_PORT (torchrun-style launches).
-struct gloo_env_options {
-  // Timeout for connecting to the store, for the Gloo rendezvous and for each collective. Default 60 s.
+// Options of make_gloo_communicator.
+struct gloo_group_options {
+  // Bound on the whole call on every rank (the Gloo rendezvous over the store), and Gloo's timeout for each
+  // later collective. Must be > 0. Default 60 s.
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
-  // false (default): every rank connects as a client to a TCPStore server that the trainer hosts at
-  // MASTER_ADDR:MASTER_PORT + store_port_offset. true: the rank with RANK=0 starts that server itself (use
-  // when the trainer hosts none there, or with a non-zero store_port_offset next to the trainer's store).
-  bool start_store_server = false;
-  // Added to MASTER_PORT; the sum must be a valid port (1..65535). Default 0.
-  int store_port_offset = 0;
-  // Every key flopmeter writes goes under "<store_key_prefix>/<n>/", where n counts the calls to
-  // make_gloo_communicator_from_env in this process (so the n-th call on every rank meets the n-th call on
-  // the others, and never the trainer's own keys). Default "flopmeter".
+  // flopmeter's keys in the trainer's store go under "<store_key_prefix>/group/<n>/", where n counts the calls
+  // to make_gloo_communicator with this rank in this process: they never meet the trainer's keys. Default
+  // "flopmeter".
   std::string store_key_prefix = "flopmeter";
-  // Address Gloo binds to. Empty (default): the interfaces named by GLOO_SOCKET_IFNAME (comma-separated)
-  // if that variable is set, else the address this host's name resolves to (loopback as a fallback).
+  // Address Gloo binds to; empty (default): GLOO_SOCKET_IFNAME's interfaces if set, else this host's name.
   std::string gloo_hostname;
 };
 
-// Builds a private Gloo group over the trainer's launch environment: RANK, WORLD_SIZE, MASTER_ADDR and
-// MASTER_PORT must be set (as torchrun does). Throws flopmeter::error naming the variable when one is missing
-// or malformed (RANK not in [0, WORLD_SIZE), a port out of range...), and when the store cannot be reached
-// or the rendezvous fails within `options.timeout`. Every rank must call it, in the same order relative to
-// its other calls of this function. Throws flopmeter::error if flopmeter was built without Gloo headers.
-std::shared_ptr<communicator> make_gloo_communicator_from_env(const gloo_env_options& options);
-
-// Same, with default options except the timeout.
-std::shared_ptr<communicator> make_gloo_communicator_from_env(std::chrono::milliseconds timeout);
+// THE RECOMMENDED C++ PATH: flopmeter's own Gloo group over every rank of the job, rendezvousing through the
+// trainer's c10d Store (its TCPStore, or any Store every rank shares). `rank` and `world_size` are the
+// trainer's global rank and the job's size (its world group's getRank()/getSize(), or RANK/WORLD_SIZE).
+// Every rank must call it, in the same order relative to its other calls of this function. Returns or throws
+// within options.timeout on every rank, even when a peer dies during the rendezvous (flopmeter/gloo_env.h,
+// "Bounded"). Throws flopmeter::error for a null store, rank outside [0, world_size), a world_size that
+// differs from WORLD_SIZE when that is set, a failed or timed-out rendezvous, or a build without Gloo headers.
+std::shared_ptr<communicator> make_gloo_communicator(c10::intrusive_ptr<c10d::Store> store, int rank,
+                                                     int world_size, const gloo_group_options& options = {});
 
 }  // namespace flopmeter

@@ -91,9 +91,30 @@ flopmeter_plugin* flopmeter_create(const char* config_path, const flopmeter_comm
 
 /* Builds flopmeter's own Gloo group from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT + port_offset
  * (a separate TCPStore on that port, served by rank 0). Only in builds with LibTorch; otherwise NULL with
- * a message. */
+ * a message.
+ * Rendezvous bound: on every rank this returns (a plugin, or NULL with a message) within the rendezvous
+ * timeout + 0.5 s, even when rank 0, which serves the store, or another peer dies or hangs during the rendezvous;
+ * the abandoned attempt is left to a helper thread that frees it when Gloo gives up. The timeout is the
+ * plugin config's [logging] rendezvous_timeout_ms (default 60000), or flopmeter_gloo_options below; it is
+ * also Gloo's timeout for each later collective.
+ * SIGPIPE: Gloo writes to its peers with writev(), so a write to a peer that died raises SIGPIPE, whose
+ * default action kills the trainer. Ignore it (signal(SIGPIPE, SIG_IGN), as Python does) before creating the
+ * plugin; a dead peer then costs failed collectives (counted in health), not the run. flopmeter does not
+ * change signal dispositions itself. */
 flopmeter_plugin* flopmeter_create_gloo_from_env(const char* config_path, int port_offset, char* error,
                                                  size_t error_size);
+
+/* Options of flopmeter_create_gloo_from_env_with (versioned by struct_size like every struct here). */
+typedef struct flopmeter_gloo_options {
+  uint32_t struct_size;
+  int port_offset;                /* > 0: flopmeter's TCPStore listens on MASTER_PORT + port_offset (rank 0) */
+  int64_t rendezvous_timeout_ms;  /* > 0: the rendezvous bound (and Gloo's collective timeout), overriding the
+                                     plugin config; 0: the plugin config's rendezvous_timeout_ms */
+} flopmeter_gloo_options;
+
+/* flopmeter_create_gloo_from_env with options; NULL options or a too small struct_size: NULL with a message. */
+flopmeter_plugin* flopmeter_create_gloo_from_env_with(const char* config_path, const flopmeter_gloo_options* options,
+                                                      char* error, size_t error_size);
 
 int flopmeter_set_metrics_callback(flopmeter_plugin* plugin, flopmeter_metrics_callback callback, void* user);
 int flopmeter_on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch* microbatch);

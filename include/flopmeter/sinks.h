@@ -49,7 +49,12 @@ std::shared_ptr<sink> make_console_sink(std::shared_ptr<spdlog::logger> logger =
 
 // One JSON object per line: {"step": N, "<name>": value, ...}. Non-finite values are written as null.
 // The file is opened for append on the first write; failures are logged through `logger` (rate-limited).
+// A path containing "{rank}" needs the rank: this overload throws flopmeter::error for it (use the next).
 std::shared_ptr<sink> make_jsonl_sink(const std::string& path, std::shared_ptr<spdlog::logger> logger = nullptr);
+
+// Same, with every "{rank}" in `path` replaced by `rank` (>= 0; the rank in flopmeter's group, comm->rank()),
+// as the plugin file's [sinks] jsonl does: "metrics_{rank}.jsonl" -> "metrics_3.jsonl" on rank 3.
+std::shared_ptr<sink> make_jsonl_sink(const std::string& path, int rank, std::shared_ptr<spdlog::logger> logger = nullptr);
 
 // Calls `callback` with each record. Exceptions from the callback are caught and counted.
 std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record&)> callback);

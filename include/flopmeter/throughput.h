@@ -112,6 +112,9 @@ class throughput_plugin : public plugin {
 struct plugin_config {
   throughput_options options;  // options.sinks is empty
   sink_config sinks;
+  // [logging] rendezvous_timeout_ms: only for the Gloo group flopmeter builds itself from a plugin file (C ABI
+  // flopmeter_create_gloo_from_env): the bound on the rendezvous on every rank, and Gloo's collective timeout.
+  std::chrono::milliseconds rendezvous_timeout{60000};
 };
 
 // Reads a plugin TOML file (see docs in plugin_configs/SCHEMA.md): the model config path (relative to the

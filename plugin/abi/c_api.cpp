@@ -11,7 +11,8 @@
 #include "flopmeter/communicator.h"
 #include "flopmeter/error.h"
 #include "flopmeter/throughput.h"
-#include "comm/env_gloo.h"
+#include "flopmeter/gloo_env.h"
+#include "accounting/plugin_factory.h"
 #include "output/json_line.h"
 
 namespace {
@@ -134,11 +135,52 @@ flopmeter_plugin* flopmeter_create(const char* config_path, const flopmeter_comm
   return nullptr;
 }
 
+// flopmeter's own Gloo group (gloo_env.h) on a TCPStore of its own at MASTER_PORT + port_offset, bounded by
+// the rendezvous timeout: `timeout_ms` when > 0, else the plugin config's.
+static flopmeter_plugin* create_gloo_from_env(const char* config_path, int port_offset, std::int64_t timeout_ms) {
+  if (config_path == nullptr) throw flopmeter::error("config_path is NULL");
+  if (port_offset <= 0) {
+    throw flopmeter::error("flopmeter_create_gloo_from_env: port_offset must be > 0 so flopmeter's store does not "
+                           "collide with the trainer's at MASTER_PORT (got " + std::to_string(port_offset) + ")");
+  }
+  if (timeout_ms < 0) {
+    throw flopmeter::error("flopmeter_gloo_options.rendezvous_timeout_ms must be >= 0 (got " +
+                           std::to_string(timeout_ms) + ")");
+  }
+  flopmeter::plugin_config config = flopmeter::load_plugin_config(config_path);
+  flopmeter::gloo_env_options gloo;
+  gloo.start_store_server = true;
+  gloo.store_port_offset = port_offset;
+  gloo.timeout = timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms) : config.rendezvous_timeout;
+  auto handle = std::make_unique<flopmeter_plugin>();
+  handle->callback = std::make_shared<callback_slot>();
+  handle->plugin = flopmeter::detail::create_configured_plugin(
+      config_path, std::move(config), flopmeter::make_gloo_communicator_from_env(gloo), nullptr, {handle->callback});
+  return handle.release();
+}
+
 flopmeter_plugin* flopmeter_create_gloo_from_env(const char* config_path, int port_offset, char* error,
                                                  size_t error_size) {
   try {
-    if (config_path == nullptr) throw flopmeter::error("config_path is NULL");
-    return create_with(config_path, flopmeter::detail::make_env_gloo_communicator(port_offset));
+    return create_gloo_from_env(config_path, port_offset, 0);
+  } catch (const std::exception& e) {
+    write_error(error, error_size, e.what());
+  } catch (...) {
+    write_error(error, error_size, "unknown error");
+  }
+  return nullptr;
+}
+
+flopmeter_plugin* flopmeter_create_gloo_from_env_with(const char* config_path, const flopmeter_gloo_options* options,
+                                                      char* error, size_t error_size) {
+  try {
+    if (options == nullptr) throw flopmeter::error("flopmeter_create_gloo_from_env_with: options is NULL");
+    if (options->struct_size < sizeof(flopmeter_gloo_options)) {
+      throw flopmeter::error("flopmeter_gloo_options.struct_size is too small (" +
+                             std::to_string(options->struct_size) + " < " +
+                             std::to_string(sizeof(flopmeter_gloo_options)) + ")");
+    }
+    return create_gloo_from_env(config_path, options->port_offset, options->rendezvous_timeout_ms);
   } catch (const std::exception& e) {
     write_error(error, error_size, e.what());
   } catch (...) {

@@ -42,7 +42,7 @@ constexpr std::string_view kModelKeys[] = {"config", "scope", "sanity_check", "t
 constexpr std::string_view kPeakKeys[] = {"gpu", "tflops_per_gpu", "precision"};
 constexpr std::string_view kParallelKeys[] = {"tp", "cp", "pp", "order"};
 constexpr std::string_view kLoggingKeys[] = {"log_interval_steps", "tpi_multiplier", "topk", "emit",
-                                             "collective_timeout_ms"};
+                                             "collective_timeout_ms", "rendezvous_timeout_ms"};
 constexpr std::string_view kSinksKeys[] = {"console", "jsonl"};
 
 // Where a key written at the top level belongs (for "did you mean 'parallel.tp' in table [parallel]?").
@@ -100,6 +100,10 @@ class options_loader : private detail::toml_reader {
     if (peak != nullptr) read_peak(*peak, options);
     if (parallel != nullptr) read_parallel(*parallel, options);
     if (logging != nullptr) read_logging(*logging, options);
+    if (logging != nullptr) {
+      config.rendezvous_timeout = std::chrono::milliseconds(optional_int(
+          *logging, "logging", "rendezvous_timeout_ms", kPositive, config.rendezvous_timeout.count()));
+    }
     if (sinks != nullptr) read_sinks(*sinks, config.sinks);
 
     options.model = load_model(*model->get("config"), model_path);

@@ -9,13 +9,9 @@
 #include "flopmeter/c10d.h"
 
 #include <algorithm>
-#include <atomic>
-#include <charconv>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -25,23 +21,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-// ProcessGroupGloo.hpp compiles to nothing unless USE_C10D_GLOO is defined (the `torch` CMake target
-// defines it; a LibTorch found otherwise may not) and needs Gloo's own headers (Debian: libgloo-dev).
-// Without those headers the adapter still builds and only the Gloo factory throws.
-#if __has_include(<gloo/algorithm.h>)
-#ifndef USE_C10D_GLOO
-#define USE_C10D_GLOO 1
-#endif
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#define FLOPMETER_C10D_HAVE_GLOO 1
-#else
-#define FLOPMETER_C10D_HAVE_GLOO 0
-#endif
-
 #include "flopmeter/error.h"
-#include "comm/c10d_compat.h"
 #include "comm/c10d_internal.h"
 #include "comm/poll_backoff.h"
 
@@ -51,19 +31,8 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-// The message of an exception without c10's multi-line backtrace.
-std::string describe(const std::exception_ptr& e) {
-  if (!e) return "unknown error";
-  try {
-    std::rethrow_exception(e);
-  } catch (const c10::Error& err) {
-    return err.what_without_backtrace();
-  } catch (const std::exception& err) {
-    return err.what();
-  } catch (...) {
-    return "unknown non-standard exception";
-  }
-}
+// The message of an exception without c10's multi-line backtrace (gloo_group.cpp).
+std::string describe(const std::exception_ptr& e) { return detail::describe_exception(e); }
 
 class c10d_pending final : public pending_collective {
  public:
@@ -300,42 +269,12 @@ class c10d_communicator final : public communicator {
   int world_size_;
 };
 
-#if FLOPMETER_C10D_HAVE_GLOO
-
-std::string require_env(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') {
-    throw error(std::string("make_gloo_communicator_from_env: environment variable ") + name +
-                " is not set (the launcher, e.g. torchrun, sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
-  }
-  return value;
-}
-
-// Parses all of `text` as a decimal integer in [lo, hi]; `what` names it in errors.
-long long parse_integer(const std::string& what, const std::string& text, long long lo, long long hi,
-                        const std::string& expectation) {
-  long long value = 0;
-  const char* first = text.data();
-  const char* last = text.data() + text.size();
-  const auto [end, ec] = std::from_chars(first, last, value);
-  if (ec != std::errc() || end != last) {
-    throw error("make_gloo_communicator_from_env: " + what + "='" + text + "' is not an integer");
-  }
-  if (value < lo || value > hi) {
-    throw error("make_gloo_communicator_from_env: " + what + "=" + text + " is out of range (" + expectation +
-                ")");
-  }
-  return value;
-}
-
-std::atomic<unsigned> gloo_env_generation{0};
-
-#endif  // FLOPMETER_C10D_HAVE_GLOO
-
 }  // namespace
 
-std::shared_ptr<communicator> make_c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group) {
+std::shared_ptr<communicator> make_c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                                     const c10d_options& options) {
   if (!group) throw error("make_c10d_communicator: the process group is null");
+  detail::check_group_covers_job("make_c10d_communicator", group->getSize(), options.job_world_size);
   return std::make_shared<c10d_communicator>(std::move(group));
 }
 
@@ -343,91 +282,6 @@ std::shared_ptr<communicator> detail::make_c10d_communicator_with(c10::intrusive
                                                                   device_contribution contribute) {
   if (!group) throw error("make_c10d_communicator: the process group is null");
   return std::make_shared<c10d_communicator>(std::move(group), std::move(contribute));
-}
-
-std::shared_ptr<communicator> make_gloo_communicator_from_env(std::chrono::milliseconds timeout) {
-  gloo_env_options options;
-  options.timeout = timeout;
-  return make_gloo_communicator_from_env(options);
-}
-
-std::shared_ptr<communicator> make_gloo_communicator_from_env(const gloo_env_options& options) {
-#if FLOPMETER_C10D_HAVE_GLOO
-  if (options.timeout <= milliseconds(0)) {
-    throw error("make_gloo_communicator_from_env: timeout must be > 0 ms, got " +
-                std::to_string(options.timeout.count()));
-  }
-  const long long world = parse_integer("WORLD_SIZE", require_env("WORLD_SIZE"), 1,
-                                        std::numeric_limits<int>::max(), "must be >= 1");
-  const long long rank = parse_integer("RANK", require_env("RANK"), 0, world - 1,
-                                       "must be in [0, WORLD_SIZE) = [0, " + std::to_string(world) + ")");
-  const std::string address = require_env("MASTER_ADDR");
-  const long long base_port = parse_integer("MASTER_PORT", require_env("MASTER_PORT"), 1, 65535,
-                                            "must be in [1, 65535]");
-  const long long port = base_port + options.store_port_offset;
-  if (port < 1 || port > 65535) {
-    throw error("make_gloo_communicator_from_env: MASTER_PORT=" + std::to_string(base_port) +
-                " + store_port_offset=" + std::to_string(options.store_port_offset) + " = " +
-                std::to_string(port) + " is not a valid port (1..65535)");
-  }
-  const bool serve = options.start_store_server && rank == 0;
-  const std::string where = address + ":" + std::to_string(port);
-
-  c10::intrusive_ptr<c10d::Store> tcp;
-  try {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<std::uint16_t>(port);
-    store_options.isServer = serve;
-    // No worker counting: it would add to the trainer's own "init/" key when its server is the one we use.
-    // The Gloo rendezvous below waits for every rank anyway.
-    store_options.numWorkers = c10::nullopt;
-    store_options.waitWorkers = false;
-    store_options.timeout = options.timeout;
-    tcp = c10::make_intrusive<c10d::TCPStore>(address, store_options);
-  } catch (...) {
-    throw error("make_gloo_communicator_from_env: rank " + std::to_string(rank) +
-                (serve ? " could not start a TCPStore server at " : " could not reach the TCPStore at ") + where +
-                (serve ? "" : " (does the trainer host one there? otherwise set start_store_server)") + ": " +
-                describe(std::current_exception()));
-  }
-
-  const unsigned generation = gloo_env_generation.fetch_add(1);
-  const std::string prefix = options.store_key_prefix + "/" + std::to_string(generation);
-  try {
-    auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-    if (!options.gloo_hostname.empty()) {
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.gloo_hostname));
-    } else if (const char* ifnames = std::getenv("GLOO_SOCKET_IFNAME"); ifnames != nullptr && *ifnames) {
-      std::stringstream list(ifnames);
-      std::string name;
-      while (std::getline(list, name, ',')) {
-        if (!name.empty()) {
-          gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
-        }
-      }
-    }
-    if (gloo_options->devices.empty()) {
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    }
-    gloo_options->threads = 1;  // one small collective per log
-    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(world),
-                                                            gloo_options);
-    return make_c10d_communicator(c10d_compat::as_process_group(store, static_cast<int>(rank),
-                                                                static_cast<int>(world), std::move(gloo),
-                                                                c10d_compat::kGloo, c10::DeviceType::CPU,
-                                                                options.timeout));
-  } catch (...) {
-    throw error("make_gloo_communicator_from_env: rank " + std::to_string(rank) + " of " +
-                std::to_string(world) + " could not set up the Gloo group (store " + where + ", keys '" + prefix +
-                "/'): " + describe(std::current_exception()));
-  }
-#else
-  (void)options;
-  throw error(
-      "make_gloo_communicator_from_env: flopmeter was built without Gloo's headers (Debian: libgloo-dev); "
-      "pass a ProcessGroup to make_c10d_communicator instead");
-#endif
 }
 
 }  // namespace flopmeter

@@ -269,7 +269,23 @@ std::shared_ptr<sink> make_console_sink(std::shared_ptr<spdlog::logger> logger) 
 
 std::shared_ptr<sink> make_jsonl_sink(const std::string& path, std::shared_ptr<spdlog::logger> logger) {
   if (path.empty()) throw error("jsonl sink: the path is empty");
+  if (path.find("{rank}") != std::string::npos) {
+    throw error("jsonl sink: the path '" + path + "' contains {rank} but no rank was given; call "
+                "make_jsonl_sink(path, rank, logger) with this process's rank in flopmeter's group (comm->rank())");
+  }
   return std::make_shared<jsonl_sink>(path, logger_or_private(std::move(logger)));
+}
+
+std::shared_ptr<sink> make_jsonl_sink(const std::string& path, int rank, std::shared_ptr<spdlog::logger> logger) {
+  if (rank < 0) throw error("jsonl sink: rank must be >= 0 (got " + std::to_string(rank) + ")");
+  const std::string placeholder = "{rank}";
+  const std::string digits = std::to_string(rank);
+  std::string expanded = path;
+  for (std::size_t at = expanded.find(placeholder); at != std::string::npos; at = expanded.find(placeholder, at)) {
+    expanded.replace(at, placeholder.size(), digits);
+    at += digits.size();
+  }
+  return make_jsonl_sink(expanded, std::move(logger));
 }
 
 std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record&)> callback) {

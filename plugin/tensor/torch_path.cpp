@@ -9,7 +9,10 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <cmath>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "comm/c10d_internal.h"
 #include "flopmeter/c10d.h"
@@ -41,7 +44,17 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
   const bool has_cu = b.cu_seqlens.defined() && b.cu_seqlens.numel() > 0;
   const bool has_positions = b.positions.defined() && b.positions.numel() > 0;
   const bool has_grids = b.grid_thw.defined() && b.grid_thw.numel() > 0;
-  // Shape facts are known on the host: reject those at once.
+  // Shape and dtype facts are known on the host: reject those at once. A floating-point tensor would be
+  // truncated by the widening to int64 below ([0, 2.5, 5] would count as [0, 2, 5]).
+  const auto require_integers = [](const at::Tensor& t, const char* name) {
+    if (!c10::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
+      throw error(std::string("flopmeter: ") + name + " must have an integer dtype (got " +
+                  std::string(c10::toString(t.scalar_type())) + ")");
+    }
+  };
+  if (has_cu) require_integers(b.cu_seqlens, "cu_seqlens");
+  if (has_positions) require_integers(b.positions, "positions");
+  if (has_grids) require_integers(b.grid_thw, "grid_thw");
   if (has_cu && has_positions) throw error("flopmeter: a tensor micro-batch gives both cu_seqlens and positions");
   if (has_cu && b.cu_seqlens.dim() != 1) throw error("flopmeter: cu_seqlens must be 1-D");
   if (has_positions && b.positions.dim() != 1) throw error("flopmeter: positions must be 1-D");
@@ -117,16 +130,19 @@ batch_counts to_batch_counts(const at::Tensor& counts) {
 
 class tensor_throughput::impl {
  public:
-  impl(throughput_options options, c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device)
+  impl(throughput_options options, c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device,
+       const c10d_options& checks)
       : geometry_(geometry_of(options.model)), device_(device) {
     if (!group) throw error("tensor_throughput: the process group is null");
+    detail::check_group_covers_job("tensor_throughput", group->getSize(), checks.job_world_size);
     const std::string backend = group->getBackendName();
     if ((backend == "nccl") != device.is_cuda()) {
       throw error("tensor_throughput: the counters live on " + device.str() + " but the '" + backend +
                   "' group all-reduces on " + (backend == "nccl" ? "CUDA" : "the CPU") +
                   "; a mismatch would need a synchronising copy per log");
     }
-    accumulated_ = at::zeros({kCountEntries}, at::TensorOptions().dtype(at::kLong).device(device));
+    accumulated_ = at::zeros({kAccumulated}, at::TensorOptions().dtype(at::kLong).device(device));
+    loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
     logger_ = options.logger;
     if (!logger_) logger_ = make_tensor_path_logger();
     rank_ = group->getRank();
@@ -137,23 +153,31 @@ class tensor_throughput::impl {
   void on_microbatch(const tensor_microbatch& batch) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     try {
+      // The host-known facts of the rest of the batch, checked as the host path checks them.
+      if (batch.samples < 0) throw error("flopmeter: samples must be >= 0 (got " + std::to_string(batch.samples) + ")");
+      if (batch.label_tokens && *batch.label_tokens < 0) throw error("flopmeter: label_tokens must be >= 0");
+      if (batch.loss_sum && !std::isfinite(*batch.loss_sum)) throw error("flopmeter: loss_sum is not finite");
       const at::Tensor counts = tensor_batch_counts(batch, geometry_).to(device_, /*non_blocking=*/true);
-      const at::Tensor valid = (counts.select(0, kCountEntries - 1) == 0).to(at::kLong);
-      accumulated_.slice(0, 0, kCountEntries - 1).add_(counts.slice(0, 0, kCountEntries - 1) * valid);
-      accumulated_.select(0, kCountEntries - 1).add_(1 - valid);
+      // 1 when the device found nothing wrong, else 0: everything the batch contributes is multiplied by it,
+      // so a rejected batch adds nothing (as on the host path) and nothing waits for the verdict.
+      const at::Tensor valid = (counts.select(0, kInvalid) == 0).to(at::kLong);
+      accumulated_.slice(0, 0, kInvalid).add_(counts.slice(0, 0, kInvalid) * valid);
+      accumulated_.select(0, kInvalid).add_(1 - valid);
+      accumulated_.select(0, kSamples).add_(valid * batch.samples);
+      if (batch.loss_sum && batch.label_tokens) {
+        accumulated_.select(0, kLabelTokens).add_(valid * *batch.label_tokens);
+        loss_sum_.add_(valid.to(at::kDouble) * *batch.loss_sum);
+      }
     } catch (const std::exception& e) {
       try {
-        accumulated_.select(0, kCountEntries - 1).add_(1);  // counted, on the device, with the others
+        accumulated_.select(0, kInvalid).add_(1);  // counted, on the device, with the others
       } catch (...) {
       }
-      warn_uncounted_microbatch(*logger_, e.what());
+      warn_uncounted_microbatch(*logger_, *uncounted_warning_, e.what());
     }
-    // The micro-batch ran whatever its description: the plugin counts it for step time, samples and loss.
-    microbatch_event host;
-    host.samples = batch.samples;
-    host.loss_sum = batch.loss_sum;
-    host.label_tokens = batch.label_tokens;
-    plugin_->on_microbatch(host);
+    // The micro-batch ran whatever its description: the plugin counts it for the step time, with nothing else
+    // (its tokens, samples, loss and label tokens are on the device, masked).
+    plugin_->on_microbatch(microbatch_event{});
   }
 
   void on_microbatch(const microbatch_event& event) noexcept {
@@ -174,19 +198,31 @@ class tensor_throughput::impl {
   throughput_plugin& plugin() { return *plugin_; }
 
  private:
+  // The device accumulator: the nine counts, then the invalid micro-batches, samples and label tokens (int64);
+  // the loss sum is a double of its own.
+  static constexpr std::int64_t kInvalid = kCountEntries - 1;
+  static constexpr std::int64_t kSamples = kCountEntries;
+  static constexpr std::int64_t kLabelTokens = kCountEntries + 1;
+  static constexpr std::int64_t kAccumulated = kCountEntries + 2;
+
   // Adds the interval's device counts into this rank's row of the collective buffer, on the device, and
-  // starts the next interval's accumulation. Called by the communicator inside on_log (lock held).
+  // starts the next interval's accumulation. Called by the communicator inside on_log (lock held); the host
+  // side of the row has zeros there (the plugin saw only empty micro-batches from this path).
   void contribute(at::Tensor& buffer) {
     if (buffer.device() != accumulated_.device()) {
       throw error("tensor_throughput: the collective runs on " + buffer.device().str() + ", the counters on " +
                   accumulated_.device().str());
     }
     const std::int64_t row = rank_ * static_cast<std::int64_t>(kRowFields);
+    const auto at_field = [&](row_field field) { return buffer.select(0, row + static_cast<std::int64_t>(field)); };
     buffer.narrow(0, row, static_cast<std::int64_t>(kRowCountFields))
-        .add_(accumulated_.slice(0, 0, kCountEntries - 1).to(at::kDouble));
-    buffer.select(0, row + static_cast<std::int64_t>(row_device_rejected))
-        .add_(accumulated_.select(0, kCountEntries - 1).to(at::kDouble));
+        .add_(accumulated_.slice(0, 0, kInvalid).to(at::kDouble));
+    at_field(row_device_rejected).add_(accumulated_.select(0, kInvalid).to(at::kDouble));
+    at_field(row_samples).add_(accumulated_.select(0, kSamples).to(at::kDouble));
+    at_field(row_label_tokens).add_(accumulated_.select(0, kLabelTokens).to(at::kDouble));
+    at_field(row_loss_sum).add_(loss_sum_);
     accumulated_.zero_();
+    loss_sum_.zero_();
   }
 
   vision_geometry geometry_;
@@ -194,15 +230,35 @@ class tensor_throughput::impl {
   std::shared_ptr<spdlog::logger> logger_;
   std::shared_ptr<throughput_plugin> plugin_;
   at::Tensor accumulated_;
+  at::Tensor loss_sum_;
   std::int64_t rank_ = 0;
+  std::shared_ptr<rate_limiter> uncounted_warning_ = make_warning_limiter();
   std::mutex mutex_;
 };
 
 std::shared_ptr<tensor_throughput> tensor_throughput::create(throughput_options options,
                                                              c10::intrusive_ptr<c10d::ProcessGroup> group,
-                                                             c10::Device device) {
+                                                             c10::Device device, const c10d_options& checks) {
   return std::shared_ptr<tensor_throughput>(
-      new tensor_throughput(std::make_unique<impl>(std::move(options), std::move(group), device)));
+      new tensor_throughput(std::make_unique<impl>(std::move(options), std::move(group), device, checks)));
+}
+
+std::shared_ptr<tensor_throughput> create_tensor_throughput(const std::string& config_path,
+                                                            c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                                            c10::Device device, std::shared_ptr<spdlog::logger> logger,
+                                                            std::vector<std::shared_ptr<sink>> extra_sinks,
+                                                            const c10d_options& checks) {
+  if (!group) throw error("create_tensor_throughput: the process group is null");
+  plugin_config config = load_plugin_config(config_path);
+  try {
+    throughput_options options = std::move(config.options);
+    options.logger = logger;
+    options.sinks = make_sinks(config.sinks, group->getRank(), logger);
+    for (auto& s : extra_sinks) options.sinks.push_back(std::move(s));
+    return tensor_throughput::create(std::move(options), std::move(group), device, checks);
+  } catch (const error& e) {
+    throw error(config_path + ": " + e.what());
+  }
 }
 
 tensor_throughput::tensor_throughput(std::unique_ptr<impl> state) : impl_(std::move(state)) {}

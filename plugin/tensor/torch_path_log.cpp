@@ -11,10 +11,22 @@ std::shared_ptr<spdlog::logger> make_tensor_path_logger() {
   return private_logger();
 }
 
-void warn_uncounted_microbatch(spdlog::logger& logger, const char* why) noexcept {
+std::shared_ptr<rate_limiter> make_warning_limiter() { return std::make_shared<rate_limiter>(); }
+
+bool warn_uncounted_microbatch(spdlog::logger& logger, rate_limiter& limiter, const char* why) noexcept {
   try {
-    logger.warn("flopmeter: tensor micro-batch not counted: {}", why);
+    if (!limiter.allow()) return false;
+    const std::uint64_t held_back = limiter.take_suppressed();
+    if (held_back == 0) {
+      logger.warn("flopmeter: tensor micro-batch not counted: {} (logged at most once a minute; "
+                  "health().bad_microbatches counts every one)", why);
+    } else {
+      logger.warn("flopmeter: tensor micro-batch not counted: {} ({} more since the last warning; "
+                  "health().bad_microbatches counts every one)", why, held_back);
+    }
+    return true;
   } catch (...) {
+    return false;
   }
 }
 
