@@ -10,6 +10,7 @@ FLOPMETER_PACKAGES=(
   libspdlog-dev libfmt-dev
   libtomlplusplus-dev
   libgtest-dev
+  nlohmann-json3-dev    # tests read the JSON output (CLI, JSONL sink) with nlohmann-json
   libbenchmark-dev
   gnuplot-nox           # the demo's PNG plot
   clang libclang-rt-14-dev  # libFuzzer and clang's sanitizer runtimes: scripts/fuzz.sh
