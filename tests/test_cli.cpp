@@ -339,6 +339,39 @@ TEST_F(CliTest, CoefficientsOfQwen3Vl2bMatchHandDerivation) {
   EXPECT_NE(human.out.find("per (query, key) pair"), std::string::npos) << human.out;
 }
 
+// A model name (or a path) from a file is data: in text output its control characters are written as
+// escapes, never as the bytes, so a config cannot clear the screen (ESC [2J), retitle the terminal or start
+// a CSI sequence with the C1 byte U+009B. JSON output keeps the exact string (escaped as JSON).
+TEST_F(CliTest, TextOutputEscapesControlCharacters) {
+  std::string text = read_file(kConfigs + "/tiny_vlm.toml");
+  const std::string key = "name = \"tiny_vlm\"";
+  ASSERT_NE(text.find(key), std::string::npos);
+  text.replace(text.find(key), key.size(), "name = \"ti\\u001b[2Jny\\u009bvlm\\u0007\"");
+  const fs::path odd = dir_ / "odd.toml";
+  write_file(odd, text);
+  const auto no_raw_controls = [](const std::string& out) {
+    return out.find('\x1b') == std::string::npos && out.find('\x07') == std::string::npos &&
+           out.find("\xC2\x9B") == std::string::npos;
+  };
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"coefficients", odd.string()}, {"estimate", odd.string(), "--docs", "3"},
+           {"check", odd.string(), "--seq-len", "64"}}) {
+    const result r = run(args);
+    ASSERT_EQ(r.status, 0) << describe(args, r);
+    EXPECT_NE(r.out.find("ti\\x1b[2Jny\\u009bvlm\\x07"), std::string::npos) << r.out;
+    EXPECT_TRUE(no_raw_controls(r.out)) << r.out;
+  }
+  const result j = run({"coefficients", odd.string(), "--json"});
+  ASSERT_EQ(j.status, 0) << j.err;
+  EXPECT_EQ(parse_json(j.out).at("model").get<std::string>(), "ti\x1b[2Jny\xC2\x9Bvlm\x07");
+
+  // An error message quoting a path with an escape sequence, on stderr.
+  const result missing = run({"coefficients", (dir_ / "no\x1b]0;owned\x07.toml").string()});
+  EXPECT_EQ(missing.status, 1) << missing.err;
+  EXPECT_NE(missing.err.find("no\\x1b]0;owned\\x07.toml"), std::string::npos) << missing.err;
+  EXPECT_TRUE(no_raw_controls(missing.err)) << missing.err;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // estimate
 

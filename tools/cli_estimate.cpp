@@ -152,7 +152,7 @@ int run_estimate(const std::vector<std::string>& args) {
     return kExitOk;
   }
 
-  std::printf("%s, scope %s: training FLOPs (forward + backward) of this micro-batch\n\n", spec.name.c_str(),
+  std::printf("%s, scope %s: training FLOPs (forward + backward) of this micro-batch\n\n", printable(spec.name).c_str(),
               to_string(scope));
   std::printf("counts\n");
   std::printf("  %-24s %20s\n", "real_tokens", group_digits(n.real_tokens).c_str());

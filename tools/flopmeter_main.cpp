@@ -84,17 +84,17 @@ int main(int argc, char** argv) {
     return status;
   } catch (const usage_error& e) {
     const std::string who = e.command().empty() ? "flopmeter" : "flopmeter " + e.command();
-    std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
+    std::fprintf(stderr, "%s: %s\n", printable(who).c_str(), printable(e.what(), true).c_str());
     std::fprintf(stderr, "Run '%s --help' for usage.\n", who.c_str());
     return kExitUsage;
   } catch (const flopmeter::error& e) {
-    std::fprintf(stderr, "flopmeter: error: %s\n", without_prefix(e.what()).c_str());
+    std::fprintf(stderr, "flopmeter: error: %s\n", printable(without_prefix(e.what()), true).c_str());
     return kExitFailure;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "flopmeter: error: out of memory\n");
     return kExitFailure;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "flopmeter: internal error: %s\n", e.what());
+    std::fprintf(stderr, "flopmeter: internal error: %s\n", printable(e.what(), true).c_str());
     return kExitFailure;
   } catch (...) {
     std::fprintf(stderr, "flopmeter: internal error: unknown exception\n");

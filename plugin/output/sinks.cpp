@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "flopmeter/error.h"
+#include "output/json_writer.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/stat.h>
@@ -62,46 +63,6 @@ namespace {
 std::shared_ptr<spdlog::logger> logger_or_private(std::shared_ptr<spdlog::logger> logger) {
   if (logger) return logger;
   return std::make_shared<spdlog::logger>("flopmeter", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-}
-
-// ---- JSON ----------------------------------------------------------------------------------------------
-
-void append_json_string(std::string& out, const std::string& text) {
-  out.push_back('"');
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
-        } else {
-          out.push_back(ch);  // UTF-8 bytes pass through unchanged
-        }
-    }
-  }
-  out.push_back('"');
-}
-
-// Integral values below 2^53 in magnitude (counts, steps) print as integers: 20, not 20.0 or 2e+01.
-// Anything else prints as the shortest decimal that parses back to the same double (fmt's "{}"): as exact
-// as %.17g but 41.2 stays "41.2" rather than "41.200000000000003", and independent of the C locale (a
-// trainer that calls setlocale() cannot turn the decimal point into a comma). JSON has no NaN or Inf: null.
-void append_json_number(std::string& out, double value) {
-  constexpr double kTwoPow53 = 9007199254740992.0;
-  if (!std::isfinite(value)) {
-    out += "null";
-  } else if (value == std::trunc(value) && std::fabs(value) < kTwoPow53) {
-    out += std::to_string(static_cast<long long>(value));
-  } else {
-    fmt::format_to(std::back_inserter(out), "{}", value);
-  }
 }
 
 // ---- console -------------------------------------------------------------------------------------------
@@ -286,17 +247,13 @@ std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record
   return std::make_shared<callback_sink>(std::move(callback));
 }
 
+// One JSON object per record through the library's JSON writer (output/json_writer.h): shortest round-trip
+// numbers (41.2, not 41.200000000000003), integral values without an exponent, NaN and Inf as null.
 std::string to_json_line(const metrics_record& record) {
-  std::string line = "{\"step\":";
-  line += std::to_string(record.step);
-  for (const auto& entry : record.values) {
-    line.push_back(',');
-    append_json_string(line, entry.first);
-    line.push_back(':');
-    append_json_number(line, entry.second);
-  }
-  line.push_back('}');
-  return line;
+  detail::json_object line(/*spaced=*/false);
+  line.integer("step", record.step);
+  for (const auto& entry : record.values) line.number(entry.first, entry.second);
+  return line.str();
 }
 
 }  // namespace flopmeter
