@@ -63,6 +63,8 @@ struct throughput_options {
   bool console = true;                          // a console sink (one line per log); default true
   std::string jsonl_path;                       // JSONL sink path, "{rank}" -> the rank at plugin start,
                                                 // relative to the working directory; empty: no JSONL sink
+  std::string tensorboard_dir;                  // TensorBoard event-file directory, "{rank}" as for jsonl_path;
+                                                // empty: no TensorBoard sink (flopmeter/tensorboard.h)
   std::shared_ptr<spdlog::logger> logger;       // the trainer's logger; a private one when null
   // Seconds on a monotonic clock; steady_clock when empty. For tests and replayed runs.
   std::function<double()> clock_seconds;

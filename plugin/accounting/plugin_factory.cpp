@@ -2,6 +2,7 @@
 #include <string>
 
 #include "flopmeter/error.h"
+#include "flopmeter/tensorboard.h"
 #include "flopmeter/throughput.h"
 
 namespace flopmeter {
@@ -23,6 +24,15 @@ std::shared_ptr<throughput_plugin> create_throughput_plugin(const std::string& c
       at += rank.size();
     }
     options.sinks.push_back(make_jsonl_sink(path, logger));
+  }
+  if (!options.tensorboard_dir.empty()) {  // "{rank}" substituted as for the JSONL path
+    std::string directory = options.tensorboard_dir;
+    const std::string rank = std::to_string(comm->rank());
+    for (std::size_t at = directory.find("{rank}"); at != std::string::npos; at = directory.find("{rank}", at)) {
+      directory.replace(at, 6, rank);
+      at += rank.size();
+    }
+    options.sinks.push_back(make_tensorboard_sink(directory, logger));
   }
   for (auto& s : extra_sinks) options.sinks.push_back(std::move(s));
   // What needs the communicator (the layout dividing its world, its rank) and the sanity check are only
