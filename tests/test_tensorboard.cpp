@@ -89,7 +89,7 @@ TEST(TensorboardSink, PluginConfigKey) {
   const flopmeter::throughput_options o =
       flopmeter::load_throughput_options(std::string(FLOPMETER_SOURCE_DIR) + "/plugin_configs/example.toml");
   EXPECT_EQ(o.tensorboard_dir, "tensorboard/rank{rank}");
-  // An empty directory is an error at its key: [sinks] is line 3, the key line 4, column 1.
+  // An empty directory is an error at its value: [sinks] is line 3, the key line 4, the value at column 15.
   const fs::path config = fs::temp_directory_path() / ("flopmeter_tb_config_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(config) << "[model]\nconfig = \"" << FLOPMETER_SOURCE_DIR << "/model_configs/tiny_vlm.toml\"\n"
                         << "[sinks]\ntensorboard = \"\"\n";
@@ -98,7 +98,7 @@ TEST(TensorboardSink, PluginConfigKey) {
     ADD_FAILURE() << "expected an error";
   } catch (const flopmeter::error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find(config.string() + ":4:"), std::string::npos) << what;
+    EXPECT_NE(what.find(config.string() + ":4:15:"), std::string::npos) << what;
     EXPECT_NE(what.find("sinks.tensorboard"), std::string::npos) << what;
     EXPECT_NE(what.find("must not be empty"), std::string::npos) << what;
   }
