@@ -105,8 +105,9 @@ FLOPMETER_ALWAYS_INLINE std::uint64_t lane_sum(const Vec& v) {
   return sum;
 }
 
-// int64 entries, read as pairs of uint32 lanes (low half first: x86 and every other target with SSE2/AVX2 is
-// little-endian). An accepted array has 0 <= p[i] < 2^31 (the proof above), so every high half is 0 and every
+// int64 entries, read as pairs of uint32 lanes (an entry's two halves sit in two lanes; `v` and `prev` are
+// loaded a whole entry apart, so each lane meets the same half of the previous entry on either byte order).
+// An accepted array has 0 <= p[i] < 2^31 (the proof above), so every high half is 0 and every
 // low half is the whole value. The kernel therefore
 //   - ORs all entries together and requires bits 31..63 of the result to be 0 (any entry >= 2^31 or < 0
 //     fails), and given that,
