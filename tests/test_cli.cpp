@@ -372,6 +372,23 @@ TEST_F(CliTest, TextOutputEscapesControlCharacters) {
   EXPECT_TRUE(no_raw_controls(missing.err)) << missing.err;
 }
 
+// Mixture of experts: dense_per_token stays the total and dense_per_token_breakdown splits it (router, routed
+// experts, shared expert, its gate, ...); the values are derived by hand in tests/test_flop_model.cpp.
+TEST_F(CliTest, CoefficientsOfAnMoeModelCarryABreakdownThatSumsToTheTotal) {
+  const result r = run({"coefficients", "qwen3_5_35b_a3b", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json c = parse_json(r.out);
+  EXPECT_EQ(c.at("dense_per_token").get<double>(), 18055004160.0);
+  const json& parts = c.at("dense_per_token_breakdown");
+  EXPECT_EQ(parts.at("moe_router").get<double>(), 125829120.0);
+  EXPECT_EQ(parts.at("moe_routed_experts").get<double>(), 6039797760.0);
+  EXPECT_EQ(parts.at("moe_shared_expert").get<double>(), 754974720.0);
+  EXPECT_EQ(parts.at("moe_shared_expert_gate").get<double>(), 491520.0);
+  double sum = 0;
+  for (const auto& member : parts.items()) sum += member.value().get<double>();
+  EXPECT_EQ(sum, c.at("dense_per_token").get<double>());
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // estimate
 

@@ -86,9 +86,9 @@ TEST(TensorboardSink, BadDirectoryFailsAtCreate) {
 
 TEST(TensorboardSink, PluginConfigKey) {
   // The example plugin file names a per-rank directory; "{rank}" stays until the plugin starts.
-  const flopmeter::throughput_options o =
-      flopmeter::load_throughput_options(std::string(FLOPMETER_SOURCE_DIR) + "/plugin_configs/example.toml");
-  EXPECT_EQ(o.tensorboard_dir, "tensorboard/rank{rank}");
+  const flopmeter::plugin_config c =
+      flopmeter::load_plugin_config(std::string(FLOPMETER_SOURCE_DIR) + "/plugin_configs/example.toml");
+  EXPECT_EQ(c.sinks.tensorboard_dir, "tensorboard/rank{rank}");
   // An empty directory is an error at its value: [sinks] is line 3, the key line 4, the value at column 15.
   const fs::path config = fs::temp_directory_path() / ("flopmeter_tb_config_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(config) << "[model]\nconfig = \"" << FLOPMETER_SOURCE_DIR << "/model_configs/tiny_vlm.toml\"\n"

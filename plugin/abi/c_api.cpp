@@ -12,6 +12,7 @@
 #include "flopmeter/error.h"
 #include "flopmeter/throughput.h"
 #include "comm/env_gloo.h"
+#include "output/json_line.h"
 
 namespace {
 
@@ -33,7 +34,7 @@ class callback_slot final : public flopmeter::sink {
       callback = callback_;
       user = user_;
     }
-    if (callback != nullptr) callback(user, record.step, flopmeter::to_json_line(record).c_str());
+    if (callback != nullptr) callback(user, record.step, flopmeter::detail::to_json_line(record).c_str());
   }
 
  private:

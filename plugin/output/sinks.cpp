@@ -25,6 +25,10 @@
 
 #include "flopmeter/error.h"
 #include "output/json_writer.h"
+#include "flopmeter/metric_names.h"
+#include "flopmeter/tensorboard.h"
+#include "output/json_line.h"
+#include "output/logging.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/stat.h>
@@ -58,12 +62,7 @@ std::uint64_t sink::failures() const {
 
 namespace {
 
-// A private logger, never registered in spdlog's registry and never made the default one, so that the
-// trainer's own spdlog set-up is left exactly as it was.
-std::shared_ptr<spdlog::logger> logger_or_private(std::shared_ptr<spdlog::logger> logger) {
-  if (logger) return logger;
-  return std::make_shared<spdlog::logger>("flopmeter", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-}
+using detail::logger_or_private;
 
 // ---- console -------------------------------------------------------------------------------------------
 
@@ -77,15 +76,15 @@ struct console_field {
 
 // The order of the line; absent keys are skipped, except MFU which reads "n/a" (unknown peak).
 constexpr console_field kConsoleFields[] = {
-    {"perf/tokens_per_second", "tok/s", 1, ""},
-    {"perf/tokens_per_second_per_gpu", "tok/s/gpu", 1, ""},
-    {"perf/tflops_per_second", "TFLOP/s/gpu", 1, "", true},
-    {"perf/mfu", "MFU", 1, "%", true},
-    {"perf/step_time", "step", 3, "s"},
-    {"train/batch_efficiency", "eff", 2, ""},
-    {"perf/mem_gib", "mem", 1, "GiB"},
-    {"train/loss", "loss", 4, ""},
-    {"perf/log_wait_ms", "wait", 2, "ms"},
+    {metric::kTokensPerSecond, "tok/s", 1, ""},
+    {metric::kTokensPerSecondPerGpu, "tok/s/gpu", 1, ""},
+    {metric::kTflopsPerSecond, "TFLOP/s/gpu", 1, "", true},
+    {metric::kMfu, "MFU", 1, "%", true},
+    {metric::kStepTime, "step", 3, "s"},
+    {metric::kBatchEfficiency, "eff", 2, ""},
+    {metric::kMemGib, "mem", 1, "GiB"},
+    {metric::kLoss, "loss", 4, ""},
+    {metric::kLogWaitMs, "wait", 2, "ms"},
 };
 
 std::string console_line(const metrics_record& record) {
@@ -93,7 +92,7 @@ std::string console_line(const metrics_record& record) {
   auto out = std::back_inserter(line);
   for (const console_field& field : kConsoleFields) {
     const double* value = record.find(field.key);
-    const bool is_mfu = std::string(field.key) == "perf/mfu";
+    const bool is_mfu = field.key == metric::kMfu;
     if (value == nullptr && !is_mfu) continue;
     if (value == nullptr || !std::isfinite(*value)) {
       fmt::format_to(out, " | {} n/a", field.label);
@@ -130,7 +129,7 @@ class jsonl_sink final : public sink {
 
  protected:
   void write_(const metrics_record& record) override {
-    std::string line = to_json_line(record);
+    std::string line = detail::to_json_line(record);
     line.push_back('\n');
     if (file_ != nullptr && replaced()) {
       close();
@@ -193,29 +192,22 @@ class jsonl_sink final : public sink {
     throw error("jsonl sink " + path_ + ": " + what + ": " + reason);
   }
 
-  // Logs at most one message per kReportInterval; the next one says how many were suppressed meanwhile.
+  // Logs at most one message a minute; the next one says how many were suppressed meanwhile.
   void report(spdlog::level::level_enum level, const std::string& message) {
-    constexpr std::chrono::seconds kReportInterval{60};
-    const auto now = std::chrono::steady_clock::now();
-    if (last_report_ && now - *last_report_ < kReportInterval) {
-      ++suppressed_;
-      return;
-    }
-    if (suppressed_ > 0) {
+    if (!reports_.allow()) return;
+    const std::uint64_t suppressed = reports_.take_suppressed();
+    if (suppressed > 0) {
       logger_->log(level, "flopmeter jsonl sink {}: {} ({} similar messages suppressed)", path_, message,
-                   suppressed_);
+                   suppressed);
     } else {
       logger_->log(level, "flopmeter jsonl sink {}: {}", path_, message);
     }
-    last_report_ = now;
-    suppressed_ = 0;
   }
 
   std::string path_;
   std::shared_ptr<spdlog::logger> logger_;
   std::FILE* file_ = nullptr;
-  std::optional<std::chrono::steady_clock::time_point> last_report_;
-  std::uint64_t suppressed_ = 0;
+  detail::rate_limiter reports_;
 };
 
 // ---- callback ------------------------------------------------------------------------------------------
@@ -247,10 +239,52 @@ std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record
   return std::make_shared<callback_sink>(std::move(callback));
 }
 
+namespace {
+
+// The one "{rank}" expansion for every path a plugin file names per rank (the JSONL file, the TensorBoard
+// directory): each occurrence of "{rank}" becomes the decimal rank; the rest of `pattern` is kept as written.
+std::string expand_rank(const std::string& pattern, int rank) {
+  std::string path = pattern;
+  const std::string placeholder = "{rank}";
+  const std::string rank_text = std::to_string(rank);
+  for (std::size_t at = path.find(placeholder); at != std::string::npos; at = path.find(placeholder, at)) {
+    path.replace(at, placeholder.size(), rank_text);
+    at += rank_text.size();
+  }
+  return path;
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
+                                              std::shared_ptr<spdlog::logger> logger) {
+  std::vector<std::shared_ptr<sink>> sinks;
+  if (config.console) sinks.push_back(make_console_sink(logger));
+  if (!config.jsonl_path.empty()) {
+    const std::string path = expand_rank(config.jsonl_path, rank);
+    // Checked here, where the trainer can still act on it: a missing or unwritable directory would otherwise
+    // drop every record of the run (each one counted in health().dropped_records, but no file at all).
+    std::FILE* probe = std::fopen(path.c_str(), "a");
+    if (probe == nullptr) {
+      const int code = errno;
+      throw error("sinks.jsonl: cannot open '" + path + "' for append: " +
+                  std::error_code(code, std::generic_category()).message() +
+                  " (create the directory first, or change [sinks] jsonl)");
+    }
+    std::fclose(probe);
+    sinks.push_back(make_jsonl_sink(path, logger));
+  }
+  if (!config.tensorboard_dir.empty()) {
+    // make_tensorboard_sink creates the directory and opens the first file now, so a bad directory fails here.
+    sinks.push_back(make_tensorboard_sink(expand_rank(config.tensorboard_dir, rank), logger));
+  }
+  return sinks;
+}
+
 // One JSON object per record through the library's JSON writer (output/json_writer.h): shortest round-trip
 // numbers (41.2, not 41.200000000000003), integral values without an exponent, NaN and Inf as null.
-std::string to_json_line(const metrics_record& record) {
-  detail::json_object line(/*spaced=*/false);
+std::string detail::to_json_line(const metrics_record& record) {
+  json_object line(/*spaced=*/false);
   line.integer("step", record.step);
   for (const auto& entry : record.values) line.number(entry.first, entry.second);
   return line.str();

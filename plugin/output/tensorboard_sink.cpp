@@ -4,7 +4,6 @@
 #include "flopmeter/tensorboard.h"
 
 #include <spdlog/logger.h>
-#include <spdlog/sinks/stdout_sinks.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +18,7 @@
 #include <utility>
 
 #include "flopmeter/error.h"
+#include "output/logging.h"
 #include "output/tensorboard_records.h"
 #include "output/tensorboard_event.pb.h"
 
@@ -39,12 +39,6 @@ std::string host_name() {
   char name[256] = {};
   if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
   return name;
-}
-
-// A private logger, never registered in spdlog's registry (as the other sinks do).
-std::shared_ptr<spdlog::logger> logger_or_private(std::shared_ptr<spdlog::logger> logger) {
-  if (logger) return logger;
-  return std::make_shared<spdlog::logger>("flopmeter", std::make_shared<spdlog::sinks::stderr_sink_mt>());
 }
 
 class tensorboard_sink final : public sink {
@@ -130,7 +124,7 @@ class tensorboard_sink final : public sink {
 
 std::shared_ptr<sink> make_tensorboard_sink(const std::string& directory, std::shared_ptr<spdlog::logger> logger) {
   if (directory.empty()) throw error("tensorboard sink: the directory is empty");
-  return std::make_shared<tensorboard_sink>(directory, logger_or_private(std::move(logger)));
+  return std::make_shared<tensorboard_sink>(directory, detail::logger_or_private(std::move(logger)));
 }
 
 }  // namespace flopmeter
