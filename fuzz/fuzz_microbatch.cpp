@@ -8,6 +8,8 @@
 //   count_*: accepted counts are non-negative; the three descriptions agree whenever they describe the
 //     same documents (lengths -> cu_seqlens and positions are derived and counted again, and fuzzed
 //     cu_seqlens / positions are turned back into lengths), including on whether they are accepted.
+//   positions scan: every kernel this CPU has (SSE2, AVX2) gives exactly the scalar kernel's totals or error
+//     text, for int64 positions and, where they fit, the same entries as int32.
 //   plugin: a hook never throws (they are noexcept: a throw would terminate, a crash the fuzzer reports);
 //     it rejects exactly the micro-batches a mirror of its accounting rejects (health().bad_microbatches);
 //     every emitted value is finite and the counts behind them are non-negative; train/tokens_seen is the
@@ -35,6 +37,7 @@
 #include "flopmeter/flop_model.h"
 #include "flopmeter/hooks.h"
 #include "flopmeter/throughput.h"
+#include "core/positions_scan.h"
 #include "fuzz_support.h"
 #include "support/small_models.h"
 
@@ -204,6 +207,41 @@ void check_agreement_to_lengths(const std::vector<std::int64_t>& values, int for
   FUZZ_CHECK(from_lengths.has_value() && *from_lengths == counted, "an accepted description and its lengths disagree");
 }
 
+// ---- the positions scan: every kernel against the scalar one ---------------------------------------------
+
+template <class T>
+std::string scan_outcome(const std::vector<T>& values, detail::positions_kernel kernel) {
+  try {
+    const detail::positions_totals t = detail::scan_positions(array_view<T>(values), kernel);
+    return std::to_string(t.tokens) + " " + std::to_string(t.documents) + " " + std::to_string(t.causal_pairs);
+  } catch (const error& e) {
+    return std::string("error: ") + e.what();
+  }
+}
+
+bool fits_int32(const std::vector<std::int64_t>& values) {
+  for (const std::int64_t v : values) {
+    if (v < std::numeric_limits<std::int32_t>::min() || v > std::numeric_limits<std::int32_t>::max()) return false;
+  }
+  return true;
+}
+
+void check_positions_kernels(const std::vector<std::int64_t>& values) {
+  using detail::positions_kernel;
+  const std::string reference = scan_outcome(values, positions_kernel::scalar);
+  const std::vector<std::int32_t> narrow(values.begin(), values.end());
+  const bool narrow_same = fits_int32(values);
+  for (const positions_kernel k : {positions_kernel::scalar, positions_kernel::sse2, positions_kernel::avx2}) {
+    if (!detail::available(k)) continue;
+    FUZZ_CHECK(scan_outcome(values, k) == reference, std::string("int64 positions: kernel ") + detail::name_of(k) +
+                                                         " disagrees with the scalar one");
+    if (narrow_same) {
+      FUZZ_CHECK(scan_outcome(narrow, k) == reference,
+                 std::string("int32 positions: kernel ") + detail::name_of(k) + " disagrees with int64 scalar");
+    }
+  }
+}
+
 // ---- the plugin, and a mirror of its accounting -----------------------------------------------------------
 
 struct mirror {
@@ -341,11 +379,15 @@ void run_plugin(FuzzedDataProvider& in) {
       if (counted) check_non_negative(*counted);
       if (counted_format == 0) check_agreement_from_lengths(values, counted, padding, grids, g);
       if (counted && counted_format != 0) check_agreement_to_lengths(values, counted_format, *counted, padding, grids, g);
+      if (counted_format == 2) check_positions_kernels(values);
 
       microbatch_event e;
       if (format == 0) e.document_lengths = values;
       if (format == 1) e.cu_seqlens = values;
-      if (format == 2) e.positions = values;
+      // Odd-length positions that fit go through the int32 field (no extra input byte: the corpus keeps its meaning).
+      const std::vector<std::int32_t> narrow(values.begin(), values.end());
+      if (format == 2 && (values.size() % 2 == 0 || !fits_int32(values))) e.positions = values;
+      if (format == 2 && values.size() % 2 == 1 && fits_int32(values)) e.positions_int32 = narrow;
       const std::vector<std::int64_t> one = {1};
       if (format == 3) {
         e.document_lengths = values;

@@ -2,6 +2,8 @@
 # Builds and runs the benchmarks, and prints the targets as ratios measured in this one run:
 #   on_microbatch (32768-token row, 11 documents, 8 images): ns per call and heap allocations per call;
 #   on_log over 4 Gloo ranks against a bare 1-element Gloo all-reduce (and one of on_log's payload);
+#   the positions scan (int64 and int32, each kernel) against a plain sum over the same array: ns per token
+#   and the ratio (target <= 1.5 for the kernel count_from_positions uses);
 #   the per-log derivation (rows -> metrics record, top-k included) at 1,024, 16,384 and 131,072 ranks:
 #   CPU time per derivation against the 1 ms goal at 16,384 ranks, and how it grows (linear: ratio ~8).
 # Speed targets live here, not in tests: timings depend on the machine and its load.
@@ -12,12 +14,14 @@ source "$root/scripts/deps.sh"
 flopmeter_install_deps
 build="${FLOPMETER_BUILD_DIR:-$root/build}"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFLOPMETER_BUILD_BENCH=ON >/dev/null
-cmake --build "$build" -j "$(nproc)" --target bench_on_microbatch bench_on_log bench_derive
+cmake --build "$build" -j "$(nproc)" --target bench_on_microbatch bench_on_log bench_positions_scan bench_derive
 out="$build/bench-results"
 mkdir -p "$out"
 "$build/bench/bench_on_microbatch" --benchmark_format=json --benchmark_out="$out/on_microbatch.json" \
   --benchmark_out_format=json --benchmark_min_time=0.5 >/dev/null
 "$build/bench/bench_on_log" --benchmark_out="$out/on_log.json" --benchmark_out_format=json >/dev/null
+"$build/bench/bench_positions_scan" --benchmark_out="$out/positions_scan.json" --benchmark_out_format=json \
+  --benchmark_min_time=0.5 >/dev/null
 "$build/bench/bench_derive" --benchmark_out="$out/derive.json" --benchmark_out_format=json \
   --benchmark_min_time=0.5 >/dev/null
 # CPU time: the machine may be shared, and the derivation is single-threaded host work.
@@ -45,5 +49,27 @@ END {
   printf "bare 1-element Gloo all-reduce (4 ranks): %.1f us; bare all-reduce of on_log's buffer (4 x 21 doubles): %.1f us\n", bare, payload
   printf "on_log with 20 ms of training between logs (the hook's cost in a loop): %.1f us -> ratio to the bare 1-element all-reduce %.2f (target <= 2)\n", log_gap, log_gap / bare
   printf "on_log back to back (each waits for the previous collective): %.1f us -> %.2f x the bare all-reduce of the same payload\n", log_b2b, log_b2b / payload
+}
+AWK
+# The positions scan: ns per token of each benchmark (its ns_per_token counter, in seconds in the JSON) and
+# the ratio to the plain sum over the same array (same element type and length).
+echo "positions scan vs a plain sum over the same array (ns per token; ratio, target <= 1.5):"
+awk -f - "$out/positions_scan.json" <<'AWK' | sort -k1,1 -k2,2n -k4
+/"name":/          { gsub(/[",]/, "", $2); name = $2 }
+/"ns_per_token":/  { gsub(/,/, "", $2); per_token[name] = $2 * 1e9 }
+/"label":/         { gsub(/[",]/, "", $2); label[name] = $2 }
+END {
+  for (n in per_token) {
+    split(n, parts, "/"); tokens = parts[length(parts)]
+    type = (n ~ /int32/) ? "int32" : "int64"
+    if (n ~ /plain_sum/) sum[type "/" tokens] = per_token[n]
+  }
+  for (n in per_token) {
+    if (n ~ /plain_sum/) continue
+    split(n, parts, "/"); tokens = parts[length(parts)]
+    type = (n ~ /int32/) ? "int32" : "int64"
+    what = (n ~ /count_from_positions/) ? "count_from_positions (dispatch)" : "scan, kernel " label[n]
+    printf "  %s %8d tokens  %-34s %6.3f ns/token   plain sum %6.3f   ratio %5.2f\n", type, tokens, what, per_token[n], sum[type "/" tokens], per_token[n] / sum[type "/" tokens]
+  }
 }
 AWK

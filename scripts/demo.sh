@@ -28,4 +28,6 @@ png="$run_dir/out/vlm_trainer/throughput.png"
 "$root/scripts/plot_metrics.sh" "$jsonl" "$png" >/dev/null
 echo
 echo "flopmeter metrics (JSONL): $jsonl"
+echo "flopmeter metrics (TensorBoard event files; view with: tensorboard --logdir $run_dir/out/vlm_trainer/tensorboard):"
+ls -d "$run_dir"/out/vlm_trainer/tensorboard/rank*
 echo "plot of tok/s and MFU over steps (PNG): $png"

@@ -11,6 +11,9 @@ FLOPMETER_PACKAGES=(
   libtomlplusplus-dev
   nlohmann-json3-dev    # Hugging Face config.json model files (core loader)
   libgtest-dev
+  nlohmann-json3-dev    # tests read the JSON output (CLI, JSONL sink) with nlohmann-json
+  libprotobuf-dev protobuf-compiler  # the TensorBoard sink encodes its events with protobuf
+  python3-venv          # test_tensorboard reads the event files with TensorBoard from PyPI, in a venv
   libbenchmark-dev
   gnuplot-nox           # the demo's PNG plot
   clang libclang-rt-14-dev  # libFuzzer and clang's sanitizer runtimes: scripts/fuzz.sh

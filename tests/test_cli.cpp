@@ -2,9 +2,10 @@
 // and the exit status captured. The expected numbers are derived by hand in the comments from the
 // architecture facts in model_configs/ (qwen3_vl_2b: h=2048, L=28, nh=16, nkv=8, hd=128, I=6144, V=151936;
 // ViT depth 24, hv=1024, Iv=4096, patch input 3*2*16^2=1536, spatial_merge_size 2, 3 DeepStack indexes).
-// The JSON output is parsed by a small strict parser below, so malformed JSON fails the tests.
+// The JSON output is read with nlohmann-json (strict), so malformed JSON fails the tests.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,172 +35,11 @@ const std::string kConfigs = kSourceDir + "/model_configs";
 const std::string kQwen3Vl2b = kConfigs + "/qwen3_vl_2b.toml";
 
 // ---------------------------------------------------------------------------------------------------------
-// A minimal strict JSON parser (RFC 8259 values; numbers kept as double).
-struct json {
-  enum class kind { null, boolean, number, string, array, object } type = kind::null;
-  bool b = false;
-  double n = 0;
-  std::string s;
-  std::vector<json> items;
-  std::vector<std::pair<std::string, json>> members;
+// JSON output is read with nlohmann-json: parse() is strict (RFC 8259) and throws on malformed text, and
+// at() throws on a missing key or index, so a malformed document or a missing field fails the test.
+using json = nlohmann::json;
 
-  const json& operator[](const std::string& key) const {
-    for (const auto& member : members) {
-      if (member.first == key) return member.second;
-    }
-    throw std::runtime_error("missing JSON key '" + key + "'");
-  }
-  bool has(const std::string& key) const {
-    for (const auto& member : members) {
-      if (member.first == key) return true;
-    }
-    return false;
-  }
-};
-
-class json_parser {
- public:
-  explicit json_parser(const std::string& text) : text_(text) {}
-
-  json parse_document() {
-    json value = parse_value();
-    skip_space();
-    if (pos_ != text_.size()) fail("trailing characters");
-    return value;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) {
-    throw std::runtime_error("JSON: " + what + " at offset " + std::to_string(pos_));
-  }
-  void skip_space() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\t' || text_[pos_] == '\r')) ++pos_;
-  }
-  bool consume(const char* literal) {
-    const std::size_t n = std::strlen(literal);
-    if (text_.compare(pos_, n, literal) == 0) {
-      pos_ += n;
-      return true;
-    }
-    return false;
-  }
-  json parse_value() {
-    skip_space();
-    if (pos_ >= text_.size()) fail("unexpected end");
-    json value;
-    const char c = text_[pos_];
-    if (c == '{') {
-      value.type = json::kind::object;
-      ++pos_;
-      skip_space();
-      if (consume("}")) return value;
-      while (true) {
-        skip_space();
-        if (pos_ >= text_.size() || text_[pos_] != '"') fail("expected a key");
-        std::string key = parse_string();
-        skip_space();
-        if (!consume(":")) fail("expected ':'");
-        value.members.emplace_back(std::move(key), parse_value());
-        skip_space();
-        if (consume("}")) return value;
-        if (!consume(",")) fail("expected ',' or '}'");
-      }
-    }
-    if (c == '[') {
-      value.type = json::kind::array;
-      ++pos_;
-      skip_space();
-      if (consume("]")) return value;
-      while (true) {
-        value.items.push_back(parse_value());
-        skip_space();
-        if (consume("]")) return value;
-        if (!consume(",")) fail("expected ',' or ']'");
-      }
-    }
-    if (c == '"') {
-      value.type = json::kind::string;
-      value.s = parse_string();
-      return value;
-    }
-    if (consume("true")) {
-      value.type = json::kind::boolean;
-      value.b = true;
-      return value;
-    }
-    if (consume("false")) {
-      value.type = json::kind::boolean;
-      return value;
-    }
-    if (consume("null")) return value;
-    value.type = json::kind::number;
-    value.n = parse_number();
-    return value;
-  }
-  double parse_number() {
-    const std::size_t start = pos_;
-    if (pos_ < text_.size() && text_[pos_] == '-') ++pos_;
-    if (pos_ >= text_.size() || !std::isdigit(static_cast<unsigned char>(text_[pos_]))) fail("bad number");
-    if (text_[pos_] == '0') {
-      ++pos_;
-    } else {
-      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
-    }
-    if (pos_ < text_.size() && text_[pos_] == '.') {
-      ++pos_;
-      if (pos_ >= text_.size() || !std::isdigit(static_cast<unsigned char>(text_[pos_]))) fail("bad fraction");
-      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
-    }
-    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
-      ++pos_;
-      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
-      if (pos_ >= text_.size() || !std::isdigit(static_cast<unsigned char>(text_[pos_]))) fail("bad exponent");
-      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
-    }
-    return std::strtod(text_.substr(start, pos_ - start).c_str(), nullptr);
-  }
-  std::string parse_string() {
-    ++pos_;  // opening quote
-    std::string out;
-    while (true) {
-      if (pos_ >= text_.size()) fail("unterminated string");
-      const char c = text_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("raw control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= text_.size()) fail("bad escape");
-      const char e = text_[pos_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          if (pos_ + 4 > text_.size()) fail("bad \\u escape");
-          for (std::size_t k = 0; k < 4; ++k) {
-            if (!std::isxdigit(static_cast<unsigned char>(text_[pos_ + k]))) fail("bad \\u escape");
-          }
-          out += "?";  // the tests only need to know the escape is well formed
-          pos_ += 4;
-          break;
-        }
-        default: fail("bad escape");
-      }
-    }
-  }
-
-  const std::string& text_;
-  std::size_t pos_ = 0;
-};
-
-json parse_json(const std::string& text) { return json_parser(text).parse_document(); }
+json parse_json(const std::string& text) { return json::parse(text); }
 
 // ---------------------------------------------------------------------------------------------------------
 // Running the tool.
@@ -380,40 +220,40 @@ TEST_F(CliTest, CheckOverShippedConfigsPasses) {
   r = run({"check", "--json"});
   ASSERT_EQ(r.status, 0) << describe({"check", "--json"}, r);
   const json doc = parse_json(r.out);
-  ASSERT_EQ(doc.type, json::kind::array);
-  ASSERT_EQ(doc.items.size(), models * 3);
+  ASSERT_TRUE(doc.is_array());
+  ASSERT_EQ(doc.size(), models * 3);
   std::map<std::string, int> per_model;
-  for (std::size_t i = 0; i < doc.items.size(); ++i) {
-    const json& report = doc.items[i];
-    EXPECT_TRUE(report["pass"].b) << report["model"].s;
+  for (std::size_t i = 0; i < doc.size(); ++i) {
+    const json& report = doc.at(i);
+    EXPECT_TRUE(report.at("pass").get<bool>()) << report.at("model").get<std::string>();
     const double expected_s[] = {4096, 8192, 32768};
-    EXPECT_EQ(report["seq_len"].n, expected_s[i % 3]);
-    per_model[report["model"].s] += 1;
+    EXPECT_EQ(report.at("seq_len").get<double>(), expected_s[i % 3]);
+    per_model[report.at("model").get<std::string>()] += 1;
     for (const char* key : {"megatron_text_per_token", "megatron_vision_per_token", "megatron_text_linear_per_token",
                             "megatron_text_attention_per_token", "megatron_vision_linear_per_token",
                             "megatron_vision_attention_per_token"}) {
-      EXPECT_EQ(report[key].type, json::kind::number) << key;
+      EXPECT_TRUE(report.at(key).is_number()) << key;
     }
-    ASSERT_EQ(report["rows"].type, json::kind::array);
-    EXPECT_GE(report["rows"].items.size(), 4u);
-    for (const json& row : report["rows"].items) {
-      EXPECT_TRUE(row["pass"].b) << row["term"].s;
+    ASSERT_TRUE(report.at("rows").is_array());
+    EXPECT_GE(report.at("rows").size(), 4u);
+    for (const json& row : report.at("rows")) {
+      EXPECT_TRUE(row.at("pass").get<bool>()) << row.at("term").get<std::string>();
       for (const char* key : {"exact", "megatron", "expected_ratio", "ratio", "relative_error"}) {
-        EXPECT_EQ(row[key].type, json::kind::number) << key;
+        EXPECT_TRUE(row.at(key).is_number()) << key;
       }
-      EXPECT_FALSE(row["explanation"].s.empty());
+      EXPECT_FALSE(row.at("explanation").get<std::string>().empty());
     }
   }
   EXPECT_EQ(per_model.size(), models);
   // Files are taken in name order: qwen3_5_0_8b first, tiny_vlm last.
-  EXPECT_EQ(doc.items.front()["model"].s, "qwen3_5_0_8b");
-  EXPECT_EQ(doc.items.back()["model"].s, "tiny_vlm");
+  EXPECT_EQ(doc.front().at("model").get<std::string>(), "qwen3_5_0_8b");
+  EXPECT_EQ(doc.back().at("model").get<std::string>(), "tiny_vlm");
 }
 
 TEST_F(CliTest, CheckFindsSourceTreeConfigsWithoutEnvironment) {
   const result r = run({"check", "--seq-len", "64", "--json"}, "");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(parse_json(r.out).items.size(), shipped_model_count());
+  EXPECT_EQ(parse_json(r.out).size(), shipped_model_count());
 }
 
 TEST_F(CliTest, CheckMegatronConstantOfQwen3Vl2bMatchesHandDerivation) {
@@ -421,23 +261,23 @@ TEST_F(CliTest, CheckMegatronConstantOfQwen3Vl2bMatchesHandDerivation) {
   const result r = run(args);
   ASSERT_EQ(r.status, 0) << describe(args, r);
   const json doc = parse_json(r.out);
-  ASSERT_EQ(doc.items.size(), 1u);
-  const json& report = doc.items[0];
-  EXPECT_EQ(report["model"].s, "qwen3_vl_2b");
-  EXPECT_EQ(report["seq_len"].n, 4096);
+  ASSERT_EQ(doc.size(), 1u);
+  const json& report = doc.at(0);
+  EXPECT_EQ(report.at("model").get<std::string>(), "qwen3_vl_2b");
+  EXPECT_EQ(report.at("seq_len").get<double>(), 4096);
   // Megatron per token = 6*[L*(h*(q+2kv) + q*h) + L*3*h*I + h*V] + 6*L*2*q*S/2, q = 2048, kv = 1024:
   //   token-linear = 6*[28*(2048*4096 + 2048*2048) + 28*3*2048*6144 + 2048*151936]
   //                = 6*[352321536 + 1056964608 + 311164928] = 6*1720451072 = 10322706432
   //   attention    = 6*28*2*2048*4096/2 = 1409286144
   //   total        = 11731992576
-  EXPECT_EQ(report["megatron_text_linear_per_token"].n, 10322706432.0);
-  EXPECT_EQ(report["megatron_text_attention_per_token"].n, 1409286144.0);
-  EXPECT_EQ(report["megatron_text_per_token"].n, 11731992576.0);
+  EXPECT_EQ(report.at("megatron_text_linear_per_token").get<double>(), 10322706432.0);
+  EXPECT_EQ(report.at("megatron_text_attention_per_token").get<double>(), 1409286144.0);
+  EXPECT_EQ(report.at("megatron_text_per_token").get<double>(), 11731992576.0);
   // ViT: 12*depth*hv^2*((1 + 1) + Iv/hv) = 12*24*1024^2*6 = 1811939328 token-linear, and
   // 12*depth*hv^2*(S/hv/2) = 6*24*1024*4096 = 603979776 attention.
-  EXPECT_EQ(report["megatron_vision_linear_per_token"].n, 1811939328.0);
-  EXPECT_EQ(report["megatron_vision_attention_per_token"].n, 603979776.0);
-  EXPECT_EQ(report["megatron_vision_per_token"].n, 2415919104.0);
+  EXPECT_EQ(report.at("megatron_vision_linear_per_token").get<double>(), 1811939328.0);
+  EXPECT_EQ(report.at("megatron_vision_attention_per_token").get<double>(), 603979776.0);
+  EXPECT_EQ(report.at("megatron_vision_per_token").get<double>(), 2415919104.0);
   // Integral values are printed as integers (exact), not in exponent form.
   EXPECT_NE(r.out.find("\"megatron_text_per_token\": 11731992576,"), std::string::npos) << r.out;
 }
@@ -450,15 +290,15 @@ TEST_F(CliTest, CheckUsesEnvironmentConfigsDirectoryAndRepeatedSeqLen) {
   const result r = run({"check", "--seq-len", "100", "--seq-len=200", "--json"}, configs.string());
   ASSERT_EQ(r.status, 0) << r.err;
   const json doc = parse_json(r.out);
-  ASSERT_EQ(doc.items.size(), 2u);
-  EXPECT_EQ(doc.items[0]["model"].s, "tiny_vlm");
-  EXPECT_EQ(doc.items[0]["seq_len"].n, 100);
-  EXPECT_EQ(doc.items[1]["seq_len"].n, 200);
+  ASSERT_EQ(doc.size(), 2u);
+  EXPECT_EQ(doc.at(0).at("model").get<std::string>(), "tiny_vlm");
+  EXPECT_EQ(doc.at(0).at("seq_len").get<double>(), 100);
+  EXPECT_EQ(doc.at(1).at("seq_len").get<double>(), 200);
 
   // A bare model name is looked up in the same directory.
   const result named = run({"check", "tiny_vlm", "--seq-len", "8", "--json"}, configs.string());
   ASSERT_EQ(named.status, 0) << named.err;
-  EXPECT_EQ(parse_json(named.out).items.size(), 1u);
+  EXPECT_EQ(parse_json(named.out).size(), 1u);
 }
 
 TEST_F(CliTest, CheckWithEmptyOrMissingConfigsDirectoryFails) {
@@ -480,16 +320,16 @@ TEST_F(CliTest, CoefficientsOfQwen3Vl2bMatchHandDerivation) {
   const result r = run({"coefficients", kQwen3Vl2b, "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
   const json c = parse_json(r.out);
-  EXPECT_EQ(c["model"].s, "qwen3_vl_2b");
-  EXPECT_EQ(c["dense_per_token"].n, kDense);
-  EXPECT_EQ(c["text_attn_pair"].n, kTextPair);
-  EXPECT_EQ(c["vision_per_patch"].n, kVisionPatch);
-  EXPECT_EQ(c["vision_attn_pair"].n, kVisionPair);
-  EXPECT_EQ(c["patch_embed_per_patch"].n, kPatchEmbed);
-  EXPECT_EQ(c["merger_per_merged_token"].n, kMerger);
-  EXPECT_EQ(c["mtp_per_token"].n, 0);  // qwen3_vl has no MTP layers
-  EXPECT_EQ(c["mtp_attn_pair"].n, 0);
-  EXPECT_EQ(c["patches_per_merged_token"].n, 4);  // spatial_merge_size^2 = 2^2
+  EXPECT_EQ(c.at("model").get<std::string>(), "qwen3_vl_2b");
+  EXPECT_EQ(c.at("dense_per_token").get<double>(), kDense);
+  EXPECT_EQ(c.at("text_attn_pair").get<double>(), kTextPair);
+  EXPECT_EQ(c.at("vision_per_patch").get<double>(), kVisionPatch);
+  EXPECT_EQ(c.at("vision_attn_pair").get<double>(), kVisionPair);
+  EXPECT_EQ(c.at("patch_embed_per_patch").get<double>(), kPatchEmbed);
+  EXPECT_EQ(c.at("merger_per_merged_token").get<double>(), kMerger);
+  EXPECT_EQ(c.at("mtp_per_token").get<double>(), 0);  // qwen3_vl has no MTP layers
+  EXPECT_EQ(c.at("mtp_attn_pair").get<double>(), 0);
+  EXPECT_EQ(c.at("patches_per_merged_token").get<double>(), 4);  // spatial_merge_size^2 = 2^2
 
   // Human form: labeled, grouped digits, a meaning per line; the bare name resolves to the shipped file.
   const result human = run({"coefficients", "qwen3_vl_2b"});
@@ -499,21 +339,54 @@ TEST_F(CliTest, CoefficientsOfQwen3Vl2bMatchHandDerivation) {
   EXPECT_NE(human.out.find("per (query, key) pair"), std::string::npos) << human.out;
 }
 
+// A model name (or a path) from a file is data: in text output its control characters are written as
+// escapes, never as the bytes, so a config cannot clear the screen (ESC [2J), retitle the terminal or start
+// a CSI sequence with the C1 byte U+009B. JSON output keeps the exact string (escaped as JSON).
+TEST_F(CliTest, TextOutputEscapesControlCharacters) {
+  std::string text = read_file(kConfigs + "/tiny_vlm.toml");
+  const std::string key = "name = \"tiny_vlm\"";
+  ASSERT_NE(text.find(key), std::string::npos);
+  text.replace(text.find(key), key.size(), "name = \"ti\\u001b[2Jny\\u009bvlm\\u0007\"");
+  const fs::path odd = dir_ / "odd.toml";
+  write_file(odd, text);
+  const auto no_raw_controls = [](const std::string& out) {
+    return out.find('\x1b') == std::string::npos && out.find('\x07') == std::string::npos &&
+           out.find("\xC2\x9B") == std::string::npos;
+  };
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"coefficients", odd.string()}, {"estimate", odd.string(), "--docs", "3"},
+           {"check", odd.string(), "--seq-len", "64"}}) {
+    const result r = run(args);
+    ASSERT_EQ(r.status, 0) << describe(args, r);
+    EXPECT_NE(r.out.find("ti\\x1b[2Jny\\u009bvlm\\x07"), std::string::npos) << r.out;
+    EXPECT_TRUE(no_raw_controls(r.out)) << r.out;
+  }
+  const result j = run({"coefficients", odd.string(), "--json"});
+  ASSERT_EQ(j.status, 0) << j.err;
+  EXPECT_EQ(parse_json(j.out).at("model").get<std::string>(), "ti\x1b[2Jny\xC2\x9Bvlm\x07");
+
+  // An error message quoting a path with an escape sequence, on stderr.
+  const result missing = run({"coefficients", (dir_ / "no\x1b]0;owned\x07.toml").string()});
+  EXPECT_EQ(missing.status, 1) << missing.err;
+  EXPECT_NE(missing.err.find("no\\x1b]0;owned\\x07.toml"), std::string::npos) << missing.err;
+  EXPECT_TRUE(no_raw_controls(missing.err)) << missing.err;
+}
+
 // Mixture of experts: dense_per_token stays the total and dense_per_token_breakdown splits it (router, routed
 // experts, shared expert, its gate, ...); the values are derived by hand in tests/test_flop_model.cpp.
 TEST_F(CliTest, CoefficientsOfAnMoeModelCarryABreakdownThatSumsToTheTotal) {
   const result r = run({"coefficients", "qwen3_5_35b_a3b", "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
   const json c = parse_json(r.out);
-  EXPECT_EQ(c["dense_per_token"].n, 18055004160.0);
-  const json& parts = c["dense_per_token_breakdown"];
-  EXPECT_EQ(parts["moe_router"].n, 125829120.0);
-  EXPECT_EQ(parts["moe_routed_experts"].n, 6039797760.0);
-  EXPECT_EQ(parts["moe_shared_expert"].n, 754974720.0);
-  EXPECT_EQ(parts["moe_shared_expert_gate"].n, 491520.0);
+  EXPECT_EQ(c.at("dense_per_token").get<double>(), 18055004160.0);
+  const json& parts = c.at("dense_per_token_breakdown");
+  EXPECT_EQ(parts.at("moe_router").get<double>(), 125829120.0);
+  EXPECT_EQ(parts.at("moe_routed_experts").get<double>(), 6039797760.0);
+  EXPECT_EQ(parts.at("moe_shared_expert").get<double>(), 754974720.0);
+  EXPECT_EQ(parts.at("moe_shared_expert_gate").get<double>(), 491520.0);
   double sum = 0;
-  for (const auto& member : parts.members) sum += member.second.n;
-  EXPECT_EQ(sum, c["dense_per_token"].n);
+  for (const auto& member : parts.items()) sum += member.value().get<double>();
+  EXPECT_EQ(sum, c.at("dense_per_token").get<double>());
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -527,16 +400,16 @@ TEST_F(CliTest, EstimateSmallBatchMatchesHandDerivation) {
   const json e = parse_json(r.out);
   // Counts: real 3+5 = 8, padding 2, pairs 3*4/2 + 5*6/2 = 6 + 15 = 21; one 1x2x2 image: 4 patches,
   // 4/2^2 = 1 merged token, (2*2)^2 = 16 pairs per frame and whole.
-  const json& n = e["counts"];
-  EXPECT_EQ(n["real_tokens"].n, 8);
-  EXPECT_EQ(n["padding_tokens"].n, 2);
-  EXPECT_EQ(n["documents"].n, 2);
-  EXPECT_EQ(n["causal_pairs"].n, 21);
-  EXPECT_EQ(n["items"].n, 1);
-  EXPECT_EQ(n["patches"].n, 4);
-  EXPECT_EQ(n["merged_tokens"].n, 1);
-  EXPECT_EQ(n["vision_pairs_per_frame"].n, 16);
-  EXPECT_EQ(n["vision_pairs_whole"].n, 16);
+  const json& n = e.at("counts");
+  EXPECT_EQ(n.at("real_tokens").get<double>(), 8);
+  EXPECT_EQ(n.at("padding_tokens").get<double>(), 2);
+  EXPECT_EQ(n.at("documents").get<double>(), 2);
+  EXPECT_EQ(n.at("causal_pairs").get<double>(), 21);
+  EXPECT_EQ(n.at("items").get<double>(), 1);
+  EXPECT_EQ(n.at("patches").get<double>(), 4);
+  EXPECT_EQ(n.at("merged_tokens").get<double>(), 1);
+  EXPECT_EQ(n.at("vision_pairs_per_frame").get<double>(), 16);
+  EXPECT_EQ(n.at("vision_pairs_whole").get<double>(), 16);
   // FLOPs (complete scope) = coefficient x count:
   //   text_dense       10322706432 x 10 = 103227064320
   //   text_attention        688128 x 21 =     14450688
@@ -545,24 +418,24 @@ TEST_F(CliTest, EstimateSmallBatchMatchesHandDerivation) {
   //   patch_embed          6291456 x  4 =     25165824
   //   merger             603979776 x  1 =    603979776
   //   total                              = 111123136512
-  EXPECT_EQ(e["scope"].s, "complete");
-  EXPECT_EQ(e["text_dense"].n, kDense * 10);
-  EXPECT_EQ(e["text_attention"].n, kTextPair * 21);
-  EXPECT_EQ(e["vision_dense"].n, kVisionPatch * 4);
-  EXPECT_EQ(e["vision_attention"].n, kVisionPair * 16);
-  EXPECT_EQ(e["patch_embed"].n, kPatchEmbed * 4);
-  EXPECT_EQ(e["merger"].n, kMerger * 1);
-  EXPECT_EQ(e["mtp"].n, 0);
-  EXPECT_EQ(e["flops"].n, 111123136512.0);
+  EXPECT_EQ(e.at("scope").get<std::string>(), "complete");
+  EXPECT_EQ(e.at("text_dense").get<double>(), kDense * 10);
+  EXPECT_EQ(e.at("text_attention").get<double>(), kTextPair * 21);
+  EXPECT_EQ(e.at("vision_dense").get<double>(), kVisionPatch * 4);
+  EXPECT_EQ(e.at("vision_attention").get<double>(), kVisionPair * 16);
+  EXPECT_EQ(e.at("patch_embed").get<double>(), kPatchEmbed * 4);
+  EXPECT_EQ(e.at("merger").get<double>(), kMerger * 1);
+  EXPECT_EQ(e.at("mtp").get<double>(), 0);
+  EXPECT_EQ(e.at("flops").get<double>(), 111123136512.0);
   // The constant at S = 8 + 2 = 10 tokens:
   //   text per token   = 10322706432 + 6*28*2*2048*10/2 = 10322706432 + 3440640 = 10326147072
   //   vision per token = 1811939328 + 6*24*1024*10      = 1811939328 + 1474560 = 1813413888
   //   megatron_flops   = 10326147072 x 10 + 1813413888 x 4 = 103261470720 + 7253655552 = 110515126272
-  EXPECT_EQ(e["row_length"].n, 10);
-  EXPECT_EQ(e["megatron_text_per_token"].n, 10326147072.0);
-  EXPECT_EQ(e["megatron_vision_per_token"].n, 1813413888.0);
-  EXPECT_EQ(e["megatron_flops"].n, 110515126272.0);
-  EXPECT_DOUBLE_EQ(e["megatron_over_exact"].n, 110515126272.0 / 111123136512.0);
+  EXPECT_EQ(e.at("row_length").get<double>(), 10);
+  EXPECT_EQ(e.at("megatron_text_per_token").get<double>(), 10326147072.0);
+  EXPECT_EQ(e.at("megatron_vision_per_token").get<double>(), 1813413888.0);
+  EXPECT_EQ(e.at("megatron_flops").get<double>(), 110515126272.0);
+  EXPECT_DOUBLE_EQ(e.at("megatron_over_exact").get<double>(), 110515126272.0 / 111123136512.0);
 }
 
 TEST_F(CliTest, EstimateSeedAndCompleteScopeDifferForVideo) {
@@ -578,22 +451,22 @@ TEST_F(CliTest, EstimateSeedAndCompleteScopeDifferForVideo) {
   const json seed = estimate("seed");
   const json complete = estimate("complete");
   for (const json* e : {&seed, &complete}) {
-    EXPECT_EQ((*e)["counts"]["patches"].n, 32);
-    EXPECT_EQ((*e)["counts"]["merged_tokens"].n, 8);
-    EXPECT_EQ((*e)["counts"]["vision_pairs_per_frame"].n, 512);
-    EXPECT_EQ((*e)["counts"]["vision_pairs_whole"].n, 1024);
-    EXPECT_EQ((*e)["text_dense"].n, kDense * 4);
-    EXPECT_EQ((*e)["text_attention"].n, kTextPair * 10);  // 4*5/2 pairs
-    EXPECT_EQ((*e)["vision_dense"].n, kVisionPatch * 32);
+    EXPECT_EQ((*e).at("counts").at("patches").get<double>(), 32);
+    EXPECT_EQ((*e).at("counts").at("merged_tokens").get<double>(), 8);
+    EXPECT_EQ((*e).at("counts").at("vision_pairs_per_frame").get<double>(), 512);
+    EXPECT_EQ((*e).at("counts").at("vision_pairs_whole").get<double>(), 1024);
+    EXPECT_EQ((*e).at("text_dense").get<double>(), kDense * 4);
+    EXPECT_EQ((*e).at("text_attention").get<double>(), kTextPair * 10);  // 4*5/2 pairs
+    EXPECT_EQ((*e).at("vision_dense").get<double>(), kVisionPatch * 32);
   }
-  EXPECT_EQ(seed["scope"].s, "seed");
-  EXPECT_EQ(seed["vision_attention"].n, kVisionPair * 1024);  // 301989888
-  EXPECT_EQ(seed["patch_embed"].n, 0);
-  EXPECT_EQ(seed["merger"].n, 0);
-  EXPECT_EQ(complete["vision_attention"].n, kVisionPair * 512);  // 150994944
-  EXPECT_EQ(complete["patch_embed"].n, kPatchEmbed * 32);        // 201326592
-  EXPECT_EQ(complete["merger"].n, kMerger * 8);                  // 4831838208
-  EXPECT_EQ(complete["flops"].n - seed["flops"].n,
+  EXPECT_EQ(seed.at("scope").get<std::string>(), "seed");
+  EXPECT_EQ(seed.at("vision_attention").get<double>(), kVisionPair * 1024);  // 301989888
+  EXPECT_EQ(seed.at("patch_embed").get<double>(), 0);
+  EXPECT_EQ(seed.at("merger").get<double>(), 0);
+  EXPECT_EQ(complete.at("vision_attention").get<double>(), kVisionPair * 512);  // 150994944
+  EXPECT_EQ(complete.at("patch_embed").get<double>(), kPatchEmbed * 32);        // 201326592
+  EXPECT_EQ(complete.at("merger").get<double>(), kMerger * 8);                  // 4831838208
+  EXPECT_EQ(complete.at("flops").get<double>() - seed.at("flops").get<double>(),
             kVisionPair * (512.0 - 1024.0) + kPatchEmbed * 32 + kMerger * 8);
 }
 
@@ -611,22 +484,22 @@ TEST_F(CliTest, EstimateReportsHowFarTheConstantIsOff) {
   const result j = run({"estimate", kQwen3Vl2b, "--docs", "1000", "--seq-len", "32768", "--json"});
   ASSERT_EQ(j.status, 0) << j.err;
   const json e = parse_json(j.out);
-  EXPECT_EQ(e["row_length"].n, 32768);
+  EXPECT_EQ(e.at("row_length").get<double>(), 32768);
   const double exact = 1000 * kDense + 500500 * kTextPair;
   const double constant = 1000 * (kDense + kTextPair * 16384);
-  EXPECT_EQ(e["flops"].n, exact);
-  EXPECT_EQ(e["megatron_flops"].n, constant);
-  EXPECT_DOUBLE_EQ(e["megatron_over_exact"].n, constant / exact);
+  EXPECT_EQ(e.at("flops").get<double>(), exact);
+  EXPECT_EQ(e.at("megatron_flops").get<double>(), constant);
+  EXPECT_DOUBLE_EQ(e.at("megatron_over_exact").get<double>(), constant / exact);
 }
 
 TEST_F(CliTest, EstimateEmptyBatchHasNoRatio) {
   const result r = run({"estimate", kQwen3Vl2b, "--docs", "0", "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
   const json e = parse_json(r.out);
-  EXPECT_EQ(e["flops"].n, 0);
-  EXPECT_EQ(e["row_length"].n, 0);
-  EXPECT_EQ(e["megatron_flops"].type, json::kind::null);
-  EXPECT_EQ(e["megatron_over_exact"].type, json::kind::null);
+  EXPECT_EQ(e.at("flops").get<double>(), 0);
+  EXPECT_EQ(e.at("row_length").get<double>(), 0);
+  EXPECT_TRUE(e.at("megatron_flops").is_null());
+  EXPECT_TRUE(e.at("megatron_over_exact").is_null());
 }
 
 TEST_F(CliTest, EstimateOnTextOnlyModel) {
@@ -646,8 +519,8 @@ TEST_F(CliTest, EstimateOnTextOnlyModel) {
   result r = run({"estimate", text_only.string(), "--docs", "3", "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
   const json e = parse_json(r.out);
-  EXPECT_EQ(e["vision_dense"].n, 0);
-  EXPECT_EQ(e["counts"]["causal_pairs"].n, 6);
+  EXPECT_EQ(e.at("vision_dense").get<double>(), 0);
+  EXPECT_EQ(e.at("counts").at("causal_pairs").get<double>(), 6);
 
   // Images on a text-only model: the batch is invalid (exit 1), not a crash.
   r = run({"estimate", text_only.string(), "--docs", "3", "--images", "1x2x2"});
@@ -768,7 +641,8 @@ TEST_F(CliTest, JsonStringsAreEscaped) {
   const result r = run({"coefficients", odd.string(), "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
   const json c = parse_json(r.out);
-  EXPECT_EQ(c["model"].s, "ti\"ny\\vlm\t?");
+  // The old hand-written parser turned \u0001 into '?'; nlohmann-json decodes it to the byte itself.
+  EXPECT_EQ(c.at("model").get<std::string>(), std::string("ti\"ny\\vlm\t\x01"));
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@
 
 #include "flopmeter/flop_model.h"
 #include "flopmeter/model_spec.h"
+#include "output/json_writer.h"
 
 namespace flopmeter::cli {
 
@@ -88,28 +89,19 @@ std::string without_library_prefix(const std::string& message);
 
 // ---- formatting (cli_format.cpp) ----
 
-// A JSON string literal (with quotes): escapes quotes, backslashes and control characters; invalid UTF-8
-// bytes become U+FFFD so the output is always valid JSON.
-std::string json_string(const std::string& text);
-// A JSON number: integral doubles below 2^63 in magnitude as %.0f (exact), other finite values as %.17g
-// (round-trips), non-finite values as null (JSON has no inf/NaN).
-std::string json_number(double value);
-std::string json_int(std::int64_t value);
-inline const char* json_bool(bool value) { return value ? "true" : "false"; }
+// JSON output goes through the library's one JSON writer (plugin/output/json_writer.h): shortest round-trip
+// numbers, integral values without an exponent, NaN/Inf as null, control characters and invalid UTF-8
+// escaped. json_object builds one object, keys in insertion order, with ", " and ": " separators.
+using detail::json_number;
+using detail::json_object;
+using detail::json_string;
 
-// Builds one JSON object, keys in insertion order.
-class json_object {
- public:
-  json_object& number(const char* key, double value) { return raw(key, json_number(value)); }
-  json_object& integer(const char* key, std::int64_t value) { return raw(key, json_int(value)); }
-  json_object& boolean(const char* key, bool value) { return raw(key, json_bool(value)); }
-  json_object& string(const char* key, const std::string& value) { return raw(key, json_string(value)); }
-  json_object& raw(const char* key, const std::string& json);
-  std::string str() const { return "{" + body_ + "}"; }
-
- private:
-  std::string body_;
-};
+// Text (non-JSON) output of a string that came from a file or the command line (a model name, a path, an
+// error message): control characters (C0, DEL and the C1 range U+0080-U+009F, which terminals interpret as
+// escape sequences) are written as \xHH or \u00HH, and bytes that are not valid UTF-8 as \xHH, so a file
+// cannot move the cursor, retitle the terminal or hide text. With `keep_newlines`, '\n' and '\t' stay (a
+// multi-line error message).
+std::string printable(const std::string& text, bool keep_newlines = false);
 
 // "12,345,678" — an integer with thousands separators, for tables.
 std::string group_digits(std::int64_t value);

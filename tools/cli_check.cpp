@@ -71,9 +71,9 @@ std::string report_json(const check_report& report) {
 
 void print_report(const check_report& report, const std::string& source) {
   const megatron_constant& k = report.constant;
-  std::printf("%s  S=%lld  %s\n", report.model.c_str(), static_cast<long long>(report.seq_len),
+  std::printf("%s  S=%lld  %s\n", printable(report.model).c_str(), static_cast<long long>(report.seq_len),
               report.pass ? "PASS" : "FAIL");
-  if (!source.empty()) std::printf("  file: %s\n", source.c_str());
+  if (!source.empty()) std::printf("  file: %s\n", printable(source).c_str());
   const std::string lead = "  Megatron constant per token at S=" + std::to_string(report.seq_len) + ": ";
   std::printf("%stext   %s (token-linear %s + attention %s)\n", lead.c_str(), short_number(k.text_per_token()).c_str(),
               short_number(k.text_linear_per_token).c_str(), short_number(k.text_attention_per_token).c_str());

@@ -82,8 +82,8 @@ int run_coefficients(const std::vector<std::string>& args) {
     std::printf("%s\n", object.str().c_str());
     return kExitOk;
   }
-  std::printf("%s: training FLOPs (forward + backward) per unit\n", spec.name.c_str());
-  if (!spec.source_path.empty()) std::printf("file: %s\n", spec.source_path.c_str());
+  std::printf("%s: training FLOPs (forward + backward) per unit\n", printable(spec.name).c_str());
+  if (!spec.source_path.empty()) std::printf("file: %s\n", printable(spec.source_path).c_str());
   if (!spec.vision) std::printf("text-only model: the vision coefficients are 0\n");
   std::printf("\n  %-25s %22s  %s\n", "coefficient", "value", "meaning");
   for (const entry& e : entries) {

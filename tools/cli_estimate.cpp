@@ -179,7 +179,7 @@ void print_text(const estimate_request& request, const estimate_result& r) {
   const batch_counts& n = r.n;
   const flop_breakdown& f = r.f;
   const char* scope = to_string(request.scope);
-  std::printf("%s, scope %s: training FLOPs (forward + backward) of this micro-batch\n\n", r.spec.name.c_str(), scope);
+  std::printf("%s, scope %s: training FLOPs (forward + backward) of this micro-batch\n\n", printable(r.spec.name).c_str(), scope);
   std::printf("counts\n");
   std::printf("  %-24s %20s\n", "real_tokens", group_digits(n.real_tokens).c_str());
   std::printf("  %-24s %20s\n", "padding_tokens", group_digits(n.padding_tokens).c_str());

@@ -1,4 +1,4 @@
-// JSON and table formatting for the flopmeter tool (no JSON library: the output is small and flat).
+// Table formatting and text escaping for the flopmeter tool (JSON goes through plugin/output/json_writer.h).
 #include <cinttypes>
 #include <cmath>
 #include <cstdint>
@@ -17,94 +17,46 @@ std::string printf_double(const char* format, double value) {
   return std::string(buffer, static_cast<std::size_t>(n) < sizeof buffer ? static_cast<std::size_t>(n) : sizeof buffer - 1);
 }
 
-// Length of the valid UTF-8 sequence starting at s[i] (1..4), or 0 when the bytes there are not valid UTF-8
-// (bad lead byte, truncated sequence, overlong form, surrogate, or above U+10FFFF).
-std::size_t utf8_sequence_length(const std::string& s, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char lead = byte(i);
-  std::size_t length = 0;
-  std::uint32_t code = 0;
-  if (lead < 0x80) return 1;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-    code = lead & 0x1Fu;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    code = lead & 0x0Fu;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    code = lead & 0x07u;
-  } else {
-    return 0;
-  }
-  if (i + length > s.size()) return 0;
-  for (std::size_t k = 1; k < length; ++k) {
-    if ((byte(i + k) & 0xC0u) != 0x80u) return 0;
-    code = (code << 6) | (byte(i + k) & 0x3Fu);
-  }
-  if ((length == 3 && code < 0x800) || (length == 4 && code < 0x10000)) return 0;  // overlong
-  if (code >= 0xD800 && code <= 0xDFFF) return 0;                                  // surrogate
-  if (code > 0x10FFFF) return 0;
-  return length;
-}
-
 }  // namespace
 
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
+std::string printable(const std::string& text, bool keep_newlines) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  const auto hex_byte = [&](unsigned char c) {
+    out += "\\x";
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 0xF]);
+  };
   for (std::size_t i = 0; i < text.size();) {
-    const char c = text[i];
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x80) {
-      const std::size_t length = utf8_sequence_length(text, i);
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      const std::size_t length = detail::utf8_sequence_length(text, i);
       if (length == 0) {
-        out += "\\ufffd";
+        hex_byte(c);  // not UTF-8: the byte's value, never the byte
         i += 1;
+      } else if (length == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0) {
+        // U+0080-U+009F: C1 controls (U+009B is CSI, which starts a terminal escape sequence).
+        out += "\\u00";
+        out.push_back(kHex[static_cast<unsigned char>(text[i + 1]) >> 4]);
+        out.push_back(kHex[static_cast<unsigned char>(text[i + 1]) & 0xF]);
+        i += 2;
       } else {
         out.append(text, i, length);
         i += length;
       }
       continue;
     }
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (u < 0x20 || u == 0x7F) {
-          char escape[8];
-          std::snprintf(escape, sizeof escape, "\\u%04x", static_cast<unsigned>(u));
-          out += escape;
-        } else {
-          out += c;
-        }
+    if (keep_newlines && (c == '\n' || c == '\t')) {
+      out.push_back(static_cast<char>(c));
+    } else if (c < 0x20 || c == 0x7F) {
+      hex_byte(c);
+    } else {
+      out.push_back(static_cast<char>(c));
     }
     ++i;
   }
-  out += '"';
   return out;
-}
-
-std::string json_number(double value) {
-  if (!std::isfinite(value)) return "null";
-  if (value == 0) return "0";  // also turns -0 into 0
-  // Integral values below 2^63 print exactly as integers; everything else as %.17g, which round-trips.
-  if (std::floor(value) == value && std::fabs(value) < 9223372036854775808.0) return printf_double("%.0f", value);
-  return printf_double("%.17g", value);
-}
-
-std::string json_int(std::int64_t value) { return std::to_string(value); }
-
-json_object& json_object::raw(const char* key, const std::string& json) {
-  if (!body_.empty()) body_ += ", ";
-  body_ += json_string(key);
-  body_ += ": ";
-  body_ += json;
-  return *this;
 }
 
 std::string group_digits(std::int64_t value) {

@@ -82,24 +82,6 @@ int dispatch(std::vector<std::string> words) {
   throw usage_error("", "unknown command '" + command + "'");
 }
 
-// A message for the terminal: control characters other than newline (which a hostile file could use to drive
-// the terminal) written as \xHH. The library already escapes the values it quotes; this is the last guard.
-std::string printable(const std::string& message) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (const char c : message) {
-    const auto byte = static_cast<unsigned char>(c);
-    if ((byte < 0x20 && c != '\n') || byte == 0x7f) {
-      out += "\\x";
-      out.push_back(kHex[byte >> 4]);
-      out.push_back(kHex[byte & 0xf]);
-    } else {
-      out.push_back(c);
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,17 +97,17 @@ int main(int argc, char** argv) {
     return status;
   } catch (const usage_error& e) {
     const std::string who = e.command().empty() ? "flopmeter" : "flopmeter " + e.command();
-    std::fprintf(stderr, "%s: %s\n", who.c_str(), printable(e.what()).c_str());
+    std::fprintf(stderr, "%s: %s\n", printable(who).c_str(), printable(e.what(), true).c_str());
     std::fprintf(stderr, "Run '%s --help' for usage.\n", who.c_str());
     return kExitUsage;
   } catch (const flopmeter::error& e) {
-    std::fprintf(stderr, "flopmeter: error: %s\n", printable(without_library_prefix(e.what())).c_str());
+    std::fprintf(stderr, "flopmeter: error: %s\n", printable(without_library_prefix(e.what()), true).c_str());
     return kExitFailure;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "flopmeter: error: out of memory\n");
     return kExitFailure;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "flopmeter: internal error: %s\n", printable(e.what()).c_str());
+    std::fprintf(stderr, "flopmeter: internal error: %s\n", printable(e.what(), true).c_str());
     return kExitFailure;
   } catch (...) {
     std::fprintf(stderr, "flopmeter: internal error: unknown exception\n");

@@ -3,9 +3,10 @@
 // go to flopmeter::tensor_throughput; the counts are formed and accumulated there, and reach the host only
 // through the one collective per log (an NCCL group keeps them on the GPU throughout).
 //
-// The plugin TOML is the same file the C ABI path hands to flopmeter_create (load_throughput_options), and
-// its sinks are built the same way (console, JSONL with "{rank}" replaced). Like vlm::plugin_library it
-// measures the wall time spent inside every event call, for the trainer's overhead line.
+// The plugin TOML is the same file the C ABI path hands to flopmeter_create (load_plugin_config), and its
+// sinks are built the same way (make_sinks: console, JSONL, TensorBoard, "{rank}" replaced). Like
+// vlm::plugin_library it measures the wall time spent inside every event call, for the trainer's overhead
+// line.
 //
 // Ownership: owns the tensor_throughput (which shares the process group). Errors: create throws
 // std::runtime_error with flopmeter's message; event calls never throw. Thread-safety: one thread at a time.

@@ -49,6 +49,7 @@
 #include "flopmeter/model_config.h"
 #include "flopmeter_loader.h"
 #include "model.h"
+#include "output/json_writer.h"
 #include "tensor_meter.h"
 #include "trainer_config.h"
 
@@ -76,21 +77,10 @@ double learning_rate(const vlm::trainer_config& c, std::int64_t step) {
   return c.lr * (c.min_lr_ratio + (1.0 - c.min_lr_ratio) * cosine);
 }
 
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.17g", v);
-  return buffer;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') out.push_back('\\');
-    out.push_back(ch);
-  }
-  return out + "\"";
-}
+// The trainer's JSON files are written with flopmeter's own JSON writer (shortest round-trip numbers, escaped
+// strings), so they read exactly like the plugin's JSONL.
+using flopmeter::detail::json_number;
+using flopmeter::detail::json_string;
 
 // Flattens every parameter's gradient (zeros where a parameter got none, e.g. the vision tower in a step
 // without images) plus `extra` values into one tensor.

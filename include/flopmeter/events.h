@@ -21,6 +21,7 @@ struct microbatch_event {
   array_view<std::int64_t> document_lengths;  // tokens per document
   array_view<std::int64_t> cu_seqlens;        // cumulative lengths, starting at 0
   array_view<std::int64_t> positions;         // per real token; 0 starts a document
+  array_view<std::int32_t> positions_int32;   // or the same as int32 (counts as `positions`; give one of them)
   std::int64_t padding_tokens = 0;            // tokens the device ran that belong to no document
   array_view<image_grid> image_grids;         // one (t, h, w) grid in patches per image or video
   std::int64_t samples = 0;                   // training samples in the micro-batch

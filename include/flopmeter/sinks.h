@@ -64,12 +64,15 @@ struct sink_config {
   bool console = true;      // one console line per log (make_console_sink); default true
   std::string jsonl_path;   // a JSONL file (make_jsonl_sink); "{rank}" is replaced by the rank; relative to
                             // the working directory; empty (the default): no JSONL file
+  std::string tensorboard_dir;  // TensorBoard event files (make_tensorboard_sink, flopmeter/tensorboard.h);
+                                // "{rank}" is replaced by the rank; relative to the working directory; empty
+                                // (the default): no TensorBoard sink
 };
 
 // The sinks `config` names, for the process of rank `rank`, logging through `logger` (a private one when
-// null): the console sink first, then the JSONL sink. Throws flopmeter::error when a sink cannot be made,
-// including a JSONL path that cannot be opened for append now (a missing or unwritable directory): the
-// message names the path and the reason. (make_jsonl_sink alone opens lazily and counts failed records.)
+// null): the console sink first, then the JSONL sink, then the TensorBoard sink. Throws flopmeter::error when
+// a sink cannot be made, including a JSONL path that cannot be opened for append now (a missing or unwritable
+// directory) or a TensorBoard directory that cannot be created: the message names the path and the reason. (make_jsonl_sink alone opens lazily and counts failed records.)
 std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
                                               std::shared_ptr<spdlog::logger> logger = nullptr);
 

@@ -154,7 +154,7 @@ class throughput_plugin::impl {
     current_.microbatches += 1;
     try {
       const std::size_t formats = (event.document_lengths.empty() ? 0 : 1) + (event.cu_seqlens.empty() ? 0 : 1) +
-                                  (event.positions.empty() ? 0 : 1);
+                                  (event.positions.empty() ? 0 : 1) + (event.positions_int32.empty() ? 0 : 1);
       if (formats > 1) throw error("flopmeter: a micro-batch gives more than one of document_lengths, cu_seqlens, positions");
       if (event.samples < 0) throw error("flopmeter: samples must be >= 0 (got " + std::to_string(event.samples) + ")");
       if (event.label_tokens && *event.label_tokens < 0) throw error("flopmeter: label_tokens must be >= 0");
@@ -164,6 +164,8 @@ class throughput_plugin::impl {
         counts = count_from_cu_seqlens(event.cu_seqlens, event.padding_tokens, event.image_grids, geometry_);
       } else if (!event.positions.empty()) {
         counts = count_from_positions(event.positions, event.padding_tokens, event.image_grids, geometry_);
+      } else if (!event.positions_int32.empty()) {
+        counts = count_from_positions(event.positions_int32, event.padding_tokens, event.image_grids, geometry_);
       } else {
         counts = count_from_lengths(event.document_lengths, event.padding_tokens, event.image_grids, geometry_);
       }

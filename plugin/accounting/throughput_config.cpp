@@ -43,7 +43,7 @@ constexpr std::string_view kPeakKeys[] = {"gpu", "tflops_per_gpu", "precision"};
 constexpr std::string_view kParallelKeys[] = {"tp", "cp", "pp", "order"};
 constexpr std::string_view kLoggingKeys[] = {"log_interval_steps", "tpi_multiplier", "topk", "emit",
                                              "collective_timeout_ms", "rendezvous_timeout_ms"};
-constexpr std::string_view kSinksKeys[] = {"console", "jsonl"};
+constexpr std::string_view kSinksKeys[] = {"console", "jsonl", "tensorboard"};
 
 // Where a key written at the top level belongs (for "did you mean 'parallel.tp' in table [parallel]?").
 constexpr detail::key_home kHomes[] = {{"model", kModelKeys},
@@ -186,6 +186,10 @@ class options_loader : private detail::toml_reader {
     if (auto jsonl = optional_string(sinks, "sinks", "jsonl")) {
       if (jsonl->empty()) fail_key(*sinks.get("jsonl"), "sinks.jsonl", "must not be empty");
       config.jsonl_path = std::move(*jsonl);  // "{rank}" is substituted by make_sinks
+    }
+    if (auto tensorboard = optional_string(sinks, "sinks", "tensorboard")) {
+      if (tensorboard->empty()) fail_key(*sinks.get("tensorboard"), "sinks.tensorboard", "must not be empty");
+      config.tensorboard_dir = std::move(*tensorboard);  // "{rank}" is substituted by make_sinks
     }
   }
 

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/positions_scan.h"
 #include "flopmeter/error.h"
 
 namespace flopmeter {
@@ -470,33 +471,30 @@ batch_counts count_from_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int
   return counts;
 }
 
-batch_counts count_from_positions(array_view<std::int64_t> positions, std::int64_t padding_tokens,
-                                  array_view<image_grid> grids, const vision_geometry& geometry) {
+namespace {
+// Positions are scanned in core/positions_scan.cpp (one entry per token, so it runs at memory speed).
+template <class T>
+batch_counts count_positions(array_view<T> positions, std::int64_t padding_tokens, array_view<image_grid> grids,
+                             const vision_geometry& geometry) {
   check_padding(padding_tokens);
+  const detail::positions_totals totals = detail::scan_positions(positions);
   batch_counts counts;
-  // A document is a run 0, 1, 2, ..., L-1. Summing (position + 1) over it gives L(L+1)/2 directly, which is the
-  // reference's sum(positions + 1); validating the runs makes a malformed array an error, not a wrong number.
-  std::int64_t run_start = 0;
-  for (std::size_t i = 0; i < positions.size(); ++i) {
-    const std::int64_t p = positions[i];
-    if (i == 0 ? p != 0 : (p != 0 && p != positions[i - 1] + 1)) {
-      throw error("flopmeter: positions[" + std::to_string(i) + "] = " + std::to_string(p) +
-                  (i == 0 ? std::string(": the first position must be 0")
-                          : ": expected 0 (a new document) or " + std::to_string(positions[i - 1] + 1)));
-    }
-    if (p == 0 && i > 0) {
-      add_document(counts, static_cast<std::int64_t>(i) - run_start, static_cast<std::size_t>(counts.documents),
-                   "positions document");
-      run_start = static_cast<std::int64_t>(i);
-    }
-  }
-  if (!positions.empty()) {
-    add_document(counts, static_cast<std::int64_t>(positions.size()) - run_start,
-                 static_cast<std::size_t>(counts.documents), "positions document");
-  }
+  counts.real_tokens = totals.tokens;
+  counts.documents = totals.documents;
+  counts.causal_pairs = totals.causal_pairs;
   set_padding(counts, padding_tokens);
   add_grids(counts, grids, geometry);
   return counts;
+}
+}  // namespace
+
+batch_counts count_from_positions(array_view<std::int64_t> positions, std::int64_t padding_tokens,
+                                  array_view<image_grid> grids, const vision_geometry& geometry) {
+  return count_positions(positions, padding_tokens, grids, geometry);
+}
+batch_counts count_from_positions(array_view<std::int32_t> positions, std::int64_t padding_tokens,
+                                  array_view<image_grid> grids, const vision_geometry& geometry) {
+  return count_positions(positions, padding_tokens, grids, geometry);
 }
 
 double flop_breakdown::total() const {

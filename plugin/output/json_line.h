@@ -9,8 +9,9 @@
 
 namespace flopmeter::detail {
 
-// {"step": N, "<name>": value, ...} without the newline. Integral values below 2^53 print as integers, other
-// numbers as the shortest decimal that reads back to the same double, non-finite values as null.
+// {"step": N, "<name>": value, ...} without the newline, written with the one JSON writer
+// (output/json_writer.h): integral values print as integers (no exponent, no ".0"), other numbers as the
+// shortest decimal that reads back to the same double, non-finite values as null.
 std::string to_json_line(const metrics_record& record);
 
 }  // namespace flopmeter::detail

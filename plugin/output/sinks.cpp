@@ -24,8 +24,9 @@
 #include <utility>
 
 #include "flopmeter/error.h"
+#include "output/json_writer.h"
 #include "flopmeter/metric_names.h"
-#include "core/exact_double.h"
+#include "flopmeter/tensorboard.h"
 #include "output/json_line.h"
 #include "output/logging.h"
 
@@ -62,45 +63,6 @@ std::uint64_t sink::failures() const {
 namespace {
 
 using detail::logger_or_private;
-
-// ---- JSON ----------------------------------------------------------------------------------------------
-
-void append_json_string(std::string& out, const std::string& text) {
-  out.push_back('"');
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
-        } else {
-          out.push_back(ch);  // UTF-8 bytes pass through unchanged
-        }
-    }
-  }
-  out.push_back('"');
-}
-
-// Integral values below 2^53 in magnitude (counts, steps) print as integers: 20, not 20.0 or 2e+01.
-// Anything else prints as the shortest decimal that parses back to the same double (fmt's "{}"): as exact
-// as %.17g but 41.2 stays "41.2" rather than "41.200000000000003", and independent of the C locale (a
-// trainer that calls setlocale() cannot turn the decimal point into a comma). JSON has no NaN or Inf: null.
-void append_json_number(std::string& out, double value) {
-  if (!std::isfinite(value)) {
-    out += "null";
-  } else if (value == std::trunc(value) && std::fabs(value) < detail::kExactIntegerLimit) {
-    out += std::to_string(static_cast<long long>(value));
-  } else {
-    fmt::format_to(std::back_inserter(out), "{}", value);
-  }
-}
 
 // ---- console -------------------------------------------------------------------------------------------
 
@@ -293,18 +255,29 @@ std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record
   return std::make_shared<callback_sink>(std::move(callback));
 }
 
+namespace {
+
+// The one "{rank}" expansion for every path a plugin file names per rank (the JSONL file, the TensorBoard
+// directory): each occurrence of "{rank}" becomes the decimal rank; the rest of `pattern` is kept as written.
+std::string expand_rank(const std::string& pattern, int rank) {
+  std::string path = pattern;
+  const std::string placeholder = "{rank}";
+  const std::string rank_text = std::to_string(rank);
+  for (std::size_t at = path.find(placeholder); at != std::string::npos; at = path.find(placeholder, at)) {
+    path.replace(at, placeholder.size(), rank_text);
+    at += rank_text.size();
+  }
+  return path;
+}
+
+}  // namespace
+
 std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
                                               std::shared_ptr<spdlog::logger> logger) {
   std::vector<std::shared_ptr<sink>> sinks;
   if (config.console) sinks.push_back(make_console_sink(logger));
   if (!config.jsonl_path.empty()) {
-    std::string path = config.jsonl_path;
-    const std::string placeholder = "{rank}";
-    const std::string rank_text = std::to_string(rank);
-    for (std::size_t at = path.find(placeholder); at != std::string::npos; at = path.find(placeholder, at)) {
-      path.replace(at, placeholder.size(), rank_text);
-      at += rank_text.size();
-    }
+    const std::string path = expand_rank(config.jsonl_path, rank);
     // Checked here, where the trainer can still act on it: a missing or unwritable directory would otherwise
     // drop every record of the run (each one counted in health().dropped_records, but no file at all).
     std::FILE* probe = std::fopen(path.c_str(), "a");
@@ -317,20 +290,20 @@ std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int ran
     std::fclose(probe);
     sinks.push_back(make_jsonl_sink(path, logger));
   }
+  if (!config.tensorboard_dir.empty()) {
+    // make_tensorboard_sink creates the directory and opens the first file now, so a bad directory fails here.
+    sinks.push_back(make_tensorboard_sink(expand_rank(config.tensorboard_dir, rank), logger));
+  }
   return sinks;
 }
 
+// One JSON object per record through the library's JSON writer (output/json_writer.h): shortest round-trip
+// numbers (41.2, not 41.200000000000003), integral values without an exponent, NaN and Inf as null.
 std::string detail::to_json_line(const metrics_record& record) {
-  std::string line = "{\"step\":";
-  line += std::to_string(record.step);
-  for (const auto& entry : record.values) {
-    line.push_back(',');
-    append_json_string(line, entry.first);
-    line.push_back(':');
-    append_json_number(line, entry.second);
-  }
-  line.push_back('}');
-  return line;
+  json_object line(/*spaced=*/false);
+  line.integer("step", record.step);
+  for (const auto& entry : record.values) line.number(entry.first, entry.second);
+  return line.str();
 }
 
 }  // namespace flopmeter

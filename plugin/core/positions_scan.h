@@ -1,0 +1,53 @@
+// plugin/core/positions_scan.h — the per-token scan behind count_from_positions (private to the library).
+//
+// Positions give one entry per real token: 0 starts a document, every other entry is the previous + 1. A
+// valid array of n entries therefore holds n tokens, one document per 0, and sum(position + 1) causal pairs
+// (a document 0, 1, ..., L-1 contributes 1 + 2 + ... + L = L(L+1)/2, the reference's sum(positions + 1)).
+//
+// This is the one loop in flopmeter whose cost grows with the token count, so it runs at memory speed: a
+// branch-free block kernel checks every entry with vector compares, counts the zeros and sums the entries,
+// and only if some entry failed does the scalar loop run again to name the first bad index in the error.
+// Kernels: the scalar loop (the reference), an SSE2 one (the x86-64 baseline, always there) and an AVX2 one
+// chosen at run time when the CPU has it. All give identical results and identical errors; tests and
+// fuzz/fuzz_microbatch.cpp check every available kernel against the scalar one.
+//
+// Thread-safety: the functions are pure (they only read the array); any thread may call them.
+#pragma once
+
+#include <cstdint>
+
+#include "flopmeter/array_view.h"
+
+namespace flopmeter::detail {
+
+// Totals of a valid positions array.
+struct positions_totals {
+  std::int64_t tokens = 0;        // entries (real tokens)
+  std::int64_t documents = 0;     // entries equal to 0
+  std::int64_t causal_pairs = 0;  // sum of (position + 1)
+};
+bool operator==(const positions_totals& a, const positions_totals& b);
+
+enum class positions_kernel {
+  scalar,  // one entry at a time, with the error message; the reference for the others
+  sse2,    // 2 x int64 / 4 x int32 per compare; x86-64 baseline
+  avx2,    // 4 x int64 / 8 x int32 per compare; only where the CPU has AVX2
+};
+const char* name_of(positions_kernel kernel);
+// Whether this CPU can run `kernel` (scalar and SSE2: always on x86-64; off x86 only scalar and the
+// portable block kernel, reported as sse2).
+bool available(positions_kernel kernel);
+// The kernel scan_positions uses: the widest available one.
+positions_kernel best_positions_kernel();
+
+// Validates `positions` and returns its totals. Throws flopmeter::error naming the first bad index
+// ("positions[i] = v: expected 0 (a new document) or w") or an overflowing count; int32 entries are compared
+// in 64-bit arithmetic, so a run that would wrap past INT32_MAX is an error, never a wrap.
+positions_totals scan_positions(array_view<std::int64_t> positions);
+positions_totals scan_positions(array_view<std::int32_t> positions);
+
+// The same with a chosen kernel (tests, fuzz, bench). Throws flopmeter::error if the CPU lacks it.
+positions_totals scan_positions(array_view<std::int64_t> positions, positions_kernel kernel);
+positions_totals scan_positions(array_view<std::int32_t> positions, positions_kernel kernel);
+
+}  // namespace flopmeter::detail

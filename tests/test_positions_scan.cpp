@@ -1,0 +1,219 @@
+// The positions scan (plugin/core/positions_scan.cpp): every kernel this CPU has gives exactly what the scalar
+// reference gives — the same totals for a valid array, the same error (naming the first bad index) otherwise
+// — over hand-derived cases, every bad-entry position in arrays long enough to cover the vector loop and its
+// tail, entries whose low 32 bits look valid but whose high bits do not, and random arrays.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/positions_scan.h"
+#include "flopmeter/error.h"
+#include "flopmeter/flop_model.h"
+
+namespace {
+
+using namespace flopmeter;
+using detail::positions_kernel;
+using detail::positions_totals;
+
+const positions_kernel kAllKernels[] = {positions_kernel::scalar, positions_kernel::sse2, positions_kernel::avx2};
+
+// A kernel's answer: the totals, or the error text.
+struct outcome {
+  std::optional<positions_totals> totals;
+  std::string error;
+};
+
+template <class T>
+outcome scan(const std::vector<T>& positions, positions_kernel kernel) {
+  outcome o;
+  try {
+    o.totals = detail::scan_positions(array_view<T>(positions), kernel);
+  } catch (const error& e) {
+    o.error = e.what();
+  }
+  return o;
+}
+
+// Every available kernel agrees with the scalar one; returns the scalar outcome.
+template <class T>
+outcome scan_all_agree(const std::vector<T>& positions) {
+  const outcome reference = scan(positions, positions_kernel::scalar);
+  for (const positions_kernel k : kAllKernels) {
+    if (!detail::available(k)) continue;
+    const outcome o = scan(positions, k);
+    EXPECT_EQ(o.totals.has_value(), reference.totals.has_value()) << detail::name_of(k);
+    if (o.totals && reference.totals) {
+      EXPECT_EQ(o.totals->tokens, reference.totals->tokens) << detail::name_of(k);
+      EXPECT_EQ(o.totals->documents, reference.totals->documents) << detail::name_of(k);
+      EXPECT_EQ(o.totals->causal_pairs, reference.totals->causal_pairs) << detail::name_of(k);
+    }
+    EXPECT_EQ(o.error, reference.error) << detail::name_of(k);
+  }
+  return reference;
+}
+
+template <class T>
+std::vector<T> from_lengths(const std::vector<int>& lengths) {
+  std::vector<T> positions;
+  for (const int l : lengths) {
+    for (int p = 0; p < l; ++p) positions.push_back(static_cast<T>(p));
+  }
+  return positions;
+}
+
+// Tokens, documents and pairs from document lengths: sum L, count, sum L(L+1)/2.
+positions_totals expected_from_lengths(const std::vector<int>& lengths) {
+  positions_totals t;
+  for (const int l : lengths) {
+    t.tokens += l;
+    t.documents += 1;
+    t.causal_pairs += std::int64_t{l} * (l + 1) / 2;
+  }
+  return t;
+}
+
+TEST(PositionsScan, BaselineKernelsAreAlwaysAvailable) {
+  EXPECT_TRUE(detail::available(positions_kernel::scalar));
+  EXPECT_TRUE(detail::available(positions_kernel::sse2));
+  EXPECT_TRUE(detail::available(detail::best_positions_kernel()));
+  EXPECT_NE(detail::best_positions_kernel(), positions_kernel::scalar);
+}
+
+TEST(PositionsScan, HandDerivedTotals) {
+  // {0,1,2,0,1}: 5 tokens, 2 documents (the zeros), pairs sum(p + 1) = (1+2+3) + (1+2) = 9.
+  const std::vector<std::int64_t> small = {0, 1, 2, 0, 1};
+  const outcome o = scan_all_agree(small);
+  ASSERT_TRUE(o.totals) << o.error;
+  EXPECT_EQ(o.totals->tokens, 5);
+  EXPECT_EQ(o.totals->documents, 2);
+  EXPECT_EQ(o.totals->causal_pairs, 9);
+  // One entry {0}: one document of one token, one pair.
+  const outcome one = scan_all_agree(std::vector<std::int32_t>{0});
+  ASSERT_TRUE(one.totals);
+  EXPECT_EQ(one.totals->causal_pairs, 1);
+  // Empty: nothing.
+  const outcome none = scan_all_agree(std::vector<std::int64_t>{});
+  ASSERT_TRUE(none.totals);
+  EXPECT_EQ(none.totals->tokens, 0);
+  EXPECT_EQ(none.totals->documents, 0);
+}
+
+TEST(PositionsScan, DocumentMixesOfEverySizeMatchTheirLengths) {
+  // Lengths chosen so the arrays end at every offset of the vector loop (steps of 4, 8 and 16 entries) and
+  // include one-token documents (consecutive zeros) and documents longer than a step.
+  const std::vector<std::vector<int>> mixes = {{1},          {2},       {3, 1},         {1, 1, 1, 1, 1, 1, 1, 1, 1},
+                                               {17},         {16, 1},   {5, 9, 3, 1},   {31, 2, 1, 1, 40},
+                                               {8192, 6000}, {100, 77}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}};
+  for (const auto& lengths : mixes) {
+    const positions_totals expected = expected_from_lengths(lengths);
+    for (int extra = 0; extra < 17; ++extra) {  // one more 1..16-token document shifts the tail
+      std::vector<int> l = lengths;
+      if (extra > 0) l.push_back(extra);
+      const positions_totals want = expected_from_lengths(l);
+      const outcome o64 = scan_all_agree(from_lengths<std::int64_t>(l));
+      const outcome o32 = scan_all_agree(from_lengths<std::int32_t>(l));
+      ASSERT_TRUE(o64.totals && o32.totals) << o64.error << o32.error;
+      EXPECT_TRUE(*o64.totals == want);
+      EXPECT_TRUE(*o32.totals == want);
+    }
+    (void)expected;
+  }
+}
+
+TEST(PositionsScan, ErrorsNameTheFirstBadIndex) {
+  EXPECT_EQ(scan_all_agree(std::vector<std::int64_t>{5, 0}).error,
+            "flopmeter: positions[0] = 5: the first position must be 0");
+  EXPECT_EQ(scan_all_agree(std::vector<std::int64_t>{0, 1, 3, 9}).error,
+            "flopmeter: positions[2] = 3: expected 0 (a new document) or 2");
+  EXPECT_EQ(scan_all_agree(std::vector<std::int32_t>{0, 1, 2, -1}).error,
+            "flopmeter: positions[3] = -1: expected 0 (a new document) or 3");
+}
+
+// A bad value at every index of a 40-entry array (vector loop and tail, both element types), for values that
+// fail in different ways: off by one, negative, and int64 values whose low 32 bits are exactly what a valid
+// entry would hold (the int64 kernel compares low halves and checks the high bits separately).
+TEST(PositionsScan, EveryBadIndexIsFoundByEveryKernel) {
+  const std::vector<std::int64_t> valid = from_lengths<std::int64_t>({13, 1, 26});
+  const std::int64_t two32 = std::int64_t{1} << 32;
+  for (std::size_t at = 0; at < valid.size(); ++at) {
+    const std::int64_t good = valid[at];
+    const std::vector<std::int64_t> bad_values = {good + 1, good + 2, -1, -good - 1,
+                                                  good + two32,  // low half valid, high half 1
+                                                  two32,         // low half 0 (a "document start")
+                                                  std::numeric_limits<std::int64_t>::min() + good,
+                                                  std::numeric_limits<std::int64_t>::max(),
+                                                  std::int64_t{1} << 31};
+    for (const std::int64_t bad : bad_values) {
+      if (bad == 0 || (at > 0 && bad == valid[at - 1] + 1)) continue;  // still valid: a start, or a follower
+      std::vector<std::int64_t> p = valid;
+      p[at] = bad;
+      const outcome o = scan_all_agree(p);
+      ASSERT_FALSE(o.totals) << "bad " << bad << " at " << at;
+      EXPECT_EQ(o.error.rfind("flopmeter: positions[" + std::to_string(at) + "] = " + std::to_string(bad) + ":", 0),
+                0u)
+          << o.error;
+      if (bad >= std::numeric_limits<std::int32_t>::min() && bad <= std::numeric_limits<std::int32_t>::max()) {
+        std::vector<std::int32_t> p32(p.begin(), p.end());
+        const outcome o32 = scan_all_agree(p32);
+        EXPECT_EQ(o32.error, o.error);
+      }
+    }
+  }
+}
+
+TEST(PositionsScan, Int32RunPastInt32MaxIsAnErrorNotAWrap) {
+  // INT32_MAX + 1 wraps to INT32_MIN in 32-bit lanes; the entries are compared in 64 bits, so the first
+  // entry is already wrong (a valid array never holds INT32_MAX before index INT32_MAX).
+  const std::vector<std::int32_t> p = {0, std::numeric_limits<std::int32_t>::max(),
+                                       std::numeric_limits<std::int32_t>::min()};
+  EXPECT_EQ(scan_all_agree(p).error, "flopmeter: positions[1] = 2147483647: expected 0 (a new document) or 1");
+}
+
+TEST(PositionsScan, RandomArraysAgreeWithTheScalarKernel) {
+  std::mt19937_64 rng(20261201);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const std::size_t n = rng() % 80;
+    std::vector<std::int64_t> p;
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool restart = i == 0 || rng() % 7 == 0;
+      p.push_back(restart ? 0 : p.back() + 1);
+    }
+    const int corruptions = static_cast<int>(rng() % 3);
+    for (int c = 0; c < corruptions && n > 0; ++c) {
+      const std::size_t at = rng() % n;
+      switch (rng() % 4) {
+        case 0: p[at] += 1; break;
+        case 1: p[at] = -static_cast<std::int64_t>(rng() % 5); break;
+        case 2: p[at] += static_cast<std::int64_t>(rng() % 3) << 32; break;
+        default: p[at] = 0; break;  // still valid
+      }
+    }
+    scan_all_agree(p);
+    scan_all_agree(std::vector<std::int32_t>(p.begin(), p.end()));
+  }
+}
+
+TEST(PositionsScan, CountFromPositionsAcceptsInt32AndInt64Alike) {
+  // Lengths {3, 5} with 2 padding tokens: real 8, pairs 6 + 15 = 21 (the CLI test's batch).
+  const std::vector<std::int64_t> lengths = {3, 5};
+  const batch_counts from_lengths_counts = count_from_lengths(lengths, 2, {}, vision_geometry{});
+  const std::vector<std::int64_t> p64 = {0, 1, 2, 0, 1, 2, 3, 4};
+  const std::vector<std::int32_t> p32(p64.begin(), p64.end());
+  const batch_counts c64 = count_from_positions(p64, 2, {}, vision_geometry{});
+  const batch_counts c32 = count_from_positions(p32, 2, {}, vision_geometry{});
+  EXPECT_EQ(c64.real_tokens, 8);
+  EXPECT_EQ(c64.causal_pairs, 21);
+  EXPECT_EQ(c64.documents, 2);
+  EXPECT_EQ(c64.padding_tokens, 2);
+  EXPECT_TRUE(c64 == from_lengths_counts);
+  EXPECT_TRUE(c32 == c64);
+  EXPECT_THROW(count_from_positions(std::vector<std::int32_t>{1}, 0, {}, vision_geometry{}), error);
+}
+
+}  // namespace
