@@ -696,10 +696,10 @@ TEST_F(CliTest, ConfigJsonAndCheckpointDirectoryWorkWhereverAModelIsNamed) {
   const result toml = run({"coefficients", kQwen3Vl2b, "--json"});
   ASSERT_EQ(toml.status, 0) << toml.err;
   for (const std::string& model : {(ckpt / "config.json").string(), ckpt.string()}) {
-    const result json = run({"coefficients", model, "--json"});
-    ASSERT_EQ(json.status, 0) << json.err;
+    const result from_json = run({"coefficients", model, "--json"});
+    ASSERT_EQ(from_json.status, 0) << from_json.err;
     // The same numbers; only the model's name (the checkpoint directory) differs.
-    EXPECT_EQ(replace_all(json.out, "Qwen3-VL-2B-Instruct", "qwen3_vl_2b"), toml.out);
+    EXPECT_EQ(replace_all(from_json.out, "Qwen3-VL-2B-Instruct", "qwen3_vl_2b"), toml.out);
     const result estimate = run({"estimate", model, "--docs", "3,5", "--json"});
     EXPECT_EQ(replace_all(estimate.out, "Qwen3-VL-2B-Instruct", "qwen3_vl_2b"),
               run({"estimate", kQwen3Vl2b, "--docs", "3,5", "--json"}).out);
@@ -718,44 +718,44 @@ TEST_F(CliTest, ConfigJsonErrorsCiteLineColumnAndPath) {
 }
 
 TEST_F(CliTest, ImportWritesTheEquivalentTomlWithSources) {
-  const fs::path json = dir_ / "config.json";
-  write_file(json, kQwen3Vl2bJson);
+  const fs::path config_json = dir_ / "config.json";
+  write_file(config_json, kQwen3Vl2bJson);
   const fs::path toml = dir_ / "imported.toml";
-  const result r = run({"import", json.string(), "-o", toml.string()});
+  const result r = run({"import", config_json.string(), "-o", toml.string()});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "");
   // Round trip: the TOML gives what the config.json gives; both are named after dir_, the config.json's
   // directory, and each output names its file, which differs.
-  const result from_json = run({"coefficients", json.string(), "--json"});
+  const result from_json = run({"coefficients", config_json.string(), "--json"});
   const result from_toml = run({"coefficients", toml.string(), "--json"});
   ASSERT_EQ(from_toml.status, 0) << from_toml.err;
-  EXPECT_EQ(replace_all(from_toml.out, toml.string(), json.string()), from_json.out);
+  EXPECT_EQ(replace_all(from_toml.out, toml.string(), config_json.string()), from_json.out);
   // The comment of a value: line 3, "\"hidden_size\": " + 15 -> 3:16.
   const std::string text = read_file(toml);
   EXPECT_NE(text.find("hidden_size = 2048                        # config.json:3:16 text_config.hidden_size\n"),
             std::string::npos)
       << text;
   // Standard output without -o.
-  const result to_stdout = run({"import", json.string()});
+  const result to_stdout = run({"import", config_json.string()});
   EXPECT_EQ(to_stdout.status, 0);
   EXPECT_EQ(to_stdout.out, text);
 }
 
 TEST_F(CliTest, ImportErrors) {
-  const fs::path json = dir_ / "config.json";
-  write_file(json, kQwen3Vl2bJson);
+  const fs::path config_json = dir_ / "config.json";
+  write_file(config_json, kQwen3Vl2bJson);
   result r = run({"import"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("missing the CONFIG.json argument"), std::string::npos) << r.err;
-  r = run({"import", json.string(), "-o", (dir_ / "no_such_dir" / "m.toml").string()});
+  r = run({"import", config_json.string(), "-o", (dir_ / "no_such_dir" / "m.toml").string()});
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "flopmeter: error: " + (dir_ / "no_such_dir" / "m.toml").string() +
                        ": cannot create the TOML file: No such file or directory\n");
   // A trailing comma: nlohmann-json stops at the "}" after it, column 27 ("{" 1, key 2-13, value 16-25, "," 26).
-  write_file(json, "{\"model_type\": \"qwen3_vl\",}");
-  r = run({"import", json.string()});
+  write_file(config_json, "{\"model_type\": \"qwen3_vl\",}");
+  r = run({"import", config_json.string()});
   EXPECT_EQ(r.status, 1);
-  EXPECT_EQ(r.err.rfind("flopmeter: error: " + json.string() + ":1:27: JSON syntax error: ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.rfind("flopmeter: error: " + config_json.string() + ":1:27: JSON syntax error: ", 0), 0u) << r.err;
 }
 
 TEST_F(CliTest, SymlinkLoopAndEscapeSequencesInErrors) {
@@ -766,9 +766,9 @@ TEST_F(CliTest, SymlinkLoopAndEscapeSequencesInErrors) {
   EXPECT_EQ(r.err, "flopmeter: error: " + (dir_ / "a.toml").string() +
                        ": cannot open model config: too many levels of symbolic links\n");
   // A model type holding ESC [2J (clear screen) reaches the terminal as \u001b, never as the raw byte.
-  const fs::path json = dir_ / "esc.json";
-  write_file(json, "{\"model_type\": \"\\u001b[2J\"}");
-  r = run({"coefficients", json.string()});
+  const fs::path config_json = dir_ / "esc.json";
+  write_file(config_json, "{\"model_type\": \"\\u001b[2J\"}");
+  r = run({"coefficients", config_json.string()});
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("unsupported model type \"\\u001b[2J\""), std::string::npos) << r.err;
