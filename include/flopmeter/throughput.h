@@ -79,6 +79,13 @@ struct throughput_health {
   std::uint64_t collectives_started = 0;  // one per on_log on the default path (fewer while backing off)
 };
 
+// What became of one micro-batch: record_microbatch's answer (the C ABI returns it to its caller).
+enum class microbatch_result {
+  counted,      // added to the interval
+  rejected,     // an invalid description: counted in health().bad_microbatches, in no metric
+  after_flush,  // arrived after flush(): counted in health().events_after_flush, ignored
+};
+
 class throughput_plugin : public plugin {
  public:
   // Throws flopmeter::error for invalid options (layout not dividing the world, sanity-check mismatch, ...).
@@ -87,6 +94,8 @@ class throughput_plugin : public plugin {
   ~throughput_plugin() override;
 
   void on_microbatch(const microbatch_event& event) noexcept override;
+  // on_microbatch that says whether the batch was counted, from the same call (no health() diff around it).
+  microbatch_result record_microbatch(const microbatch_event& event) noexcept;
   void on_log(const log_event& event) noexcept override;
   void flush() noexcept override;
 
