@@ -17,6 +17,7 @@
 //   - after destroy every call with the handle returns E_INVALID_HANDLE and destroy(NULL) is FLOPMETER_OK;
 //   - nothing crashes, leaks or trips ASan/UBSan (the build's sanitizers).
 #include <fuzzer/FuzzedDataProvider.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -32,18 +33,22 @@
 
 namespace {
 
-// ---- the plugin config: written once per process --------------------------------------------------------
+// ---- the plugin config: written once per process (named by the process: -jobs runs several at once) ------
+
+std::string temp_path(const char* name) {
+  return "/tmp/flopmeter_fuzz_c_api_" + std::to_string(::getpid()) + "_" + name + ".toml";
+}
 
 const std::string& config_path(bool all_ranks_emit) {
   static const std::string paths[2] = {
       [] {
-        const std::string path = "/tmp/flopmeter_fuzz_c_api_rank0.toml";
+        const std::string path = temp_path("rank0");
         std::ofstream(path) << "[model]\nconfig = \"" FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml\"\n"
                             << "[peak]\ntflops_per_gpu = 100.0\n[sinks]\nconsole = false\n";
         return path;
       }(),
       [] {
-        const std::string path = "/tmp/flopmeter_fuzz_c_api_all.toml";
+        const std::string path = temp_path("all");
         std::ofstream(path) << "[model]\nconfig = \"" FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml\"\n"
                             << "[peak]\ntflops_per_gpu = 100.0\n[logging]\nemit = \"all\"\ncollective_timeout_ms = 0\n"
                             << "[sinks]\nconsole = false\n";
