@@ -138,8 +138,18 @@ void check_code(int code) {
   FUZZ_CHECK(name.rfind("FLOPMETER_", 0) == 0, "status string without its name: " + name);
 }
 
-constexpr std::int64_t kInteresting[] = {0, 1, 2, 4, 8, 16, 64, -1, std::numeric_limits<std::int64_t>::max(),
-                                         std::numeric_limits<std::int64_t>::min(), 1LL << 32, 1LL << 53};
+constexpr std::int64_t kInteresting[] = {0,
+                                         1,
+                                         2,
+                                         4,
+                                         8,
+                                         16,
+                                         64,
+                                         -1,
+                                         std::numeric_limits<std::int64_t>::max(),
+                                         std::numeric_limits<std::int64_t>::min(),
+                                         1LL << 32,
+                                         1LL << 53};
 
 std::int64_t pick(FuzzedDataProvider& in) {
   switch (in.ConsumeIntegralInRange<int>(0, 2)) {
@@ -227,7 +237,8 @@ flopmeter_health_counters read_health(flopmeter_plugin* plugin) {
 }
 
 void check_monotone(const flopmeter_health_counters& before, const flopmeter_health_counters& after) {
-  FUZZ_CHECK(after.bad_microbatches >= before.bad_microbatches && after.failed_collectives >= before.failed_collectives &&
+  FUZZ_CHECK(after.bad_microbatches >= before.bad_microbatches &&
+                 after.failed_collectives >= before.failed_collectives &&
                  after.skipped_intervals >= before.skipped_intervals &&
                  after.events_after_flush >= before.events_after_flush &&
                  after.collectives_started >= before.collectives_started && after.rejected_logs >= before.rejected_logs,
@@ -291,7 +302,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 2:
       case 3: {  // a micro-batch
         const array_arg<std::int64_t> lengths = pick_values(in);
-        const array_arg<std::int64_t> cu = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? pick_values(in) : array_arg<std::int64_t>{};
+        const array_arg<std::int64_t> cu =
+            in.ConsumeIntegralInRange<int>(0, 3) == 0 ? pick_values(in) : array_arg<std::int64_t>{};
         const array_arg<std::int64_t> positions =
             in.ConsumeIntegralInRange<int>(0, 3) == 0 ? pick_values(in) : array_arg<std::int64_t>{};
         const array_arg<flopmeter_grid> grids = pick_grids(in);
@@ -316,8 +328,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         check_code(code);
         const flopmeter_health_counters now = read_health(plugin);
         check_monotone(last, now);
-        const bool null_array = lengths.null_with_count() || cu.null_with_count() || positions.null_with_count() ||
-                                grids.null_with_count();
+        const bool null_array =
+            lengths.null_with_count() || cu.null_with_count() || positions.null_with_count() || grids.null_with_count();
         if (null_event) {
           FUZZ_CHECK(code == FLOPMETER_E_NULL_ARGUMENT, "a NULL micro-batch was not refused");
         } else if (m.struct_size < sizeof(flopmeter_microbatch)) {

@@ -517,8 +517,9 @@ TEST(c_api, hostile_callers_get_codes_not_crashes) {
 
   // 1-3. Handles flopmeter never returned: small numbers, a stack address, all bits set.
   int local = 0;
-  for (flopmeter_plugin* garbage : {reinterpret_cast<flopmeter_plugin*>(0x1), reinterpret_cast<flopmeter_plugin*>(&local),
-                                    reinterpret_cast<flopmeter_plugin*>(~std::uintptr_t{0})}) {
+  for (flopmeter_plugin* garbage :
+       {reinterpret_cast<flopmeter_plugin*>(0x1), reinterpret_cast<flopmeter_plugin*>(&local),
+        reinterpret_cast<flopmeter_plugin*>(~std::uintptr_t{0})}) {
     EXPECT_EQ(abi.on_microbatch(garbage, &m), FLOPMETER_E_INVALID_HANDLE);
     EXPECT_EQ(abi.on_log(garbage, &l), FLOPMETER_E_INVALID_HANDLE);
     EXPECT_EQ(abi.destroy(garbage), FLOPMETER_E_INVALID_HANDLE);
@@ -578,7 +579,7 @@ TEST(c_api, hostile_callers_get_codes_not_crashes) {
   for (int variant = 0; variant < 2; ++variant) {
     comm = comm_of(&user, 0, 1);
     if (variant == 0) comm.wait = wait_with_garbage;
-    else comm.start_allreduce_sum = start_refusing;
+    if (variant == 1) comm.start_allreduce_sum = start_refusing;
     flopmeter_plugin* p = abi.create(config.c_str(), &comm, error, sizeof(error));
     ASSERT_NE(p, nullptr) << error;
     captured out;

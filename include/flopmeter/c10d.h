@@ -27,12 +27,13 @@
 #include <string>
 
 #include "flopmeter/communicator.h"
+#include "flopmeter/export.h"
 
 namespace c10d {
 class ProcessGroup;
 }  // namespace c10d
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // Wraps an existing c10d group (usually the data-parallel group the trainer already has).
 // - Gloo (and any other CPU backend): the all-reduce runs on an owned CPU tensor of kDouble.
@@ -74,4 +75,4 @@ std::shared_ptr<communicator> make_gloo_communicator_from_env(const gloo_env_opt
 // Same, with default options except the timeout.
 std::shared_ptr<communicator> make_gloo_communicator_from_env(std::chrono::milliseconds timeout);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

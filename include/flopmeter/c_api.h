@@ -12,7 +12,7 @@
  *  - Configuration errors make create return NULL and write a message (with file:line:col) into the
  *    caller's buffer.
  *  - flopmeter_destroy flushes first (emits the last interval, waiting at most the plugin's collective
- *    timeout, [collective] timeout_ms), then frees the plugin. destroy(NULL) is allowed and does nothing.
+ *    timeout, [logging] collective_timeout_ms), then frees the plugin. destroy(NULL) is allowed and does nothing.
  *  - A handle is a name, not a pointer flopmeter dereferences: every call looks it up among the live
  *    plugins. After destroy the handle is dead for good (values are never reused): calling anything with it,
  *    destroying it a second time included, returns FLOPMETER_E_INVALID_HANDLE and touches nothing. A
@@ -31,21 +31,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "flopmeter/export.h" /* FLOPMETER_EXPORT: these functions are what libflopmeter.so exports */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define FLOPMETER_C_ABI_VERSION 2u
 
-/* Return codes of every int-returning function (flopmeter_status_string describes each). */
+/* Return codes of every int-returning function (flopmeter_status_string describes each).
+ *   FLOPMETER_OK                done
+ *   FLOPMETER_E_NULL_ARGUMENT   the plugin handle or the event / output pointer is NULL
+ *   FLOPMETER_E_STRUCT_SIZE     struct_size below the struct's first version: refused, counted
+ *   FLOPMETER_E_REJECTED        an invalid micro-batch description (negative length, odd grid, a NULL array
+ *                               with a non-zero count, ...): in no metric, counted in bad_microbatches
+ *   FLOPMETER_E_INVALID_HANDLE  not a live plugin: destroyed already, or never returned by create
+ *   FLOPMETER_E_AFTER_FLUSH     an event after flush: ignored, counted in events_after_flush */
 #define FLOPMETER_OK 0
-#define FLOPMETER_E_NULL_ARGUMENT (-1)   /* the plugin handle or the event / output pointer is NULL */
-#define FLOPMETER_E_STRUCT_SIZE (-2)     /* struct_size below the struct's first version: event refused, counted */
-#define FLOPMETER_E_REJECTED (-3)        /* an invalid micro-batch description (negative length, odd grid, a NULL
-                                          * array with a non-zero count, ...): not counted in any metric, counted
-                                          * in bad_microbatches */
-#define FLOPMETER_E_INVALID_HANDLE (-4)  /* not a live plugin: destroyed already, or never returned by create */
-#define FLOPMETER_E_AFTER_FLUSH (-5)     /* an event after flush: ignored, counted in events_after_flush */
+#define FLOPMETER_E_NULL_ARGUMENT (-1)
+#define FLOPMETER_E_STRUCT_SIZE (-2)
+#define FLOPMETER_E_REJECTED (-3)
+#define FLOPMETER_E_INVALID_HANDLE (-4)
+#define FLOPMETER_E_AFTER_FLUSH (-5)
 
 typedef struct flopmeter_plugin flopmeter_plugin;
 
@@ -109,29 +116,30 @@ typedef struct flopmeter_comm {
 /* Called with each emitted record as one JSON object (the JSONL line, no newline). */
 typedef void (*flopmeter_metrics_callback)(void* user, int64_t step, const char* json);
 
-uint32_t flopmeter_abi_version(void);
+FLOPMETER_EXPORT uint32_t flopmeter_abi_version(void);
 
 /* comm NULL: a single process (rank 0 of 1). Returns NULL on error with the message in error[0..error_size). */
-flopmeter_plugin* flopmeter_create(const char* config_path, const flopmeter_comm* comm, char* error,
-                                   size_t error_size);
+FLOPMETER_EXPORT flopmeter_plugin* flopmeter_create(const char* config_path, const flopmeter_comm* comm, char* error,
+                                                    size_t error_size);
 
 /* Builds flopmeter's own Gloo group from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT + port_offset
  * (a separate TCPStore on that port, served by rank 0). Only in builds with LibTorch; otherwise NULL with
  * a message. */
-flopmeter_plugin* flopmeter_create_gloo_from_env(const char* config_path, int port_offset, char* error,
-                                                 size_t error_size);
+FLOPMETER_EXPORT flopmeter_plugin* flopmeter_create_gloo_from_env(const char* config_path, int port_offset, char* error,
+                                                                  size_t error_size);
 
 /* Events. Each returns FLOPMETER_OK or a negative FLOPMETER_E_* code (see above); a refused event is counted
  * and logged, never fatal. on_microbatch returns FLOPMETER_E_REJECTED for a batch the plugin did not count.
  * on_log and on_microbatch after flush return FLOPMETER_E_AFTER_FLUSH. */
-int flopmeter_set_metrics_callback(flopmeter_plugin* plugin, flopmeter_metrics_callback callback, void* user);
-int flopmeter_on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch* microbatch);
-int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_log* log);
-int flopmeter_flush(flopmeter_plugin* plugin);
+FLOPMETER_EXPORT int flopmeter_set_metrics_callback(flopmeter_plugin* plugin, flopmeter_metrics_callback callback,
+                                                    void* user);
+FLOPMETER_EXPORT int flopmeter_on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch* microbatch);
+FLOPMETER_EXPORT int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_log* log);
+FLOPMETER_EXPORT int flopmeter_flush(flopmeter_plugin* plugin);
 
 /* Flushes (bounded by the collective timeout) and frees the plugin. NULL: FLOPMETER_OK, nothing done. A
  * handle destroyed already (or never created): FLOPMETER_E_INVALID_HANDLE, nothing done. */
-int flopmeter_destroy(flopmeter_plugin* plugin);
+FLOPMETER_EXPORT int flopmeter_destroy(flopmeter_plugin* plugin);
 
 /* The plugin's health counters; all zero in a healthy run. Set struct_size = sizeof(flopmeter_health_counters)
  * before the call; the library fills the fields that lie within it. */
@@ -143,15 +151,15 @@ typedef struct flopmeter_health_counters {
   uint64_t skipped_intervals;   /* intervals not emitted (no positive time, failures, backing off, ...) */
   uint64_t events_after_flush;  /* events that arrived after flush */
   uint64_t collectives_started; /* one per on_log on the default path */
-  uint64_t rejected_logs;       /* on_log events the C ABI refused (struct_size too small) */
+  uint64_t rejected_logs;       /* on_log events the C ABI refused (NULL, struct_size too small) */
 } flopmeter_health_counters;
 
 /* FLOPMETER_OK; FLOPMETER_E_NULL_ARGUMENT (plugin or out NULL), FLOPMETER_E_STRUCT_SIZE (out->struct_size
  * below this struct's first version; nothing written) or FLOPMETER_E_INVALID_HANDLE. */
-int flopmeter_health(const flopmeter_plugin* plugin, flopmeter_health_counters* out);
+FLOPMETER_EXPORT int flopmeter_health(const flopmeter_plugin* plugin, flopmeter_health_counters* out);
 
 /* A static, NUL-terminated description of a return code ("FLOPMETER_E_REJECTED: ..."); never NULL. */
-const char* flopmeter_status_string(int code);
+FLOPMETER_EXPORT const char* flopmeter_status_string(int code);
 
 /* Changes.
  * Version 2: return codes named (the values of version 1 kept: -1, -2, -3); flopmeter_health fills a

@@ -9,11 +9,13 @@
 #include <stdexcept>
 #include <string>
 
-namespace flopmeter {
+#include "flopmeter/export.h"
+
+namespace flopmeter FLOPMETER_EXPORT {
 
 class error : public std::runtime_error {
  public:
   explicit error(const std::string& message) : std::runtime_error(message) {}
 };
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

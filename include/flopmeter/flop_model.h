@@ -20,9 +20,10 @@
 #include <string>
 
 #include "flopmeter/array_view.h"
+#include "flopmeter/export.h"
 #include "flopmeter/model_spec.h"
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // Which work is counted.
 enum class flop_scope {
@@ -111,4 +112,4 @@ struct flop_breakdown {
 
 flop_breakdown compute_flops(const coefficients& coeffs, const batch_counts& counts, flop_scope scope);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

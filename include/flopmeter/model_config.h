@@ -7,9 +7,10 @@
 
 #include <string>
 
+#include "flopmeter/export.h"
 #include "flopmeter/model_spec.h"
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // Reads and validates the model TOML at `path`. Throws flopmeter::error on any problem.
 model_spec load_model_spec(const std::string& path);
@@ -20,4 +21,4 @@ model_spec parse_model_spec(const std::string& toml_text, const std::string& sou
 // Checks the cross-field invariants of a spec built in code (the loader calls it too). Throws on violation.
 void validate_model_spec(const model_spec& spec);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
-namespace flopmeter {
+#include "flopmeter/export.h"
+
+namespace flopmeter FLOPMETER_EXPORT {
 
 enum class peak_precision { bf16, fp8 };
 
@@ -35,4 +37,4 @@ std::optional<peak_match> find_peak(const std::string& device_name, peak_precisi
 
 const char* to_string(peak_precision precision);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

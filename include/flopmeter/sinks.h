@@ -15,11 +15,13 @@
 #include <utility>
 #include <vector>
 
+#include "flopmeter/export.h"
+
 namespace spdlog {
 class logger;
 }
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 struct metrics_record {
   std::int64_t step = 0;  // the optimizer step the interval ended at
@@ -57,4 +59,4 @@ std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record
 // Renders one record as the JSONL line (without the newline); exposed for tests and the C ABI.
 std::string to_json_line(const metrics_record& record);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "flopmeter/communicator.h"
+#include "flopmeter/export.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/hooks.h"
 #include "flopmeter/layout.h"
@@ -36,7 +37,7 @@ namespace spdlog {
 class logger;
 }
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // Which ranks hand their metrics to the sinks (every rank computes them; the collective is the same).
 enum class emit_ranks { rank0, all };
@@ -129,4 +130,4 @@ std::shared_ptr<throughput_plugin> create_throughput_plugin(const std::string& c
 // Throws flopmeter::error for m < 1, non-finite m, or a schedule longer than 10^6 entries.
 std::vector<std::int64_t> accumulation_schedule(double tpi_multiplier);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

@@ -29,6 +29,7 @@
 #include <mutex>
 #include <optional>
 
+#include "flopmeter/export.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/throughput.h"
 
@@ -36,7 +37,7 @@ namespace c10d {
 class ProcessGroup;
 }  // namespace c10d
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // One micro-batch as tensors. Give cu_seqlens or positions (1-D, any integer dtype), not both.
 struct tensor_microbatch {
@@ -79,4 +80,4 @@ class tensor_throughput {
   std::unique_ptr<impl> impl_;
 };
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

@@ -137,8 +137,8 @@ class rate_limited_warning {
     try {
       const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
       std::int64_t last = last_.load(std::memory_order_relaxed);
-      const std::int64_t every = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                     std::chrono::minutes(1)).count();
+      const std::int64_t every =
+          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::minutes(1)).count();
       if (last != kNever && now - last < every) return;
       if (!last_.compare_exchange_strong(last, now)) return;  // another thread is logging this one
       logger.warn(fmt::runtime(format), args...);
@@ -275,7 +275,8 @@ int flopmeter_on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch
   if (plugin == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
   const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  if (m == nullptr) return refuse_microbatch(*state, FLOPMETER_E_NULL_ARGUMENT, "the flopmeter_microbatch pointer is NULL");
+  if (m == nullptr)
+    return refuse_microbatch(*state, FLOPMETER_E_NULL_ARGUMENT, "the flopmeter_microbatch pointer is NULL");
   if (m->struct_size < kMicrobatchV1Size) {
     return refuse_microbatch(*state, FLOPMETER_E_STRUCT_SIZE,
                              "flopmeter_microbatch.struct_size is below sizeof(flopmeter_microbatch) of ABI version 1");
@@ -319,8 +320,10 @@ int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_log* l) {
   }
   if (refused != nullptr) {
     state->refused_logs.fetch_add(1, std::memory_order_relaxed);
-    state->log_warning.warn(*state->logger, "flopmeter: log refused by the C ABI ({}): {}; this rank's collective "
-                            "for it is not issued", flopmeter_status_string(code), refused);
+    state->log_warning.warn(*state->logger,
+                            "flopmeter: log refused by the C ABI ({}): {}; this rank's collective "
+                            "for it is not issued",
+                            flopmeter_status_string(code), refused);
     return code;
   }
   const bool after_flush = state->flushed.load();
