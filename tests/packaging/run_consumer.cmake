@@ -56,7 +56,8 @@ endfunction()
 # The program must not load a CUDA library: none on its ldd list (the CPU-only trainer of issue 12).
 function(expect_no_cuda program)
   step("ldd ${program}" ldd "${program}")
-  string(REGEX MATCHALL "[^\n\t ]*(cuda|nccl|cublas|nvrtc)[^\n\t ]*" found "${step_output}")
+  string(REGEX MATCHALL "(^|[\n\t /])lib(cuda|cudart|nccl|cublas|cublasLt|nvrtc|cudnn|nvToolsExt)[^\n\t /]*\\.so[^\n\t ]*"
+         found "${step_output}")
   if(found)
     message(FATAL_ERROR "packaging test (${MODE}): ${program} loads CUDA libraries: ${found}")
   endif()
