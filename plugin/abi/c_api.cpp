@@ -275,8 +275,9 @@ int flopmeter_on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch
   if (plugin == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
   const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  if (m == nullptr)
+  if (m == nullptr) {
     return refuse_microbatch(*state, FLOPMETER_E_NULL_ARGUMENT, "the flopmeter_microbatch pointer is NULL");
+  }
   if (m->struct_size < kMicrobatchV1Size) {
     return refuse_microbatch(*state, FLOPMETER_E_STRUCT_SIZE,
                              "flopmeter_microbatch.struct_size is below sizeof(flopmeter_microbatch) of ABI version 1");
