@@ -352,7 +352,7 @@ TEST(c_api, a_rejected_microbatch_is_reported_by_its_own_call_across_threads) {
   char error[512] = {};
   flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
   ASSERT_NE(plugin, nullptr) << error;
-  constexpr int kBadCalls = 50000;
+  constexpr int kBadCalls = 20000;
   const std::vector<int64_t> good = {16}, bad = {-16};
   const flopmeter_microbatch good_batch = microbatch(good, {}), bad_batch = microbatch(bad, {});
   std::atomic<int> good_not_ok{0}, bad_not_rejected{0}, ready{0};
