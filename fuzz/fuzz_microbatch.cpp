@@ -265,7 +265,6 @@ void run_plugin(FuzzedDataProvider& in) {
   if (in.ConsumeBool()) o.peak_tflops_per_gpu = 1e-6 * in.ConsumeIntegralInRange<int>(1, 1000);
   o.emit = emit_ranks::all;
   o.collective_timeout = std::chrono::milliseconds(0);  // scripted collectives never block
-  o.console = false;
   o.logger = quiet_logger();
   // Each record is checked as it arrives and only the figures checked later are kept (copying every
   // record's ~80 names would be most of this target's cost).

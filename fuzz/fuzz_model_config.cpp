@@ -39,7 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const error& e) {
     FUZZ_CHECK(false, std::string("an accepted spec fails validate_model_spec: ") + e.what());
   }
-  FUZZ_CHECK(!spec.text.layer_types.empty(), "an accepted spec has no layers");
+  FUZZ_CHECK(spec.text.num_hidden_layers > 0 && spec.text.num_full_attention_layers() > 0,
+             "an accepted spec has no layers or no full attention layer");
   coefficients c;
   try {
     c = compute_coefficients(spec);

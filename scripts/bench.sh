@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs the benchmarks, and prints the targets as ratios measured in this one run:
 #   on_microbatch (32768-token row, 11 documents, 8 images): ns per call and heap allocations per call;
-#   on_log over 4 Gloo ranks against a bare 1-element Gloo all-reduce (and one of on_log's payload).
+#   on_log over 4 Gloo ranks against a bare 1-element Gloo all-reduce (and one of on_log's payload);
+#   the per-log derivation (rows -> metrics record, top-k included) at 1,024, 16,384 and 131,072 ranks:
+#   CPU time per derivation against the 1 ms goal at 16,384 ranks, and how it grows (linear: ratio ~8).
 # Speed targets live here, not in tests: timings depend on the machine and its load.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,12 +12,22 @@ source "$root/scripts/deps.sh"
 flopmeter_install_deps
 build="${FLOPMETER_BUILD_DIR:-$root/build}"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFLOPMETER_BUILD_BENCH=ON >/dev/null
-cmake --build "$build" -j "$(nproc)" --target bench_on_microbatch bench_on_log
+cmake --build "$build" -j "$(nproc)" --target bench_on_microbatch bench_on_log bench_derive
 out="$build/bench-results"
 mkdir -p "$out"
 "$build/bench/bench_on_microbatch" --benchmark_format=json --benchmark_out="$out/on_microbatch.json" \
   --benchmark_out_format=json --benchmark_min_time=0.5 >/dev/null
 "$build/bench/bench_on_log" --benchmark_out="$out/on_log.json" --benchmark_out_format=json >/dev/null
+"$build/bench/bench_derive" --benchmark_out="$out/derive.json" --benchmark_out_format=json \
+  --benchmark_min_time=0.5 >/dev/null
+# CPU time: the machine may be shared, and the derivation is single-threaded host work.
+awk '/"name":/ { gsub(/[",]/, "", $2); name = $2 }
+     /"cpu_time":/ { gsub(/,/, "", $2); cpu[name] = $2 }
+     END {
+       a = cpu["BM_derive/1024"]; b = cpu["BM_derive/16384"]; c = cpu["BM_derive/131072"]
+       printf "derive at 1,024 / 16,384 / 131,072 ranks: %.0f / %.0f / %.0f us CPU (%.1f / %.1f / %.1f ns per rank)\n", a, b, c, a * 1000 / 1024, b * 1000 / 16384, c * 1000 / 131072
+       printf "derive at 16,384 ranks: %.3f ms (goal <= 1 ms); growth 1k->16k %.1fx (linear: 16), 16k->128k %.1fx (linear: 8)\n", b / 1000, b / a, c / b
+     }' "$out/derive.json"
 awk -f - "$out/on_microbatch.json" "$out/on_log.json" <<'AWK'
 /"name":/          { gsub(/[",]/, "", $2); name = $2 }
 /"real_time":/     { gsub(/,/, "", $2); time[name] = $2 }
@@ -30,7 +42,7 @@ END {
     else if (n ~ /on_log_4_ranks\/2000\/0\//) log_b2b = time[n]
     else if (n ~ /on_log_4_ranks/) log_gap = time[n]
   }
-  printf "bare 1-element Gloo all-reduce (4 ranks): %.1f us; bare all-reduce of on_log's payload (4 x 19 doubles): %.1f us\n", bare, payload
+  printf "bare 1-element Gloo all-reduce (4 ranks): %.1f us; bare all-reduce of on_log's buffer (4 x 21 doubles): %.1f us\n", bare, payload
   printf "on_log with 20 ms of training between logs (the hook's cost in a loop): %.1f us -> ratio to the bare 1-element all-reduce %.2f (target <= 2)\n", log_gap, log_gap / bare
   printf "on_log back to back (each waits for the previous collective): %.1f us -> %.2f x the bare all-reduce of the same payload\n", log_b2b, log_b2b / payload
 }

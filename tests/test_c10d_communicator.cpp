@@ -64,6 +64,26 @@ TEST(C10dCommunicator, FourRanksSumDistinctBuffers) {
   });
 }
 
+TEST(C10dCommunicator, AllGatherPutsEachRanksRowInItsSlot) {
+  // Rank r sends contribution(r) (6 values); afterwards every rank holds rank 0's row, then rank 1's, ...
+  // Three rounds, so that the buffers are reused; before each round recv is filled with -1 (overwritten).
+  run_gloo_ranks(kWorld, [](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    auto comm = make_c10d_communicator(group);
+    std::vector<double> expected;
+    for (int r = 0; r < kWorld; ++r) {
+      const std::vector<double> row = contribution(r);
+      expected.insert(expected.end(), row.begin(), row.end());
+    }
+    for (int round = 0; round < 3; ++round) {
+      const std::vector<double> send = contribution(rank);
+      std::vector<double> recv(send.size() * kWorld, -1.0);
+      auto pending = comm->start_allgather(send.data(), send.size(), recv.data());
+      ASSERT_EQ(pending->wait(kLongWait), collective_status::done) << pending->error_message();
+      EXPECT_EQ(recv, expected) << "round " << round;
+    }
+  });
+}
+
 TEST(C10dCommunicator, RepeatedCollectivesWithChangingCounts) {
   // Round k, count 1 + k % 3; rank r contributes k * (r + 1) + i at index i.
   // Sum over r: k * (1 + 2 + 3 + 4) + 4 * i = 10k + 4i.

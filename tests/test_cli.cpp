@@ -499,6 +499,23 @@ TEST_F(CliTest, CoefficientsOfQwen3Vl2bMatchHandDerivation) {
   EXPECT_NE(human.out.find("per (query, key) pair"), std::string::npos) << human.out;
 }
 
+// Mixture of experts: dense_per_token stays the total and dense_per_token_breakdown splits it (router, routed
+// experts, shared expert, its gate, ...); the values are derived by hand in tests/test_flop_model.cpp.
+TEST_F(CliTest, CoefficientsOfAnMoeModelCarryABreakdownThatSumsToTheTotal) {
+  const result r = run({"coefficients", "qwen3_5_35b_a3b", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json c = parse_json(r.out);
+  EXPECT_EQ(c["dense_per_token"].n, 18055004160.0);
+  const json& parts = c["dense_per_token_breakdown"];
+  EXPECT_EQ(parts["moe_router"].n, 125829120.0);
+  EXPECT_EQ(parts["moe_routed_experts"].n, 6039797760.0);
+  EXPECT_EQ(parts["moe_shared_expert"].n, 754974720.0);
+  EXPECT_EQ(parts["moe_shared_expert_gate"].n, 491520.0);
+  double sum = 0;
+  for (const auto& member : parts.members) sum += member.second.n;
+  EXPECT_EQ(sum, c["dense_per_token"].n);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // estimate
 

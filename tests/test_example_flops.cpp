@@ -491,6 +491,114 @@ TEST(ExampleFlops, TinyVlmMicrobatchMatchesFlopmeter) {
   }
 }
 
+// Mixture of experts, proven against execution: the router, the routed experts (dropless top-k dispatch) and
+// the shared expert with its gate each run exactly the GEMMs flopmeter bills, forward and backward. Each part
+// of dense_per_token (coefficients::dense) times the device tokens is compared with what ran in its scope:
+// forward 1/3 of it, backward (dgrad + wgrad) 2/3, ratio 1 to the FLOP. Padding tokens are routed too.
+void expect_moe_parts_match(const measurement& m, const flopmeter::coefficients& c, std::int64_t device_tokens,
+                            bool shared_expert) {
+  struct part {
+    const char* category;
+    std::int64_t coefficient;
+    const char* what;
+  };
+  const part parts[] = {
+      {vlm::kMoeRouter, c.dense.moe_router, "router h x E"},
+      {vlm::kMoeRoutedExperts, c.dense.moe_routed_experts, "k experts x 3 h I_moe"},
+      {vlm::kMoeSharedExpert, c.dense.moe_shared_expert, "shared expert 3 h I_shared"},
+      {vlm::kMoeSharedExpertGate, c.dense.moe_shared_expert_gate, "shared-expert gate h x 1"},
+  };
+  std::printf("  %-24s %14s %14s %14s %9s %9s %9s\n", "MoE part", "measured fwd", "measured bwd", "flopmeter",
+              "fwd/(1/3)", "bwd/(2/3)", "total");
+  for (const part& p : parts) {
+    const double billed = static_cast<double>(p.coefficient) * static_cast<double>(device_tokens);
+    const auto it = m.flops.find(p.category);
+    const category_flops measured = it == m.flops.end() ? category_flops{} : it->second;
+    std::printf("  %-24s %14.0f %14.0f %14.0f %9.4f %9.4f %9.4f  %s\n", p.category, measured.forward,
+                measured.backward, billed, billed > 0 ? measured.forward / (billed / 3) : 0.0,
+                billed > 0 ? measured.backward / (2 * billed / 3) : 0.0, billed > 0 ? measured.total() / billed : 0.0,
+                p.what);
+    const bool present = shared_expert || (std::string(p.category) != vlm::kMoeSharedExpert &&
+                                           std::string(p.category) != vlm::kMoeSharedExpertGate);
+    if (!present) {
+      EXPECT_EQ(billed, 0.0) << p.category;
+      EXPECT_EQ(measured.total(), 0.0) << p.category;
+      continue;
+    }
+    ASSERT_GT(billed, 0.0) << p.category;
+    // Exact: every count is an integer far below 2^53.
+    EXPECT_EQ(measured.forward * 3, billed) << p.category << ": forward";
+    EXPECT_EQ(measured.backward * 3, 2 * billed) << p.category << ": backward (dgrad + wgrad)";
+  }
+  std::fflush(stdout);
+}
+
+TEST(ExampleFlops, TinyMoeVlmMicrobatchMatchesFlopmeter) {
+  const flopmeter::model_spec spec = flopmeter::load_model_spec(source_path("model_configs/tiny_moe_vlm.toml"));
+  const vlm::data_options options;
+  const vlm::packed_row row = interesting_row(options, spec);
+  const measurement m = measure(spec, row);
+  const batch_facts f = flopmeter_view(spec, row);
+  const flopmeter::coefficients c = flopmeter::compute_coefficients(spec);
+  const gdn_core_billing gdn = gdn_core_billed(spec, f.counts.device_tokens());
+  std::printf("device: %s, %lld device tokens\n", test_device().str().c_str(),
+              static_cast<long long>(f.counts.device_tokens()));
+
+  expect_all_counted(m);
+  EXPECT_EQ(get(m.flops, vlm::kTextMlp), 0.0);  // every layer is an MoE layer: no dense SwiGLU runs
+  expect_moe_parts_match(m, c, f.counts.device_tokens(), /*shared_expert=*/true);
+
+  // The rest of the decoder agrees as for the dense model: text dense = projections + MoE + logits.
+  const double text_dense = get(m.flops, vlm::kTextAttnProj) + get(m.flops, vlm::kGdnProj) +
+                            get(m.flops, vlm::kMoeRouter) + get(m.flops, vlm::kMoeRoutedExperts) +
+                            get(m.flops, vlm::kMoeSharedExpert) + get(m.flops, vlm::kMoeSharedExpertGate) +
+                            get(m.flops, vlm::kLogits);
+  EXPECT_NEAR(relative_difference(text_dense, f.billed.text_dense - gdn.conv - gdn.delta_rule), 0.0, kDenseTolerance);
+}
+
+// Qwen3-VL MoE: no shared expert, MoE only every decoder_sparse_step-th layer and not in mlp_only_layers; the
+// other layers run a dense SwiGLU of intermediate_size, billed as such.
+TEST(ExampleFlops, Qwen3VlMoeVariantWithDenseLayersMatchesFlopmeter) {
+  const std::string toml = R"(
+[model]
+name = "tiny_vl_moe"
+model_type = "qwen3_vl_moe"
+
+[text_config]
+hidden_size = 48
+num_hidden_layers = 4
+num_attention_heads = 4
+num_key_value_heads = 1
+head_dim = 16
+intermediate_size = 96
+vocab_size = 256
+tie_word_embeddings = false
+num_experts = 6
+num_experts_per_tok = 3
+moe_intermediate_size = 24
+decoder_sparse_step = 2
+mlp_only_layers = [3]
+)";
+  // Layers 1 and 3 are on the stride; 3 is forced dense: one MoE layer (1), three dense (0, 2, 3).
+  const flopmeter::model_spec spec = flopmeter::parse_model_spec(toml, "tiny_vl_moe.toml");
+  ASSERT_EQ(spec.text.num_moe_layers(), 1);
+  vlm::data_options options;
+  options.row_length = 160;
+  const vlm::packed_row row = vlm::make_row(options, spec, 0, 1, 0);
+  const measurement m = measure(spec, row);
+  const batch_facts f = flopmeter_view(spec, row);
+  const flopmeter::coefficients c = flopmeter::compute_coefficients(spec);
+
+  expect_all_counted(m);
+  expect_moe_parts_match(m, c, f.counts.device_tokens(), /*shared_expert=*/false);
+  const double dense_mlp_billed = static_cast<double>(c.dense.dense_mlp) * static_cast<double>(f.counts.device_tokens());
+  EXPECT_EQ(get(m.flops, vlm::kTextMlp), dense_mlp_billed);
+  const double text_dense = get(m.flops, vlm::kTextAttnProj) + get(m.flops, vlm::kTextMlp) +
+                            get(m.flops, vlm::kMoeRouter) + get(m.flops, vlm::kMoeRoutedExperts) +
+                            get(m.flops, vlm::kLogits);
+  EXPECT_NEAR(relative_difference(text_dense, f.billed.text_dense), 0.0, kDenseTolerance);
+}
+
 // The model is built from the spec: a Qwen3-VL-style variant (every layer full attention, no output gate,
 // untied LM head, one DeepStack merger) agrees the same way, the DeepStack merger billed as a second merger.
 TEST(ExampleFlops, Qwen3VlStyleVariantMatchesFlopmeter) {

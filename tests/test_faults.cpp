@@ -29,6 +29,7 @@
 #include "support/capture_sink.h"
 #include "support/fake_group.h"
 #include "support/small_models.h"
+#include "support/thread_barrier.h"
 
 namespace flopmeter {
 namespace {
@@ -210,27 +211,72 @@ class start_fails_once final : public communicator {
 };
 
 TEST(faults, ranks_out_of_step_never_mix_intervals_and_fall_back_into_step) {
-  // Rank 0 cannot start the collective of log 3, so from then on its collective i is paired with rank 1's
-  // collective i, which rank 1 started one log earlier. Every such result carries two different log
-  // sequence numbers and is discarded: no record mixes two intervals (each record below is exact). Both
-  // ranks back off; at each retry log the rank that is behind catches up by one; then both start the
-  // same probe (log 48), and reporting resumes.
+  // Rank 0 cannot start the collective of log 3, so its collective of log 4 is paired with rank 1's of log
+  // 3. The rows say so (steps 4 and 3): both ranks discard that result, never mixing two intervals (each
+  // record below is exact). Rank 1, behind, starts no collective at log 4 (the latest log in the rows);
+  // rank 0 carries on; both start log 5's together and report again from then on:
+  //   rank 0: log 3 lost to the start failure, log 4 discarded (out of step);
+  //   rank 1: log 3 discarded (out of step), log 4 skipped while getting back in step.
   job j(2, 20ms, nullptr, [](int r, std::shared_ptr<communicator> comm) -> std::shared_ptr<communicator> {
     if (r == 0) return std::make_shared<start_fails_once>(std::move(comm), 2);
     return comm;
   });
   for (std::int64_t step = 1; step <= 60; ++step) j.interval(step, 10 * step);
   j.flush_all();
+  std::vector<std::int64_t> expected = {1, 2};
+  for (std::int64_t step = 5; step <= 60; ++step) expected.push_back(step);
   for (int r = 0; r < 2; ++r) {
-    const std::vector<std::int64_t> steps = j.steps(r);
-    ASSERT_GE(steps.size(), 3u) << "rank " << r;
-    EXPECT_EQ(steps[0], 1);
-    EXPECT_EQ(steps[1], 2);
-    EXPECT_EQ(steps.back(), 60) << "reporting did not resume on rank " << r;
-    EXPECT_GE(j.rank(r).health().failed_collectives, 3u);
+    EXPECT_EQ(j.steps(r), expected) << "rank " << r;
+    const throughput_health h = j.rank(r).health();
+    EXPECT_EQ(h.out_of_step_intervals, 1u) << "rank " << r;
+    EXPECT_EQ(h.failed_collectives, r == 0 ? 2u : 1u) << "rank " << r;  // rank 0: the start failure too
+    EXPECT_EQ(h.skipped_intervals, 2u) << "rank " << r;
   }
-  EXPECT_EQ(j.steps(0), j.steps(1));
   expect_every_record_exact(j, 2);
+}
+
+TEST(faults, a_rank_that_skips_one_on_log_costs_one_interval_and_everyone_gets_back_in_step) {
+  // Rank 3 of 4 skips its on_log at step 9 (its micro-batches of steps 9 and 10 both land in its interval
+  // of step 10). Counting on_log calls alone cannot see it: each rank's 9th collective carries sequence
+  // number 9, but rank 3's closes step 10 and the others' step 9. The rows carry the step, so the result is
+  // discarded on every rank; ranks 0-2, behind, issue nothing at their log 10; from log 11 on all four
+  // start the same log's collective again. Each record is exact (10 * step * 4 tokens/s): one that paired
+  // rank 3's interval with its peers' next one would not be.
+  // One thread per rank, meeting at a barrier every step (the gradient all-reduce of a real job), so that
+  // each rank's collective waits for its peers' as it would across processes.
+  job j(4, 5000ms);
+  testing::thread_barrier step_barrier(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&j, &step_barrier, r] {
+      for (std::int64_t step = 1; step <= 20; ++step) {
+        j.clock[static_cast<std::size_t>(r)] += 1.0;
+        j.microbatch(r, 10 * step);
+        step_barrier.arrive_and_wait();
+        if (r == 3 && step == 9) continue;
+        j.rank(r).on_log(log_at(step));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  j.flush_all();
+  std::vector<std::int64_t> expected;
+  for (std::int64_t step = 1; step <= 20; ++step) {
+    if (step != 9 && step != 10) expected.push_back(step);
+  }
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(j.steps(r), expected) << "rank " << r;
+    const throughput_health h = j.rank(r).health();
+    EXPECT_EQ(h.out_of_step_intervals, 1u) << "rank " << r;
+    EXPECT_EQ(h.failed_collectives, 1u) << "rank " << r;
+    // Ranks 0-2: the discarded log 9 and log 10 without a collective; rank 3: its discarded log 10.
+    EXPECT_EQ(h.skipped_intervals, r < 3 ? 2u : 1u) << "rank " << r;
+    // Every record carries the emitting rank's counters: the last one says what was lost.
+    const capture_sink& s = *j.sinks[static_cast<std::size_t>(r)];
+    EXPECT_DOUBLE_EQ(s.value(s.records.size() - 1, "health/out_of_step_intervals"), 1.0);
+    EXPECT_DOUBLE_EQ(s.value(0, "health/out_of_step_intervals"), 0.0);
+  }
+  expect_every_record_exact(j, 4);
 }
 
 // ---- the clock -----------------------------------------------------------------------------------------
@@ -483,6 +529,70 @@ TEST(faults, throwing_callback_sink_is_counted_and_the_other_sinks_still_get_the
   EXPECT_EQ(calls, 3);
   EXPECT_EQ(throwing->failures(), 3u);
   EXPECT_EQ(j.steps(0), (std::vector<std::int64_t>{1, 2, 3}));
+}
+
+TEST(faults, every_dropped_record_is_counted_in_health_and_in_the_next_records) {
+  // A JSONL file in a directory that does not exist (made with make_jsonl_sink, which opens lazily): each
+  // of the 3 records is dropped by that sink. health().dropped_records says 3, and the records the capture
+  // sink got carry the count as of their emission: 0 before the first drop (the JSONL sink comes after the
+  // capture sink), then 1, then 2.
+  captured_log log;
+  auto jsonl = make_jsonl_sink("/nonexistent-flopmeter-dir/metrics.jsonl", log.logger);
+  job j(1, 20ms, [&](int, throughput_options& o) { o.sinks.push_back(jsonl); });
+  for (std::int64_t step = 1; step <= 3; ++step) j.interval(step, 10 * step);
+  j.flush_all();
+  EXPECT_EQ(j.rank(0).health().dropped_records, 3u);
+  const capture_sink& s = *j.sinks[0];
+  ASSERT_EQ(s.records.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(s.value(i, "health/dropped_records"), static_cast<double>(i));
+  EXPECT_NE(log.stream.str().find("cannot open for append"), std::string::npos) << log.stream.str();
+}
+
+TEST(faults, a_jsonl_path_that_cannot_be_opened_fails_at_create_naming_the_path) {
+  sink_config config;
+  config.console = false;
+  config.jsonl_path = "/nonexistent-flopmeter-dir/metrics_{rank}.jsonl";
+  try {
+    (void)make_sinks(config, 3);
+    FAIL() << "make_sinks accepted a JSONL path in a missing directory";
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "sinks.jsonl: cannot open '/nonexistent-flopmeter-dir/metrics_3.jsonl' for append: No such file or "
+              "directory (create the directory first, or change [sinks] jsonl)");
+  }
+}
+
+TEST(faults, destroying_without_flush_emits_the_last_interval) {
+  // Logs 1 and 2 on both ranks; the interval of log 2 is still in flight when the plugins are destroyed
+  // without flush(). Destruction flushes it: both ranks get steps 1 and 2, exactly.
+  job j(2);
+  j.interval(1, 10);
+  j.interval(2, 20);
+  for (auto& sink : j.sinks) EXPECT_EQ(sink->records.size(), 1u);
+  j.ranks.clear();  // destroys both plugins
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(j.steps(r), (std::vector<std::int64_t>{1, 2})) << "rank " << r;
+  expect_every_record_exact(j, 2);
+}
+
+TEST(faults, reporting_pause_and_resume_are_logged_once_each) {
+  // As failed_collectives_back_off_then_a_probe_resumes_reporting: collectives 2, 3, 4 fail, reporting
+  // pauses at log 6 and resumes when the probe of log 16 completes (seen at log 17). Each rank says so
+  // once: two "paused" and two "resumed" lines for the two ranks, naming the steps.
+  captured_log log;
+  job j(2, 20ms, [&](int, throughput_options& o) { o.logger = log.logger; });
+  for (const std::int64_t index : {2, 3, 4}) j.group->fail_collective(index);
+  for (std::int64_t step = 1; step <= 20; ++step) j.interval(step, 10 * step);
+  j.flush_all();
+  const std::string text = log.stream.str();
+  const auto count = [&text](const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("reporting paused at step 5 after 3 failed collectives in a row"), 2u) << text;
+  EXPECT_EQ(count("reporting resumed: the collective of step 16 completed"), 2u) << text;
+  EXPECT_EQ(count("reporting paused"), 2u);
+  EXPECT_EQ(count("reporting resumed"), 2u);
 }
 
 }  // namespace

@@ -81,12 +81,99 @@ struct expected_coefficients {
 //   ViT: depth 27, hv 1152, Iv 4304: 6*27*(4*1152^2 + 2*1152*4304) = 162*15,224,832 = 2,466,422,784
 //   ViT pair 6*27*2*1152 = 373,248; embed 4*1536*1152 = 7,077,888
 //   one merger, width 4608: 6*(4608^2 + 4608*4096) = 6*40,108,032 = 240,648,192
+//
+// The 27-block ViT (hv 1152, Iv 4304) of every config below: vision_per_patch 2,466,422,784, pair 373,248,
+// embed 7,077,888 (as qwen3_5_9b); a merger of width 4608 costs 4608^2 + 4608*out multiply-adds.
+//
+// qwen3_vl_8b: h=4096, L=36, nh=32, nkv=8, hd=128, I=12288, V=151936.
+//   attention 4096*(4096 + 2048 + 4096) = 41,943,040; SwiGLU 3*4096*12288 = 150,994,944; logits 4096*151936 = 622,329,856
+//   dense = 6*(36*192,937,984 + 622,329,856) = 6*7,568,097,280 = 45,408,583,680;  pair 6*2*32*128*36 = 1,769,472
+//   mergers (1 + 3 deepstack): 6*4*(4608^2 + 4608*4096) = 24*40,108,032 = 962,592,768
+//
+// qwen3_vl_32b: h=5120, L=64, nh=64, nkv=8, hd=128, I=25600, V=151936.
+//   attention 5120*(8192 + 2048 + 8192) = 94,371,840; SwiGLU 3*5120*25600 = 393,216,000; logits 777,912,320
+//   dense = 6*(64*487,587,840 + 777,912,320) = 6*31,983,534,080 = 191,901,204,480;  pair 6*2*64*128*64 = 6,291,456
+//   mergers 6*4*(4608^2 + 4608*5120) = 24*44,826,624 = 1,075,838,976
+//
+// qwen3_5_27b: h=5120, L=64 (16 full, 48 Gated DeltaNet), nh=24, nkv=4, hd=256, gate, I=17408, V=248320;
+//   DeltaNet Hk=16, Hv=48, dk=dv=128, kernel 4.
+//   full attention 5120*(2*6144 + 2*1024 + 6144) = 5120*20480 = 104,857,600
+//   DeltaNet: qk=2048, v=6144: in_proj 5120*(4096 + 12288 + 96) = 84,377,600; conv 4*(4096 + 6144) = 40,960;
+//     delta 4*48*128*128 = 3,145,728; out 6144*5120 = 31,457,280 -> 119,021,568
+//   SwiGLU 3*5120*17408 = 267,386,880; logits 5120*248320 = 1,271,398,400
+//   dense = 6*(16*104,857,600 + 48*119,021,568 + 64*267,386,880 + 1,271,398,400) = 6*25,774,915,584
+//         = 154,649,493,504;  pair 6*2*24*256*16 = 1,179,648;  one merger 6*44,826,624 = 268,959,744
+//
+// Mixture of experts (dropless routing; per MoE layer and token: router h*E, k routed SwiGLU experts
+// 3*h*I_moe each, shared SwiGLU expert 3*h*I_shared and its gate h*1):
+//
+// qwen3_vl_30b_a3b: h=2048, L=48 (all full attention, all MoE), nh=32, nkv=4, hd=128, V=151936;
+//   E=128, k=8, I_moe=768, no shared expert.
+//   attention 2048*(4096 + 1024 + 4096) = 18,874,368      x48 x6 = 5,435,817,984
+//   router 2048*128 = 262,144                             x48 x6 =    75,497,472
+//   routed experts 8*3*2048*768 = 37,748,736              x48 x6 = 10,871,635,968
+//   logits 2048*151936 = 311,164,928                          x6 =  1,866,989,568
+//   dense = 18,249,940,992;  pair 6*2*32*128*48 = 2,359,296
+//   mergers (1 + 3 deepstack) 6*4*(4608^2 + 4608*2048) = 24*30,670,848 = 736,100,352
+//
+// qwen3_5_35b_a3b: h=2048, L=40 (10 full, 30 Gated DeltaNet, all MoE), nh=16, nkv=2, hd=256, gate, V=248320;
+//   DeltaNet Hk=16, Hv=32, dk=dv=128, kernel 4; E=256, k=8, I_moe=512, I_shared=512.
+//   full attention 2048*(2*4096 + 2*512 + 4096) = 27,262,976          x10 x6 = 1,635,778,560
+//   DeltaNet: qk=2048, v=4096: in_proj 2048*(4096 + 8192 + 64) = 25,296,896; conv 4*8192 = 32,768;
+//     delta 4*32*128*128 = 2,097,152; out 4096*2048 = 8,388,608 -> 35,815,424   x30 x6 = 6,446,776,320
+//   router 2048*256 = 524,288                                          x40 x6 =   125,829,120
+//   routed experts 8*3*2048*512 = 25,165,824                           x40 x6 = 6,039,797,760
+//   shared expert 3*2048*512 = 3,145,728                               x40 x6 =   754,974,720
+//   shared-expert gate 2048                                            x40 x6 =       491,520
+//   logits 2048*248320 = 508,559,360                                       x6 = 3,051,356,160
+//   dense = 18,055,004,160;  pair 6*2*16*256*10 = 491,520;  one merger 6*30,670,848 = 184,025,088
+//
+// qwen3_vl_235b_a22b: h=4096, L=94 (all full attention, all MoE), nh=64, nkv=4, hd=128, V=151936;
+//   E=128, k=8, I_moe=1536, no shared expert; vision tower as qwen3_vl_8b (out 4096, 3 deepstack mergers).
+//   attention 4096*(8192 + 1024 + 8192) = 71,303,168      x94 x6 = 40,214,986,752
+//   router 4096*128 = 524,288                             x94 x6 =    295,698,432
+//   routed experts 8*3*4096*1536 = 150,994,944            x94 x6 = 85,161,148,416
+//   logits 4096*151936 = 622,329,856                          x6 =  3,733,979,136
+//   dense = 129,405,812,736;  pair 6*2*64*128*94 = 9,240,576
+//   mergers (1 + 3 deepstack) 6*4*(4608^2 + 4608*4096) = 24*40,108,032 = 962,592,768
+//
+// qwen3_5_397b_a17b: h=4096, L=60 (15 full, 45 Gated DeltaNet, all MoE), nh=32, nkv=2, hd=256, gate, V=248320;
+//   DeltaNet Hk=16, Hv=64, dk=dv=128, kernel 4; E=512, k=10, I_moe=1024, I_shared=1024.
+//   full attention 4096*(2*8192 + 2*512 + 8192) = 104,857,600         x15 x6 =  9,437,184,000
+//   DeltaNet: qk=2048, v=8192: in_proj 4096*(4096 + 8192 + 8192 + 128) = 84,410,368; conv 4*12288 = 49,152;
+//     delta 4*64*128*128 = 4,194,304; out 8192*4096 = 33,554,432 -> 122,208,256   x45 x6 = 32,996,229,120
+//   router 4096*512 = 2,097,152                                          x60 x6 =    754,974,720
+//   routed experts 10*3*4096*1024 = 125,829,120                          x60 x6 = 45,298,483,200
+//   shared expert 3*4096*1024 = 12,582,912                               x60 x6 =  4,529,848,320
+//   shared-expert gate 4096                                              x60 x6 =      1,474,560
+//   logits 4096*248320 = 1,017,118,720                                       x6 =  6,102,712,320
+//   dense = 99,120,906,240;  pair 6*2*32*256*15 = 1,474,560;  one merger 6*40,108,032 = 240,648,192
+//
+// qwen3_5_122b_a10b: h=3072, L=48 (12 full, 36 Gated DeltaNet, all MoE), nh=32, nkv=2, hd=256, gate, V=248320;
+//   DeltaNet Hk=16, Hv=64, dk=dv=128, kernel 4; E=256, k=8, I_moe=1024, I_shared=1024.
+//   full attention 3072*(2*8192 + 2*512 + 8192) = 78,643,200           x12 x6 =  5,662,310,400
+//   DeltaNet: qk=2048, v=8192: in_proj 3072*(4096 + 8192 + 8192 + 128) = 63,307,776; conv 4*12288 = 49,152;
+//     delta 4*64*128*128 = 4,194,304; out 8192*3072 = 25,165,824 -> 92,717,056    x36 x6 = 20,026,884,096
+//   router 3072*256 = 786,432                                            x48 x6 =    226,492,416
+//   routed experts 8*3*3072*1024 = 75,497,472                            x48 x6 = 21,743,271,936
+//   shared expert 3*3072*1024 = 9,437,184                                x48 x6 =  2,717,908,992
+//   shared-expert gate 3072                                              x48 x6 =        884,736
+//   logits 3072*248320 = 762,839,040                                         x6 =  4,577,034,240
+//   dense = 54,954,786,816;  pair 6*2*32*256*12 = 1,179,648;  one merger 6*(4608^2 + 4608*3072) = 212,336,640
 const expected_coefficients kShipped[] = {
     {"qwen3_vl_2b", 10322706432, 688128, 1811939328, 294912, 6291456, 603979776},
     {"qwen3_vl_4b", 24133632000, 1769472, 1811939328, 294912, 6291456, 654311424},
     {"qwen3_5_0_8b", 4627267584, 147456, 509607936, 110592, 4718592, 75497472},
     {"qwen3_5_2b", 11403558912, 147456, 1811939328, 294912, 6291456, 150994944},
     {"qwen3_5_9b", 47920447488, 393216, 2466422784, 373248, 7077888, 240648192},
+    {"qwen3_vl_8b", 45408583680, 1769472, 2466422784, 373248, 7077888, 962592768},
+    {"qwen3_vl_32b", 191901204480, 6291456, 2466422784, 373248, 7077888, 1075838976},
+    {"qwen3_5_27b", 154649493504, 1179648, 2466422784, 373248, 7077888, 268959744},
+    {"qwen3_vl_30b_a3b", 18249940992, 2359296, 2466422784, 373248, 7077888, 736100352},
+    {"qwen3_5_35b_a3b", 18055004160, 491520, 2466422784, 373248, 7077888, 184025088},
+    {"qwen3_vl_235b_a22b", 129405812736, 9240576, 2466422784, 373248, 7077888, 962592768},
+    {"qwen3_5_397b_a17b", 99120906240, 1474560, 2466422784, 373248, 7077888, 240648192},
+    {"qwen3_5_122b_a10b", 54954786816, 1179648, 2466422784, 373248, 7077888, 212336640},
 };
 
 class shipped_coefficients : public ::testing::TestWithParam<expected_coefficients> {};
@@ -104,6 +191,141 @@ TEST_P(shipped_coefficients, match_hand_derivation) {
   // MTP layers are not trained by default, so they cost nothing.
   EXPECT_EQ(c.mtp_per_token, 0);
   EXPECT_EQ(c.mtp_attn_pair, 0);
+  // The breakdown sums to dense_per_token.
+  const dense_terms& d = c.dense;
+  EXPECT_EQ(d.attention_projections + d.linear_attention + d.dense_mlp + d.moe_router + d.moe_routed_experts +
+                d.moe_shared_expert + d.moe_shared_expert_gate + d.logits,
+            c.dense_per_token);
+}
+
+// The MoE parts one by one (derivations above the table).
+TEST(moe, qwen3_vl_30b_a3b_breakdown) {
+  const dense_terms d = compute_coefficients(load_shipped("qwen3_vl_30b_a3b")).dense;
+  EXPECT_EQ(d.attention_projections, 5435817984);
+  EXPECT_EQ(d.linear_attention, 0);
+  EXPECT_EQ(d.dense_mlp, 0);  // every layer is MoE: intermediate_size (6144) is unused
+  EXPECT_EQ(d.moe_router, 75497472);
+  EXPECT_EQ(d.moe_routed_experts, 10871635968);
+  EXPECT_EQ(d.moe_shared_expert, 0);
+  EXPECT_EQ(d.moe_shared_expert_gate, 0);
+  EXPECT_EQ(d.logits, 1866989568);
+}
+
+TEST(moe, qwen3_5_35b_a3b_breakdown) {
+  const dense_terms d = compute_coefficients(load_shipped("qwen3_5_35b_a3b")).dense;
+  EXPECT_EQ(d.attention_projections, 1635778560);
+  EXPECT_EQ(d.linear_attention, 6446776320);
+  EXPECT_EQ(d.dense_mlp, 0);
+  EXPECT_EQ(d.moe_router, 125829120);
+  EXPECT_EQ(d.moe_routed_experts, 6039797760);
+  EXPECT_EQ(d.moe_shared_expert, 754974720);
+  EXPECT_EQ(d.moe_shared_expert_gate, 491520);
+  EXPECT_EQ(d.logits, 3051356160);
+}
+
+TEST(moe, trained_mtp_layer_of_an_moe_model_is_an_moe_layer) {
+  model_spec spec = load_shipped("qwen3_5_35b_a3b");
+  spec.train_mtp_layers = true;
+  const coefficients c = compute_coefficients(spec);
+  // One MTP layer: eh_proj 2*2048^2 = 8,388,608; full attention 27,262,976; MoE block = router 524,288 +
+  // routed 25,165,824 + shared 3,145,728 + gate 2048 = 28,837,888; logits 508,559,360.
+  // Sum 573,048,832, x6 = 3,438,292,992 (a SwiGLU of intermediate_size would give a different number: the
+  // model has none).
+  EXPECT_EQ(c.mtp_per_token, 3438292992);
+  EXPECT_EQ(c.mtp_attn_pair, 6 * 2 * 16 * 256);
+}
+
+// Dense SwiGLU layers of an MoE model: off the decoder_sparse_step stride or in mlp_only_layers.
+TEST(moe, sparse_step_and_mlp_only_layers_make_dense_layers) {
+  model_spec spec = testing::small_text_model();  // h=8, L=2, attention 192, logits 80 (small_models.h)
+  spec.model_type = "qwen3_vl_moe";
+  spec.text.num_hidden_layers = 4;
+  spec.text.num_experts = 4;
+  spec.text.num_experts_per_tok = 2;
+  spec.text.moe_intermediate_size = 2;
+  spec.text.decoder_sparse_step = 2;  // layers 1 and 3 are MoE ...
+  spec.text.mlp_only_layers = {3};    // ... but 3 is forced dense: 1 MoE layer, 3 dense
+  validate_model_spec(spec);
+  const dense_terms d = compute_coefficients(spec).dense;
+  EXPECT_EQ(d.dense_mlp, 6 * 3 * (3 * 8 * 16));      // 3 layers x SwiGLU 3*h*I = 384
+  EXPECT_EQ(d.moe_router, 6 * 1 * (8 * 4));          // h*E = 32
+  EXPECT_EQ(d.moe_routed_experts, 6 * 1 * (2 * 3 * 8 * 2));  // k * 3*h*I_moe = 96
+  EXPECT_EQ(d.attention_projections, 6 * 4 * 192);
+}
+
+// Issue: cost grew with num_hidden_layers (a per-layer vector). Layer kinds are counted, so a near-maximal
+// layer count is as cheap as a small one, and the coefficients follow from the counts.
+TEST(range, layer_count_near_its_bound_costs_nothing_per_layer) {
+  model_spec spec = load_shipped("qwen3_5_0_8b");
+  spec.text.num_hidden_layers = std::int64_t{1} << 31;  // 2^31 layers: 2^29 full attention, 3*2^29 DeltaNet
+  spec.vision.reset();
+  const coefficients c = compute_coefficients(spec);
+  // 6*(2^29*7,340,032 + 3*2^29*11,591,680 + 2^31*11,010,048 + 254,279,680) (per-layer figures of qwen3_5_0_8b):
+  //   7*2^49 + 4245*2^42 + 21*2^50 + 254,279,680 = 46,254,255,411,560,448; x6 = 277,525,532,469,362,688.
+  EXPECT_EQ(c.dense_per_token, 277525532469362688);
+  EXPECT_EQ(c.text_attn_pair, 6 * 2 * 8 * 256 * (std::int64_t{1} << 29));
+}
+
+// Issue: the merger coefficient wrapped in 128-bit arithmetic ((m^2 hv)^2 with a large spatial_merge_size),
+// giving a negative, zero or garbage coefficient. Now it saturates and names the fields.
+TEST(overflow, merger_coefficient_does_not_wrap_and_names_the_fields) {
+  model_spec spec = testing::small_vlm();
+  spec.vision->spatial_merge_size = std::int64_t{1} << 31;  // width m^2 * hv = 2^64: width^2 = 2^128 wraps to 0
+  try {
+    (void)compute_coefficients(spec);
+    FAIL() << "no coefficient_overflow";
+  } catch (const coefficient_overflow& e) {
+    EXPECT_EQ(e.coefficient(), "merger_per_merged_token");
+    EXPECT_EQ(e.fields(), (std::vector<std::string>{"vision.spatial_merge_size", "vision.hidden_size"}));
+    EXPECT_STREQ(e.what(), "flopmeter: coefficient merger_per_merged_token exceeds 2^63 FLOPs: the product of "
+                           "vision.spatial_merge_size, vision.hidden_size is too large");
+  }
+}
+
+// Issue: dense_per_token + mtp_per_token passed 2^63 and `check` printed a wrapped int64. Each fits; the sum
+// does not: refused.
+TEST(overflow, dense_plus_mtp_must_fit_together) {
+  model_spec spec = testing::small_text_model();
+  spec.model_type = "qwen3_5";
+  spec.text.num_hidden_layers = 1;
+  spec.text.full_attention_interval = 1;
+  spec.text.intermediate_size = 1;
+  spec.text.vocab_size = std::int64_t{1} << 31;
+  spec.text.hidden_size = 400000000;  // logits 6*h*V = 5.15e18 < 2^63 = 9.22e18
+  spec.text.num_attention_heads = 1;
+  spec.text.num_key_value_heads = 1;
+  spec.text.head_dim = 1;
+  // MTP: 6*(2h^2 + ... + h*V) = 7.07e18 < 2^63 on its own, but dense + MTP = 1.22e19 > 2^63.
+  spec.text.mtp_num_hidden_layers = 1;
+  spec.train_mtp_layers = false;
+  EXPECT_NO_THROW((void)compute_coefficients(spec));
+  spec.train_mtp_layers = true;
+  try {
+    (void)compute_coefficients(spec);
+    FAIL() << "no coefficient_overflow";
+  } catch (const coefficient_overflow& e) {
+    EXPECT_EQ(e.coefficient(), "dense_per_token + mtp_per_token");
+    EXPECT_EQ(e.fields(), (std::vector<std::string>{"text.hidden_size", "text.vocab_size"}));
+  }
+}
+
+// Issue: documents of 3,037,000,500 to 4,294,967,295 tokens were refused although L(L+1)/2 fits.
+TEST(range, longest_document_whose_pair_count_fits) {
+  const vision_geometry none;
+  // 3,037,000,500 (first L whose L(L+1) overflows): pairs = 1,518,500,250 * 3,037,000,501.
+  const std::int64_t first[] = {3037000500};
+  EXPECT_EQ(count_from_lengths(first, 0, {}, none).causal_pairs, std::int64_t{1518500250} * 3037000501);
+  // 2^32 - 1: pairs = (2^32 - 1) * 2^31 = 9,223,372,034,707,292,160 <= 2^63 - 1.
+  const std::int64_t last[] = {4294967295};
+  EXPECT_EQ(count_from_lengths(last, 0, {}, none).causal_pairs, std::int64_t{4294967295} * (std::int64_t{1} << 31));
+  // 2^32: 2^31 * (2^32 + 1) > 2^63 - 1: refused, naming the entry.
+  const std::int64_t too_long[] = {4294967296};
+  try {
+    (void)count_from_lengths(too_long, 0, {}, none);
+    FAIL() << "no error";
+  } catch (const error& e) {
+    EXPECT_STREQ(e.what(), "flopmeter: document_lengths[0] = 4294967296: causal pair count overflows a 64-bit count");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(all_configs, shipped_coefficients, ::testing::ValuesIn(kShipped),

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
@@ -60,8 +61,90 @@ TEST_P(shipped_check, passes_term_by_term) {
 
 INSTANTIATE_TEST_SUITE_P(all_configs, shipped_check,
                          ::testing::Combine(::testing::Values("qwen3_vl_2b", "qwen3_vl_4b", "qwen3_5_0_8b",
-                                                              "qwen3_5_2b", "qwen3_5_9b"),
+                                                              "qwen3_5_2b", "qwen3_5_9b", "qwen3_vl_8b",
+                                                              "qwen3_vl_32b", "qwen3_5_27b"),
                                             ::testing::Values(4096, 8192, 32768)));
+
+// Megatron-LM's num_floating_point_operations (megatron/training/training.py, transformer_flops, read at
+// commit 001b00c) bills per MoE layer 6*h*(moe_ffn_hidden_size * topk * 3 + shared_expert_size * 3): routed
+// experts and shared expert, no router and no shared-expert gate.
+//
+// qwen3_5_35b_a3b (h=2048, 40 MoE layers, E=256, k=8, I_moe=512, I_shared=512), per token:
+//   routed  6*2048*(512*8*3)*40 = 6,039,797,760;  shared 6*2048*(512*3)*40 = 754,974,720
+//   not in Megatron: router 6*2048*256*40 = 125,829,120 + gate 6*2048*1*40 = 491,520 = 126,320,640
+//   Megatron's token-linear = flopmeter's dense_per_token 18,055,004,160 - 126,320,640 = 17,928,683,520
+//   expected ratio of the dense row = 18,055,004,160 / 17,928,683,520
+TEST(megatron_constant, qwen3_5_35b_a3b_moe_terms_by_hand) {
+  const megatron_constant k = compute_megatron_constant(load_shipped("qwen3_5_35b_a3b"), 4096);
+  EXPECT_DOUBLE_EQ(k.text_moe_routed_per_token, 6039797760.0);
+  EXPECT_DOUBLE_EQ(k.text_moe_shared_per_token, 754974720.0);
+  EXPECT_DOUBLE_EQ(k.text_moe_unbilled_per_token, 126320640.0);
+  EXPECT_DOUBLE_EQ(k.text_linear_per_token, 17928683520.0);
+}
+
+// qwen3_vl_30b_a3b (h=2048, 48 MoE layers, E=128, k=8, I_moe=768, no shared expert):
+//   routed 6*2048*768*8*3*48 = 10,871,635,968; router 6*2048*128*48 = 75,497,472 (no gate)
+//   Megatron's token-linear = 18,249,940,992 - 75,497,472 = 18,174,443,520
+TEST(megatron_constant, qwen3_vl_30b_a3b_moe_terms_by_hand) {
+  const megatron_constant k = compute_megatron_constant(load_shipped("qwen3_vl_30b_a3b"), 4096);
+  EXPECT_DOUBLE_EQ(k.text_moe_routed_per_token, 10871635968.0);
+  EXPECT_DOUBLE_EQ(k.text_moe_shared_per_token, 0.0);
+  EXPECT_DOUBLE_EQ(k.text_moe_unbilled_per_token, 75497472.0);
+  EXPECT_DOUBLE_EQ(k.text_linear_per_token, 18174443520.0);
+}
+
+class moe_check : public ::testing::TestWithParam<std::tuple<const char*, bool>> {};
+
+TEST_P(moe_check, compares_experts_term_by_term_and_states_router_and_gate) {
+  const auto [config, train_mtp] = GetParam();
+  model_spec spec = load_shipped(config);
+  spec.train_mtp_layers = train_mtp;
+  const check_report report = run_sanity_check(spec, 4096);
+  EXPECT_TRUE(report.pass);
+  for (const check_row& row : report.rows) EXPECT_TRUE(row.pass) << row.term << " ratio " << row.ratio;
+  // Row 0: dense vs Megatron's token-linear part, expected ratio 1 + (router + gate) / constant > 1.
+  const double unbilled = report.constant.text_moe_unbilled_per_token;
+  EXPECT_GT(unbilled, 0.0);
+  EXPECT_DOUBLE_EQ(report.rows[0].expected_ratio, 1.0 + unbilled / report.constant.text_linear_per_token);
+  EXPECT_EQ(report.rows[1].term, "MoE routed experts (x top-k) = constant's routed-expert term");
+  const bool shared = spec.text.shared_expert_intermediate_size > 0;
+  if (shared) {
+    EXPECT_EQ(report.rows[2].term, "MoE shared expert = constant's shared-expert term");
+  }
+  EXPECT_EQ(report.rows[shared ? 3 : 2].term,
+            "MoE router + shared-expert gate = the documented difference (not in the constant)");
+}
+
+INSTANTIATE_TEST_SUITE_P(moe_configs, moe_check,
+                         ::testing::Combine(::testing::Values("qwen3_vl_30b_a3b", "qwen3_5_35b_a3b",
+                                                              "qwen3_vl_235b_a22b", "qwen3_5_122b_a10b",
+                                                              "qwen3_5_397b_a17b"),
+                                            ::testing::Bool()));
+
+// check --seq-len: the whole-row counts must fit int64; a too-large S is a user-facing error, and the largest
+// S that fits is accepted (S(S+1)/2 is formed without forming S(S+1)).
+TEST(sanity_check, longest_seq_len_whose_counts_fit) {
+  model_spec text_only = load_shipped("qwen3_vl_2b");
+  text_only.vision.reset();
+  EXPECT_TRUE(run_sanity_check(text_only, 4294967295).pass);  // 2^32 - 1
+  try {
+    (void)run_sanity_check(text_only, 4294967296);
+    FAIL() << "no error";
+  } catch (const error& e) {
+    EXPECT_STREQ(e.what(), "flopmeter: seq_len 4294967296 is too large: one document of that many tokens has "
+                           "S(S+1)/2 causal pairs, more than a 64-bit count holds (largest seq_len: 4294967295)");
+  }
+  const model_spec vlm = load_shipped("qwen3_vl_2b");
+  EXPECT_TRUE(run_sanity_check(vlm, 3037000499).pass);  // floor(sqrt(2^63 - 1))
+  try {
+    (void)run_sanity_check(vlm, 3037000500);
+    FAIL() << "no error";
+  } catch (const error& e) {
+    EXPECT_STREQ(e.what(), "flopmeter: seq_len 3037000500 is too large for a model with a vision tower: one image "
+                           "of that many patches has S^2 attention pairs, more than a 64-bit count holds (largest "
+                           "seq_len: 3037000499)");
+  }
+}
 
 TEST(sanity_check, passes_with_trained_mtp) {
   model_spec spec = load_shipped("qwen3_5_2b");

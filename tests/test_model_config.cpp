@@ -154,7 +154,6 @@ TEST_P(shipped_config, every_field_equals_the_reference_table) {
   EXPECT_EQ(t.linear_conv_kernel_dim, r.linear_conv_kernel_dim);
   EXPECT_EQ(t.mtp_num_hidden_layers, r.mtp_num_hidden_layers);
   // Layout: Qwen3-VL all full attention; Qwen3.5 one full attention layer in every 4.
-  ASSERT_EQ(static_cast<std::int64_t>(t.layer_types.size()), r.num_hidden_layers);
   const std::int64_t full = r.full_attention_interval == 0 ? r.num_hidden_layers
                                                            : r.num_hidden_layers / r.full_attention_interval;
   EXPECT_EQ(t.num_full_attention_layers(), full);
@@ -187,8 +186,8 @@ INSTANTIATE_TEST_SUITE_P(model_configs, shipped_config, ::testing::ValuesIn(kRef
 TEST(model_config, qwen3_5_9b_has_eight_full_attention_layers_at_every_fourth_index) {
   const model_spec spec = load_model_spec(config_path("qwen3_5_9b.toml"));
   std::vector<std::size_t> full;
-  for (std::size_t i = 0; i < spec.text.layer_types.size(); ++i) {
-    if (spec.text.layer_types[i] == layer_kind::full_attention) full.push_back(i);
+  for (std::int64_t i = 0; i < spec.text.num_hidden_layers; ++i) {
+    if (spec.text.layer_type(i) == layer_kind::full_attention) full.push_back(static_cast<std::size_t>(i));
   }
   // (i + 1) % 4 == 0 for i in [0, 32): 3, 7, ..., 31.
   EXPECT_EQ(full, (std::vector<std::size_t>{3, 7, 11, 15, 19, 23, 27, 31}));
@@ -226,8 +225,9 @@ TEST(model_config, tiny_vlm_loads) {
   EXPECT_EQ(t.linear_conv_kernel_dim, 4);
   EXPECT_EQ(t.mtp_num_hidden_layers, 0);
   // (i + 1) % 2 == 0: layers 1 and 3 are full attention.
-  EXPECT_EQ(t.layer_types, (std::vector<layer_kind>{layer_kind::linear_attention, layer_kind::full_attention,
-                                                    layer_kind::linear_attention, layer_kind::full_attention}));
+  EXPECT_EQ((std::vector<layer_kind>{t.layer_type(0), t.layer_type(1), t.layer_type(2), t.layer_type(3)}),
+            (std::vector<layer_kind>{layer_kind::linear_attention, layer_kind::full_attention,
+                                     layer_kind::linear_attention, layer_kind::full_attention}));
   ASSERT_TRUE(spec.vision.has_value());
   const vision_spec& v = *spec.vision;
   EXPECT_EQ(v.depth, 2);
@@ -368,7 +368,7 @@ const bad_case kBadCases[] = {
      "full_attention_interval = 8 exceeds num_hidden_layers = 4, so no layer would be full attention"},
     // "model_type = " is 13 characters -> column 14, line 2.
     {"unknown_model_type", "model_type = \"qwen3_5\"", "model_type = \"llama\"",
-     "bad.toml:2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\")"},
+     "bad.toml:2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\")"},
     // Column 14, line 5.
     {"text_model_type_mismatch", "model_type = \"qwen3_5_text\"", "model_type = \"qwen3_vl_text\"",
      "bad.toml:5:14: key 'text_config.model_type': must be \"qwen3_5_text\" for model.model_type \"qwen3_5\" "
@@ -506,21 +506,15 @@ TEST(validate_model_spec, names_the_offending_field) {
   }
   {
     model_spec s = good;
-    s.text.layer_types.pop_back();
-    EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': text.layer_types has 3 entries but text.num_hidden_layers = 4");
-  }
-  {
-    model_spec s = good;
-    s.text.layer_types[0] = layer_kind::full_attention;
-    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': text.layer_types[0] is full_attention but should be "
-                                   "linear_attention (text.full_attention_interval = 2)");
+    s.text.full_attention_interval = 5;
+    EXPECT_EQ(validation_error(s), "invalid model_spec 'tiny': no full attention layer: text.full_attention_interval "
+                                   "(5) exceeds text.num_hidden_layers (4)");
   }
   {
     model_spec s = good;
     s.model_type = "llama";
     EXPECT_EQ(validation_error(s),
-              "invalid model_spec 'tiny': model_type must be \"qwen3_vl\" or \"qwen3_5\" (got \"llama\")");
+              "invalid model_spec 'tiny': model_type must be one of \"qwen3_vl\", \"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\" (got \"llama\")");
   }
   {
     model_spec s = good;
@@ -557,11 +551,11 @@ TEST(validate_model_spec, qwen3_vl_spec_built_in_code) {
   s.text.head_dim = 16;
   s.text.intermediate_size = 128;
   s.text.vocab_size = 512;
-  s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
   EXPECT_NO_THROW(validate_model_spec(s));
-  s.text.layer_types[1] = layer_kind::linear_attention;
-  EXPECT_EQ(validation_error(s), "invalid model_spec: text.layer_types[1] is linear_attention but should be "
-                                 "full_attention (model_type \"qwen3_vl\")");
+  EXPECT_EQ(s.text.num_full_attention_layers(), 2);
+  s.text.full_attention_interval = 2;
+  EXPECT_EQ(validation_error(s), "invalid model_spec: text.full_attention_interval must be 0 for model_type "
+                                 "\"qwen3_vl\" (got 2)");
 }
 
 }  // namespace

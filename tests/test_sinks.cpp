@@ -23,6 +23,7 @@
 
 #include "flopmeter/error.h"
 #include "flopmeter/sinks.h"
+#include "output/json_line.h"
 
 namespace flopmeter {
 namespace {
@@ -99,26 +100,26 @@ TEST(JsonLine, ValuesInRecordOrder) {
                                {"a", kInf},
                                {"b", -kInf},
                                {"train/loss", -0.25}}};
-  EXPECT_EQ(to_json_line(record),
+  EXPECT_EQ(detail::to_json_line(record),
             "{\"step\":20,\"perf/mfu\":41.2,\"perf/tokens_per_second\":12345.5,\"train/samples\":3,"
             "\"perf/tflops_per_second\":null,\"a\":null,\"b\":null,\"train/loss\":-0.25}");
 }
 
 TEST(JsonLine, EmptyRecordAndNegativeStep) {
-  EXPECT_EQ(to_json_line(metrics_record{}), "{\"step\":0}");
-  EXPECT_EQ(to_json_line(metrics_record{-1, {}}), "{\"step\":-1}");
+  EXPECT_EQ(detail::to_json_line(metrics_record{}), "{\"step\":0}");
+  EXPECT_EQ(detail::to_json_line(metrics_record{-1, {}}), "{\"step\":-1}");
 }
 
 TEST(JsonLine, NamesAreEscaped) {
   // quote -> \", backslash -> \\, newline -> \n, tab -> \t, 0x01 -> \u0001; UTF-8 passes through.
   const metrics_record record{1, {{"a\"b\\c\nd\te\x01", 1.0}, {"\xc2\xb5s", 2.0}}};
-  EXPECT_EQ(to_json_line(record), "{\"step\":1,\"a\\\"b\\\\c\\nd\\te\\u0001\":1,\"\xc2\xb5s\":2}");
+  EXPECT_EQ(detail::to_json_line(record), "{\"step\":1,\"a\\\"b\\\\c\\nd\\te\\u0001\":1,\"\xc2\xb5s\":2}");
 }
 
 TEST(JsonLine, IntegersBelowTwoTo53HaveNoExponentOrDecimal) {
   // 2^53 - 1 = 9007199254740991 is the largest integer below 2^53; it prints digit for digit.
   const metrics_record record{7, {{"n", 9007199254740991.0}, {"m", -123456789012.0}, {"z", -0.0}}};
-  EXPECT_EQ(to_json_line(record), "{\"step\":7,\"n\":9007199254740991,\"m\":-123456789012,\"z\":0}");
+  EXPECT_EQ(detail::to_json_line(record), "{\"step\":7,\"n\":9007199254740991,\"m\":-123456789012,\"z\":0}");
 }
 
 TEST(JsonLine, NonIntegralValuesRoundTripExactly) {
@@ -126,14 +127,14 @@ TEST(JsonLine, NonIntegralValuesRoundTripExactly) {
   const double values[] = {0.1, 1.0 / 3.0, 2.0 / 3.0 * 1e-7, 1e20, 6.02214076e23, 1e-300, 123456.789,
                            9007199254740993.0 * 4, std::nextafter(1.0, 2.0)};
   for (double v : values) {
-    const std::string line = to_json_line(metrics_record{0, {{"v", v}}});
+    const std::string line = detail::to_json_line(metrics_record{0, {{"v", v}}});
     const std::string prefix = "{\"step\":0,\"v\":";
     ASSERT_EQ(line.compare(0, prefix.size(), prefix), 0) << line;
     const std::string number = line.substr(prefix.size(), line.size() - prefix.size() - 1);
     EXPECT_EQ(std::strtod(number.c_str(), nullptr), v) << line;
     EXPECT_EQ(number.find(','), std::string::npos) << line;  // never a decimal comma
   }
-  EXPECT_EQ(to_json_line(metrics_record{0, {{"v", 0.1}}}), "{\"step\":0,\"v\":0.1}");
+  EXPECT_EQ(detail::to_json_line(metrics_record{0, {{"v", 0.1}}}), "{\"step\":0,\"v\":0.1}");
 }
 
 // ---- JSONL sink ----------------------------------------------------------------------------------------
@@ -226,6 +227,41 @@ TEST(JsonlSink, PartialLastLineIsTerminatedBeforeAppending) {
 }
 
 TEST(JsonlSink, EmptyPathIsASetupError) { EXPECT_THROW(make_jsonl_sink(""), error); }
+
+// ---- make_sinks ----------------------------------------------------------------------------------------
+
+TEST(MakeSinks, ConsoleThenJsonlWithEveryRankPlaceholderReplaced) {
+  temp_dir dir;
+  captured_logger log;
+  sink_config config;
+  config.jsonl_path = (dir.path / "m_{rank}_of_{rank}.jsonl").string();
+  const auto sinks = make_sinks(config, 7, log.logger);
+  ASSERT_EQ(sinks.size(), 2u);  // console (the default) first, then the JSONL file
+  EXPECT_TRUE(fs::exists(dir.path / "m_7_of_7.jsonl"));  // opened (and created) at once: checked at create
+  sinks[1]->write(record_at(3, 40.0));
+  EXPECT_EQ(read_file(dir.path / "m_7_of_7.jsonl"), "{\"step\":3,\"perf/mfu\":40,\"train/loss\":2.5}\n");
+  sinks[0]->write(record_at(3, 40.0));
+  EXPECT_EQ(log.lines().size(), 1u);  // the console line
+
+  config.console = false;
+  config.jsonl_path.clear();
+  EXPECT_TRUE(make_sinks(config, 0).empty());
+}
+
+TEST(MakeSinks, AJsonlPathThatCannotBeOpenedIsASetupErrorNamingIt) {
+  temp_dir dir;
+  sink_config config;
+  config.console = false;
+  config.jsonl_path = (dir.path / "missing" / "m.jsonl").string();
+  try {
+    (void)make_sinks(config, 0);
+    FAIL() << "accepted a JSONL path in a missing directory";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("sinks.jsonl: cannot open '" + config.jsonl_path + "' for append: No such file"),
+              std::string::npos)
+        << e.what();
+  }
+}
 
 // ---- console sink --------------------------------------------------------------------------------------
 

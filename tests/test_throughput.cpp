@@ -380,7 +380,6 @@ TEST(throughput, sanity_check_flag_refuses_a_mismatching_model) {
   hybrid.model_type = "qwen3_5";
   hybrid.text = small_text_model().text;
   hybrid.text.full_attention_interval = 2;
-  hybrid.text.layer_types = {layer_kind::linear_attention, layer_kind::full_attention};
   hybrid.text.linear_key_head_dim = 4;
   hybrid.text.linear_value_head_dim = 8;
   hybrid.text.linear_num_key_heads = 2;

@@ -114,7 +114,9 @@ class throughput_config : public ::testing::Test {
 
 TEST_F(throughput_config, example_file_loads_with_the_documented_values) {
   const std::string path = kSourceDir + "/plugin_configs/example.toml";
-  const throughput_options o = load_throughput_options(path);
+  const plugin_config config = load_plugin_config(path);
+  const throughput_options& o = config.options;
+  const sink_config& sinks = config.sinks;
 
   // model.config = "../model_configs/qwen3_vl_2b.toml", resolved against plugin_configs/.
   const std::string model_path = kSourceDir + "/plugin_configs/../model_configs/qwen3_vl_2b.toml";
@@ -124,7 +126,8 @@ TEST_F(throughput_config, example_file_loads_with_the_documented_values) {
   EXPECT_EQ(o.model.model_type, expected.model_type);
   EXPECT_EQ(o.model.text.hidden_size, 2048);
   EXPECT_EQ(o.model.text.num_hidden_layers, 28);
-  EXPECT_EQ(o.model.text.layer_types, expected.text.layer_types);
+  EXPECT_EQ(o.model.text.full_attention_interval, expected.text.full_attention_interval);
+  EXPECT_EQ(o.model.text.num_full_attention_layers(), expected.text.num_full_attention_layers());
   ASSERT_TRUE(o.model.vision.has_value());
   EXPECT_EQ(o.model.vision->deepstack_visual_indexes, expected.vision->deepstack_visual_indexes);
   EXPECT_EQ(o.model.train_mtp_layers, expected.train_mtp_layers);
@@ -138,19 +141,19 @@ TEST_F(throughput_config, example_file_loads_with_the_documented_values) {
   EXPECT_EQ(o.parallel.cp, 1);
   EXPECT_EQ(o.parallel.pp, 1);
   EXPECT_EQ(o.rank_order, "tp-cp-dp-pp");
-  EXPECT_EQ(o.log_interval_steps, 1);
   EXPECT_EQ(o.tpi_multiplier, 1.0);
   EXPECT_EQ(o.topk, 3);
   EXPECT_EQ(o.emit, emit_ranks::rank0);
   EXPECT_EQ(o.collective_timeout, std::chrono::milliseconds(120000));
-  EXPECT_TRUE(o.console);
-  EXPECT_EQ(o.jsonl_path, "flopmeter.jsonl");
+  EXPECT_TRUE(sinks.console);
+  EXPECT_EQ(sinks.jsonl_path, "flopmeter.jsonl");
   EXPECT_TRUE(o.sinks.empty());  // the loader names sinks; it does not create them
   EXPECT_EQ(o.logger, nullptr);
 }
 
 TEST_F(throughput_config, every_key_of_the_base_document_is_read) {
-  const throughput_options o = load_throughput_options(write("plugin.toml", kBase));
+  const plugin_config config = load_plugin_config(write("plugin.toml", kBase));
+  const throughput_options& o = config.options;
   EXPECT_EQ(o.model.source_path, kTinyVlm);  // absolute: used as it is
   EXPECT_EQ(o.model.name, "tiny_vlm");
   EXPECT_EQ(o.scope, flop_scope::complete);
@@ -163,18 +166,18 @@ TEST_F(throughput_config, every_key_of_the_base_document_is_read) {
   EXPECT_EQ(o.parallel.cp, 1);
   EXPECT_EQ(o.parallel.pp, 4);
   EXPECT_EQ(o.rank_order, "tp-cp-dp-pp");
-  EXPECT_EQ(o.log_interval_steps, 10);
   EXPECT_EQ(o.tpi_multiplier, 1.5);
   EXPECT_EQ(o.topk, 5);
   EXPECT_EQ(o.emit, emit_ranks::all);
   EXPECT_EQ(o.collective_timeout, std::chrono::milliseconds(30000));
-  EXPECT_FALSE(o.console);
-  EXPECT_EQ(o.jsonl_path, "out/metrics_{rank}.jsonl");  // raw: {rank} is substituted at plugin start
+  EXPECT_FALSE(config.sinks.console);
+  EXPECT_EQ(config.sinks.jsonl_path, "out/metrics_{rank}.jsonl");  // raw: {rank} is substituted by make_sinks
 }
 
 TEST_F(throughput_config, only_the_model_config_is_required_and_the_rest_defaults) {
-  const throughput_options o =
-      load_throughput_options(write("plugin.toml", "[model]\nconfig = \"" + kTinyVlm + "\"\n"));
+  const plugin_config config =
+      load_plugin_config(write("plugin.toml", "[model]\nconfig = \"" + kTinyVlm + "\"\n"));
+  const throughput_options& o = config.options;
   const throughput_options d;  // the struct's defaults
   EXPECT_EQ(o.model.name, "tiny_vlm");
   EXPECT_EQ(o.scope, flop_scope::complete);
@@ -187,13 +190,12 @@ TEST_F(throughput_config, only_the_model_config_is_required_and_the_rest_default
   EXPECT_EQ(o.parallel.cp, 1);
   EXPECT_EQ(o.parallel.pp, 1);
   EXPECT_EQ(o.rank_order, d.rank_order);
-  EXPECT_EQ(o.log_interval_steps, 1);
   EXPECT_EQ(o.tpi_multiplier, 1.0);
   EXPECT_EQ(o.topk, 3);
   EXPECT_EQ(o.emit, emit_ranks::rank0);
   EXPECT_EQ(o.collective_timeout, std::chrono::milliseconds(120000));
-  EXPECT_TRUE(o.console);
-  EXPECT_EQ(o.jsonl_path, "");
+  EXPECT_TRUE(config.sinks.console);
+  EXPECT_EQ(config.sinks.jsonl_path, "");
 }
 
 TEST_F(throughput_config, relative_model_path_is_resolved_against_the_config_directory) {
@@ -407,7 +409,7 @@ TEST_F(throughput_config, model_file_errors_propagate_unchanged) {
   // The model loader's own message: "model_type = " is 13 characters -> 2:14 in the model file.
   EXPECT_EQ(error_of("[model]\nconfig = \"bad_model.toml\"\n"),
             model +
-                ":2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\")");
+                ":2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\")");
 }
 
 TEST_F(throughput_config, text_form_names_its_source_and_resolves_the_model_against_base_dir) {

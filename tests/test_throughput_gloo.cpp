@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <memory>
 #include <vector>
 
@@ -130,6 +132,92 @@ TEST(throughput_gloo, dp2_cp2_with_padding) {
     const double f0 = 7392.0 * 1000 + 192.0 * 700 * 701 / 2, f1 = 7392.0 * 1000 + 192.0 * 900 * 901 / 2;
     EXPECT_NEAR(value(m, "perf/tflops_per_second") / ((f0 + f1) / 2 / 4 / 1e12), 1.0, 1e-12);
   }
+}
+
+TEST(throughput_gloo, the_per_rank_topk_names_a_straggler_in_a_job_synchronised_every_step) {
+  // Four ranks meet at a Gloo barrier every step (the gradient all-reduce of a real job), so every rank's
+  // interval is the same and the tps and step-time top-k cannot tell them apart. Rank 2 does far more
+  // work: its forward+backward takes at least 150 ms where the others' take about 10 ms (sleeps: a loaded
+  // machine may stretch them, but not by 140 ms every step). Each rank reports its own
+  // forward_backward_time, so perf_topk/forward_backward_time_slow_0_rank names rank 2 at every log, and
+  // the headline perf/forward_backward_time (the world maximum) is rank 2's.
+  constexpr int kWorld = 4;
+  constexpr int kSteps = 5;
+  std::vector<std::vector<metrics_record>> records(kWorld);
+  run_gloo_ranks(kWorld, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    auto sink = std::make_shared<capture_sink>();
+    throughput_options o;
+    o.model = small_text_model();
+    o.emit = emit_ranks::all;
+    o.topk = 1;
+    o.sinks = {sink};
+    auto plugin = throughput_plugin::create(std::move(o), make_c10d_communicator(group));
+    for (int step = 1; step <= kSteps; ++step) {
+      const auto start = std::chrono::steady_clock::now();
+      const std::vector<std::int64_t> lengths = {64};
+      microbatch_event e;
+      e.document_lengths = lengths;
+      plugin->on_microbatch(e);
+      std::this_thread::sleep_for(std::chrono::milliseconds(rank == 2 ? 150 : 10));  // "forward + backward"
+      const std::chrono::duration<double> forward_backward = std::chrono::steady_clock::now() - start;
+      group->barrier()->wait();  // the step's synchronisation
+      log_event l;
+      l.step = step;
+      l.forward_backward_time = forward_backward;
+      plugin->on_log(l);
+    }
+    plugin->flush();
+    records[static_cast<std::size_t>(rank)] = sink->records;
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    const std::vector<metrics_record>& rs = records[static_cast<std::size_t>(r)];
+    ASSERT_EQ(rs.size(), static_cast<std::size_t>(kSteps)) << "rank " << r;
+    for (const metrics_record& m : rs) {
+      EXPECT_EQ(value(m, "perf_topk/forward_backward_time_slow_0_rank"), 2.0) << "rank " << r << " step " << m.step;
+      EXPECT_GE(value(m, "perf_topk/forward_backward_time_slow_0"), 0.150);
+      EXPECT_NE(value(m, "perf_topk/forward_backward_time_fast_0_rank"), 2.0);
+      EXPECT_LT(value(m, "perf_topk/forward_backward_time_fast_0"), value(m, "perf_topk/forward_backward_time_slow_0"));
+      EXPECT_EQ(value(m, "perf/forward_backward_time"), value(m, "perf_topk/forward_backward_time_slow_0"));
+    }
+  }
+}
+
+TEST(throughput_gloo, destroying_the_plugin_on_a_hung_peer_takes_the_collective_timeout_not_gloos) {
+  // Rank 1 stays alive but never joins a collective (as a peer stopped by SIGSTOP). Rank 0's plugin owns
+  // the only reference to its Gloo group (as with make_gloo_communicator_from_env), starts the collective of
+  // log 1 and is destroyed without flush(). Destruction flushes, waiting at most collective_timeout (300 ms)
+  // for that collective, and must not then wait for Gloo's own timeout (10 s) in the group's destructor.
+  gloo_run_options options;
+  options.group_timeout = std::chrono::milliseconds(10000);
+  options.keep_groups_until_all_done = false;
+  std::atomic<bool> destroyed{false};
+  std::chrono::duration<double> destroy_took{0};
+  run_gloo_ranks(
+      2,
+      [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+        if (rank == 1) {
+          while (!destroyed.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return;
+        }
+        throughput_options o;
+        o.model = small_text_model();
+        o.collective_timeout = std::chrono::milliseconds(300);
+        auto plugin = throughput_plugin::create(std::move(o), make_c10d_communicator(std::move(group)));
+        const std::vector<std::int64_t> lengths = {100};
+        microbatch_event e;
+        e.document_lengths = lengths;
+        plugin->on_microbatch(e);
+        log_event l;
+        l.step = 1;
+        plugin->on_log(l);
+        const auto start = std::chrono::steady_clock::now();
+        plugin.reset();
+        destroy_took = std::chrono::steady_clock::now() - start;
+        destroyed = true;
+      },
+      options);
+  EXPECT_GE(destroy_took.count(), 0.3);  // the flush waited for the collective, bounded by its timeout
+  EXPECT_LT(destroy_took.count(), 3.0) << "destroying blocked beyond the collective timeout";
 }
 
 TEST(throughput_gloo, a_failed_collective_costs_metrics_not_the_run) {

@@ -60,6 +60,9 @@ std::string report_json(const check_report& report) {
       .number("megatron_text_attention_per_token", k.text_attention_per_token)
       .number("megatron_vision_linear_per_token", k.vision_linear_per_token)
       .number("megatron_vision_attention_per_token", k.vision_attention_per_token)
+      .number("megatron_text_moe_routed_per_token", k.text_moe_routed_per_token)
+      .number("megatron_text_moe_shared_per_token", k.text_moe_shared_per_token)
+      .number("not_in_megatron_moe_router_and_gate_per_token", k.text_moe_unbilled_per_token)
       .boolean("pass", report.pass)
       .raw("rows", rows);
   return object.str();
@@ -76,6 +79,12 @@ void print_report(const check_report& report, const std::string& source) {
   std::printf("%*svision %s (token-linear %s + attention %s)\n", static_cast<int>(lead.size()), "",
               short_number(k.vision_per_token()).c_str(), short_number(k.vision_linear_per_token).c_str(),
               short_number(k.vision_attention_per_token).c_str());
+  if (k.text_moe_routed_per_token > 0) {
+    std::printf("%*sMoE    routed experts %s + shared expert %s (in token-linear); router + shared-expert gate %s "
+                "counted by flopmeter, not billed by Megatron\n",
+                static_cast<int>(lead.size()), "", short_number(k.text_moe_routed_per_token).c_str(),
+                short_number(k.text_moe_shared_per_token).c_str(), short_number(k.text_moe_unbilled_per_token).c_str());
+  }
   std::size_t term_width = 4;
   for (const check_row& row : report.rows) term_width = std::max(term_width, row.term.size());
   const int width = static_cast<int>(term_width);

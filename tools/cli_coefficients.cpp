@@ -20,7 +20,9 @@ const char* const kCoefficientsUsage =
     "options:\n"
     "  --json          print one JSON object (keys: model, dense_per_token, text_attn_pair, vision_per_patch,\n"
     "                  vision_attn_pair, patch_embed_per_patch, merger_per_merged_token, mtp_per_token,\n"
-    "                  mtp_attn_pair, patches_per_merged_token)\n"
+    "                  mtp_attn_pair, patches_per_merged_token, and dense_per_token_breakdown: an object\n"
+    "                  whose parts sum to dense_per_token: attention_projections, linear_attention, dense_mlp,\n"
+    "                  moe_router, moe_routed_experts, moe_shared_expert, moe_shared_expert_gate, logits)\n"
     "  -h, --help      show this help\n"
     "\n"
     "exit status: 0 on success, 1 when the model file is invalid, 2 for a bad command line.\n";
@@ -45,7 +47,7 @@ int run_coefficients(const std::vector<std::string>& args) {
   };
   const entry entries[] = {
       {"dense_per_token", c.dense_per_token,
-       "decoder projections (incl. output gate), Gated DeltaNet, SwiGLU MLP and logits, per device token"},
+       "decoder projections (incl. output gate), Gated DeltaNet, SwiGLU MLP or MoE block, logits, per device token"},
       {"text_attn_pair", c.text_attn_pair, "causal attention per (query, key) pair, summed over full-attention layers"},
       {"vision_per_patch", c.vision_per_patch, "ViT blocks' projections and MLP, per patch"},
       {"vision_attn_pair", c.vision_attn_pair, "ViT attention per (query, key) pair, summed over blocks"},
@@ -57,10 +59,26 @@ int run_coefficients(const std::vector<std::string>& args) {
       {"patches_per_merged_token", c.patches_per_merged_token, "spatial_merge_size^2 (a count, not FLOPs)"},
   };
 
+  // dense_per_token by GEMM family; the parts sum to it exactly.
+  const dense_terms& d = c.dense;
+  const entry parts[] = {
+      {"attention_projections", d.attention_projections, "full-attention q, k, v, o (+ output gate) projections"},
+      {"linear_attention", d.linear_attention, "Gated DeltaNet layers"},
+      {"dense_mlp", d.dense_mlp, "SwiGLU MLP of the dense layers"},
+      {"moe_router", d.moe_router, "MoE router, hidden x num_experts per MoE layer"},
+      {"moe_routed_experts", d.moe_routed_experts, "top-k routed SwiGLU experts (dropless: exactly k per token)"},
+      {"moe_shared_expert", d.moe_shared_expert, "shared SwiGLU expert"},
+      {"moe_shared_expert_gate", d.moe_shared_expert_gate, "shared expert's sigmoid gate, hidden x 1"},
+      {"logits", d.logits, "LM head, hidden x vocab"},
+  };
+
   if (parsed.has("--json")) {
     json_object object;
     object.string("model", spec.name);
     for (const entry& e : entries) object.integer(e.key, e.value);
+    json_object breakdown;
+    for (const entry& e : parts) breakdown.integer(e.key, e.value);
+    object.raw("dense_per_token_breakdown", breakdown.str());
     std::printf("%s\n", object.str().c_str());
     return kExitOk;
   }
@@ -70,6 +88,11 @@ int run_coefficients(const std::vector<std::string>& args) {
   std::printf("\n  %-25s %22s  %s\n", "coefficient", "value", "meaning");
   for (const entry& e : entries) {
     std::printf("  %-25s %22s  %s\n", e.key, group_digits(e.value).c_str(), e.meaning);
+    if (&e != &entries[0]) continue;
+    for (const entry& part : parts) {
+      if (part.value == 0) continue;  // a family the model does not have
+      std::printf("    %-23s %22s  %s\n", part.key, group_digits(part.value).c_str(), part.meaning);
+    }
   }
   return kExitOk;
 }

@@ -9,6 +9,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -69,20 +70,97 @@ class rms_norm_impl : public torch::nn::Module {
   torch::Tensor weight_;
 };
 
-// SwiGLU: down(silu(gate(x)) * up(x)); gate and up h -> I, down I -> h, no bias.
-class swiglu_impl : public torch::nn::Module {
+// Interface of a decoder layer's MLP over a packed row [T, h]: a SwiGLU or an MoE block.
+class mlp_block : public torch::nn::Module {
  public:
-  explicit swiglu_impl(const flopmeter::text_spec& t)
-      : gate_(register_module("gate_proj", linear(t.hidden_size, t.intermediate_size, false))),
-        up_(register_module("up_proj", linear(t.hidden_size, t.intermediate_size, false))),
-        down_(register_module("down_proj", linear(t.intermediate_size, t.hidden_size, false))) {}
-  torch::Tensor forward(const torch::Tensor& x) {
-    VLM_FLOP_SCOPE("text_mlp");
+  virtual torch::Tensor run(const torch::Tensor& x) = 0;
+};
+
+// SwiGLU: down(silu(gate(x)) * up(x)); gate and up h -> width, down width -> h, no bias. `scope` is the full
+// "flopmeter_cat:<category>" name its matmuls are attributed to (a dense MLP, a routed or the shared expert).
+class swiglu_impl : public mlp_block {
+ public:
+  swiglu_impl(std::int64_t hidden, std::int64_t width, std::string scope)
+      : scope_(std::move(scope)),
+        gate_(register_module("gate_proj", linear(hidden, width, false))),
+        up_(register_module("up_proj", linear(hidden, width, false))),
+        down_(register_module("down_proj", linear(width, hidden, false))) {}
+  torch::Tensor run(const torch::Tensor& x) override {
+    RECORD_USER_SCOPE(scope_);
     return down_(F::silu(gate_(x)) * up_(x));
   }
 
  private:
+  std::string scope_;
   torch::nn::Linear gate_, up_, down_;
+};
+
+// The MoE block of Qwen3-VL MoE (no shared expert) and Qwen3.5 MoE (with one):
+//   router   logits = x W_r^T (h -> E), probabilities softmax, the top-k per token, renormalised to sum 1 when
+//            norm_topk_prob
+//   experts  dropless dispatch: for each expert, the tokens that chose it are gathered, run through its SwiGLU
+//            and added back weighted by their probability; every token visits exactly k experts, so the
+//            routed work is T * k * 3*h*I_moe multiply-adds whatever the routing (an expert nobody chose
+//            runs nothing)
+//   shared   a SwiGLU of shared_expert_intermediate_size on every token, times sigmoid(x w_g), w_g: h -> 1
+class moe_block_impl : public mlp_block {
+ public:
+  explicit moe_block_impl(const flopmeter::text_spec& t)
+      : top_k_(t.num_experts_per_tok),
+        normalize_(t.norm_topk_prob),
+        router_(register_module("gate", linear(t.hidden_size, t.num_experts, false))) {
+    for (std::int64_t e = 0; e < t.num_experts; ++e) {
+      experts_.push_back(register_module("experts_" + std::to_string(e),
+                                         std::make_shared<swiglu_impl>(t.hidden_size, t.moe_intermediate_size,
+                                                                       std::string(kScopePrefix) + kMoeRoutedExperts)));
+    }
+    if (t.shared_expert_intermediate_size > 0) {
+      shared_ = register_module("shared_expert",
+                                std::make_shared<swiglu_impl>(t.hidden_size, t.shared_expert_intermediate_size,
+                                                              std::string(kScopePrefix) + kMoeSharedExpert));
+      shared_gate_ = register_module("shared_expert_gate", linear(t.hidden_size, 1, false));
+    }
+  }
+
+  torch::Tensor run(const torch::Tensor& x) override {
+    torch::Tensor logits;
+    {
+      VLM_FLOP_SCOPE("moe_router");
+      logits = router_->forward(x);  // [T, E]
+    }
+    const torch::Tensor probabilities = torch::softmax(logits, -1);
+    auto [weights, chosen] = probabilities.topk(top_k_, -1);  // [T, k] each; k distinct experts per token
+    if (normalize_) weights = weights / weights.sum(-1, /*keepdim=*/true);
+    torch::Tensor out = torch::zeros_like(x);
+    const torch::Tensor chosen_cpu = chosen.to(torch::kCPU);
+    for (std::size_t e = 0; e < experts_.size(); ++e) {
+      // (token, slot) pairs that routed to expert e; at most one slot per token (top-k is distinct).
+      const torch::Tensor hits = (chosen_cpu == static_cast<std::int64_t>(e)).nonzero();
+      if (hits.size(0) == 0) continue;
+      const torch::Tensor tokens = hits.select(1, 0).to(x.device());
+      const torch::Tensor slots = hits.select(1, 1).to(x.device());
+      const torch::Tensor y = experts_[e]->run(x.index_select(0, tokens));
+      const torch::Tensor w = weights.index({tokens, slots}).unsqueeze(-1);
+      out = out.index_add(0, tokens, y * w);
+    }
+    if (shared_) {
+      torch::Tensor gate;
+      {
+        VLM_FLOP_SCOPE("moe_shared_expert_gate");
+        gate = shared_gate_->forward(x);  // [T, 1]
+      }
+      out = out + torch::sigmoid(gate) * shared_->run(x);
+    }
+    return out;
+  }
+
+ private:
+  std::int64_t top_k_;
+  bool normalize_;
+  torch::nn::Linear router_;
+  std::vector<std::shared_ptr<swiglu_impl>> experts_;
+  std::shared_ptr<swiglu_impl> shared_;
+  torch::nn::Linear shared_gate_{nullptr};
 };
 
 // Interface of a decoder token mixer over a packed row [T, h].
@@ -269,10 +347,15 @@ class gated_deltanet_impl : public token_mixer {
 
 class decoder_layer_impl : public torch::nn::Module {
  public:
-  decoder_layer_impl(const flopmeter::text_spec& t, flopmeter::layer_kind kind)
+  decoder_layer_impl(const flopmeter::text_spec& t, flopmeter::layer_kind kind, bool moe)
       : input_norm_(register_module("input_layernorm", std::make_shared<rms_norm_impl>(t.hidden_size))),
-        post_norm_(register_module("post_attention_layernorm", std::make_shared<rms_norm_impl>(t.hidden_size))),
-        mlp_(register_module("mlp", std::make_shared<swiglu_impl>(t))) {
+        post_norm_(register_module("post_attention_layernorm", std::make_shared<rms_norm_impl>(t.hidden_size))) {
+    if (moe) {
+      mlp_ = register_module("mlp", std::make_shared<moe_block_impl>(t));
+    } else {
+      mlp_ = register_module("mlp", std::make_shared<swiglu_impl>(t.hidden_size, t.intermediate_size,
+                                                                  std::string(kScopePrefix) + kTextMlp));
+    }
     if (kind == flopmeter::layer_kind::full_attention) {
       mixer_ = register_module("self_attn", std::make_shared<full_attention_impl>(t));
     } else {
@@ -281,13 +364,13 @@ class decoder_layer_impl : public torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x, const std::vector<segment>& segments) {
     x = x + mixer_->mix(input_norm_->forward(x), segments);
-    return x + mlp_->forward(post_norm_->forward(x));
+    return x + mlp_->run(post_norm_->forward(x));
   }
 
  private:
   std::shared_ptr<rms_norm_impl> input_norm_, post_norm_;
   std::shared_ptr<token_mixer> mixer_;
-  std::shared_ptr<swiglu_impl> mlp_;
+  std::shared_ptr<mlp_block> mlp_;
 };
 
 // ---- vision tower ------------------------------------------------------------------------------------------
@@ -471,9 +554,17 @@ vlm_model_impl::vlm_model_impl(const flopmeter::model_spec& spec) : spec_(spec) 
   lm_head_ = t.tie_word_embeddings ? embed_tokens_
                                    : register_parameter("lm_head", torch::randn({t.vocab_size, t.hidden_size}) * 0.02);
   if (spec_.vision) vision_ = register_module("visual", std::make_shared<vision_tower_impl>(*spec_.vision));
-  for (std::size_t i = 0; i < t.layer_types.size(); ++i) {
+  if (t.is_moe() && (t.num_experts_per_tok < 1 || t.num_experts_per_tok > t.num_experts ||
+                     t.moe_intermediate_size < 1 || t.decoder_sparse_step < 1)) {
+    throw std::invalid_argument("vlm_model: an MoE spec needs num_experts_per_tok in [1, num_experts], "
+                                "moe_intermediate_size >= 1 and decoder_sparse_step >= 1");
+  }
+  for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
+    // The MoE layers (model_spec.h): on the decoder_sparse_step stride and not in mlp_only_layers.
+    const bool moe = t.is_moe() && (i + 1) % t.decoder_sparse_step == 0 &&
+                     std::find(t.mlp_only_layers.begin(), t.mlp_only_layers.end(), i) == t.mlp_only_layers.end();
     layers_.push_back(register_module("layers_" + std::to_string(i),
-                                      std::make_shared<decoder_layer_impl>(t, t.layer_types[i])));
+                                      std::make_shared<decoder_layer_impl>(t, t.layer_type(i), moe)));
   }
   final_norm_ = register_module("norm", std::make_shared<rms_norm_impl>(t.hidden_size));
 }

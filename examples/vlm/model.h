@@ -8,10 +8,16 @@
 //                  LayerNorm + bidirectional attention within each temporal patch of each item + LayerNorm +
 //                  GELU MLP, then the patch merger (and one DeepStack merger per deepstack index).
 //   decoder        token embedding with the merged vision tokens written over the image placeholders,
-//                  `num_hidden_layers` layers of RMSNorm + token mixer + RMSNorm + SwiGLU, final RMSNorm and
+//                  `num_hidden_layers` layers of RMSNorm + token mixer + RMSNorm + MLP, final RMSNorm and
 //                  the LM head (tied to the embedding when tie_word_embeddings). The token mixer is GQA
 //                  softmax attention per document (with Qwen3.5's sigmoid output gate when attn_output_gate)
-//                  or a Gated DeltaNet (causal depthwise conv + gated delta rule per document).
+//                  or a Gated DeltaNet (causal depthwise conv + gated delta rule per document). The MLP is a
+//                  SwiGLU, or on an MoE model (qwen3_vl_moe / qwen3_5_moe) in its MoE layers an MoE block:
+//                  a router (hidden -> num_experts, softmax, top-k, renormalised when norm_topk_prob), a
+//                  dropless dispatch (every token goes through exactly its k experts, SwiGLUs of
+//                  moe_intermediate_size, weighted by its routing probabilities; no capacity, no dropping)
+//                  and, when shared_expert_intermediate_size > 0, a shared SwiGLU expert on every token
+//                  scaled by its sigmoid gate (hidden -> 1), as Qwen3-VL MoE and Qwen3.5 MoE do.
 // Not modelled (element-wise, no matmul work, so it changes no FLOP count): RoPE / M-RoPE, the ViT's position
 // embeddings, dropout. Attention runs per document, the delta rule restarts at every document, and padding
 // tokens run through every projection, the conv and the delta rule but attend to nothing.
@@ -46,7 +52,11 @@ inline constexpr const char* kTextAttnCore = "text_attn_core";    // QK^T and PV
 inline constexpr const char* kGdnProj = "gdn_proj";               // in_proj_qkv, _z, _a, _b, out_proj
 inline constexpr const char* kGdnConv = "gdn_conv";               // depthwise causal conv1d
 inline constexpr const char* kGdnDeltaRule = "gdn_delta_rule";    // the gated delta rule recurrence
-inline constexpr const char* kTextMlp = "text_mlp";               // SwiGLU gate, up, down
+inline constexpr const char* kTextMlp = "text_mlp";               // SwiGLU gate, up, down (dense layers)
+inline constexpr const char* kMoeRouter = "moe_router";           // router hidden -> num_experts
+inline constexpr const char* kMoeRoutedExperts = "moe_routed_experts";  // the k experts of every token
+inline constexpr const char* kMoeSharedExpert = "moe_shared_expert";    // shared SwiGLU expert
+inline constexpr const char* kMoeSharedExpertGate = "moe_shared_expert_gate";  // its sigmoid gate hidden -> 1
 inline constexpr const char* kLogits = "logits";                  // LM head
 inline constexpr const char* kPatchEmbed = "patch_embed";         // patch embedding
 inline constexpr const char* kVisionDense = "vision_dense";       // ViT qkv, proj, MLP

@@ -28,18 +28,9 @@ std::unique_ptr<tensor_meter> tensor_meter::create(const std::string& plugin_con
   const auto start = clock_type::now();
   std::unique_ptr<tensor_meter> m(new tensor_meter());
   try {
-    flopmeter::throughput_options options = flopmeter::load_throughput_options(plugin_config);
-    if (options.console) options.sinks.push_back(flopmeter::make_console_sink());
-    if (!options.jsonl_path.empty()) {
-      std::string path = options.jsonl_path;
-      const std::string placeholder = "{rank}";
-      const std::string rank = std::to_string(group->getRank());
-      for (std::size_t at = path.find(placeholder); at != std::string::npos; at = path.find(placeholder, at)) {
-        path.replace(at, placeholder.size(), rank);
-        at += rank.size();
-      }
-      options.sinks.push_back(flopmeter::make_jsonl_sink(path));
-    }
+    flopmeter::plugin_config config = flopmeter::load_plugin_config(plugin_config);
+    flopmeter::throughput_options options = std::move(config.options);
+    options.sinks = flopmeter::make_sinks(config.sinks, group->getRank());
     m->description_ = "tensor path over c10d:" + group->getBackendName() + ", counters on " + device.str();
     m->meter_ = flopmeter::tensor_throughput::create(std::move(options), std::move(group), device);
   } catch (const flopmeter::error& e) {

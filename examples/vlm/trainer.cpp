@@ -39,6 +39,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -129,255 +130,301 @@ struct interval_counters {
   double forward_backward_seconds = 0;
 };
 
-int run(int argc, char** argv) {
-  bool help = false;
-  const std::string default_config = (fs::path(__FILE__).parent_path().parent_path() / "trainer.toml").string();
-  const vlm::trainer_config config = vlm::parse_command_line(argc, argv, default_config, VLM_DEFAULT_FLOPMETER_LIBRARY, help);
-  if (help) {
-    std::cout << vlm::trainer_usage(argv[0]);
-    return 0;
-  }
-  const vlm::dist_env env = vlm::read_dist_env();
-  const std::string tag = "[rank " + std::to_string(env.rank) + "] ";
-  const bool chatty = env.rank == 0;
-  torch::set_num_threads(static_cast<int>(config.threads));
-
-  // The device, checked at run time (LibTorch's own dispatch; no CUDA headers here).
-  const bool on_cuda = config.device == "cuda";
-  torch::Device device(torch::kCPU);
-  if (on_cuda) {
-    if (!torch::cuda::is_available()) {
-      throw std::runtime_error("--device cuda: this LibTorch sees no CUDA device (a CPU-only LibTorch, or no GPU "
-                               "or driver on this machine)");
-    }
-    const auto gpus = static_cast<int>(torch::cuda::device_count());
-    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank % gpus));
-    // The current device: NCCL, the caching allocator and the current stream follow it.
-    c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);
-  }
-
-  fs::create_directories(config.output_dir);
-  const flopmeter::model_spec spec = flopmeter::load_model_spec(config.model_config);
-  torch::manual_seed(config.data.seed);
-  vlm::vlm_model model(spec);
-  model->to(device);
-  std::vector<torch::Tensor> params = model->parameters();
+// Everything one rank's run holds: built by the setup steps below, used by the training loop and the summary.
+struct trainer_run {
+  vlm::trainer_config config;
+  vlm::dist_env env;
+  std::string tag;      // "[rank r] " before every line this rank prints
+  bool chatty = false;  // rank 0 prints the progress lines
+  bool on_cuda = false;
+  torch::Device device{torch::kCPU};
+  flopmeter::model_spec spec;
+  vlm::vlm_model model{nullptr};
+  std::vector<torch::Tensor> params;
   std::int64_t parameter_count = 0;
-  for (const torch::Tensor& p : params) parameter_count += p.numel();
-
-  std::unique_ptr<vlm::process_group> group;
-  if (env.distributed) {
-    group = vlm::process_group::create(env, std::chrono::seconds(60));
-    // Same seed gives the same initial weights; the broadcast makes it a guarantee.
-    torch::NoGradGuard no_grad;
-    for (torch::Tensor& p : params) {
-      torch::Tensor copy = p.detach().to(torch::kCPU).clone();
-      group->broadcast(copy, 0);
-      p.copy_(copy.to(device));
-    }
-  }
-  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(config.lr)
-                                            .betas({config.beta1, config.beta2})
-                                            .weight_decay(config.weight_decay));
-  if (chatty) {
-    std::cout << tag << "model " << spec.name << " (" << config.model_config << "): " << parameter_count
-              << " parameters; world size " << env.world_size << "; " << config.steps << " steps x "
-              << config.microbatches_per_step << " micro-batches of " << config.data.row_length << " tokens per rank"
-              << " on " << device.str() << std::endl;
-  }
-
-  // flopmeter on the CPU: loaded like a framework loads a plugin. On CUDA: the linked library's tensor path.
-  // The trainer works inside output_dir from here on.
+  std::unique_ptr<vlm::process_group> group;  // null for one process
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  // flopmeter: the dlopen()ed C ABI plugin, or the linked tensor path (at most one of them).
   std::unique_ptr<vlm::plugin_library> meter;
   std::unique_ptr<vlm::tensor_meter> tensor_meter;
-  const bool tensor_path = config.flopmeter_path.empty() ? on_cuda : config.flopmeter_path == "tensor";
-  if (config.flopmeter_enabled && !tensor_path) meter = vlm::plugin_library::load(config.flopmeter_library);
-  fs::current_path(config.output_dir);
-  if (meter) {
-    meter->create(config.flopmeter_config, env.distributed, config.flopmeter_port_offset);
-    if (chatty) {
-      std::cout << tag << "flopmeter " << meter->path() << " (C ABI " << meter->abi_version() << "), plugin config "
-                << config.flopmeter_config << std::endl;
+};
+
+// One micro-batch's results the step needs.
+struct microbatch_result {
+  double loss_sum = 0;
+  std::int64_t label_tokens = 0;
+};
+
+// The device, checked at run time (LibTorch's own dispatch; no CUDA headers here).
+torch::Device select_device(trainer_run& r) {
+  r.on_cuda = r.config.device == "cuda";
+  if (!r.on_cuda) return torch::Device(torch::kCPU);
+  if (!torch::cuda::is_available()) {
+    throw std::runtime_error("--device cuda: this LibTorch sees no CUDA device (a CPU-only LibTorch, or no GPU "
+                             "or driver on this machine)");
+  }
+  const auto gpus = static_cast<int>(torch::cuda::device_count());
+  const torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(r.env.local_rank % gpus));
+  // The current device: NCCL, the caching allocator and the current stream follow it.
+  c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);
+  return device;
+}
+
+// The model from its flopmeter TOML, the same initial weights on every rank, and the optimizer.
+void build_model_and_optimizer(trainer_run& r) {
+  r.spec = flopmeter::load_model_spec(r.config.model_config);
+  torch::manual_seed(r.config.data.seed);
+  r.model = vlm::vlm_model(r.spec);
+  r.model->to(r.device);
+  r.params = r.model->parameters();
+  for (const torch::Tensor& p : r.params) r.parameter_count += p.numel();
+
+  if (r.env.distributed) {
+    r.group = vlm::process_group::create(r.env, std::chrono::seconds(60));
+    // Same seed gives the same initial weights; the broadcast makes it a guarantee.
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : r.params) {
+      torch::Tensor copy = p.detach().to(torch::kCPU).clone();
+      r.group->broadcast(copy, 0);
+      p.copy_(copy.to(r.device));
     }
   }
-  if (config.flopmeter_enabled && tensor_path) {
-    std::string why_not;
-    c10::intrusive_ptr<c10d::ProcessGroup> meter_group;
-    if (on_cuda) meter_group = vlm::make_nccl_group(env, group.get(), std::chrono::seconds(60), why_not);
-    torch::Device counters = device;
-    if (!meter_group) {
-      counters = torch::Device(torch::kCPU);
-      meter_group = group ? group->c10d_group() : vlm::make_local_gloo_group(std::chrono::seconds(60));
-      if (on_cuda) {
-        std::cout << tag << "note: no NCCL group (" << why_not << "); flopmeter's counters live on the CPU over "
-                  << "Gloo, so each micro-batch's counts are copied from the GPU (a sync per micro-batch)"
-                  << std::endl;
-      }
+  r.optimizer = std::make_unique<torch::optim::AdamW>(
+      r.params, torch::optim::AdamWOptions(r.config.lr)
+                    .betas({r.config.beta1, r.config.beta2})
+                    .weight_decay(r.config.weight_decay));
+  if (r.chatty) {
+    std::cout << r.tag << "model " << r.spec.name << " (" << r.config.model_config << "): " << r.parameter_count
+              << " parameters; world size " << r.env.world_size << "; " << r.config.steps << " steps x "
+              << r.config.microbatches_per_step << " micro-batches of " << r.config.data.row_length
+              << " tokens per rank on " << r.device.str() << std::endl;
+  }
+}
+
+// flopmeter on the CPU: loaded like a framework loads a plugin. On CUDA: the linked library's tensor path.
+// The trainer works inside output_dir from here on.
+void attach_flopmeter(trainer_run& r) {
+  const vlm::trainer_config& config = r.config;
+  const bool tensor_path = config.flopmeter_path.empty() ? r.on_cuda : config.flopmeter_path == "tensor";
+  if (config.flopmeter_enabled && !tensor_path) r.meter = vlm::plugin_library::load(config.flopmeter_library);
+  fs::current_path(config.output_dir);
+  if (r.meter) {
+    r.meter->create(config.flopmeter_config, r.env.distributed, config.flopmeter_port_offset);
+    if (r.chatty) {
+      std::cout << r.tag << "flopmeter " << r.meter->path() << " (C ABI " << r.meter->abi_version()
+                << "), plugin config " << config.flopmeter_config << std::endl;
     }
-    tensor_meter = vlm::tensor_meter::create(config.flopmeter_config, std::move(meter_group), counters);
-    if (chatty) {
-      std::cout << tag << "flopmeter " << tensor_meter->description() << ", plugin config " << config.flopmeter_config
+  }
+  if (!config.flopmeter_enabled || !tensor_path) return;
+  std::string why_not;
+  c10::intrusive_ptr<c10d::ProcessGroup> meter_group;
+  if (r.on_cuda) meter_group = vlm::make_nccl_group(r.env, r.group.get(), std::chrono::seconds(60), why_not);
+  torch::Device counters = r.device;
+  if (!meter_group) {
+    counters = torch::Device(torch::kCPU);
+    meter_group = r.group ? r.group->c10d_group() : vlm::make_local_gloo_group(std::chrono::seconds(60));
+    if (r.on_cuda) {
+      std::cout << r.tag << "note: no NCCL group (" << why_not << "); flopmeter's counters live on the CPU over "
+                << "Gloo, so each micro-batch's counts are copied from the GPU (a sync per micro-batch)"
                 << std::endl;
     }
   }
+  r.tensor_meter = vlm::tensor_meter::create(config.flopmeter_config, std::move(meter_group), counters);
+  if (r.chatty) {
+    std::cout << r.tag << "flopmeter " << r.tensor_meter->description() << ", plugin config "
+              << config.flopmeter_config << std::endl;
+  }
+}
 
-  std::ofstream rank_log("trainer_rank" + std::to_string(env.rank) + ".jsonl", std::ios::trunc);
-  const auto wall_start = clock_type::now();
-  auto interval_start = wall_start;
+// Hands one micro-batch to flopmeter: host lengths and grids through the C ABI, or the batch's own
+// description tensors (already on the device with the batch: no host copy) through the tensor path.
+void report_microbatch(trainer_run& r, const vlm::packed_row& row, const vlm::model_batch& batch,
+                       const microbatch_result& result, std::vector<flopmeter_grid>& grids) {
+  if (r.meter) {
+    grids.clear();
+    for (const vlm::image_item& image : row.images) grids.push_back({image.t, image.h, image.w});
+    flopmeter_microbatch event{};
+    event.struct_size = sizeof(event);
+    event.document_lengths = row.document_lengths.data();
+    event.num_document_lengths = row.document_lengths.size();
+    event.padding_tokens = row.padding_tokens;
+    event.grids = grids.empty() ? nullptr : grids.data();
+    event.num_grids = grids.size();
+    event.samples = static_cast<std::int64_t>(row.document_lengths.size());
+    event.has_loss = 1;
+    event.loss_sum = result.loss_sum;
+    event.label_tokens = result.label_tokens;
+    r.meter->on_microbatch(event);
+  }
+  if (r.tensor_meter) {
+    flopmeter::tensor_microbatch event;
+    event.cu_seqlens = batch.cu_seqlens;
+    event.grid_thw = batch.grid_thw;
+    event.padding_tokens = row.padding_tokens;
+    event.samples = static_cast<std::int64_t>(row.document_lengths.size());
+    event.loss_sum = result.loss_sum;
+    event.label_tokens = result.label_tokens;
+    r.tensor_meter->on_microbatch(event);
+  }
+}
+
+// One micro-batch: make the row, forward + backward (gradients accumulate), count it, report it.
+microbatch_result run_microbatch(trainer_run& r, std::int64_t step, std::int64_t micro, interval_counters& interval,
+                                 std::vector<flopmeter_grid>& grids) {
+  auto t0 = clock_type::now();
+  const vlm::packed_row row = vlm::make_row(r.config.data, r.spec, r.env.rank, step, micro);
+  const vlm::model_batch batch = vlm::to_device(vlm::to_model_batch(row), r.device);
+  interval.data_seconds += seconds_since(t0);
+
+  t0 = clock_type::now();
+  const torch::Tensor loss_sum = r.model->forward(batch);
+  microbatch_result result;
+  result.label_tokens = row.label_tokens();
+  (loss_sum / static_cast<double>(std::max<std::int64_t>(1, result.label_tokens)) /
+   static_cast<double>(r.config.microbatches_per_step))
+      .backward();
+  interval.forward_backward_seconds += seconds_since(t0);
+  result.loss_sum = loss_sum.item<double>();
+
+  interval.real_tokens += row.real_tokens();
+  interval.device_tokens += row.real_tokens() + row.padding_tokens;
+  interval.microbatches += 1;
+  interval.samples += static_cast<std::int64_t>(row.document_lengths.size());
+  interval.label_tokens += result.label_tokens;
+  interval.loss_sum += result.loss_sum;
+  report_microbatch(r, row, batch, result, grids);
+  return result;
+}
+
+// The end of a step: one all-reduce of the gradients (averaged over ranks) plus the step's loss sum and label
+// count, clipping, AdamW. Returns the gradient norm; `loss_sum` and `labels` become the global ones.
+double finish_step(trainer_run& r, double& loss_sum, double& labels) {
+  if (r.group) {
+    torch::Tensor flat = flatten_gradients(r.params, {loss_sum, labels});  // on the CPU
+    r.group->allreduce_sum(flat);
+    unflatten_gradients(r.params, flat, 1.0 / r.env.world_size);
+    const auto tail = flat.narrow(0, flat.numel() - 2, 2);
+    loss_sum = tail[0].item<double>();
+    labels = tail[1].item<double>();
+  }
+  const double grad_norm = r.config.grad_clip > 0 ? torch::nn::utils::clip_grad_norm_(r.params, r.config.grad_clip)
+                                                  : torch::nn::utils::clip_grad_norm_(r.params, 1e30);
+  r.optimizer->step();
+  return grad_norm;
+}
+
+// A log step: flopmeter's on_log, this rank's JSONL line and rank 0's progress line.
+void log_interval(trainer_run& r, std::int64_t step, double lr, double grad_norm, double step_loss,
+                  const interval_counters& interval, double interval_seconds, std::ofstream& rank_log) {
+  if (r.meter) {
+    flopmeter_log log{};
+    log.struct_size = sizeof(log);
+    log.set_fields = FLOPMETER_LOG_LEARNING_RATE | FLOPMETER_LOG_GRAD_NORM | FLOPMETER_LOG_DATA_TIME |
+                     FLOPMETER_LOG_FORWARD_BACKWARD_TIME;
+    log.step = step;
+    log.learning_rate = lr;
+    log.grad_norm = grad_norm;
+    log.data_time_seconds = interval.data_seconds;
+    log.forward_backward_time_seconds = interval.forward_backward_seconds;
+    r.meter->on_log(log);
+  }
+  if (r.tensor_meter) {
+    flopmeter::log_event log;
+    log.step = step;
+    log.learning_rate = lr;
+    log.grad_norm = grad_norm;
+    log.data_time = std::chrono::duration<double>(interval.data_seconds);
+    log.forward_backward_time = std::chrono::duration<double>(interval.forward_backward_seconds);
+    r.tensor_meter->on_log(log);
+  }
+  rank_log << "{\"step\":" << step << ",\"rank\":" << r.env.rank << ",\"world_size\":" << r.env.world_size
+           << ",\"interval_seconds\":" << json_number(interval_seconds)
+           << ",\"real_tokens\":" << interval.real_tokens << ",\"device_tokens\":" << interval.device_tokens
+           << ",\"microbatches\":" << interval.microbatches << ",\"samples\":" << interval.samples
+           << ",\"label_tokens\":" << interval.label_tokens << ",\"loss_sum\":" << json_number(interval.loss_sum)
+           << ",\"tokens_per_second\":" << json_number(static_cast<double>(interval.real_tokens) / interval_seconds)
+           << ",\"global_step_loss\":" << json_number(step_loss) << ",\"lr\":" << json_number(lr)
+           << ",\"grad_norm\":" << json_number(grad_norm) << "}\n"
+           << std::flush;
+  if (r.chatty) {
+    std::printf("%sstep %lld/%lld  loss %.4f  lr %.2e  grad_norm %.3f  rank-0 tokens/s %.0f\n", r.tag.c_str(),
+                static_cast<long long>(step), static_cast<long long>(r.config.steps), step_loss, lr, grad_norm,
+                static_cast<double>(interval.real_tokens) / interval_seconds);
+    std::fflush(stdout);
+  }
+}
+
+// The training loop: steps of micro-batches with gradient accumulation, a log every log_interval_steps.
+// Returns the global loss of every step.
+std::vector<double> train(trainer_run& r) {
+  std::ofstream rank_log("trainer_rank" + std::to_string(r.env.rank) + ".jsonl", std::ios::trunc);
+  auto interval_start = clock_type::now();
   interval_counters interval;
   std::vector<double> losses;
   std::vector<flopmeter_grid> grids;
-
-  for (std::int64_t step = 1; step <= config.steps; ++step) {
-    const double lr = learning_rate(config, step);
-    for (auto& group_options : optimizer.param_groups()) {
+  for (std::int64_t step = 1; step <= r.config.steps; ++step) {
+    const double lr = learning_rate(r.config, step);
+    for (auto& group_options : r.optimizer->param_groups()) {
       static_cast<torch::optim::AdamWOptions&>(group_options.options()).lr(lr);
     }
-    optimizer.zero_grad();
+    r.optimizer->zero_grad();
     double step_loss_sum = 0;
     double step_labels = 0;
-    for (std::int64_t micro = 0; micro < config.microbatches_per_step; ++micro) {
-      auto t0 = clock_type::now();
-      const vlm::packed_row row = vlm::make_row(config.data, spec, env.rank, step, micro);
-      const vlm::model_batch batch = vlm::to_device(vlm::to_model_batch(row), device);
-      interval.data_seconds += seconds_since(t0);
-
-      t0 = clock_type::now();
-      const torch::Tensor loss_sum = model->forward(batch);
-      const std::int64_t labels = row.label_tokens();
-      (loss_sum / static_cast<double>(std::max<std::int64_t>(1, labels)) /
-       static_cast<double>(config.microbatches_per_step))
-          .backward();
-      interval.forward_backward_seconds += seconds_since(t0);
-      const double loss_value = loss_sum.item<double>();
-      step_loss_sum += loss_value;
-      step_labels += static_cast<double>(labels);
-
-      interval.real_tokens += row.real_tokens();
-      interval.device_tokens += row.real_tokens() + row.padding_tokens;
-      interval.microbatches += 1;
-      interval.samples += static_cast<std::int64_t>(row.document_lengths.size());
-      interval.label_tokens += labels;
-      interval.loss_sum += loss_value;
-      if (meter) {
-        grids.clear();
-        for (const vlm::image_item& image : row.images) grids.push_back({image.t, image.h, image.w});
-        flopmeter_microbatch event{};
-        event.struct_size = sizeof(event);
-        event.document_lengths = row.document_lengths.data();
-        event.num_document_lengths = row.document_lengths.size();
-        event.padding_tokens = row.padding_tokens;
-        event.grids = grids.empty() ? nullptr : grids.data();
-        event.num_grids = grids.size();
-        event.samples = static_cast<std::int64_t>(row.document_lengths.size());
-        event.has_loss = 1;
-        event.loss_sum = loss_value;
-        event.label_tokens = labels;
-        meter->on_microbatch(event);
-      }
-      if (tensor_meter) {
-        // The batch's own description tensors, already on the GPU with the batch: no host copy of them.
-        flopmeter::tensor_microbatch event;
-        event.cu_seqlens = batch.cu_seqlens;
-        event.grid_thw = batch.grid_thw;
-        event.padding_tokens = row.padding_tokens;
-        event.samples = static_cast<std::int64_t>(row.document_lengths.size());
-        event.loss_sum = loss_value;
-        event.label_tokens = labels;
-        tensor_meter->on_microbatch(event);
-      }
+    for (std::int64_t micro = 0; micro < r.config.microbatches_per_step; ++micro) {
+      const microbatch_result result = run_microbatch(r, step, micro, interval, grids);
+      step_loss_sum += result.loss_sum;
+      step_labels += static_cast<double>(result.label_tokens);
     }
-
-    // One all-reduce per step: the gradients (averaged over ranks) plus the step's loss sum and label count.
-    if (group) {
-      torch::Tensor flat = flatten_gradients(params, {step_loss_sum, step_labels});  // on the CPU
-      group->allreduce_sum(flat);
-      unflatten_gradients(params, flat, 1.0 / env.world_size);
-      const auto tail = flat.narrow(0, flat.numel() - 2, 2);
-      step_loss_sum = tail[0].item<double>();
-      step_labels = tail[1].item<double>();
-    }
-    const double grad_norm = config.grad_clip > 0
-                                 ? torch::nn::utils::clip_grad_norm_(params, config.grad_clip)
-                                 : torch::nn::utils::clip_grad_norm_(params, 1e30);
-    optimizer.step();
+    const double grad_norm = finish_step(r, step_loss_sum, step_labels);
     const double step_loss = step_loss_sum / std::max(1.0, step_labels);
     losses.push_back(step_loss);
 
-    if (step % config.log_interval_steps == 0 || step == config.steps) {
+    if (step % r.config.log_interval_steps == 0 || step == r.config.steps) {
       // The trainer's own interval, read just before on_log (where flopmeter reads its clock).
       const auto now = clock_type::now();
       const double interval_seconds = std::chrono::duration<double>(now - interval_start).count();
       interval_start = now;
-      if (meter) {
-        flopmeter_log log{};
-        log.struct_size = sizeof(log);
-        log.set_fields = FLOPMETER_LOG_LEARNING_RATE | FLOPMETER_LOG_GRAD_NORM | FLOPMETER_LOG_DATA_TIME |
-                         FLOPMETER_LOG_FORWARD_BACKWARD_TIME;
-        log.step = step;
-        log.learning_rate = lr;
-        log.grad_norm = grad_norm;
-        log.data_time_seconds = interval.data_seconds;
-        log.forward_backward_time_seconds = interval.forward_backward_seconds;
-        meter->on_log(log);
-      }
-      if (tensor_meter) {
-        flopmeter::log_event log;
-        log.step = step;
-        log.learning_rate = lr;
-        log.grad_norm = grad_norm;
-        log.data_time = std::chrono::duration<double>(interval.data_seconds);
-        log.forward_backward_time = std::chrono::duration<double>(interval.forward_backward_seconds);
-        tensor_meter->on_log(log);
-      }
-      rank_log << "{\"step\":" << step << ",\"rank\":" << env.rank << ",\"world_size\":" << env.world_size
-               << ",\"interval_seconds\":" << json_number(interval_seconds)
-               << ",\"real_tokens\":" << interval.real_tokens << ",\"device_tokens\":" << interval.device_tokens
-               << ",\"microbatches\":" << interval.microbatches << ",\"samples\":" << interval.samples
-               << ",\"label_tokens\":" << interval.label_tokens << ",\"loss_sum\":" << json_number(interval.loss_sum)
-               << ",\"tokens_per_second\":" << json_number(static_cast<double>(interval.real_tokens) / interval_seconds)
-               << ",\"global_step_loss\":" << json_number(step_loss) << ",\"lr\":" << json_number(lr)
-               << ",\"grad_norm\":" << json_number(grad_norm) << "}\n"
-               << std::flush;
-      if (chatty) {
-        std::printf("%sstep %lld/%lld  loss %.4f  lr %.2e  grad_norm %.3f  rank-0 tokens/s %.0f\n", tag.c_str(),
-                    static_cast<long long>(step), static_cast<long long>(config.steps), step_loss, lr, grad_norm,
-                    static_cast<double>(interval.real_tokens) / interval_seconds);
-        std::fflush(stdout);
-      }
+      log_interval(r, step, lr, grad_norm, step_loss, interval, interval_seconds, rank_log);
       interval = interval_counters{};
     }
   }
+  return losses;
+}
 
+// After the last step: flush and detach flopmeter, wait for every rank, write the summaries and print the
+// closing lines.
+void finish_and_summarize(trainer_run& r, const std::vector<double>& losses, clock_type::time_point wall_start) {
   std::uint64_t health[5] = {0, 0, 0, 0, 0};
-  if (meter) {
-    meter->flush();
-    meter->health(health);
+  if (r.meter) {
+    r.meter->flush();
+    r.meter->health(health);
   }
-  if (tensor_meter) {
-    tensor_meter->flush();
-    tensor_meter->health(health);
+  if (r.tensor_meter) {
+    r.tensor_meter->flush();
+    r.tensor_meter->health(health);
   }
   const double wall_seconds = seconds_since(wall_start);
-  if (meter) meter->destroy();
-  const bool metered = meter || tensor_meter;
-  const std::string meter_path = meter ? "c_abi" : tensor_meter ? "tensor" : "";
-  const std::string meter_name = meter ? meter->path() : tensor_meter ? tensor_meter->description() : "";
-  const double inside = meter ? meter->event_seconds() : tensor_meter ? tensor_meter->event_seconds() : 0.0;
-  const std::int64_t event_calls = meter ? meter->event_calls() : tensor_meter ? tensor_meter->event_calls() : 0;
-  const double setup_seconds = meter ? meter->setup_seconds() : tensor_meter ? tensor_meter->setup_seconds() : 0.0;
-  tensor_meter.reset();  // its group goes before the trainer's barrier
-  if (group) group->barrier();  // nobody leaves (and takes its store server with it) while others still talk
+  if (r.meter) r.meter->destroy();
+  const bool metered = r.meter || r.tensor_meter;
+  const std::string meter_path = r.meter ? "c_abi" : r.tensor_meter ? "tensor" : "";
+  const std::string meter_name = r.meter ? r.meter->path() : r.tensor_meter ? r.tensor_meter->description() : "";
+  const double inside = r.meter ? r.meter->event_seconds() : r.tensor_meter ? r.tensor_meter->event_seconds() : 0.0;
+  const std::int64_t event_calls =
+      r.meter ? r.meter->event_calls() : r.tensor_meter ? r.tensor_meter->event_calls() : 0;
+  const double setup_seconds =
+      r.meter ? r.meter->setup_seconds() : r.tensor_meter ? r.tensor_meter->setup_seconds() : 0.0;
+  r.tensor_meter.reset();  // its group goes before the trainer's barrier
+  if (r.group) r.group->barrier();  // nobody leaves (and takes its store server with it) while others still talk
 
   const double fraction = inside / wall_seconds;
   std::ostringstream summary;
-  summary << "{\"rank\":" << env.rank << ",\"world_size\":" << env.world_size << ",\"steps\":" << config.steps
-          << ",\"microbatches_per_step\":" << config.microbatches_per_step
+  summary << "{\"rank\":" << r.env.rank << ",\"world_size\":" << r.env.world_size << ",\"steps\":" << r.config.steps
+          << ",\"microbatches_per_step\":" << r.config.microbatches_per_step
           << ",\"first_loss\":" << json_number(losses.front()) << ",\"final_loss\":" << json_number(losses.back())
           << ",\"losses\":[";
   for (std::size_t i = 0; i < losses.size(); ++i) summary << (i ? "," : "") << json_number(losses[i]);
   summary << "],\"wall_seconds\":" << json_number(wall_seconds)
-          << ",\"device\":" << json_string(device.str())
+          << ",\"device\":" << json_string(r.device.str())
           << ",\"flopmeter_enabled\":" << (metered ? "true" : "false")
           << ",\"flopmeter_path\":" << json_string(meter_path)
           << ",\"flopmeter_library\":" << json_string(meter_name)
@@ -389,26 +436,48 @@ int run(int argc, char** argv) {
           << ",\"flopmeter_health\":{\"bad_microbatches\":" << health[0] << ",\"failed_collectives\":" << health[1]
           << ",\"skipped_intervals\":" << health[2] << ",\"events_after_flush\":" << health[3]
           << ",\"collectives_started\":" << health[4] << "}}\n";
-  std::ofstream("summary_rank" + std::to_string(env.rank) + ".json", std::ios::trunc) << summary.str();
-  if (env.rank == 0) std::ofstream("summary.json", std::ios::trunc) << summary.str();
+  std::ofstream("summary_rank" + std::to_string(r.env.rank) + ".json", std::ios::trunc) << summary.str();
+  if (r.env.rank == 0) std::ofstream("summary.json", std::ios::trunc) << summary.str();
 
-  std::printf("%sloss %.4f -> %.4f over %lld steps in %.2f s\n", tag.c_str(), losses.front(), losses.back(),
-              static_cast<long long>(config.steps), wall_seconds);
+  std::printf("%sloss %.4f -> %.4f over %lld steps in %.2f s\n", r.tag.c_str(), losses.front(), losses.back(),
+              static_cast<long long>(r.config.steps), wall_seconds);
   if (metered) {
-    std::printf("%sflopmeter overhead: %.4f%% of wall time (%.3f ms in %lld calls; setup %.1f ms)\n", tag.c_str(),
+    std::printf("%sflopmeter overhead: %.4f%% of wall time (%.3f ms in %lld calls; setup %.1f ms)\n", r.tag.c_str(),
                 100.0 * fraction, 1e3 * inside, static_cast<long long>(event_calls), 1e3 * setup_seconds);
   }
-  if (chatty) {
-    std::printf("%soutputs in %s: summary.json, trainer_rank*.jsonl", tag.c_str(), config.output_dir.c_str());
+  if (r.chatty) {
+    std::printf("%soutputs in %s: summary.json, trainer_rank*.jsonl", r.tag.c_str(), r.config.output_dir.c_str());
     for (const auto& entry : fs::directory_iterator(".")) {
       const std::string name = entry.path().filename().string();
       if (entry.path().extension() == ".jsonl" && name.rfind("trainer_rank", 0) != 0) {
-        std::printf(", %s (flopmeter JSONL)", (fs::path(config.output_dir) / name).string().c_str());
+        std::printf(", %s (flopmeter JSONL)", (fs::path(r.config.output_dir) / name).string().c_str());
       }
     }
     std::printf("\n");
   }
   std::fflush(stdout);
+}
+
+int run(int argc, char** argv) {
+  bool help = false;
+  const std::string default_config = (fs::path(__FILE__).parent_path().parent_path() / "trainer.toml").string();
+  trainer_run r;
+  r.config = vlm::parse_command_line(argc, argv, default_config, VLM_DEFAULT_FLOPMETER_LIBRARY, help);
+  if (help) {
+    std::cout << vlm::trainer_usage(argv[0]);
+    return 0;
+  }
+  r.env = vlm::read_dist_env();
+  r.tag = "[rank " + std::to_string(r.env.rank) + "] ";
+  r.chatty = r.env.rank == 0;
+  torch::set_num_threads(static_cast<int>(r.config.threads));
+  r.device = select_device(r);
+  fs::create_directories(r.config.output_dir);
+  build_model_and_optimizer(r);
+  attach_flopmeter(r);
+  const auto wall_start = clock_type::now();
+  const std::vector<double> losses = train(r);
+  finish_and_summarize(r, losses, wall_start);
   return 0;
 }
 

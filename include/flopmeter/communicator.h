@@ -1,17 +1,19 @@
 // flopmeter/communicator.h — the one collective flopmeter needs, behind an interface of its own.
 //
-// flopmeter issues exactly one collective per log: an in-place SUM all-reduce of a small host buffer of
-// doubles. The c10d API changes between PyTorch releases and NCCL is a C library, so core code depends only
+// flopmeter issues exactly one collective per log: an all-gather of one small row of doubles per rank
+// (start_allgather), which an adapter without an all-gather runs as an in-place SUM all-reduce of the
+// world x row buffer (the default start_allgather). The c10d API changes between PyTorch releases and NCCL is a C library, so core code depends only
 // on this interface; adapters live in their own files (c10d.h: a c10d ProcessGroup, Gloo or NCCL;
 // nccl.h: a raw ncclComm_t plus a CUDA stream) and `local_communicator` serves a single process.
 //
-// Ownership: `start_allreduce_sum` does not take the buffer; the caller keeps it alive and untouched until
+// Ownership: `start_allreduce_sum` and `start_allgather` do not take the buffers; the caller keeps it alive and untouched until
 // the returned `pending_collective` reports completion or is destroyed (destroying an unfinished one waits
 // for the adapter to release the buffer, or abandons it safely if the adapter cannot).
 // Thread-safety: a communicator is used by one thread at a time (the thread that calls on_log); adapters
 // must not assume it is the thread that created them.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -44,6 +46,18 @@ class communicator {
   // Starts an in-place element-wise SUM over all ranks of `values[0..count)`. Every rank calls it at the
   // same point with the same count. May throw flopmeter::error if the collective cannot even be started.
   virtual std::unique_ptr<pending_collective> start_allreduce_sum(double* values, std::size_t count) = 0;
+  // Starts an all-gather: once done, recv[r*count, (r+1)*count) holds rank r's send[0, count) on every rank
+  // (recv holds world_size()*count values). Every rank calls it at the same point with the same count; the
+  // caller keeps both buffers alive and untouched until the collective completes or is destroyed. An
+  // adapter whose backend has an all-gather overrides this: it moves each rank's row once, where a ring
+  // all-reduce of the whole buffer moves about twice the buffer. This default zeroes recv, puts `send` in
+  // this rank's slot and sums recv over the ranks with start_allreduce_sum (every other slot is zero).
+  virtual std::unique_ptr<pending_collective> start_allgather(const double* send, std::size_t count, double* recv) {
+    const std::size_t world = static_cast<std::size_t>(world_size());
+    std::fill(recv, recv + world * count, 0.0);
+    std::copy(send, send + count, recv + static_cast<std::size_t>(rank()) * count);
+    return start_allreduce_sum(recv, world * count);
+  }
   // A short name for logs ("local", "c10d:gloo", "nccl").
   virtual std::string backend_name() const = 0;
 };

@@ -18,8 +18,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "flopmeter/array_view.h"
+#include "flopmeter/error.h"
 #include "flopmeter/export.h"
 #include "flopmeter/model_spec.h"
 
@@ -36,6 +38,23 @@ const char* to_string(flop_scope scope);
 // Parses "seed" / "complete"; throws flopmeter::error naming `where` otherwise.
 flop_scope parse_flop_scope(const std::string& text, const std::string& where);
 
+// dense_per_token split by GEMM family; the parts sum to dense_per_token exactly. Mixture of experts (dropless
+// routing: every token visits exactly num_experts_per_tok experts, none is dropped for capacity):
+//   moe_router             hidden x num_experts per MoE layer (the gate that scores the experts)
+//   moe_routed_experts     num_experts_per_tok SwiGLU experts, 3 x hidden x moe_intermediate_size each
+//   moe_shared_expert      the shared SwiGLU expert, 3 x hidden x shared_expert_intermediate_size (Qwen3.5 MoE)
+//   moe_shared_expert_gate its sigmoid gate, hidden x 1
+struct dense_terms {
+  std::int64_t attention_projections = 0;  // full-attention q/k/v/o (+ output gate) over full-attention layers
+  std::int64_t linear_attention = 0;       // Gated DeltaNet layers
+  std::int64_t dense_mlp = 0;              // SwiGLU of intermediate_size in the dense-MLP layers
+  std::int64_t moe_router = 0;
+  std::int64_t moe_routed_experts = 0;
+  std::int64_t moe_shared_expert = 0;
+  std::int64_t moe_shared_expert_gate = 0;
+  std::int64_t logits = 0;                 // LM head hidden -> vocab
+};
+
 // Training FLOPs (fwd + bwd) per unit. All exact integers.
 struct coefficients {
   // The reference trainer's four, exactly as it defines them:
@@ -49,8 +68,26 @@ struct coefficients {
   std::int64_t mtp_per_token = 0;             // MTP layers' dense work (0 unless train_mtp_layers)
   std::int64_t mtp_attn_pair = 0;             // MTP layers' attention per causal pair (0 unless trained)
   std::int64_t patches_per_merged_token = 1;  // spatial_merge_size^2
+  dense_terms dense;                          // dense_per_token by GEMM family (sums to dense_per_token)
 };
 
+// Thrown by compute_coefficients when a coefficient, or a sum that reports form from two of them
+// (dense_per_token + mtp_per_token, text_attn_pair + mtp_attn_pair), would not fit in int64. Nothing wraps:
+// products are formed in saturating 128-bit arithmetic. fields() names the model_spec fields of the
+// product that is too large ("text.hidden_size", "vision.spatial_merge_size", ...), so a loader can cite
+// where they are set.
+class coefficient_overflow : public error {
+ public:
+  coefficient_overflow(const std::string& coefficient, std::vector<std::string> fields);
+  const std::string& coefficient() const noexcept { return coefficient_; }
+  const std::vector<std::string>& fields() const noexcept { return fields_; }
+
+ private:
+  std::string coefficient_;
+  std::vector<std::string> fields_;
+};
+
+// Throws coefficient_overflow (above) when a coefficient does not fit in int64.
 coefficients compute_coefficients(const model_spec& spec);
 
 // One image or video, in patches: t temporal patches of an h x w patch grid (Qwen's grid_thw).

@@ -25,6 +25,14 @@ struct megatron_constant {
   double text_attention_per_token = 0;   // QK^T and AV at seq_len/2 keys per token
   double vision_linear_per_token = 0;    // ViT blocks' projections and MLP
   double vision_attention_per_token = 0; // ViT attention at seq_len/2 keys per token
+  // Mixture of experts (0 for a dense model). Megatron-LM's num_floating_point_operations bills the routed
+  // experts (x top-k) and the shared expert, both inside text_linear_per_token, and has no router term and no
+  // shared-expert gate term (read in NVIDIA/Megatron-LM megatron/training/training.py, transformer_flops).
+  double text_moe_routed_per_token = 0;   // routed experts, part of text_linear_per_token
+  double text_moe_shared_per_token = 0;   // shared expert, part of text_linear_per_token
+  // What flopmeter counts and the constant does not: router hidden x num_experts and shared-expert gate
+  // hidden x 1 per MoE layer (x6). NOT part of text_linear_per_token; the check's documented difference.
+  double text_moe_unbilled_per_token = 0;
   double text_per_token() const { return text_linear_per_token + text_attention_per_token; }
   double vision_per_token() const { return vision_linear_per_token + vision_attention_per_token; }
 };
@@ -53,8 +61,11 @@ struct check_report {
 
 // Term by term: dense terms equal the constant's token-linear part, pair coefficient x S/2 equals its
 // attention part (text and vision), then the whole-row case (one S-token document, one S-patch image)
-// against constant x S with the explained ratios (causal (S+1)/S; bidirectional ViT 2). Throws
-// flopmeter::error for seq_len < 1.
+// against constant x S with the explained ratios (causal (S+1)/S; bidirectional ViT 2). For an MoE model the
+// routed and shared experts are compared on their own, and the dense row's expected ratio is
+// 1 + text_moe_unbilled_per_token / text_linear_per_token (router and shared-expert gate, which Megatron does
+// not bill). Throws flopmeter::error for seq_len < 1, and for a seq_len whose whole-row pair counts do not fit
+// int64: S(S+1)/2 causal pairs (S <= 2^32 - 1), and S^2 ViT pairs with a vision tower (S <= 3,037,000,499).
 check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, double tolerance = 1e-9);
 
 }  // namespace FLOPMETER_EXPORT

@@ -33,9 +33,9 @@ struct text_spec {
   bool tie_word_embeddings = false;       // no FLOP effect: the logits matmul runs either way
   bool attn_output_gate = false;          // Qwen3.5: q_proj also produces a sigmoid gate (2x its width)
   // Layer layout. For Qwen3.5 layer i is full attention when (i+1) % full_attention_interval == 0 and Gated
-  // DeltaNet otherwise; 0 means every layer is full attention (Qwen3-VL). `layer_types` is the resolved list.
+  // DeltaNet otherwise; 0 means every layer is full attention (Qwen3-VL). Nothing is stored per layer:
+  // layer_type(i) and the counts below are arithmetic, so a spec's size and cost do not grow with the layer count.
   std::int64_t full_attention_interval = 0;
-  std::vector<layer_kind> layer_types;
   // Gated DeltaNet sizes; required when any layer is linear_attention, 0 otherwise.
   std::int64_t linear_key_head_dim = 0;
   std::int64_t linear_value_head_dim = 0;
@@ -46,8 +46,25 @@ struct text_spec {
   // run trains them (model_spec::train_mtp_layers).
   std::int64_t mtp_num_hidden_layers = 0;
 
+  // Mixture of experts (model types qwen3_vl_moe and qwen3_5_moe; every field 0 / empty / false for a dense
+  // model type). Hugging Face names. A layer's MLP is an MoE block when num_experts > 0, the layer is not in
+  // mlp_only_layers, and (i+1) % decoder_sparse_step == 0; otherwise it is a dense SwiGLU of
+  // intermediate_size. Qwen3.5 MoE makes every layer (and its MTP layer) an MoE block: step 1, no exceptions.
+  std::int64_t num_experts = 0;                      // routed experts per MoE layer; the router is hidden->E
+  std::int64_t num_experts_per_tok = 0;              // top-k: routed experts each token visits (<= num_experts)
+  std::int64_t moe_intermediate_size = 0;            // SwiGLU width of one routed expert
+  std::int64_t shared_expert_intermediate_size = 0;  // SwiGLU width of the shared expert; 0 = none (Qwen3-VL MoE)
+  std::int64_t decoder_sparse_step = 0;              // MoE every decoder_sparse_step-th layer; 1 when MoE, 0 dense
+  std::vector<std::int64_t> mlp_only_layers;         // layer indexes forced dense; distinct, each < num_hidden_layers
+  bool norm_topk_prob = false;                       // renormalise the top-k weights; no FLOP effect
+
+  layer_kind layer_type(std::int64_t index) const;  // index in [0, num_hidden_layers)
   std::int64_t num_full_attention_layers() const;
-  std::int64_t num_linear_attention_layers() const;
+  std::int64_t num_linear_attention_layers() const { return num_hidden_layers - num_full_attention_layers(); }
+  bool is_moe() const { return num_experts > 0; }
+  // Decoder layers whose MLP is an MoE block / a dense SwiGLU (they add up to num_hidden_layers).
+  std::int64_t num_moe_layers() const;
+  std::int64_t num_dense_mlp_layers() const { return num_hidden_layers - num_moe_layers(); }
 };
 
 // Vision tower (ViT) facts, Qwen3-VL / Qwen3.5 style.
@@ -71,7 +88,7 @@ struct vision_spec {
 
 struct model_spec {
   std::string name;         // file stem or [model].name, for reports
-  std::string model_type;   // "qwen3_vl" or "qwen3_5"
+  std::string model_type;   // "qwen3_vl", "qwen3_5" (dense) or "qwen3_vl_moe", "qwen3_5_moe" (mixture of experts)
   std::string source_path;  // where it was loaded from ("" when built in code)
   text_spec text;
   std::optional<vision_spec> vision;  // absent for text-only models

@@ -56,7 +56,18 @@ std::shared_ptr<sink> make_jsonl_sink(const std::string& path, std::shared_ptr<s
 // Calls `callback` with each record. Exceptions from the callback are caught and counted.
 std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record&)> callback);
 
-// Renders one record as the JSONL line (without the newline); exposed for tests and the C ABI.
-std::string to_json_line(const metrics_record& record);
+// The sinks a plugin file names in its [sinks] table (plugin_configs/SCHEMA.md).
+struct sink_config {
+  bool console = true;      // one console line per log (make_console_sink); default true
+  std::string jsonl_path;   // a JSONL file (make_jsonl_sink); "{rank}" is replaced by the rank; relative to
+                            // the working directory; empty (the default): no JSONL file
+};
+
+// The sinks `config` names, for the process of rank `rank`, logging through `logger` (a private one when
+// null): the console sink first, then the JSONL sink. Throws flopmeter::error when a sink cannot be made,
+// including a JSONL path that cannot be opened for append now (a missing or unwritable directory): the
+// message names the path and the reason. (make_jsonl_sink alone opens lazily and counts failed records.)
+std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
+                                              std::shared_ptr<spdlog::logger> logger = nullptr);
 
 }  // namespace FLOPMETER_EXPORT

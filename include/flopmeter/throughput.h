@@ -4,14 +4,21 @@
 // Life cycle: create it with options and a communicator, register it with `hooks` (or call its hooks
 // directly), fire on_microbatch / on_log, flush at the end. on_microbatch only adds integer counts
 // (no allocation, no collective, no device sync). on_log closes the interval, starts one asynchronous
-// all-reduce and emits the *previous* interval's metrics after waiting for its collective
-// (perf/log_wait_ms is that wait). flush() waits for and emits the last interval.
+// all-gather of this rank's row and emits the *previous* interval's metrics after waiting for its collective
+// (perf/log_wait_ms is that wait). flush() waits for and emits the last interval. Destroying the plugin
+// without flush() flushes it: the wait for the last collective is bounded by collective_timeout like any
+// on_log's (and is a poll while reporting is paused), so destruction never blocks longer than that.
+// Every rank must call on_log at the same steps with the same, increasing `step`: a rank whose step
+// disagrees with its peers' (it skipped or added an on_log) costs one interval on every rank, which is
+// counted (out_of_step_intervals), logged once, and the ranks get back in step by themselves.
 //
 // Ownership: the plugin shares the communicator and the sinks (shared_ptr); it owns its counters.
 // Errors: `create` throws flopmeter::error for bad options; the hooks never throw: a bad batch, a failed or
 // timed-out collective or a failing sink is logged (rate-limited), counted in `health()` and costs that
 // interval's metrics, not the run. After 3 failed collectives in a row the plugin stops waiting and probes
-// the group every 16 logs until a collective succeeds again (METRICS.md, "When things go wrong").
+// the group every 16 logs until a collective succeeds again; it logs when reporting pauses and when it
+// resumes (METRICS.md, "When things go wrong"). Every emitted record ends with this rank's health counters
+// (health/...).
 // Thread-safety: hooks may be called from several threads; an internal mutex serializes them (the
 // expected use is one training thread per rank).
 #pragma once
@@ -52,18 +59,13 @@ struct throughput_options {
   peak_precision precision = peak_precision::bf16;
   parallel_sizes parallel;                      // tp, cp, pp; dp = world / (tp*cp*pp)
   std::string rank_order = "tp-cp-dp-pp";       // Megatron's default
-  std::int64_t log_interval_steps = 1;          // informational: the trainer decides when on_log fires
   double tpi_multiplier = 1.0;                  // micro-batches per optimizer step (may be fractional)
   std::int64_t topk = 3;                        // rows per side in perf_topk/*; 0 disables
   emit_ranks emit = emit_ranks::rank0;
   bool sanity_check = false;                    // run the term-by-term check at create(); refuse on mismatch
   std::chrono::milliseconds collective_timeout{120000};  // how long on_log may block on the previous log
-  std::vector<std::shared_ptr<sink>> sinks;     // where metrics go
-  // Sinks named by a plugin file ([sinks]); load_throughput_options fills these two and the C ABI / plugin
-  // creates the sinks from them.
-  bool console = true;                          // a console sink (one line per log); default true
-  std::string jsonl_path;                       // JSONL sink path, "{rank}" -> the rank at plugin start,
-                                                // relative to the working directory; empty: no JSONL sink
+  std::vector<std::shared_ptr<sink>> sinks;     // where metrics go (built sinks; a plugin file's [sinks]
+                                                // table is a sink_config, built by make_sinks)
   std::shared_ptr<spdlog::logger> logger;       // the trainer's logger; a private one when null
   // Seconds on a monotonic clock; steady_clock when empty. For tests and replayed runs.
   std::function<double()> clock_seconds;
@@ -78,6 +80,10 @@ struct throughput_health {
                                           // 2^53, failures, no collective while backing off)
   std::uint64_t events_after_flush = 0;   // events that arrived after flush()
   std::uint64_t collectives_started = 0;  // one per on_log on the default path (fewer while backing off)
+  std::uint64_t out_of_step_intervals = 0;  // of failed_collectives: rows from different logs (a rank skipped
+                                            // or added an on_log); the ranks get back in step by themselves
+  std::uint64_t dropped_records = 0;      // records a sink could not write (summed over this plugin's sinks;
+                                          // e.g. a JSONL file in a directory that does not exist)
 };
 
 // What became of one micro-batch: record_microbatch's answer (the C ABI returns it to its caller).
@@ -105,20 +111,28 @@ class throughput_plugin : public plugin {
   // The peak used for MFU, when known.
   std::optional<double> peak_tflops_per_gpu() const;
 
-  class impl;
-
  private:
+  class impl;
   explicit throughput_plugin(std::unique_ptr<impl> state);
   std::unique_ptr<impl> impl_;
 };
 
+// What a plugin TOML file holds: the plugin's options, and the sinks its [sinks] table names (which only
+// make_sinks turns into sinks: throughput_plugin::create takes built sinks in options.sinks).
+struct plugin_config {
+  throughput_options options;  // options.sinks is empty
+  sink_config sinks;
+};
+
 // Reads a plugin TOML file (see docs in plugin_configs/SCHEMA.md): the model config path (relative to the
 // plugin file), peak, layout, sinks, top-k, scope, sanity check. Every error names file:line:col and key.
+plugin_config load_plugin_config(const std::string& path);
+// load_plugin_config(path).options: the file's options without its [sinks] table.
 throughput_options load_throughput_options(const std::string& path);
 
-// Loads a plugin TOML (load_throughput_options), builds its sinks (console through `logger` when
-// `console`, JSONL at `jsonl_path` with "{rank}" replaced by comm->rank()), appends `extra_sinks` and creates
-// the plugin. Throws flopmeter::error on any configuration problem.
+// Loads a plugin TOML (load_plugin_config), builds its sinks (make_sinks for comm->rank() through
+// `logger`), appends `extra_sinks` and creates the plugin. Throws flopmeter::error on any configuration
+// problem.
 std::shared_ptr<throughput_plugin> create_throughput_plugin(const std::string& config_path,
                                                             std::shared_ptr<communicator> comm,
                                                             std::shared_ptr<spdlog::logger> logger = nullptr,

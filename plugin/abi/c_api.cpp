@@ -8,7 +8,6 @@
 #include "flopmeter/c_api.h"
 
 #include <spdlog/logger.h>
-#include <spdlog/sinks/stdout_sinks.h>
 
 #include <atomic>
 #include <chrono>
@@ -26,6 +25,8 @@
 #include "flopmeter/error.h"
 #include "flopmeter/throughput.h"
 #include "comm/env_gloo.h"
+#include "output/json_line.h"
+#include "output/logging.h"
 
 namespace {
 
@@ -47,7 +48,7 @@ class callback_slot final : public flopmeter::sink {
       callback = callback_;
       user = user_;
     }
-    if (callback != nullptr) callback(user, record.step, flopmeter::to_json_line(record).c_str());
+    if (callback != nullptr) callback(user, record.step, flopmeter::detail::to_json_line(record).c_str());
   }
 
  private:
@@ -129,18 +130,17 @@ constexpr std::size_t kMicrobatchV1Size = offsetof(flopmeter_microbatch, label_t
 constexpr std::size_t kLogV1Size = offsetof(flopmeter_log, peak_memory_bytes) + sizeof(int64_t);
 constexpr std::size_t kHealthV2Size = offsetof(flopmeter_health_counters, rejected_logs) + sizeof(uint64_t);
 
-// One warning a minute per kind, as the plugin's own (the C ABI's refusals happen before the plugin).
+// One warning a minute per kind, as the plugin's own; under a lock of its own, since the C ABI's refusals
+// happen before the plugin and outside its mutex.
 class rate_limited_warning {
  public:
   template <class... Args>
   void warn(spdlog::logger& logger, const char* format, const Args&... args) noexcept {
     try {
-      const std::int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
-      std::int64_t last = last_.load(std::memory_order_relaxed);
-      const std::int64_t every =
-          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::minutes(1)).count();
-      if (last != kNever && now - last < every) return;
-      if (!last_.compare_exchange_strong(last, now)) return;  // another thread is logging this one
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!limiter_.allow()) return;
+      }
       logger.warn(fmt::runtime(format), args...);
     } catch (...) {
       // Logging must not be the thing that throws into the training loop.
@@ -148,8 +148,8 @@ class rate_limited_warning {
   }
 
  private:
-  static constexpr std::int64_t kNever = INT64_MIN;
-  std::atomic<std::int64_t> last_{kNever};
+  std::mutex mutex_;
+  flopmeter::detail::rate_limiter limiter_;
 };
 
 // What one handle names: the plugin, its callback slot, the logger they share, and the C ABI's own counters
@@ -200,16 +200,10 @@ class handle_registry {
   std::uintptr_t next_ = 0x1000;
 };
 
-// A private logger: never registered in spdlog's registry and never the default, so the trainer's spdlog
-// set-up is left as it was. The plugin and the C ABI's own refusals log through the same one.
-std::shared_ptr<spdlog::logger> private_logger() {
-  return std::make_shared<spdlog::logger>("flopmeter", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-}
-
 flopmeter_plugin* create_with(const char* config_path, std::shared_ptr<flopmeter::communicator> comm) {
   auto state = std::make_shared<plugin_state>();
   state->callback = std::make_shared<callback_slot>();
-  state->logger = private_logger();
+  state->logger = flopmeter::detail::private_logger();  // shared by the plugin and the C ABI's refusals
   state->plugin = flopmeter::create_throughput_plugin(config_path, std::move(comm), state->logger, {state->callback});
   return handle_registry::instance().add(std::move(state));
 }

@@ -11,19 +11,10 @@ std::shared_ptr<throughput_plugin> create_throughput_plugin(const std::string& c
                                                             std::shared_ptr<spdlog::logger> logger,
                                                             std::vector<std::shared_ptr<sink>> extra_sinks) {
   if (!comm) throw error("create_throughput_plugin: a communicator is required");
-  throughput_options options = load_throughput_options(config_path);
+  plugin_config config = load_plugin_config(config_path);
+  throughput_options options = std::move(config.options);
   options.logger = logger;
-  if (options.console) options.sinks.push_back(make_console_sink(logger));
-  if (!options.jsonl_path.empty()) {
-    std::string path = options.jsonl_path;
-    const std::string placeholder = "{rank}";
-    for (std::size_t at = path.find(placeholder); at != std::string::npos; at = path.find(placeholder, at)) {
-      const std::string rank = std::to_string(comm->rank());
-      path.replace(at, placeholder.size(), rank);
-      at += rank.size();
-    }
-    options.sinks.push_back(make_jsonl_sink(path, logger));
-  }
+  options.sinks = make_sinks(config.sinks, comm->rank(), logger);
   for (auto& s : extra_sinks) options.sinks.push_back(std::move(s));
   // What needs the communicator (the layout dividing its world, its rank) and the sanity check are only
   // known here; name the file those options came from, as every other configuration error does.

@@ -34,8 +34,10 @@ enum row_field : std::size_t {
   row_peak_memory_bytes,
   row_data_seconds,
   row_forward_backward_seconds,
-  row_present,               // 1 for every rank that filled its row
+  row_present,               // the log's sequence number: this rank's on_log calls so far (>= 1 in a filled row)
   row_device_rejected,       // micro-batches the tensor path rejected on the device (added there)
+  row_step,                  // the log's step (log_event::step): what identifies the log across ranks
+  row_log_wait_ms,           // this rank's host wait for the previous log's collective (perf/log_wait_ms)
   kRowFields
 };
 
@@ -53,8 +55,11 @@ inline void counts_to_row(const batch_counts& n, double* row) {
   row[row_vision_pairs_whole] = static_cast<double>(n.vision_pairs_whole);
 }
 
-inline batch_counts counts_from_row(const double* row) {
-  const auto count = [](double v) { return static_cast<std::int64_t>(v); };
+// The counts of a row, from the doubles of the collective buffer or the int64 counters of the tensor path.
+// A double must be a whole number in [0, 2^53) (derive() checks before it converts).
+template <class T>
+batch_counts counts_from_row(const T* row) {
+  const auto count = [](T v) { return static_cast<std::int64_t>(v); };
   batch_counts n;
   n.real_tokens = count(row[row_real_tokens]);
   n.padding_tokens = count(row[row_padding_tokens]);

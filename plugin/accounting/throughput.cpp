@@ -1,31 +1,35 @@
-// The throughput plugin: per-rank interval counters, one all-reduce per log, deferred emission.
+// The throughput plugin: per-rank interval counters, one collective per log, deferred emission.
 //
-// The collective. Every rank owns one row of kRowFields doubles in a world_size x kRowFields buffer, zeroes the
-// other rows and all-reduces with SUM: afterwards every rank holds every rank's row (an all-gather done as
-// an all-reduce, which every backend supports). From the rows each rank derives DP-group sums, world maxima
-// and the per-rank top-k breakdown locally, so one collective serves every metric. At 16,384 ranks the
-// buffer is 16,384 x kRowFields (19) x 8 B = 2.4 MiB per log.
+// The collective. Every rank fills one row of kRowFields doubles and all-gathers it: afterwards every rank
+// holds every rank's row in a world_size x kRowFields buffer. A communicator without an all-gather runs it
+// as a SUM all-reduce of that buffer with the other rows zeroed (communicator.h), which every backend
+// supports. From the rows each rank derives DP-group sums, world maxima and the per-rank top-k breakdown
+// locally (derive.h), so one collective serves every metric. At 16,384 ranks the buffer is 16,384 x
+// kRowFields (21) x 8 B = 2.6 MiB per log; METRICS.md gives the bytes each rank moves.
 //
-// Every row carries the log's sequence number (row_present): every rank counts its on_log calls, and they
-// all call on_log at the same steps, so the rows of one collective agree unless collectives were paired
-// across different logs (a rank that gave up on a collective its peers still ran). Such a result is
-// discarded, never derived: a mix of intervals would be a wrong number.
+// Every row carries what identifies its log: the step (row_step) and the log's sequence number
+// (row_present: every rank counts its on_log calls). The rows of one collective agree unless collectives
+// were paired across different logs: a rank that skipped an on_log (its step runs ahead of its peers'), or
+// one that issued no collective at some log (its sequence number runs ahead). Such a result is discarded,
+// never derived: a mix of intervals would be a wrong number. Every rank then sees the same rows and gets
+// back in step by itself: the ranks behind the latest log in the rows start no collective until they pass
+// it (the first log whose step is beyond it, or, when the steps agree and only the sequence numbers differ,
+// as many logs as they are behind), and adopt that log's sequence number; the ranks at it carry on.
 //
 // Failures. A failed or timed-out collective costs its interval. After kMaxConsecutiveFailures in a row
-// the plugin backs off: it stops blocking on_log for the timeout and issues a collective (a probe) only at
-// logs whose sequence number is a multiple of kRetryEveryLogs — the same logs on every rank, since the
-// schedule depends on nothing but the sequence number — and polls it without waiting at later logs. A
-// probe still pending is kept (no new collective until it resolves), so a rank that is ahead cannot run
-// further ahead of a slow one, and ranks that issued different numbers of collectives fall back into step
-// (see start_collective). When a probe completes with matching rows, its interval is emitted and
-// reporting resumes with one collective per log.
+// the plugin backs off (reporting pauses, logged once): it stops blocking on_log for the timeout and issues
+// a collective (a probe) only at logs whose sequence number is a multiple of kRetryEveryLogs — the same logs
+// on every rank, since the schedule depends on nothing but the sequence number — and polls it without
+// waiting at later logs. A probe still pending is kept (no new collective until it resolves), so a rank
+// that is ahead cannot run further ahead of a slow one. When a probe completes, reporting resumes (logged
+// once) with one collective per log; rows that do not match are brought back in step as above.
 //
 // Deferral. on_log(k) closes interval k and starts its collective; the metrics of interval k are derived and
 // emitted at on_log(k+1) (or flush()), after waiting for that collective — which by then has had a whole log
-// interval to finish, so perf/log_wait_ms is ~0 unless something stalls.
+// interval to finish, so perf/log_wait_ms is ~0 unless something stalls. That wait goes into the rank's
+// next row, so that the per-rank top-k shows who waited for whom.
 #include "flopmeter/throughput.h"
 
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -36,23 +40,24 @@
 
 #include "flopmeter/error.h"
 #include "flopmeter/megatron.h"
+#include "flopmeter/metric_names.h"
 #include "flopmeter/model_config.h"
+#include "accounting/derive.h"
 #include "accounting/row_layout.h"
+#include "core/exact_double.h"
+#include "output/logging.h"
 
 namespace flopmeter {
 namespace {
 
 using namespace detail;  // row_layout.h
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr int kMaxConsecutiveFailures = 3;
 constexpr std::int64_t kRetryEveryLogs = 16;
-// Counts travel in the row as doubles, which hold every integer below 2^53 exactly; an int64 count of 2^53
-// or more becomes a double of at least 2^53 (2^53 + 1 rounds to 2^53). derive() refuses a row with such a
-// count (or a negative one, or not a number) rather than round it or, at 2^63, convert it back to int64
-// with undefined behaviour. Reaching it takes 9e15 tokens or pairs in one rank's interval.
-constexpr double kExactCountLimit = 9007199254740992.0;  // 2^53, exclusive
-constexpr std::chrono::seconds kWarnEvery{60};
+// Counts travel in the row as doubles, which hold every integer below 2^53 (kExactIntegerLimit) exactly; an
+// int64 count of 2^53 or more becomes a double of at least 2^53. derive() refuses a row with such a count
+// (or a negative one, or not a number) rather than round it or, at 2^63, convert it back to int64 with
+// undefined behaviour. Reaching it takes 9e15 tokens or pairs in one rank's interval.
 
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -76,11 +81,7 @@ class throughput_plugin::impl {
         comm_(std::move(comm)),
         layout_(options_.parallel, comm_ ? comm_->world_size() : 1, options_.rank_order) {
     if (!comm_) throw error("throughput plugin: a communicator is required (make_local_communicator() for one process)");
-    logger_ = options_.logger;
-    if (!logger_) {
-      // A private logger: never registered, never the default, so the trainer's spdlog setup is untouched.
-      logger_ = std::make_shared<spdlog::logger>("flopmeter", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-    }
+    logger_ = detail::logger_or_private(options_.logger);
     if (options_.topk < 0) throw error("throughput plugin: topk must be >= 0 (got " + std::to_string(options_.topk) + ")");
     if (!(options_.tpi_multiplier >= 1.0) || !std::isfinite(options_.tpi_multiplier)) {
       throw error("throughput plugin: tpi_multiplier must be a finite number >= 1 (got " +
@@ -92,7 +93,6 @@ class throughput_plugin::impl {
     geometry_ = geometry_of(options_.model);
     rank_ = comm_->rank();
     world_ = comm_->world_size();
-    dp_group_ = layout_.dp_group(rank_);
 
     if (options_.sanity_check) {
       for (const std::int64_t s : {4096, 8192, 32768}) {
@@ -129,6 +129,18 @@ class throughput_plugin::impl {
                     to_string(options_.precision), options_.gpu, known);
     }
     buffer_.assign(static_cast<std::size_t>(world_) * kRowFields, 0.0);
+    row_.assign(kRowFields, 0.0);
+    derive_setup setup;
+    setup.flop_coefficients = coefficients_;
+    setup.scope = options_.scope;
+    setup.tp = layout_.tp();
+    setup.cp = layout_.cp();
+    setup.pp = layout_.pp();
+    setup.dp_group = layout_.dp_group(rank_);
+    setup.peak_tflops_per_gpu = peak_;
+    setup.tpi_multiplier = options_.tpi_multiplier;
+    setup.topk = options_.topk;
+    deriver_.emplace(std::move(setup));
     clock_ = options_.clock_seconds ? options_.clock_seconds : std::function<double()>(seconds_now);
     interval_start_ = clock_();
   }
@@ -178,6 +190,17 @@ class throughput_plugin::impl {
     return microbatch_result::counted;
   }
 
+  // Destroyed without flush(): the last interval is flushed here, bounded like any on_log by the collective
+  // timeout (not at all while backing off), so that it does not vanish (throughput.h).
+  ~impl() {
+    bool had_interval = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      had_interval = !flushed_ && in_flight_.pending != nullptr;
+    }
+    if (had_interval) flush();
+  }
+
   void on_log(const log_event& event) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     if (flushed_) {
@@ -216,7 +239,7 @@ class throughput_plugin::impl {
 
   throughput_health health() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return health_;
+    return health_with_sinks();
   }
   const coefficients& flop_coefficients() const { return coefficients_; }
   std::optional<double> peak() const { return peak_; }
@@ -226,6 +249,23 @@ class throughput_plugin::impl {
     std::unique_ptr<pending_collective> pending;
     log_event event;
   };
+
+  // Where a rank that found the rows out of step resumes (see the comment at the top).
+  struct resume_point {
+    bool by_step = true;          // resume at the first log whose step is beyond `step`; otherwise at the
+                                  // first log whose sequence number is beyond `sequence`
+    double step = 0;
+    std::int64_t sequence = 0;    // the sequence number of that latest log; adopted when resuming by step
+  };
+
+  // health_ plus the records the sinks dropped (each sink counts its own failures).
+  throughput_health health_with_sinks() const {
+    throughput_health h = health_;
+    for (const auto& s : options_.sinks) {
+      if (s) h.dropped_records += s->failures();
+    }
+    return h;
+  }
 
   // The clock, or NaN when it throws. A NaN (or a clock that went backwards) makes the intervals on either
   // side of it non-positive or not a number: derive() skips them and the one after is measured again.
@@ -239,34 +279,59 @@ class throughput_plugin::impl {
 
   bool backing_off() const { return consecutive_failures_ >= kMaxConsecutiveFailures; }
 
+  // One warning a minute per kind (`limit`); the ones held back are counted in the next.
   template <class... Args>
-  void warn_rate_limited(std::chrono::steady_clock::time_point& last, const char* format, const Args&... args) noexcept {
+  void warn_rate_limited(detail::rate_limiter& limit, const char* format, const Args&... args) noexcept {
     try {
-      const auto now = std::chrono::steady_clock::now();
-      if (last.time_since_epoch().count() != 0 && now - last < kWarnEvery) return;
-      last = now;
-      logger_->warn(fmt::runtime(format), args...);
+      if (!limit.allow()) return;
+      const std::uint64_t suppressed = limit.take_suppressed();
+      std::string message = fmt::format(fmt::runtime(format), args...);
+      if (suppressed > 0) message += fmt::format(" ({} similar warnings suppressed)", suppressed);
+      logger_->warn("{}", message);
     } catch (...) {
       // Logging must not be the thing that throws into the training loop.
     }
+  }
+
+  template <class... Args>
+  void log_noexcept(spdlog::level::level_enum level, const char* format, const Args&... args) noexcept {
+    try {
+      logger_->log(level, fmt::runtime(format), args...);
+    } catch (...) {
+    }
+  }
+
+  // True (and the interval is skipped) while this rank is getting back in step after rows that did not
+  // match; adopts the latest log's sequence number at the log where it resumes.
+  bool waiting_to_resync(const log_event& event) {
+    if (!resume_) return false;
+    if (resume_->by_step) {
+      if (!(static_cast<double>(event.step) > resume_->step)) return true;
+      log_sequence_ = resume_->sequence + 1;
+    } else if (log_sequence_ <= resume_->sequence) {
+      return true;
+    }
+    resume_.reset();
+    return false;
   }
 
   // Fills this rank's row and starts the interval's collective (every rank, every log: never gated on
   // local data).
   // `was_in_flight`: a collective was still out when this log began.
   void start_collective(const log_event& event, double interval_seconds, bool was_in_flight) {
-    if (backing_off() && (was_in_flight || log_sequence_ % kRetryEveryLogs != 0)) {
-      // The group is broken or out of step (a peer died, hangs, or issued a different number of
-      // collectives): a collective per log would block every log for the timeout. Only a probe at the shared
-      // retry logs, and none while one is out — nor at a log where one only just resolved: if ranks have
-      // issued different numbers of collectives, the one that is behind issues a probe at each retry log
-      // (each pairs with one the others issued earlier and resolves at once) while the one ahead holds its
-      // unmatched probe, so every retry log closes the gap by one and then both start the same probe.
+    if (waiting_to_resync(event)) {
       ++health_.skipped_intervals;
       return;
     }
-    std::fill(buffer_.begin(), buffer_.end(), 0.0);
-    double* row = buffer_.data() + static_cast<std::size_t>(rank_) * kRowFields;
+    if (backing_off() && (was_in_flight || log_sequence_ % kRetryEveryLogs != 0)) {
+      // The group is broken or out of step (a peer died, hangs, or issued a different number of
+      // collectives): a collective per log would block every log for the timeout. Only a probe at the shared
+      // retry logs, and none while one is out — nor at a log where one only just resolved.
+      ++health_.skipped_intervals;
+      return;
+    }
+    double* row = row_.data();
+    std::fill(row_.begin(), row_.end(), 0.0);
     // The counts, not FLOPs: FLOPs are formed from the gathered counts (derive()), identically for counts
     // accumulated here and counts a tensor path adds on the device.
     counts_to_row(current_.counts, row);
@@ -280,10 +345,12 @@ class throughput_plugin::impl {
     row[row_forward_backward_seconds] = seconds_or_zero(event.forward_backward_time);
     if (event.peak_memory_bytes && *event.peak_memory_bytes < 0) row[row_peak_memory_bytes] = 0.0;
     row[row_present] = static_cast<double>(log_sequence_);
+    row[row_step] = static_cast<double>(event.step);
+    row[row_log_wait_ms] = last_wait_ms_;
     in_flight_.event = event;
     ++health_.collectives_started;
     try {
-      in_flight_.pending = comm_->start_allreduce_sum(buffer_.data(), buffer_.size());
+      in_flight_.pending = comm_->start_allgather(row_.data(), kRowFields, buffer_.data());
     } catch (const std::exception& e) {
       in_flight_.pending.reset();
       collective_failed(std::string("could not start the collective: ") + e.what());
@@ -302,10 +369,57 @@ class throughput_plugin::impl {
     ++health_.failed_collectives;
     ++health_.skipped_intervals;
     ++consecutive_failures_;
-    warn_rate_limited(last_collective_warning_, "flopmeter: metrics of step {} skipped: {}{}", in_flight_.event.step, why,
-                      backing_off() ? " (after repeated failures, retrying every " + std::to_string(kRetryEveryLogs) +
-                                          " logs without blocking)"
-                                    : std::string());
+    warn_rate_limited(last_collective_warning_, "flopmeter: metrics of step {} skipped: {}", in_flight_.event.step,
+                      why);
+    if (consecutive_failures_ == kMaxConsecutiveFailures) {
+      // Once per pause, never rate-limited away: a dashboard going quiet must have a reason in the log.
+      log_noexcept(spdlog::level::warn,
+                   "flopmeter: reporting paused at step {} after {} failed collectives in a row; probing the group "
+                   "every {} logs without blocking, and logging when reporting resumes",
+                   in_flight_.event.step, kMaxConsecutiveFailures, kRetryEveryLogs);
+    }
+  }
+
+  // The outcome of comparing the gathered rows' log identities.
+  struct step_check {
+    bool match = true;
+    std::int64_t other_rank = 0;   // the first rank whose log differs from this rank's
+    double other_step = 0;
+  };
+
+  // Compares every row's (step, sequence number) with this rank's. On a mismatch sets resume_ when this rank
+  // is behind the latest log in the rows, or adopts that log's sequence number when it is at it.
+  step_check check_rows_in_step() {
+    const double my_step = row(rank_)[row_step];
+    const double my_sequence = row(rank_)[row_present];
+    step_check check;
+    double latest_step = my_step;
+    for (std::int64_t r = 0; r < world_; ++r) {
+      const double* x = row(r);
+      if (x[row_step] != my_step || x[row_present] != my_sequence) {
+        if (check.match) {
+          check.match = false;
+          check.other_rank = r;
+          check.other_step = x[row_step];
+        }
+      }
+      if (x[row_step] > latest_step) latest_step = x[row_step];
+    }
+    if (check.match) return check;
+    // The latest log: the highest step, and of the rows at it the highest sequence number. Every rank
+    // computes the same from the same rows.
+    double latest_sequence = 0;
+    for (std::int64_t r = 0; r < world_; ++r) {
+      if (row(r)[row_step] == latest_step) latest_sequence = std::max(latest_sequence, row(r)[row_present]);
+    }
+    if (!(latest_sequence >= 0 && latest_sequence < kExactIntegerLimit)) return check;  // not a row of ours
+    const auto sequence = static_cast<std::int64_t>(latest_sequence);
+    if (my_step < latest_step) {
+      resume_ = resume_point{true, latest_step, sequence};
+    } else if (my_sequence < latest_sequence) {
+      resume_ = resume_point{false, latest_step, sequence};  // the steps agree: behind in sequence only
+    }
+    return check;
   }
 
   // Waits for the previous log's collective and emits its metrics.
@@ -316,6 +430,7 @@ class throughput_plugin::impl {
     const double wait_start = seconds_now();
     const collective_status status = in_flight_.pending->wait(timeout);
     const double log_wait_ms = (seconds_now() - wait_start) * 1e3;
+    last_wait_ms_ = log_wait_ms;
     if (status == collective_status::pending && backing_off()) return;  // the probe stays out; see start_collective
     if (status != collective_status::done) {
       collective_failed(status == collective_status::pending
@@ -326,189 +441,75 @@ class throughput_plugin::impl {
       return;
     }
     in_flight_.pending.reset();
-    if (!rows_of_one_log()) {
-      collective_failed("the ranks' rows belong to different logs (collectives were paired out of order)");
-      return;
+    // The collective completed: the group works. Reporting resumes if it was paused.
+    if (backing_off()) {
+      log_noexcept(spdlog::level::info, "flopmeter: reporting resumed: the collective of step {} completed",
+                   in_flight_.event.step);
     }
     consecutive_failures_ = 0;
+    const step_check check = check_rows_in_step();
+    if (!check.match) {
+      ++health_.failed_collectives;
+      ++health_.skipped_intervals;
+      ++health_.out_of_step_intervals;
+      if (!out_of_step_reported_) {
+        out_of_step_reported_ = true;
+        log_noexcept(spdlog::level::warn,
+                     "flopmeter: ranks out of step: this rank's row of step {} met rank {}'s of step {} (a rank "
+                     "skipped or added an on_log, or issued no collective at some log); the interval is "
+                     "discarded and the ranks get back in step at the next log they all share",
+                     in_flight_.event.step, check.other_rank, check.other_step);
+      }
+      return;
+    }
+    out_of_step_reported_ = false;
     // Batches a tensor path rejected on the device surface here, one log later, without a sync.
     // Only a finite count in range converts: anything else in that slot would be undefined behaviour to cast.
     const double device_rejected = row(rank_)[row_device_rejected];
-    if (device_rejected > 0 && device_rejected < 9007199254740992.0) {  // 2^53
+    if (device_rejected > 0 && device_rejected < kExactIntegerLimit) {
       health_.bad_microbatches += static_cast<std::uint64_t>(device_rejected);
     }
     const double emit_start = seconds_now();
-    metrics_record record;
-    if (!derive(log_wait_ms, record)) {
+    derive_context context;
+    context.step = in_flight_.event.step;
+    context.learning_rate = in_flight_.event.learning_rate;
+    context.grad_norm = in_flight_.event.grad_norm;
+    context.log_wait_ms = log_wait_ms;
+    context.log_emit_ms = last_emit_ms_;
+    context.tokens_seen_before = tokens_seen_;
+    context.samples_seen_before = samples_seen_;
+    derive_result result = deriver_->derive(buffer_.data(), world_, context);
+    if (!result.derived) {
       ++health_.skipped_intervals;
+      warn_rate_limited(last_interval_warning_, "flopmeter: metrics of step {} skipped: {}", in_flight_.event.step,
+                        result.why);
       return;
     }
+    tokens_seen_ = result.tokens_seen;
+    samples_seen_ = result.samples_seen;
     if (emits_here()) {
+      append_health(result.record);
       for (const auto& s : options_.sinks) {
-        if (s) s->write(record);
+        if (s) s->write(result.record);
       }
     }
     last_emit_ms_ = (seconds_now() - emit_start) * 1e3;
   }
 
+  // This rank's health counters, as of this record, at its end (METRICS.md, "When things go wrong").
+  void append_health(metrics_record& record) const {
+    const throughput_health h = health_with_sinks();
+    auto& v = record.values;
+    v.emplace_back(metric::kHealthBadMicrobatches, static_cast<double>(h.bad_microbatches));
+    v.emplace_back(metric::kHealthFailedCollectives, static_cast<double>(h.failed_collectives));
+    v.emplace_back(metric::kHealthSkippedIntervals, static_cast<double>(h.skipped_intervals));
+    v.emplace_back(metric::kHealthOutOfStepIntervals, static_cast<double>(h.out_of_step_intervals));
+    v.emplace_back(metric::kHealthDroppedRecords, static_cast<double>(h.dropped_records));
+  }
+
   bool emits_here() const { return options_.emit == emit_ranks::all || rank_ == 0; }
 
   const double* row(std::int64_t r) const { return buffer_.data() + static_cast<std::size_t>(r) * kRowFields; }
-
-  // True when every rank's row carries the sequence number of the log this collective was started at.
-  bool rows_of_one_log() const {
-    const double expected = row(rank_)[row_present];
-    for (std::int64_t r = 0; r < world_; ++r) {
-      if (row(r)[row_present] != expected) return false;
-    }
-    return true;
-  }
-
-  // Derives every metric from the gathered rows. Returns false (interval skipped) when a rank's row is
-  // missing or its interval time is not positive: a rate over a zero or negative interval is not a number.
-  bool derive(double log_wait_ms, metrics_record& record) {
-    const double tp = static_cast<double>(layout_.tp());
-    const double ranks_per_replica = static_cast<double>(layout_.tp() * layout_.cp() * layout_.pp());
-    const double model_parallel_share = static_cast<double>(layout_.cp() * layout_.pp());
-    const double world = static_cast<double>(world_);
-
-    // Per-rank rows (each with its own interval, so rank skew shows in its row).
-    per_rank_.resize(static_cast<std::size_t>(world_));
-    for (std::int64_t r = 0; r < world_; ++r) {
-      const double* x = row(r);
-      const double t = x[row_interval_seconds];
-      if (!(t > 0) || !std::isfinite(t)) {
-        warn_rate_limited(last_interval_warning_,
-                          "flopmeter: metrics of step {} skipped: rank {} reported an interval of {} s", in_flight_.event.step,
-                          r, t);
-        return false;
-      }
-      for (std::size_t f = 0; f < kRowCountFields; ++f) {
-        if (!(x[f] >= 0 && x[f] < kExactCountLimit)) {
-          warn_rate_limited(last_interval_warning_,
-                            "flopmeter: metrics of step {} skipped: rank {} reported a count of {} in one interval, "
-                            "beyond the 2^53 a row carries exactly",
-                            in_flight_.event.step, r, x[f]);
-          return false;
-        }
-      }
-      rank_row& out = per_rank_[static_cast<std::size_t>(r)];
-      const batch_counts counts = counts_from_row(x);
-      // Each rank of a TP group holds the same micro-batch and does 1/tp of its matmul work: its share.
-      out.real_tokens = static_cast<double>(counts.real_tokens);
-      out.device_tokens = static_cast<double>(counts.device_tokens());
-      out.flops = compute_flops(coefficients_, counts, options_.scope).total() / tp;
-      out.rank = r;
-      // A replica's tokens are seen by all tp*cp*pp ranks that share its micro-batches; attributing 1/(tp*cp*pp)
-      // of them to each makes the rows sum to the job's tokens/s.
-      out.tokens_per_second = out.real_tokens / ranks_per_replica / t;
-      // flops is the rank's TP share; CP and PP split that share further between cp*pp ranks.
-      out.tflops = out.flops / model_parallel_share / t / 1e12;
-      out.step_time = x[row_microbatches] > 0 ? t / x[row_microbatches] : std::numeric_limits<double>::quiet_NaN();
-      out.mem_gib = x[row_peak_memory_bytes] / kGiB;
-    }
-
-    // Additive figures: sums over this rank's DP group (TP/CP/PP ranks share micro-batches: not added).
-    double real = 0, device = 0, samples = 0, loss = 0, labels = 0;
-    for (const std::int64_t r : dp_group_) {
-      const double* x = row(r);
-      const rank_row& rr = per_rank_[static_cast<std::size_t>(r)];
-      real += rr.real_tokens;
-      device += rr.device_tokens;
-      samples += x[row_samples];
-      loss += x[row_loss_sum];
-      labels += x[row_label_tokens];
-    }
-    double max_mem = 0, max_data = 0, max_fwd_bwd = 0, sum_tps = 0, sum_tflops = 0, sum_step = 0;
-    bool step_time_known = true;
-    for (const rank_row& r : per_rank_) {
-      sum_tps += r.tokens_per_second;
-      sum_tflops += r.tflops;
-      sum_step += r.step_time;
-      step_time_known = step_time_known && std::isfinite(r.step_time);
-    }
-    for (std::int64_t r = 0; r < world_; ++r) {
-      max_mem = std::max(max_mem, row(r)[row_peak_memory_bytes]);
-      max_data = std::max(max_data, row(r)[row_data_seconds]);
-      max_fwd_bwd = std::max(max_fwd_bwd, row(r)[row_forward_backward_seconds]);
-    }
-    tokens_seen_ += real;
-    samples_seen_ += samples;
-
-    record.step = in_flight_.event.step;
-    auto& v = record.values;
-    v.clear();
-    // Headline = sum of the per-rank rows; with equal intervals t this is dp_sum(tokens) / t.
-    v.emplace_back("perf/tokens_per_second", sum_tps);
-    v.emplace_back("perf/tokens_per_second_per_gpu", sum_tps / world);
-    // Per GPU over every GPU of the job: with equal intervals, dp_sum(flops) * tp / t / world / 1e12.
-    const double tflops_per_gpu = sum_tflops / world;
-    v.emplace_back("perf/tflops_per_second", tflops_per_gpu);
-    if (peak_) v.emplace_back("perf/mfu", tflops_per_gpu / *peak_ * 100.0);
-    if (step_time_known) {
-      const double step_time = sum_step / world;
-      v.emplace_back("perf/step_time", step_time);
-      v.emplace_back("perf/optimizer_step_time", step_time * options_.tpi_multiplier);
-    }
-    if (device > 0) v.emplace_back("train/batch_efficiency", real / device);
-    v.emplace_back("perf/mem_gib", max_mem / kGiB);
-    // A DP sum of finite loss sums can still overflow the double range: then there is no loss to report.
-    if (labels > 0 && std::isfinite(loss)) v.emplace_back("train/loss", loss / labels);
-    v.emplace_back("train/tokens_seen", tokens_seen_);
-    v.emplace_back("train/num_samples", samples_seen_);
-    if (in_flight_.event.learning_rate) v.emplace_back("train/lr", *in_flight_.event.learning_rate);
-    if (in_flight_.event.grad_norm) v.emplace_back("train/grad_norm", *in_flight_.event.grad_norm);
-    if (max_data > 0) v.emplace_back("perf/data_time", max_data);
-    if (max_fwd_bwd > 0) v.emplace_back("perf/forward_backward_time", max_fwd_bwd);
-    v.emplace_back("perf/log_wait_ms", log_wait_ms);
-    v.emplace_back("perf/log_emit_ms", last_emit_ms_);
-    if (options_.topk > 0) add_topk(record, step_time_known);
-    return true;
-  }
-
-  struct rank_row {
-    std::int64_t rank = 0;
-    double real_tokens = 0;
-    double device_tokens = 0;
-    double flops = 0;  // this rank's share: its batches' FLOPs / tp
-    double tokens_per_second = 0;
-    double tflops = 0;
-    double step_time = 0;
-    double mem_gib = 0;
-  };
-
-  // perf_topk/<metric>_{slow,fast}_<i> and _rank: the k worst and k best ranks for each metric.
-  // step_time only when every rank ran a micro-batch (as perf/step_time): a rank without one has no step
-  // time, and its NaN would both be emitted as a "slowest" value and break the sort's ordering.
-  void add_topk(metrics_record& record, bool step_time_known) {
-    const std::size_t k = std::min<std::size_t>(static_cast<std::size_t>(options_.topk), per_rank_.size());
-    order_.resize(per_rank_.size());
-    const auto emit = [&](const char* name, auto value_of, bool higher_is_better) {
-      std::iota(order_.begin(), order_.end(), std::size_t{0});
-      // Ties broken by rank so the output is deterministic.
-      std::stable_sort(order_.begin(), order_.end(), [&](std::size_t a, std::size_t b) {
-        const double va = value_of(per_rank_[a]), vb = value_of(per_rank_[b]);
-        return higher_is_better ? va < vb : va > vb;  // worst first
-      });
-      for (std::size_t i = 0; i < k; ++i) {
-        const rank_row& slow = per_rank_[order_[i]];
-        const rank_row& fast = per_rank_[order_[order_.size() - 1 - i]];
-        const std::string index = std::to_string(i);
-        record.values.emplace_back(std::string("perf_topk/") + name + "_slow_" + index, value_of(slow));
-        record.values.emplace_back(std::string("perf_topk/") + name + "_slow_" + index + "_rank", static_cast<double>(slow.rank));
-        record.values.emplace_back(std::string("perf_topk/") + name + "_fast_" + index, value_of(fast));
-        record.values.emplace_back(std::string("perf_topk/") + name + "_fast_" + index + "_rank", static_cast<double>(fast.rank));
-      }
-    };
-    emit("tps", [](const rank_row& r) { return r.tokens_per_second; }, true);
-    if (step_time_known) emit("step_time", [](const rank_row& r) { return r.step_time; }, false);
-    emit("tflops", [](const rank_row& r) { return r.tflops; }, true);
-    if (peak_) {
-      const double peak = *peak_;
-      emit("mfu", [peak](const rank_row& r) { return r.tflops / peak * 100.0; }, true);
-    }
-    emit("mem_gib", [](const rank_row& r) { return r.mem_gib; }, false);
-  }
 
   throughput_options options_;
   std::shared_ptr<communicator> comm_;
@@ -519,25 +520,27 @@ class throughput_plugin::impl {
   std::optional<double> peak_;
   std::int64_t rank_ = 0;
   std::int64_t world_ = 1;
-  std::vector<std::int64_t> dp_group_;
+  std::optional<metrics_deriver> deriver_;
 
   mutable std::mutex mutex_;
   std::function<double()> clock_;
   double interval_start_ = 0;
   interval_counters current_;
-  std::vector<double> buffer_;
+  std::vector<double> row_;     // this rank's row of the collective in flight (the all-gather's input)
+  std::vector<double> buffer_;  // every rank's row once it completes
   in_flight in_flight_;
-  std::vector<rank_row> per_rank_;
-  std::vector<std::size_t> order_;
   double tokens_seen_ = 0;
   double samples_seen_ = 0;
   double last_emit_ms_ = 0;
+  double last_wait_ms_ = 0;     // this rank's latest perf/log_wait_ms, sent in its next row
   int consecutive_failures_ = 0;
   std::int64_t log_sequence_ = 0;  // on_log calls so far; the same on every rank (the rows' tag)
+  std::optional<resume_point> resume_;
+  bool out_of_step_reported_ = false;
   bool flushed_ = false;
   throughput_health health_;
-  std::chrono::steady_clock::time_point last_batch_warning_{}, last_log_warning_{}, last_collective_warning_{},
-      last_interval_warning_{};
+  // One rate limiter per kind of warning (the names are those of the time points they replaced).
+  detail::rate_limiter last_batch_warning_, last_log_warning_, last_collective_warning_, last_interval_warning_;
 };
 
 std::shared_ptr<throughput_plugin> throughput_plugin::create(throughput_options options,

@@ -1,4 +1,4 @@
-// plugin/accounting/throughput_config.cpp — the plugin TOML loader: load_throughput_options() (schema in
+// plugin/accounting/throughput_config.cpp — the plugin TOML loader: load_plugin_config() (schema in
 // plugin_configs/SCHEMA.md).
 //
 // Every problem throws flopmeter::error citing FILE:LINE:COL and the key path (formats in toml_reader.h),
@@ -71,7 +71,7 @@ class options_loader : private detail::toml_reader {
   options_loader(std::string source_name, std::string base_dir)
       : toml_reader(std::move(source_name)), base_dir_(std::move(base_dir)) {}
 
-  throughput_options load(const toml::table& root) const {
+  plugin_config load(const toml::table& root) const {
     check_keys(root, "", kRootKeys, kSchemaDoc, kHomes);
     const toml::table* model = optional_table(root, "model");
     const toml::table* peak = optional_table(root, "peak");
@@ -85,7 +85,8 @@ class options_loader : private detail::toml_reader {
     if (logging != nullptr) check_keys(*logging, "logging", kLoggingKeys, kSchemaDoc);
     if (sinks != nullptr) check_keys(*sinks, "sinks", kSinksKeys, kSchemaDoc);
 
-    throughput_options options;
+    plugin_config config;
+    throughput_options& options = config.options;
     const std::string model_path = model_config_path(*model);
     if (const toml::node* node = model->get("scope")) {
       options.scope =
@@ -96,11 +97,11 @@ class options_loader : private detail::toml_reader {
     if (peak != nullptr) read_peak(*peak, options);
     if (parallel != nullptr) read_parallel(*parallel, options);
     if (logging != nullptr) read_logging(*logging, options);
-    if (sinks != nullptr) read_sinks(*sinks, options);
+    if (sinks != nullptr) read_sinks(*sinks, config.sinks);
 
     options.model = load_model_spec(model_path);
     if (train_mtp_layers) options.model.train_mtp_layers = *train_mtp_layers;
-    return options;
+    return config;
   }
 
  private:
@@ -145,7 +146,8 @@ class options_loader : private detail::toml_reader {
 
   void read_logging(const toml::table& logging, throughput_options& options) const {
     constexpr std::string_view p = "logging";
-    options.log_interval_steps = optional_int(logging, p, "log_interval_steps", kPositive, options.log_interval_steps);
+    // Checked, then ignored: the trainer decides when on_log fires (kept so that existing files still load).
+    (void)optional_int(logging, p, "log_interval_steps", kPositive, 1);
     options.tpi_multiplier = optional_double(logging, p, "tpi_multiplier", {1.0}, options.tpi_multiplier);
     options.topk = optional_int(logging, p, "topk", kTopk, options.topk);
     constexpr choice<emit_ranks> emits[] = {{"rank0", emit_ranks::rank0}, {"all", emit_ranks::all}};
@@ -154,11 +156,11 @@ class options_loader : private detail::toml_reader {
         optional_int(logging, p, "collective_timeout_ms", kNonNegative, options.collective_timeout.count()));
   }
 
-  void read_sinks(const toml::table& sinks, throughput_options& options) const {
-    options.console = optional_bool(sinks, "sinks", "console", options.console);
+  void read_sinks(const toml::table& sinks, sink_config& config) const {
+    config.console = optional_bool(sinks, "sinks", "console", config.console);
     if (auto jsonl = optional_string(sinks, "sinks", "jsonl")) {
       if (jsonl->empty()) fail_key(*sinks.get("jsonl"), "sinks.jsonl", "must not be empty");
-      options.jsonl_path = std::move(*jsonl);  // "{rank}" is substituted when the plugin starts
+      config.jsonl_path = std::move(*jsonl);  // "{rank}" is substituted by make_sinks
     }
   }
 
@@ -187,17 +189,24 @@ class options_loader : private detail::toml_reader {
 
 namespace detail {
 
-throughput_options parse_throughput_options(const std::string& toml_text, const std::string& source_name,
-                                            const std::string& base_dir) {
+plugin_config parse_plugin_config(const std::string& toml_text, const std::string& source_name,
+                                  const std::string& base_dir) {
   const toml::table root = parse_toml(toml_text, source_name);
   return options_loader(source_name, base_dir).load(root);
 }
 
+throughput_options parse_throughput_options(const std::string& toml_text, const std::string& source_name,
+                                            const std::string& base_dir) {
+  return parse_plugin_config(toml_text, source_name, base_dir).options;
+}
+
 }  // namespace detail
 
-throughput_options load_throughput_options(const std::string& path) {
-  return detail::parse_throughput_options(detail::read_file(path, "plugin config"), path,
-                                          std::filesystem::path(path).parent_path().string());
+plugin_config load_plugin_config(const std::string& path) {
+  return detail::parse_plugin_config(detail::read_file(path, "plugin config"), path,
+                                     std::filesystem::path(path).parent_path().string());
 }
+
+throughput_options load_throughput_options(const std::string& path) { return load_plugin_config(path).options; }
 
 }  // namespace flopmeter

@@ -1,7 +1,5 @@
-// The c10d ProcessGroup adapter (see include/flopmeter/c10d.h). This file and the tests that need them are
-// the only places that include LibTorch/c10d headers: they are heavy, and the c10d API changes between
-// releases. It builds against LibTorch 1.13 (Debian) and 2.x; what differs is in c10d_compat.h (in 2.x
-// ProcessGroupGloo is a c10d::Backend that make_gloo_communicator_from_env registers on a ProcessGroup).
+// The c10d ProcessGroup adapter (see include/flopmeter/c10d.h); flopmeter's own Gloo groups are built in
+// gloo_group.cpp. It builds against LibTorch 1.13 (Debian) and 2.x; what differs is in c10d_compat.h.
 //
 // wait(): in 1.13 and 2.x alike the base Work::wait(timeout) throws "Operation timed out!" on a timeout
 // (leaving the collective running) and treats 0 as "no timeout" (blocks forever). For CPU backends wait() calls
@@ -45,6 +43,7 @@
 #include "flopmeter/error.h"
 #include "comm/c10d_compat.h"
 #include "comm/c10d_internal.h"
+#include "comm/poll_backoff.h"
 
 namespace flopmeter {
 namespace {
@@ -101,17 +100,8 @@ class c10d_pending final : public pending_collective {
       return status_;
     }
     try {
-      const auto deadline = steady_clock::now() + std::max(timeout, milliseconds(0));
-      auto nap = std::chrono::microseconds(50);
-      for (;;) {
-        poll();
-        if (status_ != collective_status::pending) return status_;
-        const auto now = steady_clock::now();
-        if (now >= deadline) return status_;
-        std::this_thread::sleep_for(
-            std::min<steady_clock::duration>(nap, deadline - now));
-        nap = std::min(nap * 2, std::chrono::microseconds(2000));
-      }
+      detail::poll_with_backoff(timeout, [this] { poll(); },
+                                [this] { return status_ != collective_status::pending; });
     } catch (...) {
       fail(describe(std::current_exception()));
     }
@@ -119,6 +109,12 @@ class c10d_pending final : public pending_collective {
   }
 
   std::string error_message() const override { return error_; }
+
+  // What the collective is, for error messages ("all-reduce", the default, or "all-gather").
+  c10d_pending& named(std::string operation) {
+    operation_ = std::move(operation);
+    return *this;
+  }
 
  private:
   // One non-blocking look at the collective; moves status_ to done or failed when it has finished.
@@ -135,7 +131,7 @@ class c10d_pending final : public pending_collective {
   }
 
   void fail(const std::string& why) {
-    error_ = backend_ + " all-reduce of " + std::to_string(count_) + " values failed: " + why;
+    error_ = backend_ + " " + operation_ + " of " + std::to_string(count_) + " values failed: " + why;
     status_ = collective_status::failed;
     // Keep work_ and the tensors: a failed Gloo/NCCL collective may still reference them; they go with us.
   }
@@ -148,6 +144,7 @@ class c10d_pending final : public pending_collective {
   }
 
   std::string backend_;
+  std::string operation_ = "all-reduce";
   c10::intrusive_ptr<c10d::Work> work_;
   at::Tensor result_;                      // CPU (pinned for NCCL) tensor with the reduced values
   std::unique_ptr<c10::Event> d2h_done_;   // NCCL only: recorded after the device-to-host copy
@@ -170,6 +167,21 @@ class c10d_communicator final : public communicator {
         is_nccl_(backend_ == "nccl"),
         rank_(group_->getRank()),
         world_size_(group_->getSize()) {}
+
+  // A group whose last collective has not finished (a peer that died or hangs, e.g. stopped by SIGSTOP)
+  // cannot be destroyed without blocking: ProcessGroupGloo's destructor joins its worker threads, which
+  // wait inside the collective until Gloo's own timeout. When this communicator holds the last reference
+  // (a group flopmeter built, as make_gloo_communicator_from_env does), that reference is abandoned
+  // instead (a group the trainer still holds is only released: dropping a reference never blocks): the group and its threads stay allocated until the process exits, and destruction returns at
+  // once. A finished group is destroyed normally.
+  ~c10d_communicator() override {
+    if (last_work_ && !last_work_->isCompleted() && group_.use_count() == 1) {
+      (void)group_.release();
+      (void)last_work_.release();
+    }
+  }
+  c10d_communicator(const c10d_communicator&) = delete;
+  c10d_communicator& operator=(const c10d_communicator&) = delete;
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
@@ -195,6 +207,7 @@ class c10d_communicator final : public communicator {
         if (contribute_) contribute_(host);
         std::vector<at::Tensor> tensors{host};
         c10::intrusive_ptr<c10d::Work> work = group_->allreduce(tensors, options);
+        last_work_ = work;
         return std::make_unique<c10d_pending>(name_, std::move(work), std::move(host), nullptr, at::Tensor(),
                                               values, count);
       }
@@ -205,6 +218,7 @@ class c10d_communicator final : public communicator {
       if (contribute_) contribute_(device);
       std::vector<at::Tensor> tensors{device};
       c10::intrusive_ptr<c10d::Work> work = group_->allreduce(tensors, options);
+      last_work_ = work;
       // For NCCL, Work::wait makes the current stream wait for the all-reduce; the host does not block
       // (unless the trainer set NCCL_BLOCKING_WAIT=1).
       work->wait();
@@ -221,8 +235,63 @@ class c10d_communicator final : public communicator {
     }
   }
 
+  // c10d's all-gather: each rank's row crosses the network once (an all-reduce of the whole buffer moves it
+  // about twice). Gloo takes one output tensor per rank (views into one buffer here); NCCL a flat output
+  // (_allgather_base). With a device contribution (the tensor path adds its device counts into this rank's
+  // row of the whole buffer) the default — an all-reduce of the buffer — is kept.
+  std::unique_ptr<pending_collective> start_allgather(const double* send, std::size_t count, double* recv) override {
+    if (contribute_) return communicator::start_allgather(send, count, recv);
+    if (count == 0) return std::make_unique<c10d_pending>(name_);
+    if (send == nullptr || recv == nullptr) {
+      throw error(name_ + ": start_allgather got a null buffer for " + std::to_string(count) + " values");
+    }
+    const auto world = static_cast<std::size_t>(world_size_);
+    if (count > static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max()) / sizeof(double) / world) {
+      throw error(name_ + ": start_allgather count " + std::to_string(count) + " is too large");
+    }
+    try {
+      const auto n = static_cast<std::int64_t>(count);
+      const auto total = static_cast<std::int64_t>(count * world);
+      const auto host_options = at::TensorOptions().dtype(at::kDouble).pinned_memory(is_nccl_);
+      at::Tensor host = at::empty({n}, host_options);
+      std::memcpy(host.data_ptr<double>(), send, count * sizeof(double));
+      c10d::AllgatherOptions options;
+      if (!is_nccl_) {
+        at::Tensor gathered = at::empty({total}, host_options);
+        std::vector<std::vector<at::Tensor>> outputs(1);
+        outputs[0].reserve(world);
+        for (std::size_t r = 0; r < world; ++r) outputs[0].push_back(gathered.narrow(0, static_cast<std::int64_t>(r) * n, n));
+        std::vector<at::Tensor> inputs{host};
+        c10::intrusive_ptr<c10d::Work> work = group_->allgather(outputs, inputs, options);
+        last_work_ = work;
+        auto pending = std::make_unique<c10d_pending>(name_, std::move(work), std::move(gathered), nullptr,
+                                                      at::Tensor(), recv, count * world);
+        pending->named("all-gather");
+        return pending;
+      }
+      at::Tensor device_in = host.to(at::TensorOptions().device(at::kCUDA), /*non_blocking=*/true);
+      at::Tensor device_out = at::empty({total}, device_in.options());
+      c10::intrusive_ptr<c10d::Work> work = group_->_allgather_base(device_out, device_in, options);
+      last_work_ = work;
+      work->wait();  // orders the current stream after the all-gather; the host does not block
+      at::Tensor back = at::empty({total}, host_options);
+      back.copy_(device_out, /*non_blocking=*/true);
+      auto d2h_done = std::make_unique<c10::Event>(c10::DeviceType::CUDA);
+      const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+      d2h_done->record(cuda.getStream(device_out.device()));
+      auto pending = std::make_unique<c10d_pending>(name_, std::move(work), std::move(back), std::move(d2h_done),
+                                                    std::move(device_out), recv, count * world);
+      pending->named("all-gather");
+      return pending;
+    } catch (...) {
+      throw error(name_ + ": could not start the all-gather of " + std::to_string(count) + " values per rank: " +
+                  describe(std::current_exception()));
+    }
+  }
+
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<c10d::Work> last_work_;  // the latest collective started (see the destructor)
   detail::device_contribution contribute_;
   std::string backend_;
   std::string name_;

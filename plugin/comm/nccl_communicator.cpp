@@ -1,5 +1,5 @@
-// The raw NCCL adapter (see include/flopmeter/nccl.h): a SUM all-reduce of a few doubles on the trainer's
-// ncclComm_t and stream, completed by polling a CUDA event. Never synchronises the device or a stream.
+// The raw NCCL adapter (see include/flopmeter/nccl.h): a SUM all-reduce or an all-gather of a few doubles
+// on the trainer's ncclComm_t and stream, completed by polling a CUDA event. Never synchronises the device or a stream.
 //
 // CUDA records cudaErrorNotReady from cudaEventQuery (and recoverable errors such as a failed cudaMalloc)
 // as the thread's "last error"; LibTorch checks cudaGetLastError() after its kernel launches, so every such
@@ -12,11 +12,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "flopmeter/error.h"
+#include "comm/poll_backoff.h"
 
 namespace flopmeter {
 namespace {
@@ -119,8 +121,9 @@ struct nccl_state {
 
 class nccl_pending final : public pending_collective {
  public:
-  nccl_pending(std::shared_ptr<nccl_state> state, unsigned long long generation, double* out, std::size_t count)
-      : state_(std::move(state)), generation_(generation), out_(out), count_(count) {}
+  nccl_pending(std::shared_ptr<nccl_state> state, unsigned long long generation, double* out, std::size_t count,
+               const char* operation)
+      : state_(std::move(state)), generation_(generation), out_(out), count_(count), operation_(operation) {}
 
   // A collective over zero values: done at once.
   nccl_pending() : status_(collective_status::done) {}
@@ -128,16 +131,8 @@ class nccl_pending final : public pending_collective {
   collective_status wait(milliseconds timeout) override {
     if (status_ != collective_status::pending) return status_;
     try {
-      const auto deadline = steady_clock::now() + std::max(timeout, milliseconds(0));
-      auto nap = std::chrono::microseconds(50);
-      for (;;) {
-        poll();
-        if (status_ != collective_status::pending) break;
-        const auto now = steady_clock::now();
-        if (now >= deadline) break;
-        std::this_thread::sleep_for(std::min<steady_clock::duration>(nap, deadline - now));
-        nap = std::min(nap * 2, std::chrono::microseconds(2000));
-      }
+      detail::poll_with_backoff(timeout, [this] { poll(); },
+                                [this] { return status_ != collective_status::pending; });
     } catch (const std::exception& e) {
       fail(e.what());
     } catch (...) {
@@ -153,7 +148,7 @@ class nccl_pending final : public pending_collective {
   void poll() {
     if (state_->generation != generation_) {
       // Only reachable when this pending was left unfinished and a later collective reused the buffers.
-      fail("a later all-reduce reused the buffers before this one was waited on");
+      fail("a later collective reused the buffers before this one was waited on");
       return;
     }
     const cudaError_t status = cudaEventQuery(state_->done);
@@ -177,7 +172,7 @@ class nccl_pending final : public pending_collective {
   }
 
   void fail(const std::string& why) {
-    error_ = "nccl all-reduce of " + std::to_string(count_) + " values failed: " + why;
+    error_ = std::string("nccl ") + operation_ + " of " + std::to_string(count_) + " values failed: " + why;
     status_ = collective_status::failed;
   }
 
@@ -185,6 +180,7 @@ class nccl_pending final : public pending_collective {
   unsigned long long generation_ = 0;
   double* out_ = nullptr;
   std::size_t count_ = 0;
+  const char* operation_ = "all-reduce";  // for error messages
   collective_status status_ = collective_status::pending;
   std::string error_;
 };
@@ -204,13 +200,42 @@ class nccl_communicator final : public communicator {
     if (values == nullptr) {
       throw error("nccl: start_allreduce_sum got a null buffer for " + std::to_string(count) + " values");
     }
+    return enqueue(values, count, 0, values, count, "ncclAllReduce", "all-reduce", [count](nccl_state& s) {
+      return ncclAllReduce(s.device_buffer, s.device_buffer, count, ncclFloat64, ncclSum, s.comm, s.stream);
+    });
+  }
+
+  // ncclAllGather, in place: this rank's row goes to its slot of the device buffer, which then receives
+  // every rank's row (each row crosses the network once, where the all-reduce moves about twice the buffer).
+  std::unique_ptr<pending_collective> start_allgather(const double* send, std::size_t count, double* recv) override {
+    if (count == 0) return std::make_unique<nccl_pending>();
+    if (send == nullptr || recv == nullptr) {
+      throw error("nccl: start_allgather got a null buffer for " + std::to_string(count) + " values");
+    }
+    const auto world = static_cast<std::size_t>(world_size_);
+    if (count > std::numeric_limits<std::size_t>::max() / sizeof(double) / world) {
+      throw error("nccl: start_allgather count " + std::to_string(count) + " is too large");
+    }
+    const std::size_t offset = static_cast<std::size_t>(rank_) * count;
+    return enqueue(send, count, offset, recv, count * world, "ncclAllGather", "all-gather", [count, offset](nccl_state& s) {
+      return ncclAllGather(s.device_buffer + offset, s.device_buffer, count, ncclFloat64, s.comm, s.stream);
+    });
+  }
+
+ private:
+  // Copies in[0, in_count) to the device buffer at `offset`, runs `collective` on the stream, copies the
+  // buffer's first out_count values back to the pinned staging buffer and records the done event; the
+  // returned pending copies them to `out` once the event has completed. Never blocks on the device.
+  template <class Collective>
+  std::unique_ptr<pending_collective> enqueue(const double* in, std::size_t in_count, std::size_t offset, double* out,
+                                              std::size_t out_count, const char* what, const char* operation,
+                                              Collective collective) {
     nccl_state& s = *state_;
     device_guard guard(s.device);
-
     const cudaError_t previous = cudaEventQuery(s.done);
     if (previous == cudaErrorNotReady) {
       (void)cudaGetLastError();
-      throw error("nccl: start_allreduce_sum called while the previous all-reduce is still in flight "
+      throw error("nccl: a collective was started while the previous one is still in flight "
                   "(one at a time per communicator)");
     }
     if (previous != cudaSuccess) throw error("nccl: " + cuda_error(previous, "cudaEventQuery"));
@@ -221,22 +246,20 @@ class nccl_communicator final : public communicator {
       throw error("nccl: the communicator has an asynchronous error: " +
                   nccl_error(async, s.comm, "ncclCommGetAsyncError"));
     }
-
-    s.reserve(count);
-    const std::size_t bytes = count * sizeof(double);
-    std::memcpy(s.staging, values, bytes);
+    s.reserve(std::max(out_count, offset + in_count));
+    std::memcpy(s.staging + offset, in, in_count * sizeof(double));
     ++s.generation;  // from here on, pendings of earlier collectives no longer own the staging buffer
-    cudaError_t cuda_status =
-        cudaMemcpyAsync(s.device_buffer, s.staging, bytes, cudaMemcpyHostToDevice, s.stream);
+    cudaError_t cuda_status = cudaMemcpyAsync(s.device_buffer + offset, s.staging + offset, in_count * sizeof(double),
+                                              cudaMemcpyHostToDevice, s.stream);
     if (cuda_status != cudaSuccess) throw error("nccl: " + cuda_error(cuda_status, "cudaMemcpyAsync H2D"));
-
-    status = ncclAllReduce(s.device_buffer, s.device_buffer, count, ncclFloat64, ncclSum, s.comm, s.stream);
+    status = collective(s);
     if (status == ncclInProgress) status = wait_until_enqueued(s);
     if (status != ncclSuccess) {
       record_done_or_ignore(s);  // keeps "in flight" honest: the H2D copy may still read the staging buffer
-      throw error("nccl: " + nccl_error(status, s.comm, "ncclAllReduce"));
+      throw error("nccl: " + nccl_error(status, s.comm, what));
     }
-    cuda_status = cudaMemcpyAsync(s.staging, s.device_buffer, bytes, cudaMemcpyDeviceToHost, s.stream);
+    cuda_status = cudaMemcpyAsync(s.staging, s.device_buffer, out_count * sizeof(double), cudaMemcpyDeviceToHost,
+                                  s.stream);
     if (cuda_status != cudaSuccess) {
       const std::string why = cuda_error(cuda_status, "cudaMemcpyAsync D2H");
       record_done_or_ignore(s);
@@ -244,10 +267,9 @@ class nccl_communicator final : public communicator {
     }
     cuda_status = cudaEventRecord(s.done, s.stream);
     if (cuda_status != cudaSuccess) throw error("nccl: " + cuda_error(cuda_status, "cudaEventRecord"));
-    return std::make_unique<nccl_pending>(state_, s.generation, values, count);
+    return std::make_unique<nccl_pending>(state_, s.generation, out, out_count, operation);
   }
 
- private:
   // Non-blocking communicators: ncclAllReduce may return ncclInProgress while NCCL enqueues the kernel; the
   // stream must not get more work before it has. Polls the communicator's state (not the collective).
   static ncclResult_t wait_until_enqueued(nccl_state& s) {

@@ -6,8 +6,12 @@
 //     optimizer are O(tokens * hidden) element-wise work and are left out, as in Megatron and the reference.
 #include "flopmeter/flop_model.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "flopmeter/error.h"
 
@@ -21,13 +25,68 @@ constexpr int128 kTrain = 3 * 2;
 // A layer whose input needs no gradient (the first one, on pixels): fwd + wgrad (2) x 2.
 constexpr int128 kForwardAndWeightGradient = 2 * 2;
 
-// Coefficients are formed in 128-bit arithmetic from sizes the loader caps at 2^31, so no intermediate can
-// overflow; the result must still fit the int64 the public struct holds.
-std::int64_t to_coefficient(int128 value, const char* name) {
-  if (value > static_cast<int128>(INT64_MAX)) {
-    throw error(std::string("flopmeter: coefficient ") + name + " exceeds 2^63 FLOPs; the model sizes are not plausible");
+// ---------------------------------------------------------------------------------------------------------
+// Saturating arithmetic with provenance. Sizes are capped at 2^31 by the loader, but products of several
+// (the merger's (m^2 * hv)^2 is up to 2^186) and layer counts times per-layer work can exceed even 128 bits.
+// A `term` saturates at kSaturated (2^120, far above any int64) instead of wrapping, and remembers the
+// model_spec fields it was formed from, so an overflow says which sizes are to blame. A sum keeps the fields
+// of its largest part: the part that made it too large.
+
+constexpr int128 kSaturated = int128{1} << 120;
+
+struct term {
+  int128 value = 0;
+  std::vector<const char*> fields;
+};
+
+int128 saturating_multiply(int128 a, int128 b) {
+  if (a == 0 || b == 0) return 0;
+  if (a >= kSaturated || b >= kSaturated || a > kSaturated / b) return kSaturated;
+  return a * b;
+}
+
+// A product of sizes (each >= 0); `field` is nullptr for a constant factor.
+struct factor {
+  int128 value;
+  const char* field;
+};
+term product(std::initializer_list<factor> factors) {
+  term t;
+  t.value = 1;
+  for (const factor& f : factors) {
+    t.value = saturating_multiply(t.value, f.value);
+    if (f.field != nullptr && f.value > 1) t.fields.push_back(f.field);  // a factor of 1 cannot be to blame
   }
-  return static_cast<std::int64_t>(value);
+  return t;
+}
+
+term operator*(term t, const factor& f) {
+  t.value = saturating_multiply(t.value, f.value);
+  if (f.field != nullptr && f.value > 1) t.fields.push_back(f.field);
+  return t;
+}
+
+term operator+(const term& a, const term& b) {
+  term sum;
+  sum.value = std::min(a.value + b.value, kSaturated);  // both <= 2^120: no wrap
+  sum.fields = a.value >= b.value ? a.fields : b.fields;
+  return sum;
+}
+
+std::vector<std::string> field_names(const term& t) { return {t.fields.begin(), t.fields.end()}; }
+
+// Training FLOPs of a per-unit multiply-add count, as int64; coefficient_overflow names the fields otherwise.
+std::int64_t to_coefficient(const term& macs, int128 passes, const char* name) {
+  const term flops = macs * factor{passes, nullptr};
+  if (flops.value > static_cast<int128>(INT64_MAX)) throw coefficient_overflow(name, field_names(flops));
+  return static_cast<std::int64_t>(flops.value);
+}
+
+// Reports add some coefficients (dense_per_token + mtp_per_token in `check`, the text + MTP pair terms): the
+// sums must fit too.
+void check_sum_fits(std::int64_t a, const term& a_macs, std::int64_t b, const term& b_macs, const char* name) {
+  std::int64_t sum = 0;
+  if (__builtin_add_overflow(a, b, &sum)) throw coefficient_overflow(name, field_names(a_macs + b_macs));
 }
 
 // Exact a*b rounded once to double (a, b are exact int64 counts / coefficients).
@@ -44,16 +103,21 @@ std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
   return sum;
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Per-token multiply-adds of each GEMM family. Field names are model_spec paths.
+
 // Decoder, per token, one full-attention layer: the four projections.
 //   q_proj  h -> nh*hd, doubled when the Qwen3.5 output gate is on (the same projection emits the gate)
 //   k_proj  h -> nkv*hd,  v_proj h -> nkv*hd
 //   o_proj  nh*hd -> h
 // multiply-adds per token = h*(nh*hd*(1+gate) + 2*nkv*hd + nh*hd)
-int128 full_attention_projection_macs(const text_spec& t) {
-  const int128 q = int128{t.num_attention_heads} * t.head_dim * (t.attn_output_gate ? 2 : 1);
-  const int128 kv = 2 * int128{t.num_key_value_heads} * t.head_dim;
-  const int128 o = int128{t.num_attention_heads} * t.head_dim;
-  return t.hidden_size * (q + kv + o);
+term full_attention_projection_macs(const text_spec& t) {
+  const term q = product({{t.num_attention_heads, "text.num_attention_heads"},
+                          {t.head_dim, "text.head_dim"},
+                          {t.attn_output_gate ? 2 : 1, nullptr}});
+  const term kv = product({{2, nullptr}, {t.num_key_value_heads, "text.num_key_value_heads"}, {t.head_dim, "text.head_dim"}});
+  const term o = product({{t.num_attention_heads, "text.num_attention_heads"}, {t.head_dim, "text.head_dim"}});
+  return (q + kv + o) * factor{t.hidden_size, "text.hidden_size"};
 }
 
 // Decoder, per token, one Gated DeltaNet layer, with Megatron-LM's approximation for the delta rule.
@@ -62,39 +126,116 @@ int128 full_attention_projection_macs(const text_spec& t) {
 //   chunked delta rule: Megatron bills 4 matmul-like products per value head of size dk x dv per token
 //     (K K^T, V K^T, the state update S(a(I - b K K^T)), and S Q)
 //   out_proj Hv*dv -> h
-int128 gated_deltanet_macs(const text_spec& t) {
-  const int128 qk_dim = int128{t.linear_num_key_heads} * t.linear_key_head_dim;
-  const int128 v_dim = int128{t.linear_num_value_heads} * t.linear_value_head_dim;
-  const int128 in_proj = t.hidden_size * (2 * qk_dim + v_dim + v_dim + 2 * int128{t.linear_num_value_heads});
-  const int128 conv = t.linear_conv_kernel_dim * (2 * qk_dim + v_dim);
-  const int128 delta_rule = 4 * int128{t.linear_num_value_heads} * t.linear_key_head_dim * t.linear_value_head_dim;
-  const int128 out_proj = v_dim * t.hidden_size;
+term gated_deltanet_macs(const text_spec& t) {
+  const factor h{t.hidden_size, "text.hidden_size"};
+  const term qk = product({{t.linear_num_key_heads, "text.linear_num_key_heads"},
+                           {t.linear_key_head_dim, "text.linear_key_head_dim"}});
+  const term v = product({{t.linear_num_value_heads, "text.linear_num_value_heads"},
+                          {t.linear_value_head_dim, "text.linear_value_head_dim"}});
+  const term heads = product({{t.linear_num_value_heads, "text.linear_num_value_heads"}});
+  const term in_proj = (qk * factor{2, nullptr} + v + v + heads * factor{2, nullptr}) * h;
+  const term conv = (qk * factor{2, nullptr} + v) * factor{t.linear_conv_kernel_dim, "text.linear_conv_kernel_dim"};
+  const term delta_rule = product({{4, nullptr},
+                                   {t.linear_num_value_heads, "text.linear_num_value_heads"},
+                                   {t.linear_key_head_dim, "text.linear_key_head_dim"},
+                                   {t.linear_value_head_dim, "text.linear_value_head_dim"}});
+  const term out_proj = v * h;
   return in_proj + conv + delta_rule + out_proj;
 }
 
-// Decoder, per token: SwiGLU MLP, gate and up h -> I, down I -> h.
-int128 swiglu_macs(const text_spec& t) { return 3 * int128{t.hidden_size} * t.intermediate_size; }
+// Decoder, per token: SwiGLU MLP of width I: gate and up h -> I, down I -> h = 3*h*I.
+term swiglu_macs(const text_spec& t, std::int64_t width, const char* width_field) {
+  return product({{3, nullptr}, {t.hidden_size, "text.hidden_size"}, {width, width_field}});
+}
+
+// One MoE block, per token (Qwen3-VL MoE: Qwen3VLMoeTextSparseMoeBlock; Qwen3.5 MoE: the Qwen3-Next block):
+//   router         h -> E logits (softmax, top-k, optional renormalisation: element-wise, not counted)
+//   routed experts dropless: the token's hidden state goes through exactly k experts, each a SwiGLU of
+//                  width moe_intermediate_size: k * 3*h*I_moe. Experts that receive no token cost nothing, and
+//                  no token is dropped for capacity, so the work per token is the same for every batch.
+//   shared expert  (Qwen3.5 MoE) a SwiGLU of width I_shared on every token: 3*h*I_shared, and its sigmoid
+//                  gate h -> 1 that scales the shared expert's output.
+// Weighting the expert outputs by the router probabilities and summing them is element-wise, not counted.
+struct moe_block_macs {
+  term router, routed_experts, shared_expert, shared_expert_gate;
+  term total() const { return router + routed_experts + shared_expert + shared_expert_gate; }
+};
+moe_block_macs moe_macs(const text_spec& t) {
+  moe_block_macs m;
+  const factor h{t.hidden_size, "text.hidden_size"};
+  m.router = product({h, {t.num_experts, "text.num_experts"}});
+  m.routed_experts = swiglu_macs(t, t.moe_intermediate_size, "text.moe_intermediate_size") *
+                     factor{t.num_experts_per_tok, "text.num_experts_per_tok"};
+  if (t.shared_expert_intermediate_size > 0) {
+    m.shared_expert = swiglu_macs(t, t.shared_expert_intermediate_size, "text.shared_expert_intermediate_size");
+    m.shared_expert_gate = product({h});
+  }
+  return m;
+}
 
 // Decoder, per token: the LM head h -> vocab (tied or not, the matmul runs).
-int128 logits_macs(const text_spec& t) { return int128{t.hidden_size} * t.vocab_size; }
+term logits_macs(const text_spec& t) {
+  return product({{t.hidden_size, "text.hidden_size"}, {t.vocab_size, "text.vocab_size"}});
+}
 
 // Attention per (query, key) pair in one full-attention layer: QK^T is nh*hd multiply-adds, and the
 // probabilities times V another nh*hd.
-int128 attention_pair_macs(const text_spec& t) { return 2 * int128{t.num_attention_heads} * t.head_dim; }
+term attention_pair_macs(const text_spec& t) {
+  return product({{2, nullptr}, {t.num_attention_heads, "text.num_attention_heads"}, {t.head_dim, "text.head_dim"}});
+}
 
 // ViT block, per patch: fused qkv hv -> 3hv, proj hv -> hv, MLP hv -> Iv -> hv (GELU, not gated).
-int128 vit_block_macs(const vision_spec& v) {
-  return 4 * int128{v.hidden_size} * v.hidden_size + 2 * int128{v.hidden_size} * v.intermediate_size;
+term vit_block_macs(const vision_spec& v) {
+  const factor hv{v.hidden_size, "vision.hidden_size"};
+  return product({{4, nullptr}, hv, hv}) + product({{2, nullptr}, hv, {v.intermediate_size, "vision.intermediate_size"}});
 }
 
 // One merger per merged token: it concatenates spatial_merge_size^2 = m patches (width m*hv), then
 // m*hv -> m*hv, GELU, m*hv -> out_hidden_size.
-int128 merger_macs(const vision_spec& v) {
-  const int128 width = int128{v.spatial_merge_size} * v.spatial_merge_size * v.hidden_size;
-  return width * width + width * v.out_hidden_size;
+term merger_macs(const vision_spec& v) {
+  const term width = product({{v.spatial_merge_size, "vision.spatial_merge_size"},
+                              {v.spatial_merge_size, "vision.spatial_merge_size"},
+                              {v.hidden_size, "vision.hidden_size"}});
+  term square = width * factor{width.value, nullptr};
+  square.fields.insert(square.fields.end(), width.fields.begin(), width.fields.end());
+  return square + width * factor{v.out_hidden_size, "vision.out_hidden_size"};
+}
+
+// Sets one dense_per_token part (6 x count x per-layer macs) and returns its multiply-adds for the total.
+term dense_part(std::int64_t& out, const term& per_layer, std::int64_t layers, const char* layers_field,
+                const char* name) {
+  const term macs = per_layer * factor{layers, layers_field};
+  out = to_coefficient(macs, kTrain, name);
+  return macs;
 }
 
 }  // namespace
+
+namespace {
+
+// The fields in order, each once (a size that enters a product twice is named once).
+std::vector<std::string> distinct(std::vector<std::string> fields) {
+  std::vector<std::string> out;
+  for (std::string& field : fields) {
+    if (std::find(out.begin(), out.end(), field) == out.end()) out.push_back(std::move(field));
+  }
+  return out;
+}
+
+std::string overflow_message(const std::string& coefficient, const std::vector<std::string>& fields) {
+  std::string message = "flopmeter: coefficient " + coefficient + " exceeds 2^63 FLOPs";
+  if (!fields.empty()) {
+    message += ": the product of ";
+    for (std::size_t i = 0; i < fields.size(); ++i) message += (i == 0 ? "" : ", ") + fields[i];
+    message += " is too large";
+  }
+  return message;
+}
+
+}  // namespace
+
+coefficient_overflow::coefficient_overflow(const std::string& coefficient, std::vector<std::string> fields)
+    : error(overflow_message(coefficient, distinct(fields))), coefficient_(coefficient), fields_(distinct(std::move(fields))) {}
 
 const char* to_string(flop_scope scope) { return scope == flop_scope::seed ? "seed" : "complete"; }
 
@@ -108,44 +249,78 @@ coefficients compute_coefficients(const model_spec& spec) {
   const text_spec& t = spec.text;
   coefficients c;
 
-  // dense_per_token = 6 * (sum over layers of the token mixer's projections + SwiGLU) + 6 * logits.
-  int128 layer_macs = 0;
-  for (const layer_kind kind : t.layer_types) {
-    layer_macs += (kind == layer_kind::full_attention ? full_attention_projection_macs(t) : gated_deltanet_macs(t));
-    layer_macs += swiglu_macs(t);
-  }
-  c.dense_per_token = to_coefficient(kTrain * (layer_macs + logits_macs(t)), "dense_per_token");
+  // dense_per_token = 6 * (full-attention projections x full layers + Gated DeltaNet x linear layers
+  //                        + SwiGLU x dense-MLP layers + MoE block x MoE layers + logits).
+  // Layer kinds are counted, not iterated: the cost does not grow with num_hidden_layers.
+  dense_terms& d = c.dense;
+  const moe_block_macs moe = moe_macs(t);
+  const std::int64_t moe_layers = t.num_moe_layers();
+  // One statement per part, so the first part that overflows is the one reported, in a fixed order.
+  term total = dense_part(d.attention_projections, full_attention_projection_macs(t), t.num_full_attention_layers(),
+                          "text.num_hidden_layers", "dense_per_token (attention projections)");
+  total = total + dense_part(d.linear_attention,
+                             t.num_linear_attention_layers() > 0 ? gated_deltanet_macs(t) : term{},
+                             t.num_linear_attention_layers(), "text.num_hidden_layers",
+                             "dense_per_token (Gated DeltaNet)");
+  total = total + dense_part(d.dense_mlp, swiglu_macs(t, t.intermediate_size, "text.intermediate_size"),
+                             t.num_dense_mlp_layers(), "text.num_hidden_layers", "dense_per_token (dense MLP)");
+  total = total + dense_part(d.moe_router, moe.router, moe_layers, "text.num_hidden_layers",
+                             "dense_per_token (MoE router)");
+  total = total + dense_part(d.moe_routed_experts, moe.routed_experts, moe_layers, "text.num_hidden_layers",
+                             "dense_per_token (MoE routed experts)");
+  total = total + dense_part(d.moe_shared_expert, moe.shared_expert, moe_layers, "text.num_hidden_layers",
+                             "dense_per_token (MoE shared expert)");
+  total = total + dense_part(d.moe_shared_expert_gate, moe.shared_expert_gate, moe_layers, "text.num_hidden_layers",
+                             "dense_per_token (MoE shared-expert gate)");
+  total = total + dense_part(d.logits, logits_macs(t), 1, nullptr, "dense_per_token (logits)");
+  c.dense_per_token = to_coefficient(total, kTrain, "dense_per_token");
 
   // text_attn_pair = 6 * 2*nh*hd per full-attention layer. A document of L tokens has L(L+1)/2 causal pairs
   // (token i attends to keys 0..i). Gated DeltaNet layers have no pairwise term: their cost is linear.
-  c.text_attn_pair = to_coefficient(kTrain * attention_pair_macs(t) * t.num_full_attention_layers(), "text_attn_pair");
+  const term attention_pairs = attention_pair_macs(t) * factor{t.num_full_attention_layers(), "text.num_hidden_layers"};
+  c.text_attn_pair = to_coefficient(attention_pairs, kTrain, "text_attn_pair");
 
   if (spec.vision) {
     const vision_spec& v = *spec.vision;
+    const factor depth{v.depth, "vision.depth"};
     // vision_per_patch = 6 * depth * (4hv^2 + 2hv*Iv); vision_attn_pair = 6 * depth * 2*hv (QK^T and AV
     // over num_heads heads of hv/num_heads each). ViT attention is bidirectional: an item of P patches has
     // P^2 pairs (the reference bills P = t*h*w; the model attends within each temporal patch: t*(h*w)^2).
-    c.vision_per_patch = to_coefficient(kTrain * v.depth * vit_block_macs(v), "vision_per_patch");
-    c.vision_attn_pair = to_coefficient(kTrain * v.depth * 2 * v.hidden_size, "vision_attn_pair");
+    c.vision_per_patch = to_coefficient(vit_block_macs(v) * depth, kTrain, "vision_per_patch");
+    c.vision_attn_pair =
+        to_coefficient(product({depth, {2, nullptr}, {v.hidden_size, "vision.hidden_size"}}), kTrain, "vision_attn_pair");
     // The patch embedding is a Conv3d with stride = kernel, i.e. a linear map of
     // in_channels * temporal_patch_size * patch_size^2 inputs to hv, once per patch. Its input is pixels,
     // which need no gradient: backward runs only the weight-gradient GEMM, so training costs
     // forward + wgrad = 2 GEMMs, 4 FLOPs per multiply-add (measured by the example's FLOP test).
-    c.patch_embed_per_patch =
-        to_coefficient(kForwardAndWeightGradient * v.patch_input_size() * v.hidden_size, "patch_embed_per_patch");
+    const term patch_embed = product({{v.in_channels, "vision.in_channels"},
+                                      {v.temporal_patch_size, "vision.temporal_patch_size"},
+                                      {v.patch_size, "vision.patch_size"},
+                                      {v.patch_size, "vision.patch_size"},
+                                      {v.hidden_size, "vision.hidden_size"}});
+    c.patch_embed_per_patch = to_coefficient(patch_embed, kForwardAndWeightGradient, "patch_embed_per_patch");
     // The final merger plus one DeepStack merger per index (Qwen3-VL), each per merged token.
-    c.merger_per_merged_token = to_coefficient(kTrain * v.num_mergers() * merger_macs(v), "merger_per_merged_token");
-    c.patches_per_merged_token = v.spatial_merge_size * v.spatial_merge_size;
+    c.merger_per_merged_token = to_coefficient(
+        merger_macs(v) * factor{v.num_mergers(), "vision.deepstack_visual_indexes"}, kTrain, "merger_per_merged_token");
+    c.patches_per_merged_token = v.spatial_merge_size * v.spatial_merge_size;  // <= 2^62: sizes are <= 2^31
   }
 
   if (spec.train_mtp_layers && t.mtp_num_hidden_layers > 0) {
     // Each trained MTP layer (Qwen3-Next / Qwen3.5 style) per token: eh_proj 2h -> h over the concatenated
-    // [embedding; hidden], one full-attention decoder layer with its SwiGLU MLP, and its own pass through the
-    // shared LM head. Its attention is causal over the same document: the same L(L+1)/2 pairs.
-    const int128 per_layer = 2 * int128{t.hidden_size} * t.hidden_size + full_attention_projection_macs(t) +
-                                   swiglu_macs(t) + logits_macs(t);
-    c.mtp_per_token = to_coefficient(kTrain * t.mtp_num_hidden_layers * per_layer, "mtp_per_token");
-    c.mtp_attn_pair = to_coefficient(kTrain * t.mtp_num_hidden_layers * attention_pair_macs(t), "mtp_attn_pair");
+    // [embedding; hidden], one full-attention decoder layer, and its own pass through the shared LM head.
+    // The layer's MLP is what the model's decoder layers have: a SwiGLU on a dense model, an MoE block (router,
+    // routed experts, shared expert and gate) on an MoE model. Its attention is causal over the same document:
+    // the same L(L+1)/2 pairs.
+    const factor mtp_layers{t.mtp_num_hidden_layers, "text.mtp_num_hidden_layers"};
+    const term mlp = t.is_moe() ? moe.total() : swiglu_macs(t, t.intermediate_size, "text.intermediate_size");
+    const term per_layer = product({{2, nullptr}, {t.hidden_size, "text.hidden_size"}, {t.hidden_size, "text.hidden_size"}}) +
+                           full_attention_projection_macs(t) + mlp + logits_macs(t);
+    const term mtp = per_layer * mtp_layers;
+    const term mtp_pairs = attention_pair_macs(t) * mtp_layers;
+    c.mtp_per_token = to_coefficient(mtp, kTrain, "mtp_per_token");
+    c.mtp_attn_pair = to_coefficient(mtp_pairs, kTrain, "mtp_attn_pair");
+    check_sum_fits(c.dense_per_token, total, c.mtp_per_token, mtp, "dense_per_token + mtp_per_token");
+    check_sum_fits(c.text_attn_pair, attention_pairs, c.mtp_attn_pair, mtp_pairs, "text_attn_pair + mtp_attn_pair");
   }
   return c;
 }
@@ -209,13 +384,15 @@ void add_document(batch_counts& counts, std::int64_t length, std::size_t index, 
     throw error(std::string("flopmeter: ") + source + "[" + std::to_string(index) +
                 "]: document length must be >= 0 (got " + std::to_string(length) + ")");
   }
-  // L(L+1)/2 overflows int64 for L > ~4.3e9; check exactly rather than guess a limit.
-  std::int64_t next = 0, twice_pairs = 0;
-  if (__builtin_add_overflow(length, 1, &next) || __builtin_mul_overflow(length, next, &twice_pairs)) {
+  // L(L+1)/2 without forming L(L+1): one of L and L+1 is even, so halve that one first. The pair count fits
+  // int64 up to L = 2^32 - 1 (L(L+1) itself would overflow from L = 3,037,000,500); check it exactly.
+  std::int64_t next = 0, pairs = 0;
+  if (__builtin_add_overflow(length, 1, &next) ||
+      __builtin_mul_overflow(length % 2 == 0 ? length / 2 : length, length % 2 == 0 ? next : next / 2, &pairs)) {
     document_error(source, index, length, "causal pair count overflows a 64-bit count");
   }
   if (__builtin_add_overflow(counts.real_tokens, length, &counts.real_tokens) ||
-      __builtin_add_overflow(counts.causal_pairs, twice_pairs / 2, &counts.causal_pairs)) {
+      __builtin_add_overflow(counts.causal_pairs, pairs, &counts.causal_pairs)) {
     document_error(source, index, length, "the batch's token or pair count overflows a 64-bit count");
   }
   counts.documents += 1;

@@ -6,7 +6,9 @@
 // so that the check compares two independent derivations.
 #include "flopmeter/megatron.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "flopmeter/error.h"
@@ -29,12 +31,19 @@ void text_constant(const text_spec& t, bool train_mtp, double s, megatron_consta
   const double gate_projection = t.attn_output_gate ? query_projection : 0.0;
 
   const double mtp_layers = train_mtp ? static_cast<double>(t.mtp_num_hidden_layers) : 0.0;
+  // MoE layer counts the way Megatron forms them: the decoder's MoE layers, plus the MTP layers when the last
+  // decoder layer is an MoE layer ("num_moe_layers += last_layer_is_moe * mtp_num_layers").
+  const std::int64_t last = t.num_hidden_layers - 1;
+  const bool last_layer_is_moe =
+      t.is_moe() && (last + 1) % t.decoder_sparse_step == 0 &&
+      std::find(t.mlp_only_layers.begin(), t.mlp_only_layers.end(), last) == t.mlp_only_layers.end();
+  const double moe_layers = static_cast<double>(t.num_moe_layers()) + (last_layer_is_moe ? mtp_layers : 0.0);
+  const double dense_layers = static_cast<double>(t.num_dense_mlp_layers()) + (last_layer_is_moe ? 0.0 : mtp_layers);
   // Megatron appends the MTP layers to the decoder's layer count. flopmeter's Qwen3.5 MTP layer is a
   // full-attention layer (Megatron would place it by the linear-attention pattern) and the 3h norm
   // multiply term Megatron adds for MTP is left out (not matmul work).
   const double standard_layers = static_cast<double>(t.num_full_attention_layers()) + mtp_layers;
   const double linear_layers = static_cast<double>(t.num_linear_attention_layers());
-  const double mlp_layers = static_cast<double>(t.num_hidden_layers) + mtp_layers;
 
   // Standard attention: qkv (+gate) projection and out projection; the core attention separately.
   const double standard_projection =
@@ -58,7 +67,19 @@ void text_constant(const text_spec& t, bool train_mtp, double s, megatron_consta
   }
 
   const double ffn_expansion = 3.0;  // SwiGLU: h->2*ffn_h and ffn_h->h
-  const double mlp = kForwardBackward * kFma * h * (static_cast<double>(t.intermediate_size) * ffn_expansion) * mlp_layers;
+  // Megatron's MLP term: dense layers (ffn_hidden_size), routed experts (moe_ffn_hidden_size x
+  // num_experts_routed_to = top-k) and the shared expert (moe_shared_expert_intermediate_size), per MoE layer.
+  const double dense_mlp = kForwardBackward * kFma * h * (static_cast<double>(t.intermediate_size) * ffn_expansion) * dense_layers;
+  out.text_moe_routed_per_token = kForwardBackward * kFma * h *
+                                  (static_cast<double>(t.moe_intermediate_size) *
+                                   static_cast<double>(t.num_experts_per_tok) * ffn_expansion) * moe_layers;
+  out.text_moe_shared_per_token =
+      kForwardBackward * kFma * h * (static_cast<double>(t.shared_expert_intermediate_size) * ffn_expansion) * moe_layers;
+  const double mlp = dense_mlp + out.text_moe_routed_per_token + out.text_moe_shared_per_token;
+  // Not in Megatron: the router (h x num_experts) and, with a shared expert, its sigmoid gate (h x 1).
+  const double shared_gate = t.shared_expert_intermediate_size > 0 ? 1.0 : 0.0;
+  out.text_moe_unbilled_per_token =
+      kForwardBackward * kFma * h * (static_cast<double>(t.num_experts) + shared_gate) * moe_layers;
   const double mtp_proj = kForwardBackward * kFma * mtp_layers * (2 * h * h);
   const double logits = kForwardBackward * kFma * h * static_cast<double>(t.vocab_size) * (mtp_layers + 1);
 
@@ -108,7 +129,31 @@ megatron_constant compute_megatron_constant(const model_spec& spec, std::int64_t
   return c;
 }
 
+namespace {
+
+// The whole-row cases count one S-token document (S(S+1)/2 causal pairs) and, with a vision tower, one
+// S-patch image (S^2 bidirectional pairs). Both must fit int64: S(S+1)/2 up to S = 2^32 - 1 (formed by
+// halving the even factor first, as the FLOP model does), S^2 up to S = 3,037,000,499.
+void check_seq_len(const model_spec& spec, std::int64_t seq_len) {
+  if (seq_len < 1) throw error("flopmeter: seq_len must be >= 1 (got " + std::to_string(seq_len) + ")");
+  std::int64_t pairs = 0;
+  const bool even = seq_len % 2 == 0;
+  if (seq_len == INT64_MAX || __builtin_mul_overflow(even ? seq_len / 2 : seq_len, even ? seq_len + 1 : seq_len / 2 + 1, &pairs)) {
+    throw error("flopmeter: seq_len " + std::to_string(seq_len) +
+                " is too large: one document of that many tokens has S(S+1)/2 causal pairs, more than a 64-bit "
+                "count holds (largest seq_len: 4294967295)");
+  }
+  if (spec.vision && __builtin_mul_overflow(seq_len, seq_len, &pairs)) {
+    throw error("flopmeter: seq_len " + std::to_string(seq_len) +
+                " is too large for a model with a vision tower: one image of that many patches has S^2 "
+                "attention pairs, more than a 64-bit count holds (largest seq_len: 3037000499)");
+  }
+}
+
+}  // namespace
+
 check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, double tolerance) {
+  check_seq_len(spec, seq_len);
   check_report report;
   report.model = spec.name;
   report.seq_len = seq_len;
@@ -117,10 +162,41 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
   const coefficients c = compute_coefficients(spec);
   const double s = static_cast<double>(seq_len);
 
-  // 1. Term by term, per token.
-  report.rows.push_back(make_row("text dense_per_token (+MTP) = constant's token-linear part",
-                                 static_cast<double>(c.dense_per_token + c.mtp_per_token), k.text_linear_per_token,
-                                 1.0, tolerance, "same projections, MLP and logits, per token"));
+  // 1. Term by term, per token. For an MoE model the constant lacks the router and the shared-expert gate:
+  // the expected ratio is (constant + that documented difference) / constant.
+  const bool moe = spec.text.is_moe();
+  const double linear_ratio = (k.text_linear_per_token + k.text_moe_unbilled_per_token) / k.text_linear_per_token;
+  report.rows.push_back(make_row(
+      "text dense_per_token (+MTP) = constant's token-linear part",
+      static_cast<double>(c.dense_per_token) + static_cast<double>(c.mtp_per_token), k.text_linear_per_token,
+      linear_ratio, tolerance,
+      moe ? "same projections, experts and logits; Megatron-LM bills no router (hidden x num_experts) and no "
+            "shared-expert gate (hidden x 1) per MoE layer, flopmeter does: ratio 1 + that / constant"
+          : "same projections, MLP and logits, per token"));
+  if (moe) {
+    // The MoE parts on their own. The MTP layers' share (trained MTP layers of an MoE model are MoE layers) is
+    // the per-layer part times their count: the decoder part divided by the number of MoE decoder layers.
+    const double decoder_moe_layers = static_cast<double>(spec.text.num_moe_layers());
+    const double mtp_layers =
+        spec.train_mtp_layers ? static_cast<double>(spec.text.mtp_num_hidden_layers) : 0.0;
+    const double scale = (decoder_moe_layers + mtp_layers) / decoder_moe_layers;
+    report.rows.push_back(make_row("MoE routed experts (x top-k) = constant's routed-expert term",
+                                   static_cast<double>(c.dense.moe_routed_experts) * scale,
+                                   k.text_moe_routed_per_token, 1.0, tolerance,
+                                   "top-k SwiGLU experts of moe_intermediate_size per token (dropless routing)"));
+    if (spec.text.shared_expert_intermediate_size > 0) {
+      report.rows.push_back(make_row("MoE shared expert = constant's shared-expert term",
+                                     static_cast<double>(c.dense.moe_shared_expert) * scale,
+                                     k.text_moe_shared_per_token, 1.0, tolerance,
+                                     "one SwiGLU of shared_expert_intermediate_size on every token"));
+    }
+    report.rows.push_back(make_row(
+        "MoE router + shared-expert gate = the documented difference (not in the constant)",
+        static_cast<double>(c.dense.moe_router + c.dense.moe_shared_expert_gate) * scale,
+        k.text_moe_unbilled_per_token, 1.0, tolerance,
+        "Megatron-LM's num_floating_point_operations has no router or shared-expert gate term: 6 x hidden x "
+        "(num_experts + 1 if a shared expert) per MoE layer"));
+  }
   report.rows.push_back(make_row("text_attn_pair x S/2 = constant's attention part",
                                  static_cast<double>(c.text_attn_pair + c.mtp_attn_pair) * s / 2,
                                  k.text_attention_per_token, 1.0, tolerance,
@@ -141,8 +217,12 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
   report.rows.push_back(make_row("one S-token document: total vs constant x S",
                                  text_flops.text_dense + text_flops.mtp + text_flops.text_attention,
                                  k.text_per_token() * s,
-                                 (text_linear + text_attention * (s + 1) / s) / (text_linear + text_attention), tolerance,
-                                 "token-linear parts equal; only the attention part differs, by (S+1)/S"));
+                                 (text_linear + k.text_moe_unbilled_per_token + text_attention * (s + 1) / s) /
+                                     (text_linear + text_attention),
+                                 tolerance,
+                                 moe ? "token-linear parts differ by the router and shared-expert gate, the attention "
+                                       "part by (S+1)/S"
+                                     : "token-linear parts equal; only the attention part differs, by (S+1)/S"));
 
   if (spec.vision) {
     report.rows.push_back(make_row("vision_per_patch = constant's ViT token-linear part",

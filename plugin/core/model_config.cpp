@@ -27,6 +27,7 @@
 #include <toml++/toml.h>
 
 #include "flopmeter/error.h"
+#include "flopmeter/flop_model.h"
 #include "core/toml_reader.h"
 
 namespace flopmeter {
@@ -34,14 +35,29 @@ namespace flopmeter {
 // ---------------------------------------------------------------------------------------------------------
 // model_spec's small methods
 
-std::int64_t text_spec::num_full_attention_layers() const {
-  return static_cast<std::int64_t>(
-      std::count(layer_types.begin(), layer_types.end(), layer_kind::full_attention));
+layer_kind text_spec::layer_type(std::int64_t index) const {
+  return full_attention_interval <= 0 || (index + 1) % full_attention_interval == 0 ? layer_kind::full_attention
+                                                                                    : layer_kind::linear_attention;
 }
 
-std::int64_t text_spec::num_linear_attention_layers() const {
-  return static_cast<std::int64_t>(
-      std::count(layer_types.begin(), layer_types.end(), layer_kind::linear_attention));
+// Layers i in [0, L) with (i+1) % k == 0 are i+1 = k, 2k, ..., floor(L/k)*k: floor(L/k) of them.
+std::int64_t text_spec::num_full_attention_layers() const {
+  if (num_hidden_layers < 1) return 0;
+  return full_attention_interval <= 0 ? num_hidden_layers : num_hidden_layers / full_attention_interval;
+}
+
+// Counted arithmetically (no per-layer storage): the stride gives num_hidden_layers / decoder_sparse_step MoE
+// layers ((i+1) % step == 0 for i in [0, L)), less the distinct mlp_only_layers entries that sit on the stride.
+std::int64_t text_spec::num_moe_layers() const {
+  if (!is_moe() || decoder_sparse_step < 1 || num_hidden_layers < 1) return 0;
+  std::int64_t count = num_hidden_layers / decoder_sparse_step;
+  std::vector<std::int64_t> forced_dense = mlp_only_layers;
+  std::sort(forced_dense.begin(), forced_dense.end());
+  forced_dense.erase(std::unique(forced_dense.begin(), forced_dense.end()), forced_dense.end());
+  for (const std::int64_t index : forced_dense) {
+    if (index >= 0 && index < num_hidden_layers && (index + 1) % decoder_sparse_step == 0) --count;
+  }
+  return count;
 }
 
 std::int64_t vision_spec::patch_input_size() const {
@@ -60,6 +76,9 @@ constexpr std::int64_t kMaxSize = std::int64_t{1} << 31;
 
 constexpr std::string_view kQwen3Vl = "qwen3_vl";
 constexpr std::string_view kQwen35 = "qwen3_5";
+constexpr std::string_view kQwen3VlMoe = "qwen3_vl_moe";
+constexpr std::string_view kQwen35Moe = "qwen3_5_moe";
+constexpr std::string_view kSupportedTypes = R"("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe")";
 constexpr std::string_view kFullAttention = "full_attention";
 constexpr std::string_view kLinearAttention = "linear_attention";
 
@@ -71,12 +90,27 @@ constexpr std::string_view kTextKeys[] = {
     "num_key_value_heads", "head_dim",              "intermediate_size",      "vocab_size",
     "tie_word_embeddings", "attn_output_gate",      "full_attention_interval", "layer_types",
     "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",   "linear_num_value_heads",
-    "linear_conv_kernel_dim", "mtp_num_hidden_layers"};
+    "linear_conv_kernel_dim", "mtp_num_hidden_layers",
+    // mixture of experts (qwen3_vl_moe, qwen3_5_moe only)
+    "num_experts", "num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+    "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob"};
+// The MoE keys: an error on a dense model type (they would change the work in a way a dense model does not do).
+constexpr std::string_view kMoeKeys[] = {"num_experts",          "num_experts_per_tok",
+                                         "moe_intermediate_size", "shared_expert_intermediate_size",
+                                         "decoder_sparse_step",  "mlp_only_layers",
+                                         "norm_topk_prob"};
 constexpr std::string_view kVisionKeys[] = {
     "depth",          "hidden_size",              "num_heads",  "intermediate_size",
     "out_hidden_size", "deepstack_visual_indexes", "patch_size", "temporal_patch_size",
     "spatial_merge_size", "in_channels"};
 constexpr std::string_view kFlopmeterKeys[] = {"train_mtp_layers"};
+
+bool is_known_type(std::string_view type) {
+  return type == kQwen3Vl || type == kQwen35 || type == kQwen3VlMoe || type == kQwen35Moe;
+}
+// Qwen3.5 family: Gated DeltaNet layers with one full-attention layer every full_attention_interval.
+bool is_hybrid_type(std::string_view type) { return type == kQwen35 || type == kQwen35Moe; }
+bool is_moe_type(std::string_view type) { return type == kQwen3VlMoe || type == kQwen35Moe; }
 
 // The text model_type that goes with a top-level model_type.
 std::string expected_text_model_type(std::string_view model_type) {
@@ -129,6 +163,7 @@ class spec_loader : private detail::toml_reader {
     if (options != nullptr) {
       spec.train_mtp_layers = optional_bool(*options, "flopmeter", "train_mtp_layers", false);
     }
+    check_coefficients(root, spec);
     return spec;
   }
 
@@ -136,6 +171,38 @@ class spec_loader : private detail::toml_reader {
   // A size: integer in [1, 2^31].
   std::int64_t required_size(const toml::table& table, std::string_view path, std::string_view key) const {
     return required_int(table, path, key, {1, kMaxSize});
+  }
+
+  // Every combination of sizes: each coefficient, and the sums reports form from them, must fit in int64 (the
+  // FLOP model saturates instead of wrapping and names the fields of the product that is too large). The
+  // error cites where the first of those fields is set, and names them all. MTP layers are counted as if
+  // trained: a plugin config can turn that on.
+  void check_coefficients(const toml::table& root, const model_spec& spec) const {
+    model_spec trained = spec;
+    trained.train_mtp_layers = true;
+    try {
+      (void)compute_coefficients(trained);
+    } catch (const coefficient_overflow& e) {
+      const toml::node* first = nullptr;
+      std::string first_key;
+      std::string keys;
+      for (const std::string& field : e.fields()) {
+        // model_spec paths "text.X" / "vision.X" are the TOML keys "text_config.X" / "vision_config.X".
+        const bool vision = field.rfind("vision.", 0) == 0;
+        const std::string key = field.substr(field.find('.') + 1);
+        const std::string path = (vision ? "vision_config." : "text_config.") + key;
+        keys += (keys.empty() ? "" : ", ") + path;
+        const toml::table* table = root.get_as<toml::table>(vision ? "vision_config" : "text_config");
+        if (first == nullptr && table != nullptr && table->get(key) != nullptr) {
+          first = table->get(key);
+          first_key = path;
+        }
+      }
+      const std::string what = "coefficient " + e.coefficient() + " would exceed 2^63 FLOPs: the product of " + keys +
+                               " is too large";
+      if (first != nullptr) fail_key(*first, first_key, what);
+      fail_at(root.source(), what);
+    }
   }
 
   // --- tables --------------------------------------------------------------------------------------------
@@ -149,16 +216,17 @@ class spec_loader : private detail::toml_reader {
     }
     (void)optional_string(model, "model", "hf_model");  // documentation only; type-checked
     spec.model_type = required_string(model, "model", "model_type");
-    if (spec.model_type != kQwen3Vl && spec.model_type != kQwen35) {
+    if (!is_known_type(spec.model_type)) {
       fail_key(*model.get("model_type"), "model.model_type",
-               "unknown model type " + in_quotes(spec.model_type) + " (supported: \"qwen3_vl\", \"qwen3_5\")");
+               "unknown model type " + in_quotes(spec.model_type) + " (supported: " + std::string(kSupportedTypes) + ")");
     }
   }
 
   void read_text(const toml::table& text, model_spec& spec) const {
     constexpr std::string_view p = "text_config";
     text_spec& t = spec.text;
-    const bool hybrid = spec.model_type == kQwen35;
+    const bool hybrid = is_hybrid_type(spec.model_type);
+    const bool moe = is_moe_type(spec.model_type);
 
     if (const toml::node* node = text.get("model_type")) {
       const std::string expected = expected_text_model_type(spec.model_type);
@@ -179,7 +247,9 @@ class spec_loader : private detail::toml_reader {
                    std::to_string(t.num_key_value_heads) + ")");
     }
     t.head_dim = required_size(text, p, "head_dim");
-    t.intermediate_size = required_size(text, p, "intermediate_size");
+    // An MoE model needs intermediate_size only for its dense layers (checked in read_moe).
+    t.intermediate_size = moe ? optional_int(text, p, "intermediate_size", {1, kMaxSize}, 0)
+                              : required_size(text, p, "intermediate_size");
     t.vocab_size = required_size(text, p, "vocab_size");
     t.tie_word_embeddings = required_bool(text, p, "tie_word_embeddings");
     t.attn_output_gate = optional_bool(text, p, "attn_output_gate", false);
@@ -207,13 +277,83 @@ class spec_loader : private detail::toml_reader {
     }
     read_layer_types(text, spec);
     t.mtp_num_hidden_layers = optional_int(text, p, "mtp_num_hidden_layers", {0, kMaxSize}, 0);
+    read_moe(text, spec);
   }
 
-  // Resolves text.layer_types from the model type and interval and checks an explicit `layer_types` array
-  // against it.
-  void read_layer_types(const toml::table& text, model_spec& spec) const {
+  // The mixture-of-experts fields: an error on a dense model type; required and cross-checked on an MoE one.
+  void read_moe(const toml::table& text, model_spec& spec) const {
+    constexpr std::string_view p = "text_config";
     text_spec& t = spec.text;
-    const bool hybrid = spec.model_type == kQwen35;
+    const std::string type = in_quotes(spec.model_type);
+    if (!is_moe_type(spec.model_type)) {
+      for (const std::string_view key : kMoeKeys) {
+        if (const toml::node* node = text.get(key)) {
+          fail_key(*node, detail::join(p, key),
+                   "not allowed for model_type " + type + ", a dense model (no experts); a mixture-of-experts "
+                   "model has model_type " + in_quotes(spec.model_type + "_moe"));
+        }
+      }
+      return;
+    }
+    const bool qwen35 = spec.model_type == kQwen35Moe;
+    t.num_experts = required_size(text, p, "num_experts");
+    t.num_experts_per_tok = required_size(text, p, "num_experts_per_tok");
+    if (t.num_experts_per_tok > t.num_experts) {
+      fail_key(*text.get("num_experts_per_tok"), "text_config.num_experts_per_tok",
+               "must be <= text_config.num_experts = " + std::to_string(t.num_experts) + " (got " +
+                   std::to_string(t.num_experts_per_tok) + ")");
+    }
+    t.moe_intermediate_size = required_size(text, p, "moe_intermediate_size");
+    if (qwen35) {
+      t.shared_expert_intermediate_size = required_size(text, p, "shared_expert_intermediate_size");
+    } else if (const toml::node* node = text.get("shared_expert_intermediate_size")) {
+      fail_key(*node, "text_config.shared_expert_intermediate_size",
+               "not allowed for model_type " + type + ": Qwen3-VL MoE has no shared expert");
+    }
+    t.decoder_sparse_step = optional_int(text, p, "decoder_sparse_step", {1, kMaxSize}, 1);
+    if (qwen35 && t.decoder_sparse_step != 1) {
+      fail_key(*text.get("decoder_sparse_step"), "text_config.decoder_sparse_step",
+               "must be 1 for model_type " + type + ": every Qwen3.5 MoE layer is an MoE block (got " +
+                   std::to_string(t.decoder_sparse_step) + ")");
+    }
+    if (const toml::node* node = text.get("mlp_only_layers")) {
+      if (!node->is_array()) fail_type(*node, "text_config.mlp_only_layers", "an array");
+      const toml::array& array = *node->as_array();
+      if (qwen35 && !array.empty()) {
+        fail_key(*node, "text_config.mlp_only_layers",
+                 "must be empty for model_type " + type + ": every Qwen3.5 MoE layer is an MoE block");
+      }
+      std::set<std::int64_t> seen;
+      for (std::size_t i = 0; i < array.size(); ++i) {
+        const std::string path = "text_config.mlp_only_layers[" + std::to_string(i) + "]";
+        const std::int64_t index = int_value(array[i], path, {0, kMaxSize});
+        if (index >= t.num_hidden_layers) {
+          fail_key(array[i], path,
+                   "must be a decoder layer index in [0, text_config.num_hidden_layers = " +
+                       std::to_string(t.num_hidden_layers) + ") (got " + std::to_string(index) + ")");
+        }
+        if (!seen.insert(index).second) fail_key(array[i], path, "duplicate layer index " + std::to_string(index));
+        t.mlp_only_layers.push_back(index);
+      }
+    }
+    t.norm_topk_prob = optional_bool(text, p, "norm_topk_prob", true);
+    if (t.num_moe_layers() == 0) {
+      const char* key = text.get("mlp_only_layers") != nullptr ? "mlp_only_layers" : "decoder_sparse_step";
+      fail_key(*text.get(key), detail::join(p, key),
+               "no decoder layer would be an MoE block (decoder_sparse_step = " + std::to_string(t.decoder_sparse_step) +
+                   ", num_hidden_layers = " + std::to_string(t.num_hidden_layers) + ")");
+    }
+    if (t.num_dense_mlp_layers() > 0 && t.intermediate_size == 0) {
+      // The dense SwiGLU layers need their width: the standard "missing key" error, at [text_config].
+      t.intermediate_size = required_size(text, p, "intermediate_size");
+    }
+  }
+
+  // Checks an explicit `layer_types` array (optional, one entry per layer) against the layout that the model
+  // type and interval give. Nothing is stored per layer.
+  void read_layer_types(const toml::table& text, const model_spec& spec) const {
+    const text_spec& t = spec.text;
+    const bool hybrid = is_hybrid_type(spec.model_type);
     const std::int64_t interval = hybrid ? t.full_attention_interval : 1;
     const std::string layout = hybrid ? "inconsistent Qwen3.5 layer layout: " : "inconsistent Qwen3-VL layer layout: ";
     if (hybrid && interval > t.num_hidden_layers) {
@@ -221,12 +361,6 @@ class spec_loader : private detail::toml_reader {
                layout + "full_attention_interval = " + std::to_string(interval) + " exceeds num_hidden_layers = " +
                    std::to_string(t.num_hidden_layers) + ", so no layer would be full attention");
     }
-    t.layer_types.resize(static_cast<std::size_t>(t.num_hidden_layers));
-    for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
-      t.layer_types[static_cast<std::size_t>(i)] =
-          (i + 1) % interval == 0 ? layer_kind::full_attention : layer_kind::linear_attention;
-    }
-
     const toml::node* node = text.get("layer_types");
     if (node == nullptr) return;
     if (!node->is_array()) fail_type(*node, "text_config.layer_types", "an array");
@@ -243,11 +377,11 @@ class spec_loader : private detail::toml_reader {
         fail_key(array[i], path, "expected \"linear_attention\" or \"full_attention\", got " + in_quotes(value));
       }
       const std::string_view resolved =
-          t.layer_types[i] == layer_kind::full_attention ? kFullAttention : kLinearAttention;
+          t.layer_type(static_cast<std::int64_t>(i)) == layer_kind::full_attention ? kFullAttention : kLinearAttention;
       if (value != resolved) {
         const std::string reason =
             hybrid ? "full_attention_interval = " + std::to_string(interval) + " makes it " + in_quotes(resolved)
-                   : "model_type \"qwen3_vl\" has only full_attention layers";
+                   : "model_type " + in_quotes(spec.model_type) + " has only full_attention layers";
         fail_key(array[i], path,
                  layout + "layer " + std::to_string(i) + " is " + in_quotes(value) + " but " + reason);
       }
@@ -322,6 +456,56 @@ void check_size(const model_spec& spec, const char* field, std::int64_t value, s
   }
 }
 
+// The mixture-of-experts fields: all unset on a dense model type; consistent on an MoE one.
+void validate_moe(const model_spec& spec) {
+  const text_spec& t = spec.text;
+  const std::string type = in_quotes(spec.model_type);
+  if (!is_moe_type(spec.model_type)) {
+    if (t.num_experts != 0 || t.num_experts_per_tok != 0 || t.moe_intermediate_size != 0 ||
+        t.shared_expert_intermediate_size != 0 || t.decoder_sparse_step != 0 || !t.mlp_only_layers.empty()) {
+      fail_spec(spec, "text.num_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size, "
+                      "decoder_sparse_step and mlp_only_layers must be unset (0, empty) for model_type " + type +
+                      ", a dense model");
+    }
+    return;
+  }
+  check_size(spec, "text.num_experts", t.num_experts);
+  check_size(spec, "text.num_experts_per_tok", t.num_experts_per_tok);
+  if (t.num_experts_per_tok > t.num_experts) {
+    fail_spec(spec, "text.num_experts_per_tok (" + std::to_string(t.num_experts_per_tok) +
+                        ") must be <= text.num_experts (" + std::to_string(t.num_experts) + ")");
+  }
+  check_size(spec, "text.moe_intermediate_size", t.moe_intermediate_size);
+  check_size(spec, "text.decoder_sparse_step", t.decoder_sparse_step);
+  if (spec.model_type == kQwen35Moe) {
+    check_size(spec, "text.shared_expert_intermediate_size", t.shared_expert_intermediate_size);
+    if (t.decoder_sparse_step != 1 || !t.mlp_only_layers.empty()) {
+      fail_spec(spec, "text.decoder_sparse_step must be 1 and text.mlp_only_layers empty for model_type " + type +
+                          ": every Qwen3.5 MoE layer is an MoE block");
+    }
+  } else if (t.shared_expert_intermediate_size != 0) {
+    fail_spec(spec, "text.shared_expert_intermediate_size must be 0 for model_type " + type +
+                        ": Qwen3-VL MoE has no shared expert");
+  }
+  std::set<std::int64_t> seen;
+  for (std::size_t i = 0; i < t.mlp_only_layers.size(); ++i) {
+    const std::int64_t index = t.mlp_only_layers[i];
+    if (index < 0 || index >= t.num_hidden_layers) {
+      fail_spec(spec, "text.mlp_only_layers[" + std::to_string(i) + "] = " + std::to_string(index) +
+                          " is outside [0, text.num_hidden_layers = " + std::to_string(t.num_hidden_layers) + ")");
+    }
+    if (!seen.insert(index).second) {
+      fail_spec(spec, "text.mlp_only_layers[" + std::to_string(i) + "] = " + std::to_string(index) + " is a duplicate");
+    }
+  }
+  if (t.num_moe_layers() == 0) {
+    fail_spec(spec, "no decoder layer is an MoE block (text.decoder_sparse_step = " +
+                        std::to_string(t.decoder_sparse_step) + ", text.num_hidden_layers = " +
+                        std::to_string(t.num_hidden_layers) + ")");
+  }
+  if (t.num_dense_mlp_layers() > 0) check_size(spec, "text.intermediate_size", t.intermediate_size);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------
@@ -348,10 +532,11 @@ model_spec parse_model_spec(const std::string& toml_text, const std::string& sou
 }
 
 void validate_model_spec(const model_spec& spec) {
-  if (spec.model_type != kQwen3Vl && spec.model_type != kQwen35) {
-    fail_spec(spec, "model_type must be \"qwen3_vl\" or \"qwen3_5\" (got " + in_quotes(spec.model_type) + ")");
+  if (!is_known_type(spec.model_type)) {
+    fail_spec(spec, "model_type must be one of " + std::string(kSupportedTypes) + " (got " + in_quotes(spec.model_type) +
+                        ")");
   }
-  const bool hybrid = spec.model_type == kQwen35;
+  const bool hybrid = is_hybrid_type(spec.model_type);
   const text_spec& t = spec.text;
   check_size(spec, "text.hidden_size", t.hidden_size);
   check_size(spec, "text.num_hidden_layers", t.num_hidden_layers);
@@ -362,33 +547,17 @@ void validate_model_spec(const model_spec& spec) {
                         ") must divide text.num_attention_heads (" + std::to_string(t.num_attention_heads) + ")");
   }
   check_size(spec, "text.head_dim", t.head_dim);
-  check_size(spec, "text.intermediate_size", t.intermediate_size);
+  // An MoE model with no dense layer needs no intermediate_size (checked with the MoE fields below).
+  check_size(spec, "text.intermediate_size", t.intermediate_size, is_moe_type(spec.model_type) ? 0 : 1);
   check_size(spec, "text.vocab_size", t.vocab_size);
   check_size(spec, "text.mtp_num_hidden_layers", t.mtp_num_hidden_layers, 0);
 
-  // Layer layout.
-  if (static_cast<std::int64_t>(t.layer_types.size()) != t.num_hidden_layers) {
-    fail_spec(spec, "text.layer_types has " + std::to_string(t.layer_types.size()) +
-                        " entries but text.num_hidden_layers = " + std::to_string(t.num_hidden_layers));
-  }
+  // Layer layout (arithmetic: layer_type(i) follows from the interval).
   if (hybrid) {
     check_size(spec, "text.full_attention_interval", t.full_attention_interval);
   } else if (t.full_attention_interval != 0) {
-    fail_spec(spec, "text.full_attention_interval must be 0 for model_type \"qwen3_vl\" (got " +
+    fail_spec(spec, "text.full_attention_interval must be 0 for model_type " + in_quotes(spec.model_type) + " (got " +
                         std::to_string(t.full_attention_interval) + ")");
-  }
-  const std::string layout_reason =
-      hybrid ? " (text.full_attention_interval = " + std::to_string(t.full_attention_interval) + ")"
-             : std::string(" (model_type \"qwen3_vl\")");
-  for (std::size_t i = 0; i < t.layer_types.size(); ++i) {
-    const bool full = !hybrid || (static_cast<std::int64_t>(i) + 1) % t.full_attention_interval == 0;
-    const layer_kind expected = full ? layer_kind::full_attention : layer_kind::linear_attention;
-    if (t.layer_types[i] != expected) {
-      fail_spec(spec, "text.layer_types[" + std::to_string(i) + "] is " +
-                          (full ? "linear_attention but should be full_attention"
-                                : "full_attention but should be linear_attention") +
-                          layout_reason);
-    }
   }
   if (t.num_full_attention_layers() == 0) {
     fail_spec(spec, "no full attention layer: text.full_attention_interval (" +
@@ -407,6 +576,8 @@ void validate_model_spec(const model_spec& spec) {
                           std::to_string(t.linear_num_key_heads) + ")");
     }
   }
+
+  validate_moe(spec);
 
   if (spec.vision) {
     const vision_spec& v = *spec.vision;

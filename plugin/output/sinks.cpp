@@ -24,6 +24,10 @@
 #include <utility>
 
 #include "flopmeter/error.h"
+#include "flopmeter/metric_names.h"
+#include "core/exact_double.h"
+#include "output/json_line.h"
+#include "output/logging.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/stat.h>
@@ -57,12 +61,7 @@ std::uint64_t sink::failures() const {
 
 namespace {
 
-// A private logger, never registered in spdlog's registry and never made the default one, so that the
-// trainer's own spdlog set-up is left exactly as it was.
-std::shared_ptr<spdlog::logger> logger_or_private(std::shared_ptr<spdlog::logger> logger) {
-  if (logger) return logger;
-  return std::make_shared<spdlog::logger>("flopmeter", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-}
+using detail::logger_or_private;
 
 // ---- JSON ----------------------------------------------------------------------------------------------
 
@@ -94,10 +93,9 @@ void append_json_string(std::string& out, const std::string& text) {
 // as %.17g but 41.2 stays "41.2" rather than "41.200000000000003", and independent of the C locale (a
 // trainer that calls setlocale() cannot turn the decimal point into a comma). JSON has no NaN or Inf: null.
 void append_json_number(std::string& out, double value) {
-  constexpr double kTwoPow53 = 9007199254740992.0;
   if (!std::isfinite(value)) {
     out += "null";
-  } else if (value == std::trunc(value) && std::fabs(value) < kTwoPow53) {
+  } else if (value == std::trunc(value) && std::fabs(value) < detail::kExactIntegerLimit) {
     out += std::to_string(static_cast<long long>(value));
   } else {
     fmt::format_to(std::back_inserter(out), "{}", value);
@@ -116,15 +114,15 @@ struct console_field {
 
 // The order of the line; absent keys are skipped, except MFU which reads "n/a" (unknown peak).
 constexpr console_field kConsoleFields[] = {
-    {"perf/tokens_per_second", "tok/s", 1, ""},
-    {"perf/tokens_per_second_per_gpu", "tok/s/gpu", 1, ""},
-    {"perf/tflops_per_second", "TFLOP/s/gpu", 1, "", true},
-    {"perf/mfu", "MFU", 1, "%", true},
-    {"perf/step_time", "step", 3, "s"},
-    {"train/batch_efficiency", "eff", 2, ""},
-    {"perf/mem_gib", "mem", 1, "GiB"},
-    {"train/loss", "loss", 4, ""},
-    {"perf/log_wait_ms", "wait", 2, "ms"},
+    {metric::kTokensPerSecond, "tok/s", 1, ""},
+    {metric::kTokensPerSecondPerGpu, "tok/s/gpu", 1, ""},
+    {metric::kTflopsPerSecond, "TFLOP/s/gpu", 1, "", true},
+    {metric::kMfu, "MFU", 1, "%", true},
+    {metric::kStepTime, "step", 3, "s"},
+    {metric::kBatchEfficiency, "eff", 2, ""},
+    {metric::kMemGib, "mem", 1, "GiB"},
+    {metric::kLoss, "loss", 4, ""},
+    {metric::kLogWaitMs, "wait", 2, "ms"},
 };
 
 std::string console_line(const metrics_record& record) {
@@ -132,7 +130,7 @@ std::string console_line(const metrics_record& record) {
   auto out = std::back_inserter(line);
   for (const console_field& field : kConsoleFields) {
     const double* value = record.find(field.key);
-    const bool is_mfu = std::string(field.key) == "perf/mfu";
+    const bool is_mfu = field.key == metric::kMfu;
     if (value == nullptr && !is_mfu) continue;
     if (value == nullptr || !std::isfinite(*value)) {
       fmt::format_to(out, " | {} n/a", field.label);
@@ -169,7 +167,7 @@ class jsonl_sink final : public sink {
 
  protected:
   void write_(const metrics_record& record) override {
-    std::string line = to_json_line(record);
+    std::string line = detail::to_json_line(record);
     line.push_back('\n');
     if (file_ != nullptr && replaced()) {
       close();
@@ -232,29 +230,22 @@ class jsonl_sink final : public sink {
     throw error("jsonl sink " + path_ + ": " + what + ": " + reason);
   }
 
-  // Logs at most one message per kReportInterval; the next one says how many were suppressed meanwhile.
+  // Logs at most one message a minute; the next one says how many were suppressed meanwhile.
   void report(spdlog::level::level_enum level, const std::string& message) {
-    constexpr std::chrono::seconds kReportInterval{60};
-    const auto now = std::chrono::steady_clock::now();
-    if (last_report_ && now - *last_report_ < kReportInterval) {
-      ++suppressed_;
-      return;
-    }
-    if (suppressed_ > 0) {
+    if (!reports_.allow()) return;
+    const std::uint64_t suppressed = reports_.take_suppressed();
+    if (suppressed > 0) {
       logger_->log(level, "flopmeter jsonl sink {}: {} ({} similar messages suppressed)", path_, message,
-                   suppressed_);
+                   suppressed);
     } else {
       logger_->log(level, "flopmeter jsonl sink {}: {}", path_, message);
     }
-    last_report_ = now;
-    suppressed_ = 0;
   }
 
   std::string path_;
   std::shared_ptr<spdlog::logger> logger_;
   std::FILE* file_ = nullptr;
-  std::optional<std::chrono::steady_clock::time_point> last_report_;
-  std::uint64_t suppressed_ = 0;
+  detail::rate_limiter reports_;
 };
 
 // ---- callback ------------------------------------------------------------------------------------------
@@ -286,7 +277,34 @@ std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record
   return std::make_shared<callback_sink>(std::move(callback));
 }
 
-std::string to_json_line(const metrics_record& record) {
+std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
+                                              std::shared_ptr<spdlog::logger> logger) {
+  std::vector<std::shared_ptr<sink>> sinks;
+  if (config.console) sinks.push_back(make_console_sink(logger));
+  if (!config.jsonl_path.empty()) {
+    std::string path = config.jsonl_path;
+    const std::string placeholder = "{rank}";
+    const std::string rank_text = std::to_string(rank);
+    for (std::size_t at = path.find(placeholder); at != std::string::npos; at = path.find(placeholder, at)) {
+      path.replace(at, placeholder.size(), rank_text);
+      at += rank_text.size();
+    }
+    // Checked here, where the trainer can still act on it: a missing or unwritable directory would otherwise
+    // drop every record of the run (each one counted in health().dropped_records, but no file at all).
+    std::FILE* probe = std::fopen(path.c_str(), "a");
+    if (probe == nullptr) {
+      const int code = errno;
+      throw error("sinks.jsonl: cannot open '" + path + "' for append: " +
+                  std::error_code(code, std::generic_category()).message() +
+                  " (create the directory first, or change [sinks] jsonl)");
+    }
+    std::fclose(probe);
+    sinks.push_back(make_jsonl_sink(path, logger));
+  }
+  return sinks;
+}
+
+std::string detail::to_json_line(const metrics_record& record) {
   std::string line = "{\"step\":";
   line += std::to_string(record.step);
   for (const auto& entry : record.values) {

@@ -112,18 +112,7 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
 batch_counts to_batch_counts(const at::Tensor& counts) {
   const at::Tensor host = counts.to(at::kCPU).to(at::kLong).contiguous();
   if (host.numel() < static_cast<std::int64_t>(kRowCountFields)) throw error("to_batch_counts: too few entries");
-  const std::int64_t* v = host.data_ptr<std::int64_t>();
-  batch_counts n;
-  n.real_tokens = v[row_real_tokens];
-  n.padding_tokens = v[row_padding_tokens];
-  n.documents = v[row_documents];
-  n.causal_pairs = v[row_causal_pairs];
-  n.items = v[row_items];
-  n.patches = v[row_patches];
-  n.merged_tokens = v[row_merged_tokens];
-  n.vision_pairs_per_frame = v[row_vision_pairs_per_frame];
-  n.vision_pairs_whole = v[row_vision_pairs_whole];
-  return n;
+  return counts_from_row(host.data_ptr<std::int64_t>());  // the row's layout, as for the host path
 }
 
 class tensor_throughput::impl {

@@ -24,7 +24,6 @@ inline model_spec small_text_model() {
   s.text.head_dim = 4;
   s.text.intermediate_size = 16;
   s.text.vocab_size = 10;
-  s.text.layer_types = {layer_kind::full_attention, layer_kind::full_attention};
   return s;
 }
 

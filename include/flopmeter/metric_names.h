@@ -1,0 +1,64 @@
+// flopmeter/metric_names.h — the names of the metrics in a metrics_record, defined once. METRICS.md says what
+// each one means; the console line, the sinks and the derivation all use these constants.
+//
+// Names are plain string literals (char arrays), usable as keys in a callback sink:
+// `record.find(flopmeter::metric::kMfu)`. Top-k rows are named by topk_name(): perf_topk/<base>_<side>_<i>
+// and perf_topk/<base>_<side>_<i>_rank. Thread-safety: constants and a pure function.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace flopmeter::metric {
+
+// Throughput and utilisation (perf/...)
+inline constexpr char kTokensPerSecond[] = "perf/tokens_per_second";
+inline constexpr char kTokensPerSecondPerGpu[] = "perf/tokens_per_second_per_gpu";
+inline constexpr char kTflopsPerSecond[] = "perf/tflops_per_second";  // per GPU
+inline constexpr char kMfu[] = "perf/mfu";                             // percent
+inline constexpr char kStepTime[] = "perf/step_time";                  // seconds per micro-batch
+inline constexpr char kOptimizerStepTime[] = "perf/optimizer_step_time";
+inline constexpr char kMemGib[] = "perf/mem_gib";
+inline constexpr char kDataTime[] = "perf/data_time";
+inline constexpr char kForwardBackwardTime[] = "perf/forward_backward_time";
+inline constexpr char kLogWaitMs[] = "perf/log_wait_ms";
+inline constexpr char kLogEmitMs[] = "perf/log_emit_ms";
+
+// Training (train/...)
+inline constexpr char kBatchEfficiency[] = "train/batch_efficiency";
+inline constexpr char kLoss[] = "train/loss";
+inline constexpr char kTokensSeen[] = "train/tokens_seen";
+inline constexpr char kNumSamples[] = "train/num_samples";
+inline constexpr char kLearningRate[] = "train/lr";
+inline constexpr char kGradNorm[] = "train/grad_norm";
+
+// The emitting rank's health counters (throughput_health), in every record (health/...)
+inline constexpr char kHealthBadMicrobatches[] = "health/bad_microbatches";
+inline constexpr char kHealthFailedCollectives[] = "health/failed_collectives";
+inline constexpr char kHealthSkippedIntervals[] = "health/skipped_intervals";
+inline constexpr char kHealthOutOfStepIntervals[] = "health/out_of_step_intervals";
+inline constexpr char kHealthDroppedRecords[] = "health/dropped_records";
+
+// Bases of the per-rank top-k rows (perf_topk/<base>_...)
+inline constexpr char kTopkTps[] = "tps";
+inline constexpr char kTopkStepTime[] = "step_time";
+inline constexpr char kTopkTflops[] = "tflops";
+inline constexpr char kTopkMfu[] = "mfu";
+inline constexpr char kTopkMemGib[] = "mem_gib";
+inline constexpr char kTopkForwardBackwardTime[] = "forward_backward_time";
+inline constexpr char kTopkDataTime[] = "data_time";
+inline constexpr char kTopkLogWaitMs[] = "log_wait_ms";
+
+enum class topk_side { slow, fast };
+
+// "perf_topk/<base>_slow_<i>" (or _fast_), with "_rank" appended when `rank` is true.
+inline std::string topk_name(const char* base, topk_side side, std::size_t i, bool rank = false) {
+  std::string name = "perf_topk/";
+  name += base;
+  name += side == topk_side::slow ? "_slow_" : "_fast_";
+  name += std::to_string(i);
+  if (rank) name += "_rank";
+  return name;
+}
+
+}  // namespace flopmeter::metric

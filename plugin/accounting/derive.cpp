@@ -1,0 +1,227 @@
+// Metric derivation: gathered rows + context -> one metrics record (derive.h). The formulas and why they are
+// honest (sums, never averages of ratios) are in METRICS.md; each line below says which.
+#include "accounting/derive.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "flopmeter/metric_names.h"
+#include "accounting/row_layout.h"
+#include "core/exact_double.h"
+
+namespace flopmeter::detail {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kInverseGiB = 1.0 / kGiB;
+
+// A time a row carries, or 0 when it is not a positive finite number (not reported).
+double reported(double value) { return std::isfinite(value) && value > 0 ? value : 0.0; }
+
+std::string format_number(double value) {
+  // The message only: "%g" keeps 1e+16 readable.
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+}  // namespace
+
+metrics_deriver::metrics_deriver(derive_setup setup) : setup_(std::move(setup)) {}
+
+derive_result metrics_deriver::derive(const double* rows, std::int64_t world, const derive_context& context) {
+  derive_result result;
+  const auto row = [rows](std::int64_t r) { return rows + static_cast<std::size_t>(r) * kRowFields; };
+  const double ranks_per_replica = static_cast<double>(setup_.tp * setup_.cp * setup_.pp);
+  // A rank's TFLOP/s is its batches' FLOPs / tp (its TP share) / (cp*pp) (CP and PP split that share
+  // further) / t / 1e12: the constant part of the divisor once (an exact product of small integers and
+  // 1e12), leaving one division per rank.
+  const double tflops_divisor = static_cast<double>(setup_.tp * setup_.cp * setup_.pp) * 1e12;
+  const double world_size = static_cast<double>(world);
+
+  // Per-rank rows (each with its own interval, so rank skew shows in its row), one column per figure.
+  const std::size_t n = static_cast<std::size_t>(world);
+  for (std::vector<double>* c : {&tps_, &tflops_, &step_time_, &mem_gib_, &forward_backward_, &data_, &log_wait_}) {
+    c->resize(n);
+  }
+  double max_mem = 0, max_data = 0, max_fwd_bwd = 0, max_wait = 0, sum_tps = 0, sum_tflops = 0, sum_step = 0;
+  bool step_time_known = true;
+  for (std::int64_t r = 0; r < world; ++r) {
+    const double* x = row(r);
+    const double t = x[row_interval_seconds];
+    if (!(t > 0) || !std::isfinite(t)) {
+      result.why = "rank " + std::to_string(r) + " reported an interval of " + format_number(t) + " s";
+      return result;
+    }
+    for (std::size_t f = 0; f < kRowCountFields; ++f) {
+      if (!(x[f] >= 0 && x[f] < kExactIntegerLimit)) {
+        result.why = "rank " + std::to_string(r) + " reported a count of " + format_number(x[f]) +
+                     " in one interval, beyond the 2^53 a row carries exactly";
+        return result;
+      }
+    }
+    const std::size_t i = static_cast<std::size_t>(r);
+    const batch_counts counts = counts_from_row(x);
+    // Each rank of a TP group holds the same micro-batch and does 1/tp of its matmul work: its share.
+    const double batch_flops = compute_flops(setup_.flop_coefficients, counts, setup_.scope).total();
+    // A replica's tokens are seen by all tp*cp*pp ranks that share its micro-batches; attributing 1/(tp*cp*pp)
+    // of them to each makes the rows sum to the job's tokens/s.
+    tps_[i] = static_cast<double>(counts.real_tokens) / ranks_per_replica / t;
+    tflops_[i] = batch_flops / tflops_divisor / t;
+    step_time_[i] = x[row_microbatches] > 0 ? t / x[row_microbatches] : std::numeric_limits<double>::quiet_NaN();
+    mem_gib_[i] = x[row_peak_memory_bytes] * kInverseGiB;  // exact: a power of two
+    forward_backward_[i] = reported(x[row_forward_backward_seconds]);
+    data_[i] = reported(x[row_data_seconds]);
+    log_wait_[i] = reported(x[row_log_wait_ms]);
+    sum_tps += tps_[i];
+    sum_tflops += tflops_[i];
+    sum_step += step_time_[i];
+    step_time_known = step_time_known && std::isfinite(step_time_[i]);
+    max_mem = std::max(max_mem, x[row_peak_memory_bytes]);
+    max_data = std::max(max_data, x[row_data_seconds]);
+    max_fwd_bwd = std::max(max_fwd_bwd, x[row_forward_backward_seconds]);
+    max_wait = std::max(max_wait, log_wait_[i]);
+  }
+
+  // Additive figures: sums over this rank's DP group (TP/CP/PP ranks share micro-batches: not added).
+  double real = 0, device = 0, samples = 0, loss = 0, labels = 0;
+  for (const std::int64_t r : setup_.dp_group) {
+    const double* x = row(r);
+    const batch_counts counts = counts_from_row(x);
+    real += static_cast<double>(counts.real_tokens);
+    device += static_cast<double>(counts.device_tokens());
+    samples += x[row_samples];
+    loss += x[row_loss_sum];
+    labels += x[row_label_tokens];
+  }
+  result.tokens_seen = context.tokens_seen_before + real;
+  result.samples_seen = context.samples_seen_before + samples;
+
+  metrics_record& record = result.record;
+  record.step = context.step;
+  auto& v = record.values;
+  namespace m = metric;
+  // Headline = sum of the per-rank rows; with equal intervals t this is dp_sum(tokens) / t.
+  v.emplace_back(m::kTokensPerSecond, sum_tps);
+  v.emplace_back(m::kTokensPerSecondPerGpu, sum_tps / world_size);
+  // Per GPU over every GPU of the job: with equal intervals, dp_sum(flops) * tp / t / world / 1e12.
+  const double tflops_per_gpu = sum_tflops / world_size;
+  v.emplace_back(m::kTflopsPerSecond, tflops_per_gpu);
+  if (setup_.peak_tflops_per_gpu) v.emplace_back(m::kMfu, tflops_per_gpu / *setup_.peak_tflops_per_gpu * 100.0);
+  if (step_time_known) {
+    const double step_time = sum_step / world_size;
+    v.emplace_back(m::kStepTime, step_time);
+    v.emplace_back(m::kOptimizerStepTime, step_time * setup_.tpi_multiplier);
+  }
+  if (device > 0) v.emplace_back(m::kBatchEfficiency, real / device);
+  v.emplace_back(m::kMemGib, max_mem / kGiB);
+  // A DP sum of finite loss sums can still overflow the double range: then there is no loss to report.
+  if (labels > 0 && std::isfinite(loss)) v.emplace_back(m::kLoss, loss / labels);
+  v.emplace_back(m::kTokensSeen, result.tokens_seen);
+  v.emplace_back(m::kNumSamples, result.samples_seen);
+  if (context.learning_rate) v.emplace_back(m::kLearningRate, *context.learning_rate);
+  if (context.grad_norm) v.emplace_back(m::kGradNorm, *context.grad_norm);
+  if (max_data > 0) v.emplace_back(m::kDataTime, max_data);
+  if (max_fwd_bwd > 0) v.emplace_back(m::kForwardBackwardTime, max_fwd_bwd);
+  v.emplace_back(m::kLogWaitMs, context.log_wait_ms);
+  v.emplace_back(m::kLogEmitMs, context.log_emit_ms);
+  if (setup_.topk > 0) add_topk(record, step_time_known, max_fwd_bwd > 0, max_data > 0, max_wait > 0);
+  result.derived = true;
+  return result;
+}
+
+// The k worst ranks of a column into order_[0, k) (worst first) and the k best into fast_order_[0, k) (best
+// first): the two ends of one order, worst first, ties by rank. For the usual small k one pass over the keys
+// keeps both ends in insertion-sorted arrays (about two comparisons per rank); a large k uses partial_sort,
+// O(n log k). Either way the whole order is never built.
+void metrics_deriver::select_ends(const std::vector<double>& column, std::size_t k, bool higher_is_better) {
+  const std::size_t n = column.size();
+  const double* key = column.data();
+  // worse(a, b): a comes before b in the worst-first order.
+  const auto worse = [key, higher_is_better](std::uint32_t a, std::uint32_t b) {
+    const double va = key[a], vb = key[b];
+    if (va != vb) return higher_is_better ? va < vb : va > vb;
+    return a < b;
+  };
+  const auto better = [&worse](std::uint32_t a, std::uint32_t b) { return worse(b, a); };
+  if (k == 0) return;
+  if (k > kLinearSelectMax) {
+    const auto k_end = static_cast<std::ptrdiff_t>(k);
+    std::iota(order_.begin(), order_.end(), std::uint32_t{0});
+    std::partial_sort(order_.begin(), order_.begin() + k_end, order_.end(), worse);
+    std::iota(fast_order_.begin(), fast_order_.end(), std::uint32_t{0});
+    std::partial_sort(fast_order_.begin(), fast_order_.begin() + k_end, fast_order_.end(), better);
+    return;
+  }
+  // Inserts index i into the sorted prefix of `out` that holds `size` entries (size < k: it grows;
+  // otherwise i replaces the last entry, which the caller checked it beats).
+  const auto insert = [k](std::uint32_t* out, std::size_t size, std::uint32_t i, const auto& before) {
+    std::size_t at = size < k ? size : k - 1;
+    while (at > 0 && before(i, out[at - 1])) {
+      out[at] = out[at - 1];
+      --at;
+    }
+    out[at] = i;
+  };
+  std::uint32_t* slow = order_.data();
+  std::uint32_t* fast = fast_order_.data();
+  const std::uint32_t first = static_cast<std::uint32_t>(std::min(k, n));
+  for (std::uint32_t i = 0; i < first; ++i) {
+    insert(slow, i, i, worse);
+    insert(fast, i, i, better);
+  }
+  // Index i is larger than every index kept so far, so on a tie it is worse than nothing kept (the lower
+  // rank comes first on the slow side) and better than a kept one (the higher rank comes first on the fast
+  // side): one comparison with the boundary value decides.
+  for (std::uint32_t i = first; i < n; ++i) {
+    const double v = key[i];
+    const double slow_edge = key[slow[k - 1]], fast_edge = key[fast[k - 1]];
+    if (higher_is_better ? v < slow_edge : v > slow_edge) insert(slow, k, i, worse);
+    if (higher_is_better ? v >= fast_edge : v <= fast_edge) insert(fast, k, i, better);
+  }
+}
+
+// perf_topk/<metric>_{slow,fast}_<i> and _rank: the k ranks that hold the job back ("slow") and the k that
+// do best ("fast") for each metric. Ties go to the lower rank on the slow side and the higher rank on the
+// fast side: the two sides are the two ends of one order (worst first, ties by rank).
+// step_time only when every rank ran a micro-batch (as perf/step_time): a rank without one has no step
+// time. The trainer-reported times only when some rank reported them (as perf/data_time...): a rank that
+// did not report shows 0. log_wait_ms from the second log on (a rank's row carries its previous wait).
+void metrics_deriver::add_topk(metrics_record& record, bool step_time_known, bool forward_backward_known,
+                               bool data_known, bool log_wait_known) {
+  const std::size_t n = tps_.size();
+  const std::size_t k = std::min<std::size_t>(static_cast<std::size_t>(setup_.topk), n);
+  order_.resize(n);
+  fast_order_.resize(n);
+  const auto emit = [&](const char* base, const std::vector<double>& column, bool higher_is_better) {
+    select_ends(column, k, higher_is_better);
+    for (std::size_t i = 0; i < k; ++i) {
+      const std::uint32_t slow = order_[i], fast = fast_order_[i];
+      record.values.emplace_back(metric::topk_name(base, metric::topk_side::slow, i), column[slow]);
+      record.values.emplace_back(metric::topk_name(base, metric::topk_side::slow, i, true), static_cast<double>(slow));
+      record.values.emplace_back(metric::topk_name(base, metric::topk_side::fast, i), column[fast]);
+      record.values.emplace_back(metric::topk_name(base, metric::topk_side::fast, i, true), static_cast<double>(fast));
+    }
+  };
+  emit(metric::kTopkTps, tps_, true);
+  if (step_time_known) emit(metric::kTopkStepTime, step_time_, false);
+  emit(metric::kTopkTflops, tflops_, true);
+  if (setup_.peak_tflops_per_gpu) {
+    const double peak = *setup_.peak_tflops_per_gpu;
+    mfu_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) mfu_[i] = tflops_[i] / peak * 100.0;
+    emit(metric::kTopkMfu, mfu_, true);
+  }
+  emit(metric::kTopkMemGib, mem_gib_, false);
+  if (forward_backward_known) emit(metric::kTopkForwardBackwardTime, forward_backward_, false);
+  if (data_known) emit(metric::kTopkDataTime, data_, false);
+  // The host's wait in flopmeter: the rank that waited least is the one the others waited for (slow).
+  if (log_wait_known) emit(metric::kTopkLogWaitMs, log_wait_, true);
+}
+
+}  // namespace flopmeter::detail

@@ -1,0 +1,77 @@
+// plugin/accounting/derive.h — internal: metric derivation, the pure part of the throughput plugin.
+//
+// Gathered rows (world_size rows of kRowFields doubles, row_layout.h) plus a context give one metrics record:
+// the headline figures (DP-group sums, world maxima, per-GPU means), the per-rank top-k rows, and the running
+// totals (tokens and samples seen). No communicator, no clock, no logging: the same rows and context always
+// give the same record, so the tests build rows by hand (tests/test_derive.cpp).
+//
+// Thread-safety: a metrics_deriver keeps scratch buffers; one thread at a time per deriver.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flopmeter/events.h"
+#include "flopmeter/flop_model.h"
+#include "flopmeter/sinks.h"
+
+namespace flopmeter::detail {
+
+// What does not change from log to log: fixed when the plugin starts.
+struct derive_setup {
+  coefficients flop_coefficients;
+  flop_scope scope = flop_scope::complete;
+  std::int64_t tp = 1, cp = 1, pp = 1;          // the parallel sizes (dp = world / (tp*cp*pp))
+  std::vector<std::int64_t> dp_group;           // the ranks whose additive counts are summed (this rank's DP group)
+  std::optional<double> peak_tflops_per_gpu;    // MFU and its top-k only when known
+  double tpi_multiplier = 1.0;                  // micro-batches per optimizer step
+  std::int64_t topk = 3;                        // rows per side; 0: none
+};
+
+// What belongs to one log.
+struct derive_context {
+  std::int64_t step = 0;                        // the step the interval ended at (the record's step)
+  std::optional<double> learning_rate;          // this rank's, passed through
+  std::optional<double> grad_norm;
+  double log_wait_ms = 0;                       // perf/log_wait_ms: the host's wait for these rows
+  double log_emit_ms = 0;                       // perf/log_emit_ms: the previous emission's cost
+  double tokens_seen_before = 0;                // running totals before this interval
+  double samples_seen_before = 0;
+};
+
+struct derive_result {
+  bool derived = false;       // false: the interval is skipped and `why` says why
+  std::string why;
+  metrics_record record;      // when derived
+  double tokens_seen = 0;     // the running totals after this interval (when derived)
+  double samples_seen = 0;
+};
+
+class metrics_deriver {
+ public:
+  explicit metrics_deriver(derive_setup setup);
+
+  // `rows` holds `world` rows of kRowFields. A row with a count that is negative, not a number or 2^53 or
+  // more, or an interval time that is not a positive finite number, skips the interval (a rate over it would
+  // not be a number, a count beyond 2^53 not exact).
+  derive_result derive(const double* rows, std::int64_t world, const derive_context& context);
+
+  const derive_setup& setup() const { return setup_; }
+
+ private:
+  static constexpr std::size_t kLinearSelectMax = 16;  // larger k: partial_sort
+  // The k worst entries of `column` into order_ (worst first) and the k best into fast_order_ (best first).
+  void select_ends(const std::vector<double>& column, std::size_t k, bool higher_is_better);
+  void add_topk(metrics_record& record, bool step_time_known, bool forward_backward_known, bool data_known,
+                bool log_wait_known);
+
+  derive_setup setup_;
+  // One column per per-rank figure, indexed by rank (contiguous, so a top-k is one pass over one array).
+  std::vector<double> tps_, tflops_, step_time_, mem_gib_, forward_backward_, data_, log_wait_, mfu_;
+  std::vector<std::uint32_t> order_;       // the slow end of each top-k
+  std::vector<std::uint32_t> fast_order_;  // the fast end
+};
+
+}  // namespace flopmeter::detail

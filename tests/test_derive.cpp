@@ -1,0 +1,293 @@
+// Metric derivation on its own (plugin/accounting/derive.h): hand-built rows and a context in, one metrics
+// record out. No plugin, no communicator, no clock. Expected values are derived by hand in each test.
+#include "accounting/derive.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "flopmeter/metric_names.h"
+#include "accounting/row_layout.h"
+#include "support/small_models.h"
+
+namespace flopmeter::detail {
+namespace {
+
+namespace m = metric;
+using testing::small_doc_flops;
+using testing::small_text_model;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// One rank's row: `tokens` real tokens in one document (L(L+1)/2 causal pairs), `microbatches` micro-batches,
+// an interval of `seconds`.
+struct row_spec {
+  std::int64_t tokens = 0;
+  std::int64_t padding = 0;
+  double seconds = 1;
+  double microbatches = 1;
+  double samples = 1;
+  double loss_sum = 0;
+  double label_tokens = 0;
+  double mem_bytes = 0;
+  double data_seconds = 0;
+  double forward_backward_seconds = 0;
+  double log_wait_ms = 0;
+};
+
+std::vector<double> rows_of(const std::vector<row_spec>& specs) {
+  std::vector<double> rows(specs.size() * kRowFields, 0.0);
+  for (std::size_t r = 0; r < specs.size(); ++r) {
+    const row_spec& s = specs[r];
+    double* x = rows.data() + r * kRowFields;
+    batch_counts n;
+    n.real_tokens = s.tokens;
+    n.padding_tokens = s.padding;
+    n.documents = s.tokens > 0 ? 1 : 0;
+    n.causal_pairs = s.tokens * (s.tokens + 1) / 2;
+    counts_to_row(n, x);
+    x[row_samples] = s.samples;
+    x[row_loss_sum] = s.loss_sum;
+    x[row_label_tokens] = s.label_tokens;
+    x[row_microbatches] = s.microbatches;
+    x[row_interval_seconds] = s.seconds;
+    x[row_peak_memory_bytes] = s.mem_bytes;
+    x[row_data_seconds] = s.data_seconds;
+    x[row_forward_backward_seconds] = s.forward_backward_seconds;
+    x[row_present] = 1;
+    x[row_step] = 7;
+    x[row_log_wait_ms] = s.log_wait_ms;
+  }
+  return rows;
+}
+
+derive_setup setup_for(std::int64_t world, std::int64_t tp = 1, std::optional<double> peak = std::nullopt,
+                       std::int64_t topk = 3) {
+  derive_setup s;
+  s.flop_coefficients = compute_coefficients(small_text_model());
+  s.tp = tp;
+  // dp groups in tp-major order: rank = tp_rank + tp * dp_rank; this rank is rank 0, its group every tp-th.
+  for (std::int64_t r = 0; r < world; r += tp) s.dp_group.push_back(r);
+  s.peak_tflops_per_gpu = peak;
+  s.topk = topk;
+  return s;
+}
+
+// metrics_record::find without linking the sinks (which live in the library with spdlog).
+const double* find(const metrics_record& record, const std::string& name) {
+  for (const auto& entry : record.values) {
+    if (entry.first == name) return &entry.second;
+  }
+  return nullptr;
+}
+
+double value(const metrics_record& record, const std::string& name) {
+  const double* v = find(record, name);
+  return v == nullptr ? std::numeric_limits<double>::quiet_NaN() : *v;
+}
+
+std::string topk(const char* base, m::topk_side side, std::size_t i, bool rank = false) {
+  return m::topk_name(base, side, i, rank);
+}
+constexpr auto kSlow = m::topk_side::slow;
+constexpr auto kFast = m::topk_side::fast;
+
+TEST(derive, dp4_headline_is_the_sum_of_rows_and_totals_accumulate) {
+  // Four DP ranks, rank r runs 100(r+1) tokens in 2 s: rows 50, 100, 150, 200 tokens/s; headline 500,
+  // per GPU 125. FLOPs F(100)+F(200)+F(300)+F(400) over 2 s and 4 GPUs. Peak 1e-3 TFLOP/s.
+  std::vector<row_spec> specs(4);
+  for (int r = 0; r < 4; ++r) {
+    specs[r].tokens = 100 * (r + 1);
+    specs[r].seconds = 2;
+    specs[r].samples = r + 1;
+    specs[r].loss_sum = 10.0 * (r + 1);
+    specs[r].label_tokens = 100.0 * (r + 1);
+    specs[r].mem_bytes = (r + 1) * kGiB;
+  }
+  const std::vector<double> rows = rows_of(specs);
+  metrics_deriver deriver(setup_for(4, 1, 1e-3));
+  derive_context context;
+  context.step = 7;
+  context.learning_rate = 0.5;
+  context.log_wait_ms = 0.25;
+  context.tokens_seen_before = 1000;
+  context.samples_seen_before = 3;
+  const derive_result result = deriver.derive(rows.data(), 4, context);
+  ASSERT_TRUE(result.derived) << result.why;
+  const metrics_record& rec = result.record;
+  EXPECT_EQ(rec.step, 7);
+  EXPECT_DOUBLE_EQ(value(rec, m::kTokensPerSecond), 500.0);
+  EXPECT_DOUBLE_EQ(value(rec, m::kTokensPerSecondPerGpu), 125.0);
+  const double flops = small_doc_flops(100) + small_doc_flops(200) + small_doc_flops(300) + small_doc_flops(400);
+  EXPECT_NEAR(value(rec, m::kTflopsPerSecond) / (flops / 2 / 4 / 1e12), 1.0, 1e-12);
+  EXPECT_NEAR(value(rec, m::kMfu) / (flops / 2 / 4 / 1e12 / 1e-3 * 100), 1.0, 1e-12);
+  // Loss: (10+20+30+40) / (100+200+300+400) = 0.1. Memory: max 4 GiB. One micro-batch in 2 s each.
+  EXPECT_DOUBLE_EQ(value(rec, m::kLoss), 0.1);
+  EXPECT_DOUBLE_EQ(value(rec, m::kMemGib), 4.0);
+  EXPECT_DOUBLE_EQ(value(rec, m::kStepTime), 2.0);
+  EXPECT_DOUBLE_EQ(value(rec, m::kBatchEfficiency), 1.0);
+  EXPECT_DOUBLE_EQ(value(rec, m::kLearningRate), 0.5);
+  EXPECT_FALSE(find(rec, m::kGradNorm));
+  EXPECT_DOUBLE_EQ(value(rec, m::kLogWaitMs), 0.25);
+  // Totals: 1000 + 1000 tokens, 3 + 10 samples.
+  EXPECT_DOUBLE_EQ(value(rec, m::kTokensSeen), 2000.0);
+  EXPECT_DOUBLE_EQ(value(rec, m::kNumSamples), 13.0);
+  EXPECT_DOUBLE_EQ(result.tokens_seen, 2000.0);
+  EXPECT_DOUBLE_EQ(result.samples_seen, 13.0);
+  // Top-3: slow tps is rank 0 (50), then 1, 2; fast is rank 3 (200), then 2, 1.
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkTps, kSlow, 0)), 50.0);
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkTps, kSlow, 0, true)), 0.0);
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkTps, kSlow, 2, true)), 2.0);
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkTps, kFast, 0)), 200.0);
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkTps, kFast, 0, true)), 3.0);
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkTps, kFast, 2, true)), 1.0);
+  // Memory: "slow" is the highest.
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkMemGib, kSlow, 0, true)), 3.0);
+  EXPECT_FALSE(find(rec, topk(m::kTopkTps, kSlow, 3)));  // k = 3
+  // No trainer-reported times and no waits: neither headline nor top-k for them.
+  EXPECT_FALSE(find(rec, m::kForwardBackwardTime));
+  EXPECT_FALSE(find(rec, topk(m::kTopkForwardBackwardTime, kSlow, 0)));
+  EXPECT_FALSE(find(rec, topk(m::kTopkLogWaitMs, kSlow, 0)));
+}
+
+TEST(derive, tp2_sums_the_dp_group_and_splits_flops_between_tp_ranks) {
+  // dp2 x tp2, rank = tp + 2*dp: replica 0 (ranks 0, 1) runs 400 tokens, replica 1 (ranks 2, 3) 600, in 1 s.
+  // tokens/s = 400 + 600 (the DP group {0, 2}), not four rows' worth; each rank's row is T/(tp) / t:
+  // 200, 200, 300, 300 -> sum 1000. TFLOP/s per GPU = (F(400) + F(600)) / 1 s / 4 GPUs.
+  std::vector<row_spec> specs(4);
+  for (int r = 0; r < 4; ++r) specs[r].tokens = r < 2 ? 400 : 600;
+  const std::vector<double> rows = rows_of(specs);
+  metrics_deriver deriver(setup_for(4, 2));
+  const derive_result result = deriver.derive(rows.data(), 4, derive_context{});
+  ASSERT_TRUE(result.derived) << result.why;
+  EXPECT_DOUBLE_EQ(value(result.record, m::kTokensPerSecond), 1000.0);
+  EXPECT_DOUBLE_EQ(result.tokens_seen, 1000.0);
+  EXPECT_NEAR(value(result.record, m::kTflopsPerSecond) / ((small_doc_flops(400) + small_doc_flops(600)) / 4 / 1e12),
+              1.0, 1e-12);
+  EXPECT_FALSE(find(result.record, m::kMfu));  // no peak
+  // Ties: the slow side takes the lower rank first, the fast side the higher (two ends of one order).
+  EXPECT_DOUBLE_EQ(value(result.record, topk(m::kTopkTps, kSlow, 0, true)), 0.0);
+  EXPECT_DOUBLE_EQ(value(result.record, topk(m::kTopkTps, kSlow, 1, true)), 1.0);
+  EXPECT_DOUBLE_EQ(value(result.record, topk(m::kTopkTps, kFast, 0, true)), 3.0);
+  EXPECT_DOUBLE_EQ(value(result.record, topk(m::kTopkTps, kFast, 1, true)), 2.0);
+}
+
+TEST(derive, stragglers_show_in_the_trainer_reported_times_and_the_log_wait) {
+  // A job synchronised every step: equal intervals, equal tokens, so tps cannot tell the ranks apart. Rank 2
+  // spends 3 s in forward+backward where the others spend 1 s, and rank 1 waits 4 s for data. The others
+  // then wait for rank 2 inside flopmeter's collective (40 ms); rank 2 itself waits 0.5 ms.
+  std::vector<row_spec> specs(4);
+  for (int r = 0; r < 4; ++r) {
+    specs[r].tokens = 100;
+    specs[r].seconds = 5;
+    specs[r].forward_backward_seconds = r == 2 ? 3.0 : 1.0;
+    specs[r].data_seconds = r == 1 ? 4.0 : 0.5;
+    specs[r].log_wait_ms = r == 2 ? 0.5 : 40.0;
+  }
+  const std::vector<double> rows = rows_of(specs);
+  metrics_deriver deriver(setup_for(4, 1, std::nullopt, 1));
+  const derive_result result = deriver.derive(rows.data(), 4, derive_context{});
+  ASSERT_TRUE(result.derived) << result.why;
+  const metrics_record& rec = result.record;
+  EXPECT_DOUBLE_EQ(value(rec, m::kForwardBackwardTime), 3.0);  // the world maximum
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkForwardBackwardTime, kSlow, 0)), 3.0);
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkForwardBackwardTime, kSlow, 0, true)), 2.0);
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkForwardBackwardTime, kFast, 0)), 1.0);
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkForwardBackwardTime, kFast, 0, true)), 3.0);  // ties: highest rank
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkDataTime, kSlow, 0, true)), 1.0);
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkDataTime, kSlow, 0)), 4.0);
+  // The wait: the slow side is the rank that waited least — the one the others waited for.
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkLogWaitMs, kSlow, 0)), 0.5);
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkLogWaitMs, kSlow, 0, true)), 2.0);
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkLogWaitMs, kFast, 0)), 40.0);
+  // tps: every row 100 / 5 = 20; ties go to rank 0 on the slow side, so tps does not name rank 2.
+  EXPECT_DOUBLE_EQ(value(rec, topk(m::kTopkTps, kSlow, 0, true)), 0.0);
+}
+
+TEST(derive, topk_larger_than_the_world_lists_every_rank_on_each_side) {
+  std::vector<row_spec> specs(2);
+  specs[0].tokens = 10;
+  specs[1].tokens = 30;
+  const std::vector<double> rows = rows_of(specs);
+  metrics_deriver deriver(setup_for(2, 1, std::nullopt, 5));
+  const derive_result result = deriver.derive(rows.data(), 2, derive_context{});
+  ASSERT_TRUE(result.derived);
+  EXPECT_DOUBLE_EQ(value(result.record, topk(m::kTopkTps, kSlow, 1)), 30.0);
+  EXPECT_DOUBLE_EQ(value(result.record, topk(m::kTopkTps, kFast, 1)), 10.0);
+  EXPECT_FALSE(find(result.record, topk(m::kTopkTps, kSlow, 2)));
+}
+
+TEST(derive, topk_zero_emits_no_rows) {
+  std::vector<row_spec> specs(2);
+  const std::vector<double> rows = rows_of(specs);
+  metrics_deriver deriver(setup_for(2, 1, std::nullopt, 0));
+  const derive_result result = deriver.derive(rows.data(), 2, derive_context{});
+  ASSERT_TRUE(result.derived);
+  for (const auto& [name, v] : result.record.values) EXPECT_NE(name.rfind("perf_topk/", 0), 0u) << name;
+}
+
+TEST(derive, a_rank_without_microbatches_has_no_step_time) {
+  // Rank 1 ran no micro-batch: no step time of its own, so neither perf/step_time nor its top-k.
+  std::vector<row_spec> specs(2);
+  specs[1].microbatches = 0;
+  const std::vector<double> rows = rows_of(specs);
+  metrics_deriver deriver(setup_for(2));
+  const derive_result result = deriver.derive(rows.data(), 2, derive_context{});
+  ASSERT_TRUE(result.derived);
+  EXPECT_FALSE(find(result.record, m::kStepTime));
+  EXPECT_FALSE(find(result.record, topk(m::kTopkStepTime, kSlow, 0)));
+  EXPECT_TRUE(find(result.record, topk(m::kTopkTps, kSlow, 0)));
+}
+
+TEST(derive, intervals_and_counts_that_are_not_numbers_skip_the_interval) {
+  metrics_deriver deriver(setup_for(2));
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  struct bad_case {
+    const char* what;
+    std::size_t field;
+    double value;
+    const char* why;
+  };
+  const bad_case cases[] = {
+      {"zero interval", row_interval_seconds, 0.0, "rank 1 reported an interval of 0 s"},
+      {"negative interval", row_interval_seconds, -1.0, "rank 1 reported an interval of -1 s"},
+      {"NaN interval", row_interval_seconds, nan, "rank 1 reported an interval of nan s"},
+      {"count at 2^53", row_real_tokens, 9007199254740992.0, "rank 1 reported a count of 9.0072e+15"},
+      {"negative count", row_causal_pairs, -1.0, "rank 1 reported a count of -1"},
+      {"NaN count", row_patches, nan, "rank 1 reported a count of nan"},
+  };
+  for (const bad_case& c : cases) {
+    std::vector<double> rows = rows_of(std::vector<row_spec>(2));
+    rows[kRowFields + c.field] = c.value;
+    const derive_result result = deriver.derive(rows.data(), 2, derive_context{});
+    EXPECT_FALSE(result.derived) << c.what;
+    EXPECT_EQ(result.why.rfind(c.why, 0), 0u) << c.what << ": " << result.why;
+    EXPECT_TRUE(result.record.values.empty()) << c.what;
+  }
+  // 2^53 - 1 is exact and derives.
+  std::vector<double> rows = rows_of(std::vector<row_spec>(2));
+  rows[kRowFields + row_padding_tokens] = 9007199254740991.0;
+  EXPECT_TRUE(deriver.derive(rows.data(), 2, derive_context{}).derived);
+}
+
+TEST(derive, the_same_rows_give_the_same_record) {
+  // Pure: scratch buffers are reused, nothing carries over between calls.
+  std::vector<row_spec> specs(3);
+  for (int r = 0; r < 3; ++r) specs[r].tokens = 10 * (r + 1);
+  const std::vector<double> rows = rows_of(specs);
+  metrics_deriver deriver(setup_for(3, 1, 1.0));
+  const derive_result first = deriver.derive(rows.data(), 3, derive_context{});
+  const derive_result second = deriver.derive(rows.data(), 3, derive_context{});
+  ASSERT_EQ(first.record.values.size(), second.record.values.size());
+  for (std::size_t i = 0; i < first.record.values.size(); ++i) {
+    EXPECT_EQ(first.record.values[i].first, second.record.values[i].first);
+    EXPECT_DOUBLE_EQ(first.record.values[i].second, second.record.values[i].second);
+  }
+}
+
+}  // namespace
+}  // namespace flopmeter::detail
