@@ -183,3 +183,10 @@ macro(flopmeter_find_nccl)
   endif()
   message(STATUS "flopmeter: raw NCCL adapter ${FLOPMETER_HAVE_NCCL}")
 endmacro()
+
+# Hidden visibility for a target compiled into a flopmeter shared library: only what the public headers
+# declare inside `namespace flopmeter FLOPMETER_EXPORT { ... }` and the C ABI's FLOPMETER_EXPORT functions are
+# exported (plugin/CMakeLists.txt).
+function(flopmeter_hidden_symbols target)
+  set_target_properties(${target} PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+endfunction()

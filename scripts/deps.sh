@@ -17,6 +17,7 @@ FLOPMETER_PACKAGES=(
   libbenchmark-dev
   gnuplot-nox           # the demo's PNG plot
   clang libclang-rt-14-dev  # libFuzzer and clang's sanitizer runtimes: scripts/fuzz.sh
+  clang-format          # scripts/check_format.sh: the changed lines follow .clang-format
 )
 
 flopmeter_install_deps() {

@@ -14,6 +14,10 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$build" -j "$jobs"
 (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600)
 
+# Formatting: the C/C++ lines this change adds or modifies follow .clang-format (see the script for what
+# "this change" is in a fresh clone).
+bash "$root/scripts/check_format.sh"
+
 # Hardening (skip with FLOPMETER_SKIP_HARDENING=1 for a quick local run): the non-torch suite under
 # ASan+UBSan and the threaded tests under TSan (build/asan, build/tsan), then every fuzz target for 20 s
 # over its corpus and past findings (build/fuzz). Each builds into its own tree under $root/build.

@@ -1,14 +1,18 @@
 // Loads the built libflopmeter.so with dlopen, the way a trainer loads a plugin, and drives it only through
 // the C ABI: version check, create from a TOML path, events, metrics callback, errors, two ranks over a
-// trainer-provided all-reduce.
+// trainer-provided all-reduce, the life cycle of a handle and hostile callers.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <climits>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "flopmeter/c_api.h"
@@ -28,6 +32,7 @@ struct c_abi {
   decltype(&flopmeter_flush) flush = nullptr;
   decltype(&flopmeter_destroy) destroy = nullptr;
   decltype(&flopmeter_health) health = nullptr;
+  decltype(&flopmeter_status_string) status_string = nullptr;
 
   c_abi() {
     library = dlopen(FLOPMETER_LIBRARY_PATH, RTLD_NOW | RTLD_LOCAL);
@@ -40,6 +45,7 @@ struct c_abi {
     resolve(flush, "flopmeter_flush");
     resolve(destroy, "flopmeter_destroy");
     resolve(health, "flopmeter_health");
+    resolve(status_string, "flopmeter_status_string");
   }
   ~c_abi() {
     if (library != nullptr) dlclose(library);
@@ -94,6 +100,12 @@ flopmeter_microbatch microbatch(const std::vector<int64_t>& lengths, const std::
   return m;
 }
 
+flopmeter_health_counters health_struct() {
+  flopmeter_health_counters h{};
+  h.struct_size = sizeof(h);
+  return h;
+}
+
 flopmeter_log log_at(int64_t step) {
   flopmeter_log l{};
   l.struct_size = sizeof(l);
@@ -128,10 +140,10 @@ TEST(c_api, loads_and_reports_through_the_callback) {
   EXPECT_NE(json.find("\"perf/mfu\":"), std::string::npos) << json;
   EXPECT_DOUBLE_EQ(json_number(json, "train/tokens_seen"), 1024.0);
   EXPECT_DOUBLE_EQ(json_number(json, "train/lr"), 3e-4);
-  uint64_t health[5] = {};
-  EXPECT_EQ(abi.health(plugin, health), 0);
-  EXPECT_EQ(health[4], 1u);  // one collective started
-  abi.destroy(plugin);
+  flopmeter_health_counters health = health_struct();
+  EXPECT_EQ(abi.health(plugin, &health), FLOPMETER_OK);
+  EXPECT_EQ(health.collectives_started, 1u);  // one collective started
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);
 }
 
 TEST(c_api, bad_config_returns_null_with_a_located_message) {
@@ -160,21 +172,22 @@ TEST(c_api, rejected_events_return_codes_and_never_abort) {
   char error[512] = {};
   flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
   ASSERT_NE(plugin, nullptr) << error;
-  EXPECT_EQ(abi.on_microbatch(nullptr, nullptr), -1);
-  EXPECT_EQ(abi.on_log(plugin, nullptr), -1);
+  // The codes keep version 1's values, so a caller that compared numbers still works.
+  static_assert(FLOPMETER_E_NULL_ARGUMENT == -1 && FLOPMETER_E_STRUCT_SIZE == -2 && FLOPMETER_E_REJECTED == -3,
+                "version 1's values");
+  EXPECT_EQ(abi.on_microbatch(nullptr, nullptr), FLOPMETER_E_NULL_ARGUMENT);
+  EXPECT_EQ(abi.on_log(plugin, nullptr), FLOPMETER_E_NULL_ARGUMENT);
   const std::vector<int64_t> negative = {5, -1};
   flopmeter_microbatch m = microbatch(negative, {});
-  EXPECT_EQ(abi.on_microbatch(plugin, &m), -3);  // counted as a bad micro-batch
-  m.struct_size = 4;                              // a caller with a broken struct
-  EXPECT_EQ(abi.on_microbatch(plugin, &m), -2);
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_REJECTED);  // counted as a bad micro-batch
   const std::vector<flopmeter_grid> odd = {{1, 3, 4}};  // h not a multiple of the merge size
   flopmeter_microbatch with_odd = microbatch({}, odd);
-  EXPECT_EQ(abi.on_microbatch(plugin, &with_odd), -3);
-  uint64_t health[5] = {};
-  abi.health(plugin, health);
-  EXPECT_EQ(health[0], 2u);
-  abi.destroy(plugin);
-  abi.destroy(nullptr);
+  EXPECT_EQ(abi.on_microbatch(plugin, &with_odd), FLOPMETER_E_REJECTED);
+  flopmeter_health_counters health = health_struct();
+  abi.health(plugin, &health);
+  EXPECT_EQ(health.bad_microbatches, 2u);
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);
+  EXPECT_EQ(abi.destroy(nullptr), FLOPMETER_OK);
 }
 
 // Two ranks in one thread over a trainer-provided all-reduce: the trainer's callbacks sum the two buffers
@@ -260,6 +273,325 @@ TEST(c_api, two_ranks_over_trainer_callbacks) {
   EXPECT_EQ(abi.create(write_config().c_str(), &bad, error, sizeof(error)), nullptr);
   EXPECT_NE(std::string(error).find("rank 2 is outside [0, 2)"), std::string::npos) << error;
   for (auto* p : plugins) abi.destroy(p);
+}
+
+// ---- version 2: named codes, the health struct, the life cycle of a handle ------------------------------
+
+flopmeter_comm comm_of(rank_user* user, int rank, int world) {
+  flopmeter_comm comm{};
+  comm.struct_size = sizeof(comm);
+  comm.rank = rank;
+  comm.world_size = world;
+  comm.user = user;
+  comm.start_allreduce_sum = start;
+  comm.wait = wait;
+  comm.release = release;
+  return comm;
+}
+
+TEST(c_api, version_2_names_every_return_code) {
+  c_abi abi;
+  ASSERT_NE(abi.library, nullptr) << dlerror();
+  EXPECT_EQ(abi.abi_version(), 2u);
+  const std::pair<int, const char*> codes[] = {
+      {FLOPMETER_OK, "FLOPMETER_OK"},
+      {FLOPMETER_E_NULL_ARGUMENT, "FLOPMETER_E_NULL_ARGUMENT"},
+      {FLOPMETER_E_STRUCT_SIZE, "FLOPMETER_E_STRUCT_SIZE"},
+      {FLOPMETER_E_REJECTED, "FLOPMETER_E_REJECTED"},
+      {FLOPMETER_E_INVALID_HANDLE, "FLOPMETER_E_INVALID_HANDLE"},
+      {FLOPMETER_E_AFTER_FLUSH, "FLOPMETER_E_AFTER_FLUSH"},
+  };
+  for (const auto& [code, name] : codes) {
+    EXPECT_EQ(std::string(abi.status_string(code)).rfind(std::string(name) + ":", 0), 0u) << code;
+  }
+  EXPECT_STREQ(abi.status_string(42), "unknown flopmeter return code");
+  EXPECT_STREQ(abi.status_string(INT_MIN), "unknown flopmeter return code");
+}
+
+TEST(c_api, health_is_a_struct_versioned_by_struct_size) {
+  c_abi abi;
+  ASSERT_NE(abi.library, nullptr) << dlerror();
+  char error[512] = {};
+  flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
+  ASSERT_NE(plugin, nullptr) << error;
+  const std::vector<int64_t> bad = {-1};
+  const flopmeter_microbatch m = microbatch(bad, {});
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_REJECTED);
+  flopmeter_log l = log_at(1);
+  EXPECT_EQ(abi.on_log(plugin, &l), FLOPMETER_OK);
+  // A caller of a future version: a larger struct with a field this library does not know. The known fields
+  // are filled, the unknown one is left as the caller set it.
+  struct future_health {
+    flopmeter_health_counters v2;
+    uint64_t counter_from_the_future;
+  } future{};
+  future.v2.struct_size = sizeof(future);
+  future.counter_from_the_future = 0xABCD;
+  EXPECT_EQ(abi.health(plugin, &future.v2), FLOPMETER_OK);
+  EXPECT_EQ(future.v2.bad_microbatches, 1u);
+  EXPECT_EQ(future.v2.collectives_started, 1u);
+  EXPECT_EQ(future.counter_from_the_future, 0xABCDu);
+  // Version 1's five counters (struct_size 4 + padding + 5 x 8 = 48 bytes) are below the first version of the
+  // struct: refused, nothing written.
+  flopmeter_health_counters small{};
+  small.struct_size = 48;
+  small.bad_microbatches = 77;
+  EXPECT_EQ(abi.health(plugin, &small), FLOPMETER_E_STRUCT_SIZE);
+  EXPECT_EQ(small.bad_microbatches, 77u);
+  EXPECT_EQ(abi.health(plugin, nullptr), FLOPMETER_E_NULL_ARGUMENT);
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);
+}
+
+// The code of each micro-batch comes from its own call: one thread sending only valid batches and one sending
+// only invalid ones never see each other's result. (A health() diff around the call, as version 1 did, gives
+// the valid thread a -3 whenever the other thread's rejection lands in between: about 1 in 10^5 of its calls
+// on a loaded 2-core machine, so the valid thread keeps calling for as long as the other one runs.)
+TEST(c_api, a_rejected_microbatch_is_reported_by_its_own_call_across_threads) {
+  c_abi abi;
+  ASSERT_NE(abi.library, nullptr) << dlerror();
+  char error[512] = {};
+  flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
+  ASSERT_NE(plugin, nullptr) << error;
+  constexpr int kBadCalls = 20000;
+  const std::vector<int64_t> good = {16}, bad = {-16};
+  const flopmeter_microbatch good_batch = microbatch(good, {}), bad_batch = microbatch(bad, {});
+  std::atomic<int> good_not_ok{0}, bad_not_rejected{0}, ready{0};
+  std::atomic<bool> bad_done{false};
+  std::int64_t good_calls = 0;
+  const auto start_together = [&ready] {
+    ++ready;
+    while (ready.load() < 2) std::this_thread::yield();
+  };
+  std::thread good_thread([&] {
+    start_together();
+    while (!bad_done.load()) {
+      ++good_calls;
+      if (abi.on_microbatch(plugin, &good_batch) != FLOPMETER_OK) ++good_not_ok;
+    }
+  });
+  std::thread bad_thread([&] {
+    start_together();
+    for (int i = 0; i < kBadCalls; ++i) {
+      if (abi.on_microbatch(plugin, &bad_batch) != FLOPMETER_E_REJECTED) ++bad_not_rejected;
+    }
+    bad_done = true;
+  });
+  good_thread.join();
+  bad_thread.join();
+  EXPECT_EQ(good_not_ok.load(), 0) << "of " << good_calls << " valid batches";
+  EXPECT_EQ(bad_not_rejected.load(), 0);
+  flopmeter_health_counters health = health_struct();
+  abi.health(plugin, &health);
+  EXPECT_EQ(health.bad_microbatches, static_cast<uint64_t>(kBadCalls));
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);
+}
+
+TEST(c_api, destroy_flushes_and_a_second_destroy_is_refused) {
+  c_abi abi;
+  ASSERT_NE(abi.library, nullptr) << dlerror();
+  char error[512] = {};
+  flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
+  ASSERT_NE(plugin, nullptr) << error;
+  captured out;
+  abi.set_metrics_callback(plugin, capture, &out);
+  const std::vector<int64_t> docs = {100};
+  const flopmeter_microbatch m = microbatch(docs, {});
+  abi.on_microbatch(plugin, &m);
+  flopmeter_log l = log_at(3);
+  abi.on_log(plugin, &l);
+  EXPECT_TRUE(out.records.empty());
+  // No flush: destroy emits the deferred interval (100 tokens at step 3).
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);
+  ASSERT_EQ(out.records.size(), 1u);
+  EXPECT_EQ(out.records[0].first, 3);
+  EXPECT_DOUBLE_EQ(json_number(out.records[0].second, "train/tokens_seen"), 100.0);
+  // The handle is dead: everything with it is refused, destroy included, and nothing crashes.
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_E_INVALID_HANDLE);
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_INVALID_HANDLE);
+  EXPECT_EQ(abi.on_log(plugin, &l), FLOPMETER_E_INVALID_HANDLE);
+  EXPECT_EQ(abi.flush(plugin), FLOPMETER_E_INVALID_HANDLE);
+  EXPECT_EQ(abi.set_metrics_callback(plugin, capture, &out), FLOPMETER_E_INVALID_HANDLE);
+  flopmeter_health_counters health = health_struct();
+  EXPECT_EQ(abi.health(plugin, &health), FLOPMETER_E_INVALID_HANDLE);
+  EXPECT_EQ(out.records.size(), 1u);
+  // A handle value is never reused: a plugin created next is a different handle, and the dead one stays dead.
+  flopmeter_plugin* next = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
+  ASSERT_NE(next, nullptr) << error;
+  EXPECT_NE(next, plugin);
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_INVALID_HANDLE);
+  EXPECT_EQ(abi.on_microbatch(next, &m), FLOPMETER_OK);
+  EXPECT_EQ(abi.destroy(next), FLOPMETER_OK);
+}
+
+TEST(c_api, a_world_beyond_the_bound_is_a_clear_create_error) {
+  c_abi abi;
+  ASSERT_NE(abi.library, nullptr) << dlerror();
+  two_rank_allreduce group;
+  rank_user user{&group, 0};
+  for (const int world : {INT_MAX, FLOPMETER_MAX_WORLD_SIZE + 1}) {
+    const flopmeter_comm comm = comm_of(&user, 0, world);
+    char error[512] = {};
+    EXPECT_EQ(abi.create(write_config().c_str(), &comm, error, sizeof(error)), nullptr);
+    EXPECT_NE(std::string(error).find("world_size " + std::to_string(world) + " exceeds 1048576 ranks"),
+              std::string::npos)
+        << error;
+  }
+}
+
+// Each array pointer NULL with a non-zero count: refused, counted, and none of its samples, padding or
+// tokens reach a metric. By hand: only the valid 1024-token, 1-sample batch is counted.
+TEST(c_api, a_null_array_with_a_count_is_refused_and_counted) {
+  c_abi abi;
+  ASSERT_NE(abi.library, nullptr) << dlerror();
+  char error[512] = {};
+  flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
+  ASSERT_NE(plugin, nullptr) << error;
+  captured out;
+  abi.set_metrics_callback(plugin, capture, &out);
+  for (int which = 0; which < 4; ++which) {
+    flopmeter_microbatch m = microbatch({}, {});
+    m.samples = 5;
+    m.padding_tokens = 100;
+    switch (which) {
+      case 0: m.num_document_lengths = 3; break;
+      case 1: m.num_cu_seqlens = 3; break;
+      case 2: m.num_positions = 3; break;
+      default: m.num_grids = 1; break;
+    }
+    EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_REJECTED) << which;
+  }
+  const std::vector<int64_t> docs = {1024};
+  const flopmeter_microbatch valid = microbatch(docs, {});
+  EXPECT_EQ(abi.on_microbatch(plugin, &valid), FLOPMETER_OK);
+  flopmeter_log l = log_at(1);
+  abi.on_log(plugin, &l);
+  abi.flush(plugin);
+  ASSERT_EQ(out.records.size(), 1u);
+  EXPECT_DOUBLE_EQ(json_number(out.records[0].second, "train/tokens_seen"), 1024.0);
+  EXPECT_DOUBLE_EQ(json_number(out.records[0].second, "train/num_samples"), 1.0);
+  EXPECT_DOUBLE_EQ(json_number(out.records[0].second, "train/batch_efficiency"), 1.0);
+  flopmeter_health_counters health = health_struct();
+  abi.health(plugin, &health);
+  EXPECT_EQ(health.bad_microbatches, 4u);
+  abi.destroy(plugin);
+}
+
+TEST(c_api, a_struct_size_too_small_is_counted_and_logged) {
+  c_abi abi;
+  ASSERT_NE(abi.library, nullptr) << dlerror();
+  char error[512] = {};
+  flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
+  ASSERT_NE(plugin, nullptr) << error;
+  const std::vector<int64_t> docs = {10};
+  flopmeter_microbatch m = microbatch(docs, {});
+  m.struct_size = sizeof(m) - 8;  // a caller whose struct lacks label_tokens
+  flopmeter_log l = log_at(1);
+  l.struct_size = 8;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_STRUCT_SIZE);
+  EXPECT_EQ(abi.on_log(plugin, &l), FLOPMETER_E_STRUCT_SIZE);
+  const std::string logged = testing::internal::GetCapturedStderr();
+  EXPECT_NE(logged.find("micro-batch refused by the C ABI (FLOPMETER_E_STRUCT_SIZE"), std::string::npos) << logged;
+  EXPECT_NE(logged.find("log refused by the C ABI (FLOPMETER_E_STRUCT_SIZE"), std::string::npos) << logged;
+  flopmeter_health_counters health = health_struct();
+  abi.health(plugin, &health);
+  EXPECT_EQ(health.bad_microbatches, 1u);
+  EXPECT_EQ(health.rejected_logs, 1u);
+  EXPECT_EQ(health.collectives_started, 0u);  // the refused log started no collective
+  abi.destroy(plugin);
+}
+
+// ---- hostile callers: codes, never a crash ---------------------------------------------------------------
+
+int wait_with_garbage(void*, void*, int64_t) { return 7; }  // neither 0, 1 nor -1
+void* start_refusing(void*, double*, size_t) { return nullptr; }
+
+TEST(c_api, hostile_callers_get_codes_not_crashes) {
+  c_abi abi;
+  ASSERT_NE(abi.library, nullptr) << dlerror();
+  char error[512] = {};
+  const std::string config = write_config();
+  const std::vector<int64_t> docs = {64};
+  const flopmeter_microbatch m = microbatch(docs, {});
+  flopmeter_log l = log_at(1);
+
+  // 1-3. Handles flopmeter never returned: small numbers, a stack address, all bits set.
+  int local = 0;
+  for (flopmeter_plugin* garbage :
+       {reinterpret_cast<flopmeter_plugin*>(0x1), reinterpret_cast<flopmeter_plugin*>(&local),
+        reinterpret_cast<flopmeter_plugin*>(~std::uintptr_t{0})}) {
+    EXPECT_EQ(abi.on_microbatch(garbage, &m), FLOPMETER_E_INVALID_HANDLE);
+    EXPECT_EQ(abi.on_log(garbage, &l), FLOPMETER_E_INVALID_HANDLE);
+    EXPECT_EQ(abi.destroy(garbage), FLOPMETER_E_INVALID_HANDLE);
+  }
+  EXPECT_EQ(local, 0);
+
+  // 4. A comm whose struct_size is too small.
+  two_rank_allreduce group;
+  rank_user user{&group, 0};
+  flopmeter_comm comm = comm_of(&user, 0, 1);
+  comm.struct_size = 8;
+  EXPECT_EQ(abi.create(config.c_str(), &comm, error, sizeof(error)), nullptr);
+  EXPECT_NE(std::string(error).find("flopmeter_comm.struct_size is 8"), std::string::npos) << error;
+  // 5. A comm missing its wait callback.
+  comm = comm_of(&user, 0, 1);
+  comm.wait = nullptr;
+  EXPECT_EQ(abi.create(config.c_str(), &comm, error, sizeof(error)), nullptr);
+  EXPECT_NE(std::string(error).find("must all be set"), std::string::npos) << error;
+  // 6-7. A world of 0 ranks, a negative rank.
+  for (const auto& [rank, world] : {std::pair<int, int>{0, 0}, std::pair<int, int>{-1, 2}}) {
+    comm = comm_of(&user, rank, world);
+    EXPECT_EQ(abi.create(config.c_str(), &comm, error, sizeof(error)), nullptr);
+    EXPECT_NE(std::string(error).find("is outside [0, " + std::to_string(world) + ")"), std::string::npos) << error;
+  }
+  // 8. No error buffer (NULL with a size, or a size of 0): create fails quietly, writing nothing.
+  EXPECT_EQ(abi.create(nullptr, nullptr, nullptr, 512), nullptr);
+  char untouched[4] = {'a', 'b', 'c', 'd'};
+  EXPECT_EQ(abi.create(nullptr, nullptr, untouched, 0), nullptr);
+  EXPECT_EQ(std::string(untouched, 4), "abcd");
+
+  flopmeter_plugin* plugin = abi.create(config.c_str(), nullptr, error, sizeof(error));
+  ASSERT_NE(plugin, nullptr) << error;
+  // 9. A caller built against a future header: a larger struct_size is read up to the fields known here.
+  struct future_microbatch {
+    flopmeter_microbatch v1;
+    int64_t field_from_the_future;
+  } future{};
+  future.v1 = m;
+  future.v1.struct_size = sizeof(future);
+  future.field_from_the_future = -1;
+  EXPECT_EQ(abi.on_microbatch(plugin, &future.v1), FLOPMETER_OK);
+  // 10. A NULL metrics callback (unset) and a flush with nothing to emit.
+  EXPECT_EQ(abi.set_metrics_callback(plugin, nullptr, nullptr), FLOPMETER_OK);
+  EXPECT_EQ(abi.on_log(plugin, &l), FLOPMETER_OK);
+  EXPECT_EQ(abi.flush(plugin), FLOPMETER_OK);
+  EXPECT_EQ(abi.flush(plugin), FLOPMETER_OK);  // a second flush does nothing
+  // 11. Events after flush: refused with their own code and counted.
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_AFTER_FLUSH);
+  EXPECT_EQ(abi.on_log(plugin, &l), FLOPMETER_E_AFTER_FLUSH);
+  flopmeter_health_counters health = health_struct();
+  EXPECT_EQ(abi.health(plugin, &health), FLOPMETER_OK);
+  EXPECT_EQ(health.events_after_flush, 2u);
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);
+
+  // 12. A trainer whose wait callback returns a code outside {0, 1, -1}, and 13. one whose start cannot start
+  // the collective: each log's interval is lost and counted, the plugin goes on.
+  for (int variant = 0; variant < 2; ++variant) {
+    comm = comm_of(&user, 0, 1);
+    if (variant == 0) comm.wait = wait_with_garbage;
+    if (variant == 1) comm.start_allreduce_sum = start_refusing;
+    flopmeter_plugin* p = abi.create(config.c_str(), &comm, error, sizeof(error));
+    ASSERT_NE(p, nullptr) << error;
+    captured out;
+    abi.set_metrics_callback(p, capture, &out);
+    for (int step = 1; step <= 3; ++step) {
+      EXPECT_EQ(abi.on_microbatch(p, &m), FLOPMETER_OK);
+      flopmeter_log log = log_at(step);
+      EXPECT_EQ(abi.on_log(p, &log), FLOPMETER_OK);
+    }
+    EXPECT_EQ(abi.destroy(p), FLOPMETER_OK);
+    EXPECT_TRUE(out.records.empty()) << variant;
+  }
 }
 
 }  // namespace

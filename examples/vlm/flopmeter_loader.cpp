@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -102,7 +103,13 @@ void plugin_library::destroy() {
 }
 
 bool plugin_library::health(std::uint64_t out[5]) const {
-  return plugin_ != nullptr && health_fn_(plugin_, out) == 0;
+  flopmeter_health_counters h{};
+  h.struct_size = sizeof(h);
+  if (plugin_ == nullptr || health_fn_(plugin_, &h) != FLOPMETER_OK) return false;
+  const std::uint64_t counters[5] = {h.bad_microbatches, h.failed_collectives, h.skipped_intervals,
+                                     h.events_after_flush, h.collectives_started};
+  std::copy(counters, counters + 5, out);
+  return true;
 }
 
 }  // namespace vlm

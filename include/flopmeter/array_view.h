@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <vector>
 
-namespace flopmeter {
+#include "flopmeter/export.h"
+
+namespace flopmeter FLOPMETER_EXPORT {
 
 template <class T>
 class array_view {
@@ -32,4 +34,4 @@ class array_view {
   std::size_t size_ = 0;
 };
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

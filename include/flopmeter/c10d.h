@@ -39,6 +39,7 @@
 #include <string>
 
 #include "flopmeter/communicator.h"
+#include "flopmeter/export.h"
 #include "flopmeter/gloo_env.h"  // make_gloo_communicator_from_env, declared there without LibTorch types
 
 namespace c10d {
@@ -46,7 +47,7 @@ class ProcessGroup;
 class Store;
 }  // namespace c10d
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // Checks on a group handed to flopmeter.
 struct c10d_options {
@@ -90,4 +91,4 @@ struct gloo_group_options {
 std::shared_ptr<communicator> make_gloo_communicator(c10::intrusive_ptr<c10d::Store> store, int rank,
                                                      int world_size, const gloo_group_options& options = {});
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

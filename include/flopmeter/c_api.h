@@ -1,17 +1,29 @@
 /* flopmeter/c_api.h — the C ABI for trainers that dlopen flopmeter as a plugin.
  *
  * Versioned and stable: every struct starts with `struct_size` (set it to sizeof(the struct) as your header
- * declares it) so later versions can add fields at the end; `flopmeter_abi_version()` returns
- * FLOPMETER_C_ABI_VERSION of the library you loaded — check it before use.
+ * declares it) so later versions can add fields at the end; the library reads (or, for
+ * flopmeter_health_counters, writes) only the fields that lie within struct_size. A struct_size below the
+ * struct's first version is refused with FLOPMETER_E_STRUCT_SIZE. `flopmeter_abi_version()` returns
+ * FLOPMETER_C_ABI_VERSION of the library you loaded: check it before use (version 2 named the return codes,
+ * made health a struct and made destroy return a code; see "Changes" at the end).
  *
  * Life cycle: flopmeter_create (from a plugin TOML path, see plugin_configs/SCHEMA.md) -> on_microbatch /
- * on_log events -> flopmeter_flush -> flopmeter_destroy. Configuration errors make create return NULL and
- * write a message (with file:line:col) into the caller's buffer. After a successful create nothing is ever
- * thrown or aborted into the caller: event functions return 0 on success and a negative code when the
- * event was rejected (counted, logged rate-limited); the training loop can ignore the return value.
+ * on_log events -> flopmeter_flush -> flopmeter_destroy.
+ *  - Configuration errors make create return NULL and write a message (with file:line:col) into the
+ *    caller's buffer.
+ *  - flopmeter_destroy flushes first (emits the last interval, waiting at most the plugin's collective
+ *    timeout, [logging] collective_timeout_ms), then frees the plugin. destroy(NULL) is allowed and does nothing.
+ *  - A handle is a name, not a pointer flopmeter dereferences: every call looks it up among the live
+ *    plugins. After destroy the handle is dead for good (values are never reused): calling anything with it,
+ *    destroying it a second time included, returns FLOPMETER_E_INVALID_HANDLE and touches nothing. A
+ *    call that races destroy on another thread is either refused the same way or runs on the flushed plugin.
+ *  - After a successful create nothing is ever thrown or aborted into the caller. Event functions return
+ *    FLOPMETER_OK or a negative FLOPMETER_E_* code; every refused event is counted in the health counters
+ *    and logged (at most one line a minute per kind, on stderr), so the training loop can ignore the codes.
  *
  * Ownership: the plugin owns its state; pointers inside event structs are read during the call only.
- * Thread-safety: one plugin may be called from several threads (calls are serialized internally).
+ * Thread-safety: one plugin may be called from several threads (calls are serialized internally); different
+ * plugins are independent.
  */
 #ifndef FLOPMETER_C_API_H_
 #define FLOPMETER_C_API_H_
@@ -19,11 +31,28 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "flopmeter/export.h" /* FLOPMETER_EXPORT: these functions are what libflopmeter.so exports */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define FLOPMETER_C_ABI_VERSION 1u
+#define FLOPMETER_C_ABI_VERSION 2u
+
+/* Return codes of every int-returning function (flopmeter_status_string describes each).
+ *   FLOPMETER_OK                done
+ *   FLOPMETER_E_NULL_ARGUMENT   the plugin handle or the event / output pointer is NULL
+ *   FLOPMETER_E_STRUCT_SIZE     struct_size below the struct's first version: refused, counted
+ *   FLOPMETER_E_REJECTED        an invalid micro-batch description (negative length, odd grid, a NULL array
+ *                               with a non-zero count, ...): in no metric, counted in bad_microbatches
+ *   FLOPMETER_E_INVALID_HANDLE  not a live plugin: destroyed already, or never returned by create
+ *   FLOPMETER_E_AFTER_FLUSH     an event after flush: ignored, counted in events_after_flush */
+#define FLOPMETER_OK 0
+#define FLOPMETER_E_NULL_ARGUMENT (-1)
+#define FLOPMETER_E_STRUCT_SIZE (-2)
+#define FLOPMETER_E_REJECTED (-3)
+#define FLOPMETER_E_INVALID_HANDLE (-4)
+#define FLOPMETER_E_AFTER_FLUSH (-5)
 
 typedef struct flopmeter_plugin flopmeter_plugin;
 
@@ -31,7 +60,8 @@ typedef struct flopmeter_grid {
   int64_t t, h, w; /* patches: temporal x height x width (Qwen's grid_thw) */
 } flopmeter_grid;
 
-/* One micro-batch: give exactly one of document_lengths, cu_seqlens, positions (count 0 = absent). */
+/* One micro-batch: give exactly one of document_lengths, cu_seqlens, positions (count 0 = absent). An array
+ * pointer may be NULL only with a count of 0; NULL with a non-zero count is FLOPMETER_E_REJECTED. */
 typedef struct flopmeter_microbatch {
   uint32_t struct_size;
   const int64_t* document_lengths;
@@ -67,13 +97,16 @@ typedef struct flopmeter_log {
   int64_t peak_memory_bytes;
 } flopmeter_log;
 
+#define FLOPMETER_MAX_WORLD_SIZE 1048576
+
 /* The one collective flopmeter needs, provided by the trainer: an in-place SUM all-reduce of doubles.
  * start returns a non-NULL handle (NULL = could not start); wait returns 0 done, 1 still pending after
  * timeout_ms, -1 failed; release frees the handle (called exactly once per handle, also if unfinished). */
 typedef struct flopmeter_comm {
   uint32_t struct_size;
-  int rank;
-  int world_size;
+  int rank;       /* in [0, world_size) */
+  int world_size; /* in [1, FLOPMETER_MAX_WORLD_SIZE]; larger is a create error (the per-log buffer is
+                   * world_size x 19 doubles: 152 MiB at the bound) */
   void* user;
   void* (*start_allreduce_sum)(void* user, double* values, size_t count);
   int (*wait)(void* user, void* handle, int64_t timeout_ms);
@@ -83,11 +116,11 @@ typedef struct flopmeter_comm {
 /* Called with each emitted record as one JSON object (the JSONL line, no newline). */
 typedef void (*flopmeter_metrics_callback)(void* user, int64_t step, const char* json);
 
-uint32_t flopmeter_abi_version(void);
+FLOPMETER_EXPORT uint32_t flopmeter_abi_version(void);
 
 /* comm NULL: a single process (rank 0 of 1). Returns NULL on error with the message in error[0..error_size). */
-flopmeter_plugin* flopmeter_create(const char* config_path, const flopmeter_comm* comm, char* error,
-                                   size_t error_size);
+FLOPMETER_EXPORT flopmeter_plugin* flopmeter_create(const char* config_path, const flopmeter_comm* comm, char* error,
+                                                    size_t error_size);
 
 /* Builds flopmeter's own Gloo group from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT + port_offset
  * (a separate TCPStore on that port, served by rank 0). Only in builds with LibTorch; otherwise NULL with
@@ -101,8 +134,9 @@ flopmeter_plugin* flopmeter_create(const char* config_path, const flopmeter_comm
  * default action kills the trainer. Ignore it (signal(SIGPIPE, SIG_IGN), as Python does) before creating the
  * plugin; a dead peer then costs failed collectives (counted in health), not the run. flopmeter does not
  * change signal dispositions itself. */
-flopmeter_plugin* flopmeter_create_gloo_from_env(const char* config_path, int port_offset, char* error,
-                                                 size_t error_size);
+FLOPMETER_EXPORT flopmeter_plugin* flopmeter_create_gloo_from_env(const char* config_path, int port_offset, char* error,
+                                                                  size_t error_size);
+
 
 /* Options of flopmeter_create_gloo_from_env_with (versioned by struct_size like every struct here). */
 typedef struct flopmeter_gloo_options {
@@ -113,18 +147,48 @@ typedef struct flopmeter_gloo_options {
 } flopmeter_gloo_options;
 
 /* flopmeter_create_gloo_from_env with options; NULL options or a too small struct_size: NULL with a message. */
-flopmeter_plugin* flopmeter_create_gloo_from_env_with(const char* config_path, const flopmeter_gloo_options* options,
+FLOPMETER_EXPORT flopmeter_plugin* flopmeter_create_gloo_from_env_with(const char* config_path, const flopmeter_gloo_options* options,
                                                       char* error, size_t error_size);
 
-int flopmeter_set_metrics_callback(flopmeter_plugin* plugin, flopmeter_metrics_callback callback, void* user);
-int flopmeter_on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch* microbatch);
-int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_log* log);
-int flopmeter_flush(flopmeter_plugin* plugin);
-void flopmeter_destroy(flopmeter_plugin* plugin);
+/* Events. Each returns FLOPMETER_OK or a negative FLOPMETER_E_* code (see above); a refused event is counted
+ * and logged, never fatal. on_microbatch returns FLOPMETER_E_REJECTED for a batch the plugin did not count.
+ * on_log and on_microbatch after flush return FLOPMETER_E_AFTER_FLUSH. */
+FLOPMETER_EXPORT int flopmeter_set_metrics_callback(flopmeter_plugin* plugin, flopmeter_metrics_callback callback,
+                                                    void* user);
+FLOPMETER_EXPORT int flopmeter_on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch* microbatch);
+FLOPMETER_EXPORT int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_log* log);
+FLOPMETER_EXPORT int flopmeter_flush(flopmeter_plugin* plugin);
 
-/* Copies the plugin's health counters (bad micro-batches, failed collectives, skipped intervals, events after
- * flush, collectives started) into out[0..5). Returns 0, or -1 for a NULL plugin. */
-int flopmeter_health(const flopmeter_plugin* plugin, uint64_t out[5]);
+/* Flushes (bounded by the collective timeout) and frees the plugin. NULL: FLOPMETER_OK, nothing done. A
+ * handle destroyed already (or never created): FLOPMETER_E_INVALID_HANDLE, nothing done. */
+FLOPMETER_EXPORT int flopmeter_destroy(flopmeter_plugin* plugin);
+
+/* The plugin's health counters; all zero in a healthy run. Set struct_size = sizeof(flopmeter_health_counters)
+ * before the call; the library fills the fields that lie within it. */
+typedef struct flopmeter_health_counters {
+  uint32_t struct_size;
+  uint64_t bad_microbatches;    /* refused micro-batches: invalid descriptions, and those the C ABI refused
+                                 * (a NULL array with a count, struct_size too small) */
+  uint64_t failed_collectives;  /* intervals lost to a failed or timed-out collective, or ranks out of step */
+  uint64_t skipped_intervals;   /* intervals not emitted (no positive time, failures, backing off, ...) */
+  uint64_t events_after_flush;  /* events that arrived after flush */
+  uint64_t collectives_started; /* one per on_log on the default path */
+  uint64_t rejected_logs;       /* on_log events the C ABI refused (NULL, struct_size too small) */
+} flopmeter_health_counters;
+
+/* FLOPMETER_OK; FLOPMETER_E_NULL_ARGUMENT (plugin or out NULL), FLOPMETER_E_STRUCT_SIZE (out->struct_size
+ * below this struct's first version; nothing written) or FLOPMETER_E_INVALID_HANDLE. */
+FLOPMETER_EXPORT int flopmeter_health(const flopmeter_plugin* plugin, flopmeter_health_counters* out);
+
+/* A static, NUL-terminated description of a return code ("FLOPMETER_E_REJECTED: ..."); never NULL. */
+FLOPMETER_EXPORT const char* flopmeter_status_string(int code);
+
+/* Changes.
+ * Version 2: return codes named (the values of version 1 kept: -1, -2, -3); flopmeter_health fills a
+ * flopmeter_health_counters struct instead of uint64_t out[5]; flopmeter_destroy returns an int and refuses a
+ * second destroy; on_log / on_microbatch after flush return FLOPMETER_E_AFTER_FLUSH (was 0); a NULL array with
+ * a non-zero count is refused (was read as empty); flopmeter_comm.world_size above 1,048,576 is a create
+ * error; flopmeter_status_string added. */
 
 #ifdef __cplusplus
 }

@@ -19,7 +19,9 @@
 #include <memory>
 #include <string>
 
-namespace flopmeter {
+#include "flopmeter/export.h"
+
+namespace flopmeter FLOPMETER_EXPORT {
 
 // The outcome of waiting on a collective.
 enum class collective_status {
@@ -63,4 +65,4 @@ class communicator {
 // A single-process "group" of one rank: the sum is the identity and completes at once.
 std::shared_ptr<communicator> make_local_communicator();
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

@@ -15,7 +15,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace flopmeter {
+#include "flopmeter/export.h"
+
+namespace flopmeter FLOPMETER_EXPORT {
 
 // Where a problem is. Every part is optional: "" and 0 mean "not known".
 struct error_location {
@@ -60,4 +62,4 @@ class error : public std::runtime_error {
   std::shared_ptr<const detail> detail_;  // shared: copying an exception never throws
 };
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

@@ -10,9 +10,10 @@
 #include <optional>
 
 #include "flopmeter/array_view.h"
+#include "flopmeter/export.h"
 #include "flopmeter/flop_model.h"
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // One micro-batch this rank ran. Describe its documents by exactly one of `document_lengths`, `cu_seqlens`
 // or `positions` (all three give the same counts; leaving all empty means no documents, e.g. only padding).
@@ -39,4 +40,4 @@ struct log_event {
   std::optional<std::int64_t> peak_memory_bytes;  // this rank's peak device memory in the interval
 };
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

@@ -22,9 +22,10 @@
 
 #include "flopmeter/array_view.h"
 #include "flopmeter/error.h"
+#include "flopmeter/export.h"
 #include "flopmeter/model_spec.h"
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // Which work is counted.
 enum class flop_scope {
@@ -151,4 +152,4 @@ struct flop_breakdown {
 
 flop_breakdown compute_flops(const coefficients& coeffs, const batch_counts& counts, flop_scope scope);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

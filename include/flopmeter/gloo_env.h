@@ -26,9 +26,10 @@
 #include <memory>
 #include <string>
 
+#include "flopmeter/export.h"
 #include "flopmeter/communicator.h"
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // Where make_gloo_communicator_from_env finds its peers. The defaults suit a trainer whose rank 0 already
 // hosts a c10d TCPStore at MASTER_ADDR:MASTER_PORT (torchrun-style launches).
@@ -61,4 +62,4 @@ std::shared_ptr<communicator> make_gloo_communicator_from_env(const gloo_env_opt
 // Same, with default options except the timeout.
 std::shared_ptr<communicator> make_gloo_communicator_from_env(std::chrono::milliseconds timeout);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

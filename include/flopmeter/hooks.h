@@ -20,8 +20,9 @@
 #include <vector>
 
 #include "flopmeter/events.h"
+#include "flopmeter/export.h"
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 class plugin {
  public:
@@ -79,4 +80,4 @@ class hooks {
   std::uint64_t swallowed_ = 0;
 };
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

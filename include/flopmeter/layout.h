@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
-namespace flopmeter {
+#include "flopmeter/export.h"
+
+namespace flopmeter FLOPMETER_EXPORT {
 
 enum class parallel_dim { tp = 0, cp = 1, dp = 2, pp = 3 };
 
@@ -47,4 +49,4 @@ class parallel_layout {
   std::string order_name_;
 };
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

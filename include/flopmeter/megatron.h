@@ -12,9 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "flopmeter/export.h"
 #include "flopmeter/model_spec.h"
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // Training FLOPs per token at row length `seq_len` (fwd + bwd), split into its token-linear and its
 // attention part, for the text decoder and the vision tower.
@@ -67,4 +68,4 @@ struct check_report {
 // int64: S(S+1)/2 causal pairs (S <= 2^32 - 1), and S^2 ViT pairs with a vision tower (S <= 3,037,000,499).
 check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, double tolerance = 1e-9);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

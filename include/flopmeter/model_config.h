@@ -10,9 +10,10 @@
 
 #include <string>
 
+#include "flopmeter/export.h"
 #include "flopmeter/model_spec.h"
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // Reads and validates the model at `path`: a model TOML file, a Hugging Face config.json (a file named
 // *.json, or whose text starts with '{'), or a checkpoint directory that holds a config.json. Throws
@@ -38,4 +39,4 @@ std::string import_hf_config(const std::string& path);
 // flopmeter::error whose where() is {"model_spec 'NAME'", key = the field path}.
 void validate_model_spec(const model_spec& spec);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

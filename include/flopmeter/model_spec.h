@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
-namespace flopmeter {
+#include "flopmeter/export.h"
+
+namespace flopmeter FLOPMETER_EXPORT {
 
 // Which token mixer a decoder layer uses.
 enum class layer_kind {
@@ -93,4 +95,4 @@ struct model_spec {
   bool train_mtp_layers = false;      // count the MTP layers' work (off by default)
 };
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

@@ -28,11 +28,12 @@
 #include <memory>
 
 #include "flopmeter/communicator.h"
+#include "flopmeter/export.h"
 
 typedef struct ncclComm* ncclComm_t;     // as in nccl.h
 typedef struct CUstream_st* cudaStream_t;  // as in CUDA's driver_types.h
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // `rank` and `world_size` are what rank()/world_size() report (NCCL's own view: ncclCommUserRank/Count);
 // throws flopmeter::error if comm is null, if they disagree with ncclCommUserRank/Count, or if the
@@ -42,4 +43,4 @@ namespace flopmeter {
 std::shared_ptr<communicator> make_nccl_communicator(ncclComm_t comm, cudaStream_t stream, int rank,
                                                      int world_size);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
-namespace flopmeter {
+#include "flopmeter/export.h"
+
+namespace flopmeter FLOPMETER_EXPORT {
 
 enum class peak_precision { bf16, fp8 };
 
@@ -36,4 +38,4 @@ std::optional<peak_match> find_peak(const std::string& device_name, peak_precisi
 
 const char* to_string(peak_precision precision);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

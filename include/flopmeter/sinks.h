@@ -15,11 +15,13 @@
 #include <utility>
 #include <vector>
 
+#include "flopmeter/export.h"
+
 namespace spdlog {
 class logger;
 }
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 struct metrics_record {
   std::int64_t step = 0;  // the optimizer step the interval ended at
@@ -76,4 +78,4 @@ struct sink_config {
 std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
                                               std::shared_ptr<spdlog::logger> logger = nullptr);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

@@ -15,9 +15,10 @@
 #include <memory>
 #include <string>
 
+#include "flopmeter/export.h"
 #include "flopmeter/sinks.h"
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // Throws flopmeter::error when `directory` is empty or cannot be created, or the first file cannot be
 // opened, or when this build of flopmeter has no TensorBoard support (built without protobuf).
@@ -26,4 +27,4 @@ namespace flopmeter {
 std::shared_ptr<sink> make_tensorboard_sink(const std::string& directory,
                                             std::shared_ptr<spdlog::logger> logger = nullptr);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "flopmeter/communicator.h"
+#include "flopmeter/export.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/hooks.h"
 #include "flopmeter/layout.h"
@@ -43,7 +44,7 @@ namespace spdlog {
 class logger;
 }
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // Which ranks hand their metrics to the sinks (every rank computes them; the collective is the same).
 enum class emit_ranks { rank0, all };
@@ -85,6 +86,13 @@ struct throughput_health {
                                           // e.g. a JSONL file in a directory that does not exist)
 };
 
+// What became of one micro-batch: record_microbatch's answer (the C ABI returns it to its caller).
+enum class microbatch_result {
+  counted,      // added to the interval
+  rejected,     // an invalid description: counted in health().bad_microbatches, in no metric
+  after_flush,  // arrived after flush(): counted in health().events_after_flush, ignored
+};
+
 class throughput_plugin : public plugin {
  public:
   // Throws flopmeter::error for invalid options (layout not dividing the world, sanity-check mismatch, ...).
@@ -93,6 +101,8 @@ class throughput_plugin : public plugin {
   ~throughput_plugin() override;
 
   void on_microbatch(const microbatch_event& event) noexcept override;
+  // on_microbatch that says whether the batch was counted, from the same call (no health() diff around it).
+  microbatch_result record_microbatch(const microbatch_event& event) noexcept;
   void on_log(const log_event& event) noexcept override;
   void flush() noexcept override;
 
@@ -137,4 +147,4 @@ std::shared_ptr<throughput_plugin> create_throughput_plugin(const std::string& c
 // Throws flopmeter::error for m < 1, non-finite m, or a schedule longer than 10^6 entries.
 std::vector<std::int64_t> accumulation_schedule(double tpi_multiplier);
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

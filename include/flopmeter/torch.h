@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "flopmeter/export.h"
 #include "flopmeter/c10d.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/hooks.h"
@@ -53,7 +54,7 @@ namespace c10d {
 class ProcessGroup;
 }  // namespace c10d
 
-namespace flopmeter {
+namespace flopmeter FLOPMETER_EXPORT {
 
 // One micro-batch as tensors. Give cu_seqlens or positions (1-D, any integer dtype; floating-point and bool
 // tensors are rejected), not both.
@@ -111,4 +112,4 @@ std::shared_ptr<tensor_throughput> create_tensor_throughput(const std::string& c
                                                             std::vector<std::shared_ptr<sink>> extra_sinks = {},
                                                             const c10d_options& checks = {});
 
-}  // namespace flopmeter
+}  // namespace FLOPMETER_EXPORT

@@ -1,11 +1,24 @@
 // The C ABI: a thin, exception-proof shell over the C++ throughput plugin.
+//
+// Handles: a flopmeter_plugin* is never dereferenced. Its value is a number from a counter that never
+// repeats, looked up among the live plugins (a registry behind one mutex) on every call, so a handle that
+// was destroyed, or never created, is refused with FLOPMETER_E_INVALID_HANDLE instead of being a
+// use-after-free. A call holds a shared_ptr to the plugin while it runs: destroy on another thread removes the
+// name at once, and the plugin is freed when the last call on it returns.
 #include "flopmeter/c_api.h"
 
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "flopmeter/communicator.h"
@@ -14,6 +27,7 @@
 #include "flopmeter/gloo_env.h"
 #include "accounting/plugin_factory.h"
 #include "output/json_line.h"
+#include "output/logging.h"
 
 namespace {
 
@@ -93,9 +107,17 @@ class c_communicator final : public flopmeter::communicator {
 
 std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm* comm) {
   if (comm == nullptr) return flopmeter::make_local_communicator();
-  if (comm->struct_size < sizeof(flopmeter_comm)) throw flopmeter::error("flopmeter_comm.struct_size is too small");
+  if (comm->struct_size < sizeof(flopmeter_comm)) {
+    throw flopmeter::error("flopmeter_comm.struct_size is " + std::to_string(comm->struct_size) + ", below " +
+                           std::to_string(sizeof(flopmeter_comm)) + " (set it to sizeof(flopmeter_comm))");
+  }
   if (comm->start_allreduce_sum == nullptr || comm->wait == nullptr || comm->release == nullptr) {
     throw flopmeter::error("flopmeter_comm: start_allreduce_sum, wait and release must all be set");
+  }
+  if (comm->world_size > FLOPMETER_MAX_WORLD_SIZE) {
+    throw flopmeter::error("flopmeter_comm: world_size " + std::to_string(comm->world_size) + " exceeds " +
+                           std::to_string(FLOPMETER_MAX_WORLD_SIZE) +
+                           " ranks, the largest flopmeter supports (FLOPMETER_MAX_WORLD_SIZE)");
   }
   if (comm->world_size < 1 || comm->rank < 0 || comm->rank >= comm->world_size) {
     throw flopmeter::error("flopmeter_comm: rank " + std::to_string(comm->rank) + " is outside [0, " +
@@ -104,35 +126,137 @@ std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm*
   return std::make_shared<c_communicator>(*comm);
 }
 
-}  // namespace
+// The smallest struct_size accepted for each struct: the end of its last field in its first version.
+constexpr std::size_t kMicrobatchV1Size = offsetof(flopmeter_microbatch, label_tokens) + sizeof(int64_t);
+constexpr std::size_t kLogV1Size = offsetof(flopmeter_log, peak_memory_bytes) + sizeof(int64_t);
+constexpr std::size_t kHealthV2Size = offsetof(flopmeter_health_counters, rejected_logs) + sizeof(uint64_t);
 
-struct flopmeter_plugin {
-  std::shared_ptr<flopmeter::throughput_plugin> plugin;
-  std::shared_ptr<callback_slot> callback;
+// One warning a minute per kind, as the plugin's own; under a lock of its own, since the C ABI's refusals
+// happen before the plugin and outside its mutex.
+class rate_limited_warning {
+ public:
+  template <class... Args>
+  void warn(spdlog::logger& logger, const char* format, const Args&... args) noexcept {
+    try {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!limiter_.allow()) return;
+      }
+      logger.warn(fmt::runtime(format), args...);
+    } catch (...) {
+      // Logging must not be the thing that throws into the training loop.
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  flopmeter::detail::rate_limiter limiter_;
 };
 
-extern "C" {
+// What one handle names: the plugin, its callback slot, the logger they share, and the C ABI's own counters
+// of events it refused before they reached the plugin.
+struct plugin_state {
+  std::shared_ptr<flopmeter::throughput_plugin> plugin;
+  std::shared_ptr<callback_slot> callback;
+  std::shared_ptr<spdlog::logger> logger;
+  std::atomic<std::uint64_t> refused_microbatches{0};
+  std::atomic<std::uint64_t> refused_logs{0};
+  std::atomic<bool> flushed{false};
+  rate_limited_warning microbatch_warning;
+  rate_limited_warning log_warning;
+};
 
-uint32_t flopmeter_abi_version(void) { return FLOPMETER_C_ABI_VERSION; }
+// The live handles. Never destroyed (a process exit or dlclose must not run plugin destructors from static
+// destruction): a handle the trainer never destroyed stays as it is, like memory it never freed.
+class handle_registry {
+ public:
+  static handle_registry& instance() {
+    static handle_registry* registry = new handle_registry();
+    return *registry;
+  }
+  flopmeter_plugin* add(std::shared_ptr<plugin_state> state) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Never 0 (NULL) and never reused; handles are 16 apart, so a small garbage value is not a live one.
+    next_ += 16;
+    live_.emplace(next_, std::move(state));
+    return reinterpret_cast<flopmeter_plugin*>(next_);
+  }
+  std::shared_ptr<plugin_state> find(const flopmeter_plugin* handle) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = live_.find(reinterpret_cast<std::uintptr_t>(handle));
+    return it == live_.end() ? nullptr : it->second;
+  }
+  std::shared_ptr<plugin_state> remove(const flopmeter_plugin* handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = live_.find(reinterpret_cast<std::uintptr_t>(handle));
+    if (it == live_.end()) return nullptr;
+    std::shared_ptr<plugin_state> state = std::move(it->second);
+    live_.erase(it);
+    return state;
+  }
 
-static flopmeter_plugin* create_with(const char* config_path, std::shared_ptr<flopmeter::communicator> comm) {
-  auto handle = std::make_unique<flopmeter_plugin>();
-  handle->callback = std::make_shared<callback_slot>();
-  handle->plugin = flopmeter::create_throughput_plugin(config_path, std::move(comm), nullptr, {handle->callback});
-  return handle.release();
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::uintptr_t, std::shared_ptr<plugin_state>> live_;
+  std::uintptr_t next_ = 0x1000;
+};
+
+// Creates the plugin with the C ABI's logger (shared by the plugin and the C ABI's refusals) and its callback
+// sink, and registers the handle.
+template <class Create>
+flopmeter_plugin* register_plugin(const Create& create) {
+  auto state = std::make_shared<plugin_state>();
+  state->callback = std::make_shared<callback_slot>();
+  state->logger = flopmeter::detail::private_logger();
+  state->plugin = create(state->logger, state->callback);
+  return handle_registry::instance().add(std::move(state));
 }
 
-flopmeter_plugin* flopmeter_create(const char* config_path, const flopmeter_comm* comm, char* error,
-                                   size_t error_size) {
+flopmeter_plugin* create_with(const char* config_path, std::shared_ptr<flopmeter::communicator> comm) {
+  return register_plugin([&](const std::shared_ptr<spdlog::logger>& logger, std::shared_ptr<flopmeter::sink> callback) {
+    return flopmeter::create_throughput_plugin(config_path, std::move(comm), logger, {std::move(callback)});
+  });
+}
+
+template <class Create>
+flopmeter_plugin* create_or_report(char* error, std::size_t error_size, const Create& create) noexcept {
   try {
-    if (config_path == nullptr) throw flopmeter::error("config_path is NULL");
-    return create_with(config_path, communicator_from(comm));
+    return create();
+  } catch (const std::bad_alloc&) {
+    write_error(error, error_size, "out of memory while creating the plugin");
   } catch (const std::exception& e) {
     write_error(error, error_size, e.what());
   } catch (...) {
     write_error(error, error_size, "unknown error");
   }
   return nullptr;
+}
+
+// An array of the event: NULL is absent only with a count of 0.
+template <class T>
+bool array_given(const T* data, std::size_t count) {
+  return data != nullptr || count == 0;
+}
+
+int refuse_microbatch(plugin_state& state, int code, const char* what) noexcept {
+  state.refused_microbatches.fetch_add(1, std::memory_order_relaxed);
+  state.microbatch_warning.warn(*state.logger, "flopmeter: micro-batch refused by the C ABI ({}): {}",
+                                flopmeter_status_string(code), what);
+  return code;
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t flopmeter_abi_version(void) { return FLOPMETER_C_ABI_VERSION; }
+
+flopmeter_plugin* flopmeter_create(const char* config_path, const flopmeter_comm* comm, char* error,
+                                   size_t error_size) {
+  return create_or_report(error, error_size, [&] {
+    if (config_path == nullptr) throw flopmeter::error("config_path is NULL");
+    return create_with(config_path, communicator_from(comm));
+  });
 }
 
 // flopmeter's own Gloo group (gloo_env.h) on a TCPStore of its own at MASTER_PORT + port_offset, bounded by
@@ -152,28 +276,21 @@ static flopmeter_plugin* create_gloo_from_env(const char* config_path, int port_
   gloo.start_store_server = true;
   gloo.store_port_offset = port_offset;
   gloo.timeout = timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms) : config.rendezvous_timeout;
-  auto handle = std::make_unique<flopmeter_plugin>();
-  handle->callback = std::make_shared<callback_slot>();
-  handle->plugin = flopmeter::detail::create_configured_plugin(
-      config_path, std::move(config), flopmeter::make_gloo_communicator_from_env(gloo), nullptr, {handle->callback});
-  return handle.release();
+  auto communicator = flopmeter::make_gloo_communicator_from_env(gloo);
+  return register_plugin([&](const std::shared_ptr<spdlog::logger>& logger, std::shared_ptr<flopmeter::sink> callback) {
+    return flopmeter::detail::create_configured_plugin(config_path, std::move(config), std::move(communicator), logger,
+                                                       {std::move(callback)});
+  });
 }
 
 flopmeter_plugin* flopmeter_create_gloo_from_env(const char* config_path, int port_offset, char* error,
                                                  size_t error_size) {
-  try {
-    return create_gloo_from_env(config_path, port_offset, 0);
-  } catch (const std::exception& e) {
-    write_error(error, error_size, e.what());
-  } catch (...) {
-    write_error(error, error_size, "unknown error");
-  }
-  return nullptr;
+  return create_or_report(error, error_size, [&] { return create_gloo_from_env(config_path, port_offset, 0); });
 }
 
 flopmeter_plugin* flopmeter_create_gloo_from_env_with(const char* config_path, const flopmeter_gloo_options* options,
                                                       char* error, size_t error_size) {
-  try {
+  return create_or_report(error, error_size, [&] {
     if (options == nullptr) throw flopmeter::error("flopmeter_create_gloo_from_env_with: options is NULL");
     if (options->struct_size < sizeof(flopmeter_gloo_options)) {
       throw flopmeter::error("flopmeter_gloo_options.struct_size is too small (" +
@@ -181,43 +298,74 @@ flopmeter_plugin* flopmeter_create_gloo_from_env_with(const char* config_path, c
                              std::to_string(sizeof(flopmeter_gloo_options)) + ")");
     }
     return create_gloo_from_env(config_path, options->port_offset, options->rendezvous_timeout_ms);
-  } catch (const std::exception& e) {
-    write_error(error, error_size, e.what());
-  } catch (...) {
-    write_error(error, error_size, "unknown error");
-  }
-  return nullptr;
+  });
 }
 
 int flopmeter_set_metrics_callback(flopmeter_plugin* plugin, flopmeter_metrics_callback callback, void* user) {
-  if (plugin == nullptr) return -1;
-  plugin->callback->set(callback, user);
-  return 0;
+  if (plugin == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  state->callback->set(callback, user);
+  return FLOPMETER_OK;
 }
 
 int flopmeter_on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch* m) {
-  if (plugin == nullptr || m == nullptr) return -1;
-  if (m->struct_size < sizeof(flopmeter_microbatch)) return -2;
+  if (plugin == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  if (m == nullptr) {
+    return refuse_microbatch(*state, FLOPMETER_E_NULL_ARGUMENT, "the flopmeter_microbatch pointer is NULL");
+  }
+  if (m->struct_size < kMicrobatchV1Size) {
+    return refuse_microbatch(*state, FLOPMETER_E_STRUCT_SIZE,
+                             "flopmeter_microbatch.struct_size is below sizeof(flopmeter_microbatch) of ABI version 1");
+  }
+  if (!array_given(m->document_lengths, m->num_document_lengths) || !array_given(m->cu_seqlens, m->num_cu_seqlens) ||
+      !array_given(m->positions, m->num_positions) || !array_given(m->grids, m->num_grids)) {
+    return refuse_microbatch(*state, FLOPMETER_E_REJECTED, "an array pointer is NULL with a non-zero count");
+  }
   flopmeter::microbatch_event e;
-  e.document_lengths = {m->document_lengths, m->document_lengths ? m->num_document_lengths : 0};
-  e.cu_seqlens = {m->cu_seqlens, m->cu_seqlens ? m->num_cu_seqlens : 0};
-  e.positions = {m->positions, m->positions ? m->num_positions : 0};
+  e.document_lengths = {m->document_lengths, m->num_document_lengths};
+  e.cu_seqlens = {m->cu_seqlens, m->num_cu_seqlens};
+  e.positions = {m->positions, m->num_positions};
   e.padding_tokens = m->padding_tokens;
   static_assert(sizeof(flopmeter_grid) == sizeof(flopmeter::image_grid), "grid layouts must match");
-  e.image_grids = {reinterpret_cast<const flopmeter::image_grid*>(m->grids), m->grids ? m->num_grids : 0};
+  e.image_grids = {reinterpret_cast<const flopmeter::image_grid*>(m->grids), m->num_grids};
   e.samples = m->samples;
   if (m->has_loss) {
     e.loss_sum = m->loss_sum;
     e.label_tokens = m->label_tokens;
   }
-  const std::uint64_t bad_before = plugin->plugin->health().bad_microbatches;
-  plugin->plugin->on_microbatch(e);
-  return plugin->plugin->health().bad_microbatches == bad_before ? 0 : -3;
+  switch (state->plugin->record_microbatch(e)) {
+    case flopmeter::microbatch_result::counted: return FLOPMETER_OK;
+    case flopmeter::microbatch_result::rejected: return FLOPMETER_E_REJECTED;  // counted and logged by the plugin
+    case flopmeter::microbatch_result::after_flush: return FLOPMETER_E_AFTER_FLUSH;
+  }
+  return FLOPMETER_E_REJECTED;
 }
 
 int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_log* l) {
-  if (plugin == nullptr || l == nullptr) return -1;
-  if (l->struct_size < sizeof(flopmeter_log)) return -2;
+  if (plugin == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  const char* refused = nullptr;
+  int code = FLOPMETER_OK;
+  if (l == nullptr) {
+    refused = "the flopmeter_log pointer is NULL";
+    code = FLOPMETER_E_NULL_ARGUMENT;
+  } else if (l->struct_size < kLogV1Size) {
+    refused = "flopmeter_log.struct_size is below sizeof(flopmeter_log) of ABI version 1";
+    code = FLOPMETER_E_STRUCT_SIZE;
+  }
+  if (refused != nullptr) {
+    state->refused_logs.fetch_add(1, std::memory_order_relaxed);
+    state->log_warning.warn(*state->logger,
+                            "flopmeter: log refused by the C ABI ({}): {}; this rank's collective "
+                            "for it is not issued",
+                            flopmeter_status_string(code), refused);
+    return code;
+  }
+  const bool after_flush = state->flushed.load();
   flopmeter::log_event e;
   e.step = l->step;
   if (l->set_fields & FLOPMETER_LOG_LEARNING_RATE) e.learning_rate = l->learning_rate;
@@ -227,34 +375,54 @@ int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_log* l) {
     e.forward_backward_time = std::chrono::duration<double>(l->forward_backward_time_seconds);
   }
   if (l->set_fields & FLOPMETER_LOG_PEAK_MEMORY) e.peak_memory_bytes = l->peak_memory_bytes;
-  plugin->plugin->on_log(e);
-  return 0;
+  state->plugin->on_log(e);  // after flush the plugin counts it in events_after_flush
+  return after_flush ? FLOPMETER_E_AFTER_FLUSH : FLOPMETER_OK;
 }
 
 int flopmeter_flush(flopmeter_plugin* plugin) {
-  if (plugin == nullptr) return -1;
-  plugin->plugin->flush();
-  return 0;
+  if (plugin == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  state->plugin->flush();
+  state->flushed.store(true);
+  return FLOPMETER_OK;
 }
 
-void flopmeter_destroy(flopmeter_plugin* plugin) {
-  if (plugin == nullptr) return;
-  try {
-    plugin->plugin->flush();
-  } catch (...) {
+int flopmeter_destroy(flopmeter_plugin* plugin) {
+  if (plugin == nullptr) return FLOPMETER_OK;
+  std::shared_ptr<plugin_state> state = handle_registry::instance().remove(plugin);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  state->plugin->flush();  // noexcept; bounded by the collective timeout
+  state->flushed.store(true);
+  return FLOPMETER_OK;  // the plugin is freed here, or when a call racing this one returns
+}
+
+int flopmeter_health(const flopmeter_plugin* plugin, flopmeter_health_counters* out) {
+  if (plugin == nullptr || out == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  if (out->struct_size < kHealthV2Size) return FLOPMETER_E_STRUCT_SIZE;
+  const flopmeter::throughput_health h = state->plugin->health();
+  out->bad_microbatches = h.bad_microbatches + state->refused_microbatches.load(std::memory_order_relaxed);
+  out->failed_collectives = h.failed_collectives;
+  out->skipped_intervals = h.skipped_intervals;
+  out->events_after_flush = h.events_after_flush;
+  out->collectives_started = h.collectives_started;
+  out->rejected_logs = state->refused_logs.load(std::memory_order_relaxed);
+  return FLOPMETER_OK;
+}
+
+const char* flopmeter_status_string(int code) {
+  switch (code) {
+    case FLOPMETER_OK: return "FLOPMETER_OK: done";
+    case FLOPMETER_E_NULL_ARGUMENT: return "FLOPMETER_E_NULL_ARGUMENT: the plugin handle or a required pointer is NULL";
+    case FLOPMETER_E_STRUCT_SIZE: return "FLOPMETER_E_STRUCT_SIZE: struct_size is below the struct's first version";
+    case FLOPMETER_E_REJECTED: return "FLOPMETER_E_REJECTED: an invalid micro-batch description, not counted";
+    case FLOPMETER_E_INVALID_HANDLE:
+      return "FLOPMETER_E_INVALID_HANDLE: not a live plugin (destroyed already, or never created)";
+    case FLOPMETER_E_AFTER_FLUSH: return "FLOPMETER_E_AFTER_FLUSH: an event after flush, ignored";
+    default: return "unknown flopmeter return code";
   }
-  delete plugin;
-}
-
-int flopmeter_health(const flopmeter_plugin* plugin, uint64_t out[5]) {
-  if (plugin == nullptr || out == nullptr) return -1;
-  const flopmeter::throughput_health h = plugin->plugin->health();
-  out[0] = h.bad_microbatches;
-  out[1] = h.failed_collectives;
-  out[2] = h.skipped_intervals;
-  out[3] = h.events_after_flush;
-  out[4] = h.collectives_started;
-  return 0;
 }
 
 }  // extern "C"

@@ -145,11 +145,11 @@ class throughput_plugin::impl {
     interval_start_ = clock_();
   }
 
-  void on_microbatch(const microbatch_event& event) noexcept {
+  microbatch_result on_microbatch(const microbatch_event& event) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     if (flushed_) {
       ++health_.events_after_flush;
-      return;
+      return microbatch_result::after_flush;
     }
     current_.microbatches += 1;
     try {
@@ -187,7 +187,9 @@ class throughput_plugin::impl {
     } catch (const std::exception& e) {
       ++health_.bad_microbatches;
       warn_rate_limited(last_batch_warning_, "flopmeter: micro-batch not counted: {}", e.what());
+      return microbatch_result::rejected;
     }
+    return microbatch_result::counted;
   }
 
   // Destroyed without flush(): the last interval is flushed here, bounded like any on_log by the collective
@@ -552,7 +554,10 @@ std::shared_ptr<throughput_plugin> throughput_plugin::create(throughput_options 
 throughput_plugin::throughput_plugin(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
 throughput_plugin::~throughput_plugin() = default;
 
-void throughput_plugin::on_microbatch(const microbatch_event& event) noexcept { impl_->on_microbatch(event); }
+void throughput_plugin::on_microbatch(const microbatch_event& event) noexcept { (void)impl_->on_microbatch(event); }
+microbatch_result throughput_plugin::record_microbatch(const microbatch_event& event) noexcept {
+  return impl_->on_microbatch(event);
+}
 void throughput_plugin::on_log(const log_event& event) noexcept { impl_->on_log(event); }
 void throughput_plugin::flush() noexcept { impl_->flush(); }
 throughput_health throughput_plugin::health() const { return impl_->health(); }
