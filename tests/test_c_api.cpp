@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstddef>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -331,6 +332,17 @@ TEST(c_api, health_is_a_struct_versioned_by_struct_size) {
   EXPECT_EQ(future.v2.bad_microbatches, 1u);
   EXPECT_EQ(future.v2.collectives_started, 1u);
   EXPECT_EQ(future.counter_from_the_future, 0xABCDu);
+  EXPECT_EQ(future.v2.dropped_records, 0u);  // written (the caller's struct has it): nothing was dropped
+  // A caller compiled against the first version-2 layout (ending at rejected_logs): the counters appended later
+  // (out_of_step_intervals, dropped_records) lie beyond its struct_size and are not written.
+  flopmeter_health_counters first_v2{};
+  first_v2.struct_size = offsetof(flopmeter_health_counters, rejected_logs) + sizeof(uint64_t);
+  first_v2.out_of_step_intervals = 55;
+  first_v2.dropped_records = 66;
+  EXPECT_EQ(abi.health(plugin, &first_v2), FLOPMETER_OK);
+  EXPECT_EQ(first_v2.bad_microbatches, 1u);
+  EXPECT_EQ(first_v2.out_of_step_intervals, 55u);
+  EXPECT_EQ(first_v2.dropped_records, 66u);
   // Version 1's five counters (struct_size 4 + padding + 5 x 8 = 48 bytes) are below the first version of the
   // struct: refused, nothing written.
   flopmeter_health_counters small{};

@@ -174,6 +174,9 @@ typedef struct flopmeter_health_counters {
   uint64_t events_after_flush;  /* events that arrived after flush */
   uint64_t collectives_started; /* one per on_log on the default path */
   uint64_t rejected_logs;       /* on_log events the C ABI refused (NULL, struct_size too small) */
+  /* Added later in version 2; written only when struct_size covers them. */
+  uint64_t out_of_step_intervals; /* of failed_collectives: intervals whose rows came from different logs */
+  uint64_t dropped_records;       /* records a sink could not write (full disk, closed file, ...) */
 } flopmeter_health_counters;
 
 /* FLOPMETER_OK; FLOPMETER_E_NULL_ARGUMENT (plugin or out NULL), FLOPMETER_E_STRUCT_SIZE (out->struct_size

@@ -409,6 +409,12 @@ int flopmeter_health(const flopmeter_plugin* plugin, flopmeter_health_counters* 
   out->events_after_flush = h.events_after_flush;
   out->collectives_started = h.collectives_started;
   out->rejected_logs = state->refused_logs.load(std::memory_order_relaxed);
+  // Fields appended after the first version-2 layout: written only when the caller's struct has them.
+  const auto covers = [&](std::size_t offset) { return out->struct_size >= offset + sizeof(uint64_t); };
+  if (covers(offsetof(flopmeter_health_counters, out_of_step_intervals))) {
+    out->out_of_step_intervals = h.out_of_step_intervals;
+  }
+  if (covers(offsetof(flopmeter_health_counters, dropped_records))) out->dropped_records = h.dropped_records;
   return FLOPMETER_OK;
 }
 
