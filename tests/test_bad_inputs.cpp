@@ -111,13 +111,21 @@ TEST(bad_inputs, rank_outside_the_world) {
             "parallel layout: world_size must be >= 1, got 0");
 }
 
-TEST(bad_inputs, peak_that_is_not_a_positive_finite_number) {
-  for (const double peak : {0.0, -5.0, kNaN, std::numeric_limits<double>::infinity()}) {
+TEST(bad_inputs, peak_outside_its_documented_range) {
+  // setting_range: [0.001, 100000] TFLOP/s. 1e300 would make every MFU ~0 and 1e-300 or the smallest subnormal
+  // (5e-324) an MFU of ~1e300 %: a unit mix-up, refused at create() on every path (C++, C ABI, plugin file).
+  for (const double peak :
+       {0.0, -5.0, kNaN, std::numeric_limits<double>::infinity(), 1e300, 1e-300, 5e-324, 100000.5, 0.000999}) {
     throughput_options o = base_options();
     o.peak_tflops_per_gpu = peak;
     const std::string message = create_error(o, make_local_communicator());
-    EXPECT_EQ(message.rfind("throughput plugin: peak_tflops_per_gpu must be a finite number > 0 (got ", 0), 0u)
+    EXPECT_EQ(message.rfind("throughput plugin: peak_tflops_per_gpu must be in [0.001, 100000] TFLOP/s (got ", 0), 0u)
         << message;
+  }
+  for (const double peak : {0.001, 100000.0}) {  // the bounds themselves are accepted
+    throughput_options o = base_options();
+    o.peak_tflops_per_gpu = peak;
+    EXPECT_NO_THROW((void)throughput_plugin::create(std::move(o), make_local_communicator())) << peak;
   }
 }
 
@@ -128,10 +136,17 @@ TEST(bad_inputs, other_options_the_plugin_refuses) {
   o = base_options();
   o.tpi_multiplier = 0.5;
   EXPECT_EQ(create_error(o, make_local_communicator()),
-            "throughput plugin: tpi_multiplier must be a finite number >= 1 (got 0.500000)");
+            "throughput plugin: tpi_multiplier must be in [1, 1e6] (got 0.500000)");
+  o.tpi_multiplier = 1e300;  // accepted before: documented range [1, 1e6]
+  EXPECT_EQ(
+      create_error(o, make_local_communicator()).rfind("throughput plugin: tpi_multiplier must be in [1, 1e6]", 0), 0u);
   o = base_options();
   o.collective_timeout = std::chrono::milliseconds(-1);
-  EXPECT_EQ(create_error(o, make_local_communicator()), "throughput plugin: collective_timeout must be >= 0");
+  EXPECT_EQ(create_error(o, make_local_communicator()),
+            "throughput plugin: collective_timeout must be in [0, 3600000] ms (got -1 ms)");
+  o.collective_timeout = std::chrono::milliseconds(3'600'001);  // an hour and a millisecond
+  EXPECT_EQ(create_error(o, make_local_communicator()),
+            "throughput plugin: collective_timeout must be in [0, 3600000] ms (got 3600001 ms)");
   EXPECT_EQ(create_error(base_options(), nullptr),
             "throughput plugin: a communicator is required (make_local_communicator() for one process)");
 }

@@ -346,7 +346,10 @@ TEST(GlooFromEnv, MissingOrMalformedVariablesAreNamed) {
     scoped_env env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}});
     flopmeter::gloo_env_options zero;
     zero.timeout = milliseconds(0);
-    expect_env_error(zero, "timeout must be > 0 ms");
+    expect_env_error(zero, "timeout must be in (0, 3600000] ms, got 0");
+    flopmeter::gloo_env_options over_an_hour;  // setting_range::max_timeout_ms
+    over_an_hour.timeout = milliseconds(3'600'001);
+    expect_env_error(over_an_hour, "timeout must be in (0, 3600000] ms, got 3600001");
   }
 }
 

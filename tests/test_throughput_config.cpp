@@ -283,11 +283,19 @@ const bad_case kBadCases[] = {
     {"negative_inf_tflops", "tflops_per_gpu = 989.4", "tflops_per_gpu = -inf",
      ":7:18: key 'peak.tflops_per_gpu': must be finite (got -inf)"},
     {"negative_tflops", "tflops_per_gpu = 989.4", "tflops_per_gpu = -5.5",
-     ":7:18: key 'peak.tflops_per_gpu': must be > 0 (got -5.5)"},
+     ":7:18: key 'peak.tflops_per_gpu': must be >= 0.001 (got -5.5)"},
     {"zero_tflops", "tflops_per_gpu = 989.4", "tflops_per_gpu = 0",
-     ":7:18: key 'peak.tflops_per_gpu': must be > 0 (got 0)"},
+     ":7:18: key 'peak.tflops_per_gpu': must be >= 0.001 (got 0)"},
     {"tflops_as_string", "tflops_per_gpu = 989.4", "tflops_per_gpu = \"989.4\"",
      ":7:18: key 'peak.tflops_per_gpu': expected a number, got string"},
+    // Issue 9 item 4: a peak beyond the documented range [0.001, 100000] TFLOP/s (setting_range) is a unit
+    // mix-up, not a GPU: 1e300 would give an MFU of ~0, 1e-300 or a subnormal an MFU of ~1e300 %.
+    {"absurd_tflops", "tflops_per_gpu = 989.4", "tflops_per_gpu = 1e300",
+     ":7:18: key 'peak.tflops_per_gpu': too large: must be <= 1e+05 (got 1e+300)"},
+    {"tiny_tflops", "tflops_per_gpu = 989.4", "tflops_per_gpu = 1e-300",
+     ":7:18: key 'peak.tflops_per_gpu': must be >= 0.001 (got 1e-300)"},
+    {"subnormal_tflops", "tflops_per_gpu = 989.4", "tflops_per_gpu = 5e-324",
+     ":7:18: key 'peak.tflops_per_gpu': must be >= 0.001 (got 5e-324)"},
     // "precision = " is 12 characters -> column 13, line 8.
     {"bad_precision", "precision = \"bf16\"", "precision = \"fp16\"",
      ":8:13: key 'peak.precision': unknown precision 'fp16' (expected \"bf16\" or \"fp8\")"},
@@ -319,6 +327,8 @@ const bad_case kBadCases[] = {
      ":16:18: key 'logging.tpi_multiplier': must be >= 1 (got 0.5)"},
     {"tpi_multiplier_nan", "tpi_multiplier = 1.5", "tpi_multiplier = nan",
      ":16:18: key 'logging.tpi_multiplier': must be finite (got nan)"},
+    {"tpi_multiplier_absurd", "tpi_multiplier = 1.5", "tpi_multiplier = 1e300",
+     ":16:18: key 'logging.tpi_multiplier': too large: must be <= 1e+06 (got 1e+300)"},
     // "topk = " is 7 characters -> column 8, line 17.
     {"negative_topk", "topk = 5", "topk = -1", ":17:8: key 'logging.topk': must be >= 0 (got -1)"},
     {"topk_too_large", "topk = 5", "topk = 1025", ":17:8: key 'logging.topk': too large: must be <= 1024 (got 1025)"},
@@ -328,6 +338,9 @@ const bad_case kBadCases[] = {
     // "collective_timeout_ms = " is 24 characters -> column 25, line 19.
     {"negative_collective_timeout", "collective_timeout_ms = 30000", "collective_timeout_ms = -5",
      ":19:25: key 'logging.collective_timeout_ms': must be >= 0 (got -5)"},
+    // One hour (3,600,000 ms) is the longest timeout: a day-long block of on_log is a unit mix-up.
+    {"collective_timeout_beyond_an_hour", "collective_timeout_ms = 30000", "collective_timeout_ms = 3600001",
+     ":19:25: key 'logging.collective_timeout_ms': too large: must be <= 3600000 (got 3600001)"},
     // "console = " is 10 characters -> column 11, line 21.
     {"console_not_a_boolean", "console = false", "console = \"yes\"",
      ":21:11: key 'sinks.console': expected a boolean, got string"},
@@ -478,6 +491,8 @@ TEST_F(throughput_config, rendezvous_timeout_is_read_with_its_default_and_bounds
   EXPECT_EQ(load_plugin_config(write("set.toml", with_timeout)).rendezvous_timeout, std::chrono::milliseconds(2500));
   EXPECT_EQ(error_of(replace_once(with_timeout, "rendezvous_timeout_ms = 2500", "rendezvous_timeout_ms = 0")),
             plugin_path() + ":20:25: key 'logging.rendezvous_timeout_ms': must be > 0 (got 0)");
+  EXPECT_EQ(error_of(replace_once(with_timeout, "rendezvous_timeout_ms = 2500", "rendezvous_timeout_ms = 3600001")),
+            plugin_path() + ":20:25: key 'logging.rendezvous_timeout_ms': too large: must be <= 3600000 (got 3600001)");
 }
 
 }  // namespace

@@ -49,6 +49,22 @@ namespace flopmeter FLOPMETER_EXPORT {
 // Which ranks hand their metrics to the sinks (every rank computes them; the collective is the same).
 enum class emit_ranks { rank0, all };
 
+// The documented range of each floating-point and time setting. Outside it is a configuration error: at
+// create() for throughput_options, at file:line:col for a plugin TOML. A value beyond these bounds is a typo
+// or a unit mix-up (TFLOP/s given as FLOP/s, seconds as milliseconds), never a real setting, and would give an
+// absurd or missing MFU, or a hook that blocks for days.
+struct setting_range {
+  // Peak dense TFLOP/s per device: from a laptop CPU (0.001) to 100,000, about 20x the largest fp8 dense peak
+  // in the peak table.
+  static constexpr double min_peak_tflops_per_gpu = 1e-3;
+  static constexpr double max_peak_tflops_per_gpu = 1e5;
+  // Micro-batches per optimizer step: at least 1; a million is far beyond any gradient accumulation in use.
+  static constexpr double min_tpi_multiplier = 1.0;
+  static constexpr double max_tpi_multiplier = 1e6;
+  // How long on_log may block on the previous log, and the Gloo rendezvous bound: at most one hour.
+  static constexpr std::int64_t max_timeout_ms = 3'600'000;
+};
+
 struct throughput_options {
   model_spec model;                             // what the FLOP model is built from
   flop_scope scope = flop_scope::complete;      // what is counted (seed reproduces the reference)

@@ -267,9 +267,9 @@ static flopmeter_plugin* create_gloo_from_env(const char* config_path, int port_
     throw flopmeter::error("flopmeter_create_gloo_from_env: port_offset must be > 0 so flopmeter's store does not "
                            "collide with the trainer's at MASTER_PORT (got " + std::to_string(port_offset) + ")");
   }
-  if (timeout_ms < 0) {
-    throw flopmeter::error("flopmeter_gloo_options.rendezvous_timeout_ms must be >= 0 (got " +
-                           std::to_string(timeout_ms) + ")");
+  if (timeout_ms < 0 || timeout_ms > flopmeter::setting_range::max_timeout_ms) {
+    throw flopmeter::error("flopmeter_gloo_options.rendezvous_timeout_ms must be in [0, 3600000] (got " +
+                           std::to_string(timeout_ms) + "; 0 takes the plugin config's)");
   }
   flopmeter::plugin_config config = flopmeter::load_plugin_config(config_path);
   flopmeter::gloo_env_options gloo;

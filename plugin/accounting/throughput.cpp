@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -83,11 +84,16 @@ class throughput_plugin::impl {
     if (!comm_) throw error("throughput plugin: a communicator is required (make_local_communicator() for one process)");
     logger_ = detail::logger_or_private(options_.logger);
     if (options_.topk < 0) throw error("throughput plugin: topk must be >= 0 (got " + std::to_string(options_.topk) + ")");
-    if (!(options_.tpi_multiplier >= 1.0) || !std::isfinite(options_.tpi_multiplier)) {
-      throw error("throughput plugin: tpi_multiplier must be a finite number >= 1 (got " +
+    if (!(options_.tpi_multiplier >= setting_range::min_tpi_multiplier &&
+          options_.tpi_multiplier <= setting_range::max_tpi_multiplier)) {  // also false for NaN
+      throw error("throughput plugin: tpi_multiplier must be in [1, 1e6] (got " +
                   std::to_string(options_.tpi_multiplier) + ")");
     }
-    if (options_.collective_timeout.count() < 0) throw error("throughput plugin: collective_timeout must be >= 0");
+    if (options_.collective_timeout.count() < 0 ||
+        options_.collective_timeout.count() > setting_range::max_timeout_ms) {
+      throw error("throughput plugin: collective_timeout must be in [0, 3600000] ms (got " +
+                  std::to_string(options_.collective_timeout.count()) + " ms)");
+    }
     validate_model_spec(options_.model);
     coefficients_ = compute_coefficients(options_.model);
     geometry_ = geometry_of(options_.model);
@@ -110,9 +116,12 @@ class throughput_plugin::impl {
     }
 
     if (options_.peak_tflops_per_gpu) {
-      if (!(*options_.peak_tflops_per_gpu > 0) || !std::isfinite(*options_.peak_tflops_per_gpu)) {
-        throw error("throughput plugin: peak_tflops_per_gpu must be a finite number > 0 (got " +
-                    std::to_string(*options_.peak_tflops_per_gpu) + ")");
+      const double peak = *options_.peak_tflops_per_gpu;
+      if (!(peak >= setting_range::min_peak_tflops_per_gpu && peak <= setting_range::max_peak_tflops_per_gpu)) {
+        char shown[64];
+        std::snprintf(shown, sizeof shown, "%g", peak);  // 1e-300 shows as itself, not as 0.000000
+        throw error(std::string("throughput plugin: peak_tflops_per_gpu must be in [0.001, 100000] TFLOP/s (got ") +
+                    shown + ")");
       }
       peak_ = options_.peak_tflops_per_gpu;
     } else if (!options_.gpu.empty()) {

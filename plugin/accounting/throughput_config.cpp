@@ -59,7 +59,9 @@ constexpr std::string_view kSchemaDoc = "plugin_configs/SCHEMA.md";
 constexpr detail::int_bounds kParallelSize{1, std::int64_t{1} << 20};
 constexpr detail::int_bounds kTopk{0, 1024};
 constexpr detail::int_bounds kPositive{1};
-constexpr detail::int_bounds kNonNegative{0};
+// Timeouts: at most an hour (setting_range::max_timeout_ms); a rendezvous needs a positive one.
+constexpr detail::int_bounds kTimeoutMs{0, setting_range::max_timeout_ms};
+constexpr detail::int_bounds kRendezvousTimeoutMs{1, setting_range::max_timeout_ms};
 
 // A string key with a fixed set of values.
 template <class T>
@@ -102,7 +104,7 @@ class options_loader : private detail::toml_reader {
     if (logging != nullptr) read_logging(*logging, options);
     if (logging != nullptr) {
       config.rendezvous_timeout = std::chrono::milliseconds(optional_int(
-          *logging, "logging", "rendezvous_timeout_ms", kPositive, config.rendezvous_timeout.count()));
+          *logging, "logging", "rendezvous_timeout_ms", kRendezvousTimeoutMs, config.rendezvous_timeout.count()));
     }
     if (sinks != nullptr) read_sinks(*sinks, config.sinks);
 
@@ -145,7 +147,9 @@ class options_loader : private detail::toml_reader {
       options.gpu = std::move(*gpu);  // unknown names are allowed: the plugin warns and skips MFU
     }
     options.peak_tflops_per_gpu =
-        optional_double(peak, "peak", "tflops_per_gpu", {0.0, detail::lower_bound::exclusive});
+        optional_double(peak, "peak", "tflops_per_gpu",
+                        {setting_range::min_peak_tflops_per_gpu, detail::lower_bound::inclusive,
+                         setting_range::max_peak_tflops_per_gpu});
     constexpr choice<peak_precision> precisions[] = {{"bf16", peak_precision::bf16}, {"fp8", peak_precision::fp8}};
     options.precision = optional_choice(peak, "peak", "precision", "precision", precisions, options.precision);
   }
@@ -173,12 +177,15 @@ class options_loader : private detail::toml_reader {
     constexpr std::string_view p = "logging";
     // Checked, then ignored: the trainer decides when on_log fires (kept so that existing files still load).
     (void)optional_int(logging, p, "log_interval_steps", kPositive, 1);
-    options.tpi_multiplier = optional_double(logging, p, "tpi_multiplier", {1.0}, options.tpi_multiplier);
+    options.tpi_multiplier = optional_double(
+        logging, p, "tpi_multiplier",
+        {setting_range::min_tpi_multiplier, detail::lower_bound::inclusive, setting_range::max_tpi_multiplier},
+        options.tpi_multiplier);
     options.topk = optional_int(logging, p, "topk", kTopk, options.topk);
     constexpr choice<emit_ranks> emits[] = {{"rank0", emit_ranks::rank0}, {"all", emit_ranks::all}};
     options.emit = optional_choice(logging, p, "emit", "emit mode", emits, options.emit);
     options.collective_timeout = std::chrono::milliseconds(
-        optional_int(logging, p, "collective_timeout_ms", kNonNegative, options.collective_timeout.count()));
+        optional_int(logging, p, "collective_timeout_ms", kTimeoutMs, options.collective_timeout.count()));
   }
 
   void read_sinks(const toml::table& sinks, sink_config& config) const {

@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "flopmeter/error.h"
+#include "flopmeter/throughput.h"  // setting_range
 
 #if FLOPMETER_HAVE_TORCH
 #include <atomic>
@@ -234,8 +235,9 @@ std::shared_ptr<communicator> make_gloo_communicator(c10::intrusive_ptr<c10d::St
     throw error(who + ": rank " + std::to_string(rank) + " is outside [0, world_size) = [0, " +
                 std::to_string(world_size) + ")");
   }
-  if (options.timeout <= std::chrono::milliseconds(0)) {
-    throw error(who + ": timeout must be > 0 ms, got " + std::to_string(options.timeout.count()));
+  if (options.timeout <= std::chrono::milliseconds(0) ||
+      options.timeout > std::chrono::milliseconds(setting_range::max_timeout_ms)) {
+    throw error(who + ": timeout must be in (0, 3600000] ms, got " + std::to_string(options.timeout.count()));
   }
   detail::check_group_covers_job(who, world_size, 0);
   const std::string prefix =
@@ -270,8 +272,9 @@ std::shared_ptr<communicator> make_gloo_communicator_from_env(std::chrono::milli
 std::shared_ptr<communicator> make_gloo_communicator_from_env(const gloo_env_options& options) {
 #if FLOPMETER_HAVE_TORCH && FLOPMETER_C10D_HAVE_GLOO
   const std::string who = kFromEnv;
-  if (options.timeout <= std::chrono::milliseconds(0)) {
-    throw error(who + ": timeout must be > 0 ms, got " + std::to_string(options.timeout.count()));
+  if (options.timeout <= std::chrono::milliseconds(0) ||
+      options.timeout > std::chrono::milliseconds(setting_range::max_timeout_ms)) {
+    throw error(who + ": timeout must be in (0, 3600000] ms, got " + std::to_string(options.timeout.count()));
   }
   const long long world = parse_integer(who, "WORLD_SIZE", require_env("WORLD_SIZE"), 1,
                                         std::numeric_limits<int>::max(), "must be >= 1");
