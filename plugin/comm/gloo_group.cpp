@@ -64,8 +64,8 @@ constexpr const char* kFromEnv = "make_gloo_communicator_from_env";
 constexpr std::chrono::milliseconds kWatchdogGrace{500};
 
 // Parses all of `text` as a decimal integer in [lo, hi]; `what` names it in errors, which start with `who`.
-long long parse_integer(const std::string& who, const std::string& what, const std::string& text, long long lo,
-                        long long hi, const std::string& expectation) {
+[[maybe_unused]] long long parse_integer(const std::string& who, const std::string& what, const std::string& text,
+                                         long long lo, long long hi, const std::string& expectation) {
   long long value = 0;
   const char* first = text.data();
   const char* last = text.data() + text.size();
