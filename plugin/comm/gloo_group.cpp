@@ -61,7 +61,7 @@ constexpr const char* kFromEnv = "make_gloo_communicator_from_env";
 
 // The watchdog waits this much longer than the store and Gloo are given, so that a failure they detect
 // themselves (an unreachable store, a missing peer) is reported with its own cause rather than as a timeout.
-constexpr std::chrono::milliseconds kWatchdogGrace{500};
+[[maybe_unused]] constexpr std::chrono::milliseconds kWatchdogGrace{500};  // LibTorch builds only
 
 // Parses all of `text` as a decimal integer in [lo, hi]; `what` names it in errors, which start with `who`.
 [[maybe_unused]] long long parse_integer(const std::string& who, const std::string& what, const std::string& text,
