@@ -92,23 +92,20 @@ TEST(bad_inputs, layout_not_dividing_the_world) {
   throughput_options o = base_options();
   o.parallel = {2, 2, 1};
   EXPECT_EQ(create_error(o, std::make_shared<claimed_rank>(0, 6)),
-            "parallel layout: tp*cp*pp = 4 does not divide world_size 6");
+            "key 'parallel': tp*cp*pp = 4 does not divide world_size 6");
 }
 
 TEST(bad_inputs, layout_larger_than_the_world) {
   throughput_options o = base_options();
   o.parallel = {8, 1, 2};
   EXPECT_EQ(create_error(o, std::make_shared<claimed_rank>(0, 8)),
-            "parallel layout: tp*cp*pp = 8*1*2 exceeds world_size 8");
+            "key 'parallel': tp*cp*pp = 8*1*2 exceeds world_size 8");
 }
 
 TEST(bad_inputs, rank_outside_the_world) {
-  EXPECT_EQ(create_error(base_options(), std::make_shared<claimed_rank>(4, 4)),
-            "parallel layout: rank 4 is outside [0, 4)");
-  EXPECT_EQ(create_error(base_options(), std::make_shared<claimed_rank>(-1, 4)),
-            "parallel layout: rank -1 is outside [0, 4)");
-  EXPECT_EQ(create_error(base_options(), std::make_shared<claimed_rank>(0, 0)),
-            "parallel layout: world_size must be >= 1, got 0");
+  EXPECT_EQ(create_error(base_options(), std::make_shared<claimed_rank>(4, 4)), "rank 4 is outside [0, 4)");
+  EXPECT_EQ(create_error(base_options(), std::make_shared<claimed_rank>(-1, 4)), "rank -1 is outside [0, 4)");
+  EXPECT_EQ(create_error(base_options(), std::make_shared<claimed_rank>(0, 0)), "world_size must be >= 1, got 0");
 }
 
 TEST(bad_inputs, peak_outside_its_documented_range) {
@@ -119,8 +116,7 @@ TEST(bad_inputs, peak_outside_its_documented_range) {
     throughput_options o = base_options();
     o.peak_tflops_per_gpu = peak;
     const std::string message = create_error(o, make_local_communicator());
-    EXPECT_EQ(message.rfind("throughput plugin: peak_tflops_per_gpu must be in [0.001, 100000] TFLOP/s (got ", 0), 0u)
-        << message;
+    EXPECT_EQ(message.rfind("peak_tflops_per_gpu must be in [0.001, 100000] TFLOP/s (got ", 0), 0u) << message;
   }
   for (const double peak : {0.001, 100000.0}) {  // the bounds themselves are accepted
     throughput_options o = base_options();
@@ -132,23 +128,20 @@ TEST(bad_inputs, peak_outside_its_documented_range) {
 TEST(bad_inputs, other_options_the_plugin_refuses) {
   throughput_options o = base_options();
   o.topk = -1;
-  EXPECT_EQ(create_error(o, make_local_communicator()), "throughput plugin: topk must be >= 0 (got -1)");
+  EXPECT_EQ(create_error(o, make_local_communicator()), "topk must be >= 0 (got -1)");
   o = base_options();
   o.tpi_multiplier = 0.5;
-  EXPECT_EQ(create_error(o, make_local_communicator()),
-            "throughput plugin: tpi_multiplier must be in [1, 1e6] (got 0.500000)");
+  EXPECT_EQ(create_error(o, make_local_communicator()), "tpi_multiplier must be in [1, 1e6] (got 0.500000)");
   o.tpi_multiplier = 1e300;  // accepted before: documented range [1, 1e6]
-  EXPECT_EQ(
-      create_error(o, make_local_communicator()).rfind("throughput plugin: tpi_multiplier must be in [1, 1e6]", 0), 0u);
+  EXPECT_EQ(create_error(o, make_local_communicator()).rfind("tpi_multiplier must be in [1, 1e6]", 0), 0u);
   o = base_options();
   o.collective_timeout = std::chrono::milliseconds(-1);
-  EXPECT_EQ(create_error(o, make_local_communicator()),
-            "throughput plugin: collective_timeout must be in [0, 3600000] ms (got -1 ms)");
+  EXPECT_EQ(create_error(o, make_local_communicator()), "collective_timeout must be in [0, 3600000] ms (got -1 ms)");
   o.collective_timeout = std::chrono::milliseconds(3'600'001);  // an hour and a millisecond
   EXPECT_EQ(create_error(o, make_local_communicator()),
-            "throughput plugin: collective_timeout must be in [0, 3600000] ms (got 3600001 ms)");
+            "collective_timeout must be in [0, 3600000] ms (got 3600001 ms)");
   EXPECT_EQ(create_error(base_options(), nullptr),
-            "throughput plugin: a communicator is required (make_local_communicator() for one process)");
+            "a communicator is required (make_local_communicator() for one process)");
 }
 
 // A plugin file whose layout does not fit the communicator's world: only known at start, but the message
@@ -162,7 +155,7 @@ TEST(bad_inputs, plugin_file_layout_not_dividing_the_world_names_the_file) {
     (void)create_throughput_plugin(path.string(), group->rank(0));
     ADD_FAILURE() << "no error";
   } catch (const error& e) {
-    EXPECT_EQ(std::string(e.what()), path.string() + ": parallel layout: tp*cp*pp = 4 does not divide world_size 6");
+    EXPECT_EQ(std::string(e.what()), path.string() + ": key 'parallel': tp*cp*pp = 4 does not divide world_size 6");
   }
   fs::remove(path);
 }
@@ -244,30 +237,33 @@ struct batch_case {
 };
 
 TEST(bad_inputs, rejected_microbatch_warning_names_the_entry_and_the_batch_is_not_counted) {
+  // One case a row.
+  // clang-format off
   const batch_case cases[] = {
-      {"negative_length", {3, -1}, {}, {}, {}, 0, 1, {}, {}, "flopmeter: document_lengths[1]: document length must be >= 0 (got -1)"},
+      {"negative_length", {3, -1}, {}, {}, {}, 0, 1, {}, {}, "document_lengths[1]: document length must be >= 0 (got -1)"},
       {"document_too_long", {5000000000}, {}, {}, {}, 0, 1, {}, {},
-       "flopmeter: document_lengths[0] = 5000000000: causal pair count overflows a 64-bit count"},
-      {"cu_seqlens_not_from_zero", {}, {2, 5}, {}, {}, 0, 1, {}, {}, "flopmeter: cu_seqlens[0] must be 0 (got 2)"},
+       "document_lengths[0] = 5000000000: causal pair count overflows a 64-bit count"},
+      {"cu_seqlens_not_from_zero", {}, {2, 5}, {}, {}, 0, 1, {}, {}, "cu_seqlens[0] must be 0 (got 2)"},
       {"cu_seqlens_decreasing", {}, {0, 5, 4}, {}, {}, 0, 1, {}, {},
-       "flopmeter: cu_seqlens[2] = 4 is less than cu_seqlens[1] = 5 (cu_seqlens must be non-decreasing)"},
+       "cu_seqlens[2] = 4 is less than cu_seqlens[1] = 5 (cu_seqlens must be non-decreasing)"},
       {"positions_skip", {}, {}, {0, 1, 3}, {}, 0, 1, {}, {},
-       "flopmeter: positions[2] = 3: expected 0 (a new document) or 2"},
+       "positions[2] = 3: expected 0 (a new document) or 2"},
       {"two_descriptions", {4}, {0, 4}, {}, {}, 0, 1, {}, {},
-       "flopmeter: a micro-batch gives more than one of document_lengths, cu_seqlens, positions"},
-      {"negative_padding", {4}, {}, {}, {}, -3, 1, {}, {}, "flopmeter: padding_tokens must be >= 0 (got -3)"},
+       "a micro-batch gives more than one of document_lengths, cu_seqlens, positions"},
+      {"negative_padding", {4}, {}, {}, {}, -3, 1, {}, {}, "padding_tokens must be >= 0 (got -3)"},
       {"device_tokens_overflow", {1}, {}, {}, {}, kMax, 1, {}, {},
-       "flopmeter: real tokens + padding_tokens overflows a 64-bit count"},
+       "real tokens + padding_tokens overflows a 64-bit count"},
       {"grid_with_zero_side", {}, {}, {}, {{1, 2, 2}, {1, 0, 2}}, 0, 1, {}, {},
-       "flopmeter: image_grids[1] = (1, 0, 2): t, h and w must be >= 1"},
+       "image_grids[1] = (1, 0, 2): t, h and w must be >= 1"},
       {"grid_not_multiple_of_merge", {}, {}, {}, {{1, 3, 2}}, 0, 1, {}, {},
-       "flopmeter: image_grids[0] = (1, 3, 2): h and w must be multiples of spatial_merge_size 2"},
+       "image_grids[0] = (1, 3, 2): h and w must be multiples of spatial_merge_size 2"},
       {"grid_patch_count_overflows", {}, {}, {}, {{1000000, 1000000, 1000000}}, 0, 1, {}, {},
-       "flopmeter: image_grids[0] = (1000000, 1000000, 1000000): patch or pair count overflows a 64-bit count"},
-      {"negative_samples", {4}, {}, {}, {}, 0, -2, {}, {}, "flopmeter: samples must be >= 0 (got -2)"},
-      {"negative_label_tokens", {4}, {}, {}, {}, 0, 1, 2.0, -4, "flopmeter: label_tokens must be >= 0"},
-      {"loss_not_finite", {4}, {}, {}, {}, 0, 1, kNaN, 4, "flopmeter: loss_sum is not finite"},
+       "image_grids[0] = (1000000, 1000000, 1000000): patch or pair count overflows a 64-bit count"},
+      {"negative_samples", {4}, {}, {}, {}, 0, -2, {}, {}, "samples must be >= 0 (got -2)"},
+      {"negative_label_tokens", {4}, {}, {}, {}, 0, 1, 2.0, -4, "label_tokens must be >= 0"},
+      {"loss_not_finite", {4}, {}, {}, {}, 0, 1, kNaN, 4, "loss_sum is not finite"},
   };
+  // clang-format on
   for (const batch_case& c : cases) {
     captured_log log;
     throughput_options o = base_options();
@@ -323,9 +319,9 @@ TEST(bad_inputs, interval_sums_that_would_overflow_reject_the_batch_that_overflo
     plugin->on_microbatch(e);
     plugin->on_microbatch(e);
     EXPECT_EQ(plugin->health().bad_microbatches, 1u);
-    EXPECT_EQ(log.text(), labels ? "warning|flopmeter: micro-batch not counted: flopmeter: the interval's label token "
+    EXPECT_EQ(log.text(), labels ? "warning|flopmeter: micro-batch not counted: the interval's label token "
                                    "count overflows a 64-bit count\n"
-                                 : "warning|flopmeter: micro-batch not counted: flopmeter: the interval's sample count "
+                                 : "warning|flopmeter: micro-batch not counted: the interval's sample count "
                                    "overflows a 64-bit count\n");
   }
 }

@@ -277,8 +277,9 @@ TEST(overflow, merger_coefficient_does_not_wrap_and_names_the_fields) {
   } catch (const coefficient_overflow& e) {
     EXPECT_EQ(e.coefficient(), "merger_per_merged_token");
     EXPECT_EQ(e.fields(), (std::vector<std::string>{"vision.spatial_merge_size", "vision.hidden_size"}));
-    EXPECT_STREQ(e.what(), "flopmeter: coefficient merger_per_merged_token exceeds 2^63 FLOPs: the product of "
-                           "vision.spatial_merge_size, vision.hidden_size is too large");
+    EXPECT_STREQ(e.what(),
+                 "coefficient merger_per_merged_token exceeds 2^63 FLOPs: the product of "
+                 "vision.spatial_merge_size, vision.hidden_size is too large");
   }
 }
 
@@ -324,7 +325,7 @@ TEST(range, longest_document_whose_pair_count_fits) {
     (void)count_from_lengths(too_long, 0, {}, none);
     FAIL() << "no error";
   } catch (const error& e) {
-    EXPECT_STREQ(e.what(), "flopmeter: document_lengths[0] = 4294967296: causal pair count overflows a 64-bit count");
+    EXPECT_STREQ(e.what(), "document_lengths[0] = 4294967296: causal pair count overflows a 64-bit count");
   }
 }
 

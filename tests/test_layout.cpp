@@ -146,9 +146,9 @@ TEST(Layout, DpGroupsPartitionTheWorld) {
 TEST(Layout, ValidationErrors) {
   expect_error([] { parallel_layout({2, 2, 2}, 12); }, "tp*cp*pp = 8 does not divide world_size 12");
   expect_error([] { parallel_layout({8, 1, 1}, 4); }, "exceeds world_size 4");
-  expect_error([] { parallel_layout({0, 1, 1}, 4); }, "tp must be >= 1, got 0");
-  expect_error([] { parallel_layout({1, -1, 1}, 4); }, "cp must be >= 1, got -1");
-  expect_error([] { parallel_layout({1, 1, 0}, 4); }, "pp must be >= 1, got 0");
+  expect_error([] { parallel_layout({0, 1, 1}, 4); }, "key 'parallel.tp': must be >= 1, got 0");
+  expect_error([] { parallel_layout({1, -1, 1}, 4); }, "key 'parallel.cp': must be >= 1, got -1");
+  expect_error([] { parallel_layout({1, 1, 0}, 4); }, "key 'parallel.pp': must be >= 1, got 0");
   expect_error([] { parallel_layout({1, 1, 1}, 0); }, "world_size must be >= 1, got 0");
   // Sizes that would overflow int64 if multiplied blindly.
   expect_error([] { parallel_layout({INT64_MAX, INT64_MAX, INT64_MAX}, 8); }, "exceeds world_size 8");

@@ -127,12 +127,11 @@ TEST(PositionsScan, DocumentMixesOfEverySizeMatchTheirLengths) {
 }
 
 TEST(PositionsScan, ErrorsNameTheFirstBadIndex) {
-  EXPECT_EQ(scan_all_agree(std::vector<std::int64_t>{5, 0}).error,
-            "flopmeter: positions[0] = 5: the first position must be 0");
+  EXPECT_EQ(scan_all_agree(std::vector<std::int64_t>{5, 0}).error, "positions[0] = 5: the first position must be 0");
   EXPECT_EQ(scan_all_agree(std::vector<std::int64_t>{0, 1, 3, 9}).error,
-            "flopmeter: positions[2] = 3: expected 0 (a new document) or 2");
+            "positions[2] = 3: expected 0 (a new document) or 2");
   EXPECT_EQ(scan_all_agree(std::vector<std::int32_t>{0, 1, 2, -1}).error,
-            "flopmeter: positions[3] = -1: expected 0 (a new document) or 3");
+            "positions[3] = -1: expected 0 (a new document) or 3");
 }
 
 // A bad value at every index of a 40-entry array (vector loop and tail, both element types), for values that
@@ -155,8 +154,7 @@ TEST(PositionsScan, EveryBadIndexIsFoundByEveryKernel) {
       p[at] = bad;
       const outcome o = scan_all_agree(p);
       ASSERT_FALSE(o.totals) << "bad " << bad << " at " << at;
-      EXPECT_EQ(o.error.rfind("flopmeter: positions[" + std::to_string(at) + "] = " + std::to_string(bad) + ":", 0),
-                0u)
+      EXPECT_EQ(o.error.rfind("positions[" + std::to_string(at) + "] = " + std::to_string(bad) + ":", 0), 0u)
           << o.error;
       if (bad >= std::numeric_limits<std::int32_t>::min() && bad <= std::numeric_limits<std::int32_t>::max()) {
         std::vector<std::int32_t> p32(p.begin(), p.end());
@@ -172,7 +170,7 @@ TEST(PositionsScan, Int32RunPastInt32MaxIsAnErrorNotAWrap) {
   // entry is already wrong (a valid array never holds INT32_MAX before index INT32_MAX).
   const std::vector<std::int32_t> p = {0, std::numeric_limits<std::int32_t>::max(),
                                        std::numeric_limits<std::int32_t>::min()};
-  EXPECT_EQ(scan_all_agree(p).error, "flopmeter: positions[1] = 2147483647: expected 0 (a new document) or 1");
+  EXPECT_EQ(scan_all_agree(p).error, "positions[1] = 2147483647: expected 0 (a new document) or 1");
 }
 
 TEST(PositionsScan, RandomArraysAgreeWithTheScalarKernel) {

@@ -82,11 +82,6 @@ std::vector<image_grid> parse_grid_list(const std::string& command, const std::s
 // plugin config); a bad value is a usage_error for `command`.
 flop_scope parse_scope_option(const std::string& command, const std::string& text);
 
-// A library message without the "flopmeter: " some older messages of the FLOP model still start with (the
-// tool prints its own "flopmeter: error: "). The one place the tool edits a message; it goes once every
-// library message is a plain description (flopmeter::error's convention).
-std::string without_library_prefix(const std::string& message);
-
 // ---- formatting (cli_format.cpp) ----
 
 // JSON output goes through the library's one JSON writer (plugin/output/json_writer.h): shortest round-trip

@@ -202,11 +202,6 @@ std::vector<image_grid> parse_grid_list(const std::string& command, const std::s
   return grids;
 }
 
-std::string without_library_prefix(const std::string& message) {
-  const std::string prefix = "flopmeter: ";
-  return message.compare(0, prefix.size(), prefix) == 0 ? message.substr(prefix.size()) : message;
-}
-
 flop_scope parse_scope_option(const std::string& command, const std::string& text) {
   try {
     return parse_flop_scope(text, "--scope");

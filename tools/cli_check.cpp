@@ -135,8 +135,7 @@ int run_check(const std::vector<std::string>& args) {
       try {
         reports.push_back(run_sanity_check(spec, seq_len));
       } catch (const error& e) {
-        throw error(e.where(), "check of " + spec.name + " at S=" + std::to_string(seq_len) + ": " +
-                                   without_library_prefix(e.description()));
+        throw error(e.where(), "check of " + spec.name + " at S=" + std::to_string(seq_len) + ": " + e.description());
       }
       sources.push_back(spec.source_path);
     }

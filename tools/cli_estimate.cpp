@@ -137,8 +137,8 @@ estimate_result compute_estimate(const estimate_request& request) {
   try {
     r.n = count_from_lengths(request.docs, request.padding, request.grids, geometry_of(r.spec));
   } catch (const error& e) {
-    throw error(e.where(), "invalid batch (--docs/--padding/--images) for model " + r.spec.name + ": " +
-                               without_library_prefix(e.description()));
+    throw error(e.where(),
+                "invalid batch (--docs/--padding/--images) for model " + r.spec.name + ": " + e.description());
   }
   r.f = compute_flops(r.c, r.n, request.scope);
   r.exact = r.f.total();

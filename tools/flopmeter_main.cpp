@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "Run '%s --help' for usage.\n", who.c_str());
     return kExitUsage;
   } catch (const flopmeter::error& e) {
-    std::fprintf(stderr, "flopmeter: error: %s\n", printable(without_library_prefix(e.what()), true).c_str());
+    std::fprintf(stderr, "flopmeter: error: %s\n", printable(e.what(), true).c_str());
     return kExitFailure;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "flopmeter: error: out of memory\n");

@@ -8,8 +8,7 @@
 #include <utility>
 
 #include "flopmeter/error.h"
-#include "flopmeter/sinks.h"
-#include "flopmeter/throughput.h"
+#include "flopmeter/torch.h"
 
 namespace vlm {
 namespace {
@@ -27,14 +26,13 @@ std::unique_ptr<tensor_meter> tensor_meter::create(const std::string& plugin_con
   if (!group) throw std::runtime_error("tensor_meter: no process group");
   const auto start = clock_type::now();
   std::unique_ptr<tensor_meter> m(new tensor_meter());
+  m->description_ = "tensor path over c10d:" + group->getBackendName() + ", counters on " + device.str();
   try {
-    flopmeter::plugin_config config = flopmeter::load_plugin_config(plugin_config);
-    flopmeter::throughput_options options = std::move(config.options);
-    options.sinks = flopmeter::make_sinks(config.sinks, group->getRank());
-    m->description_ = "tensor path over c10d:" + group->getBackendName() + ", counters on " + device.str();
-    m->meter_ = flopmeter::tensor_throughput::create(std::move(options), std::move(group), device);
+    // The library's own path from a plugin file: its [sinks] (console, JSONL, TensorBoard, "{rank}") and every
+    // setting, exactly as the C ABI path reads the same file. Its errors already name the file.
+    m->meter_ = flopmeter::create_tensor_throughput(plugin_config, std::move(group), device);
   } catch (const flopmeter::error& e) {
-    throw std::runtime_error(plugin_config + ": " + e.what());
+    throw std::runtime_error(e.what());
   }
   m->setup_seconds_ = seconds_since(start);
   return m;

@@ -3,8 +3,8 @@
 // go to flopmeter::tensor_throughput; the counts are formed and accumulated there, and reach the host only
 // through the one collective per log (an NCCL group keeps them on the GPU throughout).
 //
-// The plugin TOML is the same file the C ABI path hands to flopmeter_create (load_plugin_config), and its
-// sinks are built the same way (make_sinks: console, JSONL, TensorBoard, "{rank}" replaced). Like
+// The plugin TOML is the same file the C ABI path hands to flopmeter_create, read by the library's
+// create_tensor_throughput: its sinks are built the same way (console, JSONL, TensorBoard, "{rank}" replaced). Like
 // vlm::plugin_library it measures the wall time spent inside every event call, for the trainer's overhead
 // line.
 //

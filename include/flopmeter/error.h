@@ -53,6 +53,13 @@ class error : public std::runtime_error {
   const error_location& where() const noexcept { return detail_->where; }
   // The problem alone, without the location: what() is format_error(where(), description()).
   const std::string& description() const noexcept { return detail_->what; }
+  // The same problem, located in `file` when it had no file of its own (its key, line and column are kept):
+  // how a caller that read the settings from `file` names it without editing the text.
+  error in_file(const std::string& file) const {
+    error_location located = where();
+    if (located.file.empty()) located.file = file;
+    return error(located, description());
+  }
 
  private:
   struct detail {

@@ -135,8 +135,6 @@ batch_counts count_from_positions(array_view<std::int64_t> positions, std::int64
 // The same for int32 positions (compared in 64 bits: a run past INT32_MAX is an error, never a wrap).
 batch_counts count_from_positions(array_view<std::int32_t> positions, std::int64_t padding_tokens,
                                   array_view<image_grid> grids, const vision_geometry& geometry);
-// Adds the grids' counts to `counts` (shared by the three above).
-void add_grids(batch_counts& counts, array_view<image_grid> grids, const vision_geometry& geometry);
 
 // FLOPs per term; `total()` is their sum. Terms outside the scope are 0.
 struct flop_breakdown {

@@ -14,7 +14,7 @@ std::shared_ptr<throughput_plugin> detail::create_configured_plugin(const std::s
                                                                     std::shared_ptr<communicator> comm,
                                                                     std::shared_ptr<spdlog::logger> logger,
                                                                     std::vector<std::shared_ptr<sink>> extra_sinks) {
-  if (!comm) throw error("create_throughput_plugin: a communicator is required");
+  if (!comm) throw error("a communicator is required");
   // What needs the communicator (the layout dividing its world, its rank), the sinks' files and the sanity
   // check are only known here; name the file those settings came from, as every other configuration error does.
   try {
@@ -24,7 +24,7 @@ std::shared_ptr<throughput_plugin> detail::create_configured_plugin(const std::s
     for (auto& s : extra_sinks) options.sinks.push_back(std::move(s));
     return throughput_plugin::create(std::move(options), std::move(comm));
   } catch (const error& e) {
-    throw error(config_path + ": " + e.what());
+    throw e.in_file(config_path);
   }
 }
 

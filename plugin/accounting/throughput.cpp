@@ -81,17 +81,16 @@ class throughput_plugin::impl {
       : options_(std::move(options)),
         comm_(std::move(comm)),
         layout_(options_.parallel, comm_ ? comm_->world_size() : 1, options_.rank_order) {
-    if (!comm_) throw error("throughput plugin: a communicator is required (make_local_communicator() for one process)");
+    if (!comm_) throw error("a communicator is required (make_local_communicator() for one process)");
     logger_ = detail::logger_or_private(options_.logger);
-    if (options_.topk < 0) throw error("throughput plugin: topk must be >= 0 (got " + std::to_string(options_.topk) + ")");
+    if (options_.topk < 0) throw error("topk must be >= 0 (got " + std::to_string(options_.topk) + ")");
     if (!(options_.tpi_multiplier >= setting_range::min_tpi_multiplier &&
           options_.tpi_multiplier <= setting_range::max_tpi_multiplier)) {  // also false for NaN
-      throw error("throughput plugin: tpi_multiplier must be in [1, 1e6] (got " +
-                  std::to_string(options_.tpi_multiplier) + ")");
+      throw error("tpi_multiplier must be in [1, 1e6] (got " + std::to_string(options_.tpi_multiplier) + ")");
     }
     if (options_.collective_timeout.count() < 0 ||
         options_.collective_timeout.count() > setting_range::max_timeout_ms) {
-      throw error("throughput plugin: collective_timeout must be in [0, 3600000] ms (got " +
+      throw error("collective_timeout must be in [0, 3600000] ms (got " +
                   std::to_string(options_.collective_timeout.count()) + " ms)");
     }
     validate_model_spec(options_.model);
@@ -109,8 +108,8 @@ class throughput_plugin::impl {
             if (!row.pass) failed += "\n  " + row.term + ": ratio " + std::to_string(row.ratio) + ", expected " +
                                      std::to_string(row.expected_ratio);
           }
-          throw error("throughput plugin: sanity check failed for model '" + options_.model.name + "' at S=" +
-                      std::to_string(s) + ":" + failed);
+          throw error("sanity check failed for model '" + options_.model.name + "' at S=" + std::to_string(s) + ":" +
+                      failed);
         }
       }
     }
@@ -120,8 +119,7 @@ class throughput_plugin::impl {
       if (!(peak >= setting_range::min_peak_tflops_per_gpu && peak <= setting_range::max_peak_tflops_per_gpu)) {
         char shown[64];
         std::snprintf(shown, sizeof shown, "%g", peak);  // 1e-300 shows as itself, not as 0.000000
-        throw error(std::string("throughput plugin: peak_tflops_per_gpu must be in [0.001, 100000] TFLOP/s (got ") +
-                    shown + ")");
+        throw error(std::string("peak_tflops_per_gpu must be in [0.001, 100000] TFLOP/s (got ") + shown + ")");
       }
       peak_ = options_.peak_tflops_per_gpu;
     } else if (!options_.gpu.empty()) {
@@ -164,10 +162,10 @@ class throughput_plugin::impl {
     try {
       const std::size_t formats = (event.document_lengths.empty() ? 0 : 1) + (event.cu_seqlens.empty() ? 0 : 1) +
                                   (event.positions.empty() ? 0 : 1) + (event.positions_int32.empty() ? 0 : 1);
-      if (formats > 1) throw error("flopmeter: a micro-batch gives more than one of document_lengths, cu_seqlens, positions");
-      if (event.samples < 0) throw error("flopmeter: samples must be >= 0 (got " + std::to_string(event.samples) + ")");
-      if (event.label_tokens && *event.label_tokens < 0) throw error("flopmeter: label_tokens must be >= 0");
-      if (event.loss_sum && !std::isfinite(*event.loss_sum)) throw error("flopmeter: loss_sum is not finite");
+      if (formats > 1) throw error("a micro-batch gives more than one of document_lengths, cu_seqlens, positions");
+      if (event.samples < 0) throw error("samples must be >= 0 (got " + std::to_string(event.samples) + ")");
+      if (event.label_tokens && *event.label_tokens < 0) throw error("label_tokens must be >= 0");
+      if (event.loss_sum && !std::isfinite(*event.loss_sum)) throw error("loss_sum is not finite");
       batch_counts counts;
       if (!event.cu_seqlens.empty()) {
         counts = count_from_cu_seqlens(event.cu_seqlens, event.padding_tokens, event.image_grids, geometry_);
@@ -183,13 +181,13 @@ class throughput_plugin::impl {
       // Checked like the counts: samples or label tokens summed past int64 (a trainer passing garbage) were
       // signed overflow, and a loss sum past the double range an infinite train/loss.
       if (__builtin_add_overflow(next.samples, event.samples, &next.samples)) {
-        throw error("flopmeter: the interval's sample count overflows a 64-bit count");
+        throw error("the interval's sample count overflows a 64-bit count");
       }
       if (event.loss_sum && event.label_tokens) {
         next.loss_sum += *event.loss_sum;
-        if (!std::isfinite(next.loss_sum)) throw error("flopmeter: the interval's loss sum is not finite");
+        if (!std::isfinite(next.loss_sum)) throw error("the interval's loss sum is not finite");
         if (__builtin_add_overflow(next.label_tokens, *event.label_tokens, &next.label_tokens)) {
-          throw error("flopmeter: the interval's label token count overflows a 64-bit count");
+          throw error("the interval's label token count overflows a 64-bit count");
         }
       }
       current_ = next;

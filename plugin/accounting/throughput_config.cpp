@@ -165,10 +165,7 @@ class options_loader : private detail::toml_reader {
       try {
         (void)parallel_layout(parallel_sizes{}, 1, options.rank_order);
       } catch (const error& e) {
-        std::string what = e.what();
-        constexpr std::string_view prefix = "parallel layout: ";
-        if (what.compare(0, prefix.size(), prefix) == 0) what.erase(0, prefix.size());
-        fail_key(*node, "parallel.order", what);
+        fail_key(*node, "parallel.order", e.description());
       }
     }
   }

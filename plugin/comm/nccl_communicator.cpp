@@ -49,7 +49,7 @@ class device_guard {
     }
     if (previous_ != device) {
       const cudaError_t status = cudaSetDevice(device);
-      if (status != cudaSuccess) throw error("nccl: " + cuda_error(status, "cudaSetDevice"));
+      if (status != cudaSuccess) throw error(cuda_error(status, "cudaSetDevice"));
       changed_ = true;
     }
   }
@@ -106,12 +106,12 @@ struct nccl_state {
     capacity = 0;
     void* device_memory = nullptr;
     cudaError_t status = cudaMalloc(&device_memory, wanted * sizeof(double));
-    if (status != cudaSuccess) throw error("nccl: " + cuda_error(status, "cudaMalloc"));
+    if (status != cudaSuccess) throw error(cuda_error(status, "cudaMalloc"));
     void* host_memory = nullptr;
     status = cudaMallocHost(&host_memory, wanted * sizeof(double));
     if (status != cudaSuccess) {
       (void)cudaFree(device_memory);
-      throw error("nccl: " + cuda_error(status, "cudaMallocHost"));
+      throw error(cuda_error(status, "cudaMallocHost"));
     }
     device_buffer = static_cast<double*>(device_memory);
     staging = static_cast<double*>(host_memory);
@@ -198,7 +198,7 @@ class nccl_communicator final : public communicator {
     // Every rank passes the same count, so an empty collective is skipped on every rank.
     if (count == 0) return std::make_unique<nccl_pending>();
     if (values == nullptr) {
-      throw error("nccl: start_allreduce_sum got a null buffer for " + std::to_string(count) + " values");
+      throw error("start_allreduce_sum got a null buffer for " + std::to_string(count) + " values");
     }
     return enqueue(values, count, 0, values, count, "ncclAllReduce", "all-reduce", [count](nccl_state& s) {
       return ncclAllReduce(s.device_buffer, s.device_buffer, count, ncclFloat64, ncclSum, s.comm, s.stream);
@@ -210,11 +210,11 @@ class nccl_communicator final : public communicator {
   std::unique_ptr<pending_collective> start_allgather(const double* send, std::size_t count, double* recv) override {
     if (count == 0) return std::make_unique<nccl_pending>();
     if (send == nullptr || recv == nullptr) {
-      throw error("nccl: start_allgather got a null buffer for " + std::to_string(count) + " values");
+      throw error("start_allgather got a null buffer for " + std::to_string(count) + " values");
     }
     const auto world = static_cast<std::size_t>(world_size_);
     if (count > std::numeric_limits<std::size_t>::max() / sizeof(double) / world) {
-      throw error("nccl: start_allgather count " + std::to_string(count) + " is too large");
+      throw error("start_allgather count " + std::to_string(count) + " is too large");
     }
     const std::size_t offset = static_cast<std::size_t>(rank_) * count;
     return enqueue(send, count, offset, recv, count * world, "ncclAllGather", "all-gather", [count, offset](nccl_state& s) {
@@ -235,15 +235,16 @@ class nccl_communicator final : public communicator {
     const cudaError_t previous = cudaEventQuery(s.done);
     if (previous == cudaErrorNotReady) {
       (void)cudaGetLastError();
-      throw error("nccl: a collective was started while the previous one is still in flight "
-                  "(one at a time per communicator)");
+      throw error(
+          "an NCCL collective was started while the previous one is still in flight "
+          "(one at a time per communicator)");
     }
-    if (previous != cudaSuccess) throw error("nccl: " + cuda_error(previous, "cudaEventQuery"));
+    if (previous != cudaSuccess) throw error(cuda_error(previous, "cudaEventQuery"));
     ncclResult_t async = ncclSuccess;
     ncclResult_t status = ncclCommGetAsyncError(s.comm, &async);
-    if (status != ncclSuccess) throw error("nccl: " + nccl_error(status, s.comm, "ncclCommGetAsyncError"));
+    if (status != ncclSuccess) throw error(nccl_error(status, s.comm, "ncclCommGetAsyncError"));
     if (async != ncclSuccess && async != ncclInProgress) {
-      throw error("nccl: the communicator has an asynchronous error: " +
+      throw error("the NCCL communicator has an asynchronous error: " +
                   nccl_error(async, s.comm, "ncclCommGetAsyncError"));
     }
     s.reserve(std::max(out_count, offset + in_count));
@@ -251,22 +252,22 @@ class nccl_communicator final : public communicator {
     ++s.generation;  // from here on, pendings of earlier collectives no longer own the staging buffer
     cudaError_t cuda_status = cudaMemcpyAsync(s.device_buffer + offset, s.staging + offset, in_count * sizeof(double),
                                               cudaMemcpyHostToDevice, s.stream);
-    if (cuda_status != cudaSuccess) throw error("nccl: " + cuda_error(cuda_status, "cudaMemcpyAsync H2D"));
+    if (cuda_status != cudaSuccess) throw error(cuda_error(cuda_status, "cudaMemcpyAsync H2D"));
     status = collective(s);
     if (status == ncclInProgress) status = wait_until_enqueued(s);
     if (status != ncclSuccess) {
       record_done_or_ignore(s);  // keeps "in flight" honest: the H2D copy may still read the staging buffer
-      throw error("nccl: " + nccl_error(status, s.comm, what));
+      throw error(nccl_error(status, s.comm, what));
     }
     cuda_status = cudaMemcpyAsync(s.staging, s.device_buffer, out_count * sizeof(double), cudaMemcpyDeviceToHost,
                                   s.stream);
     if (cuda_status != cudaSuccess) {
       const std::string why = cuda_error(cuda_status, "cudaMemcpyAsync D2H");
       record_done_or_ignore(s);
-      throw error("nccl: " + why);
+      throw error(why);
     }
     cuda_status = cudaEventRecord(s.done, s.stream);
-    if (cuda_status != cudaSuccess) throw error("nccl: " + cuda_error(cuda_status, "cudaEventRecord"));
+    if (cuda_status != cudaSuccess) throw error(cuda_error(cuda_status, "cudaEventRecord"));
     return std::make_unique<nccl_pending>(state_, s.generation, out, out_count, operation);
   }
 

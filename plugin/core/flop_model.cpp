@@ -99,7 +99,7 @@ double exact_product(std::int64_t a, std::int64_t b) {
 std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
   std::int64_t sum = 0;
   if (__builtin_add_overflow(a, b, &sum)) {
-    throw error(std::string("flopmeter: ") + what + " overflows a 64-bit count");
+    throw error(std::string(what) + " overflows a 64-bit count");
   }
   return sum;
 }
@@ -224,7 +224,7 @@ std::vector<std::string> distinct(std::vector<std::string> fields) {
 }
 
 std::string overflow_message(const std::string& coefficient, const std::vector<std::string>& fields) {
-  std::string message = "flopmeter: coefficient " + coefficient + " exceeds 2^63 FLOPs";
+  std::string message = "coefficient " + coefficient + " exceeds 2^63 FLOPs";
   if (!fields.empty()) {
     message += ": the product of ";
     for (std::size_t i = 0; i < fields.size(); ++i) message += (i == 0 ? "" : ", ") + fields[i];
@@ -360,7 +360,7 @@ namespace {
 
 void check_padding(std::int64_t padding_tokens) {
   if (padding_tokens < 0) {
-    throw error("flopmeter: padding_tokens must be >= 0 (got " + std::to_string(padding_tokens) + ")");
+    throw error("padding_tokens must be >= 0 (got " + std::to_string(padding_tokens) + ")");
   }
 }
 
@@ -368,7 +368,7 @@ void check_padding(std::int64_t padding_tokens) {
 void set_padding(batch_counts& counts, std::int64_t padding_tokens) {
   std::int64_t device_tokens = 0;
   if (__builtin_add_overflow(counts.real_tokens, padding_tokens, &device_tokens)) {
-    throw error("flopmeter: real tokens + padding_tokens overflows a 64-bit count");
+    throw error("real tokens + padding_tokens overflows a 64-bit count");
   }
   counts.padding_tokens = padding_tokens;
 }
@@ -376,14 +376,13 @@ void set_padding(batch_counts& counts, std::int64_t padding_tokens) {
 // Adds one document of `length` tokens: L tokens, L(L+1)/2 causal pairs. The hot path allocates nothing:
 // messages are built only on the error path.
 [[noreturn]] void document_error(const char* source, std::size_t index, std::int64_t length, const char* what) {
-  throw error(std::string("flopmeter: ") + source + "[" + std::to_string(index) + "] = " + std::to_string(length) +
-              ": " + what);
+  throw error(std::string(source) + "[" + std::to_string(index) + "] = " + std::to_string(length) + ": " + what);
 }
 
 void add_document(batch_counts& counts, std::int64_t length, std::size_t index, const char* source) {
   if (length < 0) {
-    throw error(std::string("flopmeter: ") + source + "[" + std::to_string(index) +
-                "]: document length must be >= 0 (got " + std::to_string(length) + ")");
+    throw error(std::string(source) + "[" + std::to_string(index) + "]: document length must be >= 0 (got " +
+                std::to_string(length) + ")");
   }
   // L(L+1)/2 without forming L(L+1): one of L and L+1 is even, so halve that one first. The pair count fits
   // int64 up to L = 2^32 - 1 (L(L+1) itself would overflow from L = 3,037,000,500); check it exactly.
@@ -399,27 +398,21 @@ void add_document(batch_counts& counts, std::int64_t length, std::size_t index, 
   counts.documents += 1;
 }
 
-}  // namespace
-
+// Adds the grids' counts to `counts` (shared by the three count_from_* functions).
 void add_grids(batch_counts& counts, array_view<image_grid> grids, const vision_geometry& geometry) {
   if (!grids.empty() && !geometry.has_vision) {
-    throw error("flopmeter: the batch has " + std::to_string(grids.size()) +
-                " image grid(s) but the model has no vision tower");
+    throw error("the batch has " + std::to_string(grids.size()) + " image grid(s) but the model has no vision tower");
   }
   const std::int64_t m = geometry.spatial_merge_size;
   for (std::size_t i = 0; i < grids.size(); ++i) {
     const image_grid& g = grids[i];
     // Built only on the error path, so a valid batch allocates nothing.
-    const auto fail = [&](const char* what) {
-      throw error("flopmeter: image_grids[" + std::to_string(i) + "] = (" + std::to_string(g.t) + ", " +
-                  std::to_string(g.h) + ", " + std::to_string(g.w) + "): " + what);
+    const auto fail = [&](const std::string& what) {
+      throw error("image_grids[" + std::to_string(i) + "] = (" + std::to_string(g.t) + ", " + std::to_string(g.h) +
+                  ", " + std::to_string(g.w) + "): " + what);
     };
     if (g.t < 1 || g.h < 1 || g.w < 1) fail("t, h and w must be >= 1");
-    if (g.h % m != 0 || g.w % m != 0) {
-      throw error("flopmeter: image_grids[" + std::to_string(i) + "] = (" + std::to_string(g.t) + ", " +
-                  std::to_string(g.h) + ", " + std::to_string(g.w) +
-                  "): h and w must be multiples of spatial_merge_size " + std::to_string(m));
-    }
+    if (g.h % m != 0 || g.w % m != 0) fail("h and w must be multiples of spatial_merge_size " + std::to_string(m));
     std::int64_t frame = 0, patches = 0, frame_squared = 0, per_frame_pairs = 0, whole_pairs = 0;
     if (__builtin_mul_overflow(g.h, g.w, &frame) || __builtin_mul_overflow(g.t, frame, &patches) ||
         __builtin_mul_overflow(frame, frame, &frame_squared) ||
@@ -437,6 +430,8 @@ void add_grids(batch_counts& counts, array_view<image_grid> grids, const vision_
   }
 }
 
+}  // namespace
+
 batch_counts count_from_lengths(array_view<std::int64_t> document_lengths, std::int64_t padding_tokens,
                                 array_view<image_grid> grids, const vision_geometry& geometry) {
   check_padding(padding_tokens);
@@ -452,17 +447,17 @@ batch_counts count_from_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int
   check_padding(padding_tokens);
   batch_counts counts;
   if (!cu_seqlens.empty() && cu_seqlens[0] != 0) {
-    throw error("flopmeter: cu_seqlens[0] must be 0 (got " + std::to_string(cu_seqlens[0]) + ")");
+    throw error("cu_seqlens[0] must be 0 (got " + std::to_string(cu_seqlens[0]) + ")");
   }
   for (std::size_t i = 1; i < cu_seqlens.size(); ++i) {
     if (cu_seqlens[i] < cu_seqlens[i - 1]) {
-      throw error("flopmeter: cu_seqlens[" + std::to_string(i) + "] = " + std::to_string(cu_seqlens[i]) +
+      throw error("cu_seqlens[" + std::to_string(i) + "] = " + std::to_string(cu_seqlens[i]) +
                   " is less than cu_seqlens[" + std::to_string(i - 1) + "] = " + std::to_string(cu_seqlens[i - 1]) +
                   " (cu_seqlens must be non-decreasing)");
     }
     std::int64_t length = 0;
     if (__builtin_sub_overflow(cu_seqlens[i], cu_seqlens[i - 1], &length)) {
-      throw error("flopmeter: cu_seqlens[" + std::to_string(i) + "]: document length overflows a 64-bit count");
+      throw error("cu_seqlens[" + std::to_string(i) + "]: document length overflows a 64-bit count");
     }
     add_document(counts, length, i - 1, "cu_seqlens document");
   }

@@ -22,38 +22,39 @@ constexpr const char* kDimNames[4] = {"tp", "cp", "dp", "pp"};
 std::size_t index(parallel_dim dim) { return static_cast<std::size_t>(dim); }
 
 [[noreturn]] void bad_order(const std::string& order, const std::string& why) {
-  throw error("parallel layout: order \"" + order +
-              "\" is not a '-'-separated permutation of tp, cp, dp, pp (" + why + ")");
+  throw error(error_location{"", 0, 0, "parallel.order"},
+              "order \"" + order + "\" is not a '-'-separated permutation of tp, cp, dp, pp (" + why + ")");
 }
 
-void check_size(const char* name, std::int64_t value) {
-  if (value < 1) {
-    throw error(std::string("parallel layout: ") + name + " must be >= 1, got " + std::to_string(value));
-  }
+// A size from the [parallel] settings: its key is the location.
+void check_size(const char* key, std::int64_t value) {
+  if (value < 1) throw error(error_location{"", 0, 0, key}, "must be >= 1, got " + std::to_string(value));
 }
 
 }  // namespace
 
 parallel_layout::parallel_layout(parallel_sizes sizes, std::int64_t world_size, const std::string& order)
     : world_(world_size), order_name_(order) {
-  check_size("tp", sizes.tp);
-  check_size("cp", sizes.cp);
-  check_size("pp", sizes.pp);
-  check_size("world_size", world_size);
+  check_size("parallel.tp", sizes.tp);
+  check_size("parallel.cp", sizes.cp);
+  check_size("parallel.pp", sizes.pp);
+  // The world comes from the communicator, not from a setting.
+  if (world_size < 1) throw error("world_size must be >= 1, got " + std::to_string(world_size));
 
   // tp*cp*pp must divide the world. Multiply step by step and stop once the product exceeds the world, so
   // absurd sizes cannot overflow.
   std::int64_t model_parallel = 1;
   for (std::int64_t s : {sizes.tp, sizes.cp, sizes.pp}) {
     if (s > world_size / model_parallel) {
-      throw error("parallel layout: tp*cp*pp = " + std::to_string(sizes.tp) + "*" + std::to_string(sizes.cp) +
-                  "*" + std::to_string(sizes.pp) + " exceeds world_size " + std::to_string(world_size));
+      throw error(error_location{"", 0, 0, "parallel"}, "tp*cp*pp = " + std::to_string(sizes.tp) + "*" +
+                                                            std::to_string(sizes.cp) + "*" + std::to_string(sizes.pp) +
+                                                            " exceeds world_size " + std::to_string(world_size));
     }
     model_parallel *= s;
   }
   if (world_size % model_parallel != 0) {
-    throw error("parallel layout: tp*cp*pp = " + std::to_string(model_parallel) + " does not divide world_size " +
-                std::to_string(world_size));
+    throw error(error_location{"", 0, 0, "parallel"}, "tp*cp*pp = " + std::to_string(model_parallel) +
+                                                          " does not divide world_size " + std::to_string(world_size));
   }
   size_[index(parallel_dim::tp)] = sizes.tp;
   size_[index(parallel_dim::cp)] = sizes.cp;
@@ -90,8 +91,7 @@ parallel_layout::parallel_layout(parallel_sizes sizes, std::int64_t world_size, 
 
 std::int64_t parallel_layout::coordinate(std::int64_t rank, parallel_dim dim) const {
   if (rank < 0 || rank >= world_) {
-    throw error("parallel layout: rank " + std::to_string(rank) + " is outside [0, " + std::to_string(world_) +
-                ")");
+    throw error("rank " + std::to_string(rank) + " is outside [0, " + std::to_string(world_) + ")");
   }
   // Peel mixed-radix digits off the rank, fastest dimension first.
   std::int64_t rest = rank;

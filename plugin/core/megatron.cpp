@@ -120,7 +120,7 @@ check_row make_row(std::string term, double exact, double megatron, double expec
 }  // namespace
 
 megatron_constant compute_megatron_constant(const model_spec& spec, std::int64_t seq_len) {
-  if (seq_len < 1) throw error("flopmeter: seq_len must be >= 1 (got " + std::to_string(seq_len) + ")");
+  if (seq_len < 1) throw error("seq_len must be >= 1 (got " + std::to_string(seq_len) + ")");
   megatron_constant c;
   c.seq_len = seq_len;
   const double s = static_cast<double>(seq_len);
@@ -135,16 +135,16 @@ namespace {
 // S-patch image (S^2 bidirectional pairs). Both must fit int64: S(S+1)/2 up to S = 2^32 - 1 (formed by
 // halving the even factor first, as the FLOP model does), S^2 up to S = 3,037,000,499.
 void check_seq_len(const model_spec& spec, std::int64_t seq_len) {
-  if (seq_len < 1) throw error("flopmeter: seq_len must be >= 1 (got " + std::to_string(seq_len) + ")");
+  if (seq_len < 1) throw error("seq_len must be >= 1 (got " + std::to_string(seq_len) + ")");
   std::int64_t pairs = 0;
   const bool even = seq_len % 2 == 0;
   if (seq_len == INT64_MAX || __builtin_mul_overflow(even ? seq_len / 2 : seq_len, even ? seq_len + 1 : seq_len / 2 + 1, &pairs)) {
-    throw error("flopmeter: seq_len " + std::to_string(seq_len) +
+    throw error("seq_len " + std::to_string(seq_len) +
                 " is too large: one document of that many tokens has S(S+1)/2 causal pairs, more than a 64-bit "
                 "count holds (largest seq_len: 4294967295)");
   }
   if (spec.vision && __builtin_mul_overflow(seq_len, seq_len, &pairs)) {
-    throw error("flopmeter: seq_len " + std::to_string(seq_len) +
+    throw error("seq_len " + std::to_string(seq_len) +
                 " is too large for a model with a vision tower: one image of that many patches has S^2 "
                 "attention pairs, more than a 64-bit count holds (largest seq_len: 3037000499)");
   }

@@ -70,15 +70,14 @@ positions_totals scan_scalar(array_view<T> positions) {
     // Entries before i are valid, so positions[i - 1] <= i - 1 and the + 1 (in 64 bits) cannot overflow.
     const std::int64_t expected = i == 0 ? 0 : std::int64_t{positions[i - 1]} + 1;
     if (p != 0 && p != expected) {
-      throw error("flopmeter: positions[" + std::to_string(i) + "] = " + std::to_string(p) +
+      throw error("positions[" + std::to_string(i) + "] = " + std::to_string(p) +
                   (i == 0 ? std::string(": the first position must be 0")
                           : ": expected 0 (a new document) or " + std::to_string(expected)));
     }
     totals.documents += p == 0 ? 1 : 0;
     // p + 1 <= i + 1 cannot overflow; the running sum can, for a batch of more than ~4.3e9 tokens.
     if (__builtin_add_overflow(totals.causal_pairs, p + 1, &totals.causal_pairs)) {
-      throw error("flopmeter: positions[" + std::to_string(i) +
-                  "]: the batch's causal pair count overflows a 64-bit count");
+      throw error("positions[" + std::to_string(i) + "]: the batch's causal pair count overflows a 64-bit count");
     }
   }
   totals.tokens = static_cast<std::int64_t>(positions.size());
@@ -105,6 +104,24 @@ FLOPMETER_ALWAYS_INLINE std::uint64_t lane_sum(const Vec& v) {
   return sum;
 }
 
+// One vector's worth of entries starting at `at` (both kernels): the entries as uint32 lanes (`v`), the same
+// lanes one entry earlier (`prev`), the same bytes as uint64 lanes (`wide`, for the sums), and all ones in
+// each uint32 lane that is 0. Unaligned loads through memcpy, which compile to one vector load each.
+template <class V64, class V32>
+struct block {
+  V32 v, prev, is_zero;
+  V64 wide;
+};
+template <class V64, class V32, class T>
+FLOPMETER_ALWAYS_INLINE block<V64, V32> load_block(const T* at) {
+  block<V64, V32> b;
+  std::memcpy(&b.v, at, sizeof b.v);
+  std::memcpy(&b.prev, at - 1, sizeof b.prev);
+  std::memcpy(&b.wide, at, sizeof b.wide);
+  b.is_zero = reinterpret_cast<V32>(b.v == V32{});
+  return b;
+}
+
 // int64 entries, read as pairs of uint32 lanes (an entry's two halves sit in two lanes; `v` and `prev` are
 // loaded a whole entry apart, so each lane meets the same half of the previous entry on either byte order).
 // An accepted array has 0 <= p[i] < 2^31 (the proof above), so every high half is 0 and every
@@ -123,18 +140,13 @@ FLOPMETER_ALWAYS_INLINE bool scan_block_int64(const std::int64_t* p, std::size_t
   V64 sum0 = {}, sum1 = {}, bits0 = {}, bits1 = {};
   const V32 one = V32{} + 1;
   std::size_t i = 1;
-#define FLOPMETER_STEP_INT64(k)                                                          \
-  {                                                                                      \
-    V32 v, prev;                                                                         \
-    V64 wide;                                                                            \
-    std::memcpy(&v, p + i + (k) * lanes, sizeof v);                                      \
-    std::memcpy(&prev, p + i - 1 + (k) * lanes, sizeof prev);                            \
-    std::memcpy(&wide, p + i + (k) * lanes, sizeof wide);                                \
-    const V32 is_zero = reinterpret_cast<V32>(v == V32{}); /* all ones where 0 */        \
-    good##k &= reinterpret_cast<V32>(v == prev + one) | is_zero;                         \
-    zeros##k -= is_zero; /* - (all ones) adds 1 */                                       \
-    sum##k += wide;                                                                      \
-    bits##k |= wide;                                                                     \
+#define FLOPMETER_STEP_INT64(k)                                        \
+  {                                                                    \
+    const block<V64, V32> b = load_block<V64, V32>(p + i + (k)*lanes); \
+    good##k &= reinterpret_cast<V32>(b.v == b.prev + one) | b.is_zero; \
+    zeros##k -= b.is_zero; /* - (all ones) adds 1 */                   \
+    sum##k += b.wide;                                                  \
+    bits##k |= b.wide;                                                 \
   }
   for (; i + step <= n; i += step) {
     FLOPMETER_STEP_INT64(0)
@@ -175,18 +187,13 @@ FLOPMETER_ALWAYS_INLINE bool scan_block_int32(const std::int32_t* p, std::size_t
   const V32 one = V32{} + 1;
   const V64 low_mask = V64{} + 0xFFFFFFFFu;
   std::size_t i = 1;
-#define FLOPMETER_STEP_INT32(k)                                                          \
-  {                                                                                      \
-    V32 v, prev;                                                                         \
-    V64 wide;                                                                            \
-    std::memcpy(&v, p + i + (k) * lanes, sizeof v);                                      \
-    std::memcpy(&prev, p + i - 1 + (k) * lanes, sizeof prev);                            \
-    std::memcpy(&wide, p + i + (k) * lanes, sizeof wide);                                \
-    const V32 is_zero = reinterpret_cast<V32>(v == V32{}); /* all ones where 0 */        \
-    bad##k |= ~(reinterpret_cast<V32>(v == prev + one) | is_zero);                       \
-    zeros##k -= is_zero; /* - (all ones) adds 1 */                                       \
-    low##k += wide & low_mask;                                                           \
-    high##k += wide >> 32;                                                               \
+#define FLOPMETER_STEP_INT32(k)                                          \
+  {                                                                      \
+    const block<V64, V32> b = load_block<V64, V32>(p + i + (k)*lanes);   \
+    bad##k |= ~(reinterpret_cast<V32>(b.v == b.prev + one) | b.is_zero); \
+    zeros##k -= b.is_zero; /* - (all ones) adds 1 */                     \
+    low##k += b.wide & low_mask;                                         \
+    high##k += b.wide >> 32;                                             \
   }
   for (; i + step <= n; i += step) {
     FLOPMETER_STEP_INT32(0)
@@ -232,7 +239,7 @@ __attribute__((target("avx2"))) bool block_avx2(const std::int32_t* p, std::size
 template <class T>
 positions_totals scan_with(array_view<T> positions, positions_kernel kernel) {
   if (!available(kernel)) {
-    throw error(std::string("flopmeter: the positions kernel ") + name_of(kernel) + " is not available on this CPU");
+    throw error(std::string("the positions kernel ") + name_of(kernel) + " is not available on this CPU");
   }
   if (kernel == positions_kernel::scalar || positions.empty() || positions.size() > kBlockKernelMaxEntries) {
     return scan_scalar(positions);

@@ -48,21 +48,21 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
   // truncated by the widening to int64 below ([0, 2.5, 5] would count as [0, 2, 5]).
   const auto require_integers = [](const at::Tensor& t, const char* name) {
     if (!c10::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
-      throw error(std::string("flopmeter: ") + name + " must have an integer dtype (got " +
+      throw error(std::string(name) + " must have an integer dtype (got " +
                   std::string(c10::toString(t.scalar_type())) + ")");
     }
   };
   if (has_cu) require_integers(b.cu_seqlens, "cu_seqlens");
   if (has_positions) require_integers(b.positions, "positions");
   if (has_grids) require_integers(b.grid_thw, "grid_thw");
-  if (has_cu && has_positions) throw error("flopmeter: a tensor micro-batch gives both cu_seqlens and positions");
-  if (has_cu && b.cu_seqlens.dim() != 1) throw error("flopmeter: cu_seqlens must be 1-D");
-  if (has_positions && b.positions.dim() != 1) throw error("flopmeter: positions must be 1-D");
+  if (has_cu && has_positions) throw error("a tensor micro-batch gives both cu_seqlens and positions");
+  if (has_cu && b.cu_seqlens.dim() != 1) throw error("cu_seqlens must be 1-D");
+  if (has_positions && b.positions.dim() != 1) throw error("positions must be 1-D");
   if (has_grids && (b.grid_thw.dim() != 2 || b.grid_thw.size(1) != 3)) {
-    throw error("flopmeter: grid_thw must have shape [items, 3]");
+    throw error("grid_thw must have shape [items, 3]");
   }
-  if (has_grids && !g.has_vision) throw error("flopmeter: the batch has image grids but the model has no vision tower");
-  if (b.padding_tokens < 0) throw error("flopmeter: padding_tokens must be >= 0 (got " + std::to_string(b.padding_tokens) + ")");
+  if (has_grids && !g.has_vision) throw error("the batch has image grids but the model has no vision tower");
+  if (b.padding_tokens < 0) throw error("padding_tokens must be >= 0 (got " + std::to_string(b.padding_tokens) + ")");
 
   const c10::Device device = has_cu ? b.cu_seqlens.device()
                              : has_positions ? b.positions.device()
@@ -154,9 +154,9 @@ class tensor_throughput::impl {
     std::lock_guard<std::mutex> lock(mutex_);
     try {
       // The host-known facts of the rest of the batch, checked as the host path checks them.
-      if (batch.samples < 0) throw error("flopmeter: samples must be >= 0 (got " + std::to_string(batch.samples) + ")");
-      if (batch.label_tokens && *batch.label_tokens < 0) throw error("flopmeter: label_tokens must be >= 0");
-      if (batch.loss_sum && !std::isfinite(*batch.loss_sum)) throw error("flopmeter: loss_sum is not finite");
+      if (batch.samples < 0) throw error("samples must be >= 0 (got " + std::to_string(batch.samples) + ")");
+      if (batch.label_tokens && *batch.label_tokens < 0) throw error("label_tokens must be >= 0");
+      if (batch.loss_sum && !std::isfinite(*batch.loss_sum)) throw error("loss_sum is not finite");
       const at::Tensor counts = tensor_batch_counts(batch, geometry_).to(device_, /*non_blocking=*/true);
       // 1 when the device found nothing wrong, else 0: everything the batch contributes is multiplied by it,
       // so a rejected batch adds nothing (as on the host path) and nothing waits for the verdict.
@@ -257,7 +257,7 @@ std::shared_ptr<tensor_throughput> create_tensor_throughput(const std::string& c
     for (auto& s : extra_sinks) options.sinks.push_back(std::move(s));
     return tensor_throughput::create(std::move(options), std::move(group), device, checks);
   } catch (const error& e) {
-    throw error(config_path + ": " + e.what());
+    throw e.in_file(config_path);
   }
 }
 
