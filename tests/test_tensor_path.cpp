@@ -81,6 +81,55 @@ TEST(tensor_path, device_counts_equal_host_counts) {
   EXPECT_EQ(to_batch_counts(from_positions).vision_pairs_per_frame, 7056);
 }
 
+// Sums on the device never wrap. Eight documents of 2^31 tokens: each has 2^31 (2^31 + 1) / 2 = 2^61 + 2^30
+// pairs, the batch 8 (2^61 + 2^30) = 2^64 + 2^33. Summed in int64 that wrapped to 2^33 = 8,589,934,592, a
+// plausible and wrong count; as float64 it is exactly 2^64 + 2^33 (33 significant bits), which the plugin
+// refuses as beyond 2^53. Likewise two items of 2^31 patches (t = 2, h = w = 2^15): 2^62 whole-item pairs
+// each, 2^63 together (int64: -2^63).
+TEST(tensor_path, sums_over_documents_and_items_never_wrap) {
+  const vision_geometry g = geometry_of(small_vlm());
+  std::vector<std::int64_t> cu = {0};
+  for (int d = 1; d <= 8; ++d) cu.push_back(std::int64_t{d} << 31);
+  tensor_microbatch documents;
+  documents.cu_seqlens = dev_longs(cu);
+  const at::Tensor counts = tensor_batch_counts(documents, g);
+  EXPECT_EQ(invalid_entries(counts), 0);
+  EXPECT_EQ(counts[0].item<double>(), 17179869184.0);                          // 8 * 2^31 tokens = 2^34
+  EXPECT_EQ(counts[3].item<double>(), 18446744073709551616.0 + 8589934592.0);  // 2^64 + 2^33 pairs
+  EXPECT_THROW(to_batch_counts(counts), error);                                // not an exact count below 2^53
+
+  tensor_microbatch items;
+  items.grid_thw = dev_grids({{2, 32768, 32768}, {2, 32768, 32768}});
+  const at::Tensor item_counts = tensor_batch_counts(items, g);
+  EXPECT_EQ(invalid_entries(item_counts), 0);
+  EXPECT_EQ(item_counts[5].item<double>(), 4294967296.0);           // patches: 2 * 2^31
+  EXPECT_EQ(item_counts[8].item<double>(), 9223372036854775808.0);  // whole-item pairs: 2 * 2^62 = 2^63
+}
+
+// The tensor path accepts every document the host path accepts (up to 2^32 - 1 tokens, whose pair count still
+// fits int64) and refuses the next length, as the host path does. 3,037,000,500 tokens is the first length
+// whose L(L+1) overflows int64 (the pair count is formed halving first); its pairs are
+// 3,037,000,500 * 3,037,000,501 / 2 = 4,611,686,020,018,625,250 by hand, which the host path counts exactly
+// and the device sum holds rounded to float64 like the row.
+TEST(tensor_path, documents_up_to_the_host_paths_limit_are_counted) {
+  const vision_geometry g = geometry_of(small_vlm());
+  for (const std::int64_t length : {std::int64_t{3037000500}, (std::int64_t{1} << 32) - 1}) {
+    tensor_microbatch batch;
+    batch.cu_seqlens = dev_longs({0, length});
+    const at::Tensor counts = tensor_batch_counts(batch, g);
+    EXPECT_EQ(invalid_entries(counts), 0) << length;
+    const std::vector<std::int64_t> cu = {0, length};
+    const batch_counts host = count_from_cu_seqlens(cu, 0, {}, g);
+    EXPECT_EQ(counts[3].item<double>(), static_cast<double>(host.causal_pairs)) << length;
+  }
+  EXPECT_EQ(count_from_cu_seqlens(std::vector<std::int64_t>{0, 3037000500}, 0, {}, g).causal_pairs,
+            4611686020018625250);
+  tensor_microbatch too_long;
+  too_long.cu_seqlens = dev_longs({0, std::int64_t{1} << 32});
+  EXPECT_EQ(invalid_entries(tensor_batch_counts(too_long, g)), 1);
+  EXPECT_THROW(count_from_cu_seqlens(std::vector<std::int64_t>{0, std::int64_t{1} << 32}, 0, {}, g), error);
+}
+
 TEST(tensor_path, malformed_tensors_are_flagged_on_the_device) {
   const vision_geometry g = geometry_of(small_vlm());
   tensor_microbatch decreasing;

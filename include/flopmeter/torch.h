@@ -18,8 +18,10 @@
 //   One warning a minute per kind, as on the host path.
 // - Found on the device, by a mask (no sync): cu_seqlens not starting at 0 or decreasing, positions that do
 //   not restart at 0 or step by 1, a grid dimension < 1 or not divisible by the merge size, sizes beyond the
-//   overflow-safe bounds (documents <= 2^31 tokens, t*h*w <= 2^31). The batch's counts, samples, loss and
-//   label tokens are multiplied by the mask on the device.
+//   overflow-safe bounds (documents <= 2^32 - 1 tokens as on the host path, t*h*w <= 2^31). The batch's
+//   counts, samples, loss and label tokens are multiplied by the mask on the device. Sums over documents,
+//   items and micro-batches are float64 on the device: exact below 2^53, never wrapping; an interval whose
+//   count reaches 2^53 is skipped by every rank, as on the host path.
 // Both reach health().bad_microbatches one log later (the count travels on the device, in the log's
 // collective).
 //
@@ -68,12 +70,15 @@ struct tensor_microbatch {
   std::optional<std::int64_t> label_tokens;
 };
 
-// The counts of one micro-batch on its tensors' device, without a sync: an int64 tensor of 10 entries, the
+// The counts of one micro-batch on its tensors' device, without a sync: a float64 tensor of 10 entries, the
 // nine batch_counts fields in declaration order followed by the number of invalid entries found (0 = valid).
+// Each document's and item's count is exact in int64; their sums are float64, exact below 2^53 and never
+// wrapping (a larger sum stays >= 2^53, which the plugin refuses as beyond what a row carries exactly).
 // Throws flopmeter::error for what is known on the host (see "Rejected batches" above).
 at::Tensor tensor_batch_counts(const tensor_microbatch& batch, const vision_geometry& geometry);
 
-// Reads such a tensor back (synchronises: for tests and tools, not for the training loop).
+// Reads such a tensor back (synchronises: for tests and tools, not for the training loop). Throws
+// flopmeter::error when a count is not an exact integer below 2^53.
 batch_counts to_batch_counts(const at::Tensor& counts);
 
 class tensor_throughput final : public plugin {

@@ -18,6 +18,7 @@
 #include "flopmeter/c10d.h"
 #include "flopmeter/error.h"
 #include "accounting/row_layout.h"
+#include "core/exact_double.h"
 #include "tensor/torch_path_log.h"  // spdlog stays out of this file: see there
 
 namespace flopmeter {
@@ -25,10 +26,16 @@ namespace {
 
 using namespace detail;  // row_layout.h
 
-// Overflow-safe bounds for counting on the device in int64: a document of L <= 2^31 tokens has
-// L(L+1)/2 < 2^61 pairs; an item of P = t*h*w <= 2^31 patches has P^2 <= 2^62 pairs. Larger entries are
-// invalid (the host path checks exactly instead; nothing real comes near these).
-constexpr std::int64_t kMaxDocumentTokens = std::int64_t{1} << 31;
+// Counting on the device, without a sync, so without a way to stop at the first overflow:
+//   - each document's or item's count is formed in int64, within bounds that keep it exact: a document of
+//     L <= 2^32 - 1 tokens (the host path's limit) has L(L+1)/2 < 2^63 pairs, formed by halving the even
+//     one of L and L+1 first; an item of P = t*h*w <= 2^31 patches has P^2 <= 2^62 pairs. Larger entries are
+//     invalid;
+//   - the sums over documents, items and micro-batches are float64. Every partial sum of non-negative
+//     integers is exact while the total is below 2^53, and a larger total never wraps: it stays >= 2^53,
+//     which derive() refuses as more than a row carries exactly. (In int64, eight documents of 2^31 tokens
+//     summed to 2^64 + 2^33 pairs and wrapped to 2^33: a plausible, wrong count.)
+constexpr std::int64_t kMaxDocumentTokens = (std::int64_t{1} << 32) - 1;
 constexpr std::int64_t kMaxItemPatches = std::int64_t{1} << 31;
 constexpr std::int64_t kCountEntries = static_cast<std::int64_t>(kRowCountFields) + 1;  // + invalid entries
 
@@ -37,6 +44,16 @@ at::Tensor constant(std::int64_t value, const at::TensorOptions& options) { retu
 // at::div's rounding_mode is c10::optional<c10::string_view> in 1.13 and std::optional<std::string_view> in
 // 2.x; a string literal converts to either.
 at::Tensor half_floor(const at::Tensor& x) { return at::div(x, 2, "floor"); }
+
+// L(L+1)/2 per entry of an int64 tensor with 0 <= L <= kMaxDocumentTokens, exact: L(L+1) itself would
+// overflow from L = 3,037,000,500, so the even factor is halved before the product.
+at::Tensor causal_pairs(const at::Tensor& lengths) {
+  const at::Tensor next = lengths + 1;
+  return at::where(lengths.remainder(2) == 0, half_floor(lengths) * next, lengths * half_floor(next));
+}
+
+// The float64 sum of an int64 tensor's entries (see above: exact below 2^53, never wrapping).
+at::Tensor sum_exact(const at::Tensor& x) { return x.to(at::kDouble).sum(); }
 
 }  // namespace
 
@@ -68,7 +85,7 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
                              : has_positions ? b.positions.device()
                              : has_grids ? b.grid_thw.device()
                                          : c10::Device(c10::kCPU);
-  const auto options = at::TensorOptions().dtype(at::kLong).device(device);
+  const auto options = at::TensorOptions().dtype(at::kDouble).device(device);
   at::Tensor zero = at::zeros({}, options);
   at::Tensor real = zero, documents = zero, pairs = zero, invalid = zero;
 
@@ -81,21 +98,22 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
       const at::Tensor lengths = cu.slice(0, 1) - cu.slice(0, 0, n - 1);
       invalid = invalid + (lengths < 0).sum() + (lengths > kMaxDocumentTokens).sum();
       const at::Tensor safe = lengths.clamp(0, kMaxDocumentTokens);
-      real = safe.sum();
-      pairs = half_floor(safe * (safe + 1)).sum();  // L(L+1)/2 per document
+      real = sum_exact(safe);
+      pairs = sum_exact(causal_pairs(safe));
     }
   } else if (has_positions) {
     const at::Tensor p = b.positions.to(at::kLong);
     const std::int64_t n = p.numel();
     real = constant(n, options);
-    documents = (p == 0).sum();
+    documents = (p == 0).sum().to(at::kDouble);
+    // Position p makes its document at least p + 1 tokens long.
     invalid = invalid + (p.select(0, 0) != 0).to(at::kLong) + (p >= kMaxDocumentTokens).sum();
     if (n > 1) {
       const at::Tensor current = p.slice(0, 1), previous = p.slice(0, 0, n - 1);
       invalid = invalid + ((current != 0) & (current != previous + 1)).sum();
     }
     // The reference's sum(positions + 1): L(L+1)/2 per document once the runs are valid.
-    pairs = (p.clamp(0, kMaxDocumentTokens) + 1).sum();
+    pairs = sum_exact(p.clamp(0, kMaxDocumentTokens - 1) + 1);
   }
 
   at::Tensor items = zero, patches = zero, merged = zero, per_frame = zero, whole = zero;
@@ -113,19 +131,25 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
                      ws = at::where(row_bad, at::full_like(w, m), w);
     const at::Tensor frame = hs * ws, item_patches = ts * frame;
     items = constant(grid.size(0), options);
-    patches = (item_patches * ok).sum();
-    merged = (at::div(item_patches, m * m, "floor") * ok).sum();
-    per_frame = (ts * frame * frame * ok).sum();
-    whole = (item_patches * item_patches * ok).sum();
+    patches = sum_exact(item_patches * ok);
+    merged = sum_exact(at::div(item_patches, m * m, "floor") * ok);
+    per_frame = sum_exact(ts * frame * frame * ok);
+    whole = sum_exact(item_patches * item_patches * ok);
   }
   return at::stack({real, constant(b.padding_tokens, options), documents, pairs, items, patches, merged, per_frame,
-                    whole, invalid});
+                    whole, invalid.to(at::kDouble)});
 }
 
 batch_counts to_batch_counts(const at::Tensor& counts) {
-  const at::Tensor host = counts.to(at::kCPU).to(at::kLong).contiguous();
+  const at::Tensor host = counts.to(at::kCPU).to(at::kDouble).contiguous();
   if (host.numel() < static_cast<std::int64_t>(kRowCountFields)) throw error("to_batch_counts: too few entries");
-  return counts_from_row(host.data_ptr<std::int64_t>());  // the row's layout, as for the host path
+  const double* values = host.data_ptr<double>();
+  for (std::size_t f = 0; f < kRowCountFields; ++f) {
+    if (!(values[f] >= 0 && values[f] < kExactIntegerLimit)) {
+      throw error("to_batch_counts: entry " + std::to_string(f) + " is not an exact count below 2^53");
+    }
+  }
+  return counts_from_row(values);  // the row's layout, as for the host path
 }
 
 class tensor_throughput::impl {
@@ -141,7 +165,7 @@ class tensor_throughput::impl {
                   "' group all-reduces on " + (backend == "nccl" ? "CUDA" : "the CPU") +
                   "; a mismatch would need a synchronising copy per log");
     }
-    accumulated_ = at::zeros({kAccumulated}, at::TensorOptions().dtype(at::kLong).device(device));
+    accumulated_ = at::zeros({kAccumulated}, at::TensorOptions().dtype(at::kDouble).device(device));
     loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
     logger_ = options.logger;
     if (!logger_) logger_ = make_tensor_path_logger();
@@ -160,13 +184,13 @@ class tensor_throughput::impl {
       const at::Tensor counts = tensor_batch_counts(batch, geometry_).to(device_, /*non_blocking=*/true);
       // 1 when the device found nothing wrong, else 0: everything the batch contributes is multiplied by it,
       // so a rejected batch adds nothing (as on the host path) and nothing waits for the verdict.
-      const at::Tensor valid = (counts.select(0, kInvalid) == 0).to(at::kLong);
+      const at::Tensor valid = (counts.select(0, kInvalid) == 0).to(at::kDouble);
       accumulated_.slice(0, 0, kInvalid).add_(counts.slice(0, 0, kInvalid) * valid);
       accumulated_.select(0, kInvalid).add_(1 - valid);
-      accumulated_.select(0, kSamples).add_(valid * batch.samples);
+      accumulated_.select(0, kSamples).add_(valid * static_cast<double>(batch.samples));
       if (batch.loss_sum && batch.label_tokens) {
-        accumulated_.select(0, kLabelTokens).add_(valid * *batch.label_tokens);
-        loss_sum_.add_(valid.to(at::kDouble) * *batch.loss_sum);
+        accumulated_.select(0, kLabelTokens).add_(valid * static_cast<double>(*batch.label_tokens));
+        loss_sum_.add_(valid * *batch.loss_sum);
       }
     } catch (const std::exception& e) {
       try {
@@ -198,8 +222,8 @@ class tensor_throughput::impl {
   throughput_plugin& plugin() { return *plugin_; }
 
  private:
-  // The device accumulator: the nine counts, then the invalid micro-batches, samples and label tokens (int64);
-  // the loss sum is a double of its own.
+  // The device accumulator: the nine counts, then the invalid micro-batches, samples and label tokens, all
+  // float64 like the row they are added to (exact below 2^53, never wrapping); the loss sum is a double of its own.
   static constexpr std::int64_t kInvalid = kCountEntries - 1;
   static constexpr std::int64_t kSamples = kCountEntries;
   static constexpr std::int64_t kLabelTokens = kCountEntries + 1;
@@ -215,11 +239,10 @@ class tensor_throughput::impl {
     }
     const std::int64_t row = rank_ * static_cast<std::int64_t>(kRowFields);
     const auto at_field = [&](row_field field) { return buffer.select(0, row + static_cast<std::int64_t>(field)); };
-    buffer.narrow(0, row, static_cast<std::int64_t>(kRowCountFields))
-        .add_(accumulated_.slice(0, 0, kInvalid).to(at::kDouble));
-    at_field(row_device_rejected).add_(accumulated_.select(0, kInvalid).to(at::kDouble));
-    at_field(row_samples).add_(accumulated_.select(0, kSamples).to(at::kDouble));
-    at_field(row_label_tokens).add_(accumulated_.select(0, kLabelTokens).to(at::kDouble));
+    buffer.narrow(0, row, static_cast<std::int64_t>(kRowCountFields)).add_(accumulated_.slice(0, 0, kInvalid));
+    at_field(row_device_rejected).add_(accumulated_.select(0, kInvalid));
+    at_field(row_samples).add_(accumulated_.select(0, kSamples));
+    at_field(row_label_tokens).add_(accumulated_.select(0, kLabelTokens));
     at_field(row_loss_sum).add_(loss_sum_);
     accumulated_.zero_();
     loss_sum_.zero_();
