@@ -542,8 +542,8 @@ TEST_F(CliTest, BadCommandLinesAreRejectedWithClearMessages) {
   const std::string m = kQwen3Vl2b;
   const std::vector<error_case> cases = {
       // missing / extra model arguments
-      {{"estimate"}, 2, "missing the MODEL.toml argument"},
-      {{"coefficients"}, 2, "missing the MODEL.toml argument"},
+      {{"estimate"}, 2, "missing the MODEL argument"},
+      {{"coefficients"}, 2, "missing the MODEL argument"},
       {{"coefficients", m, m}, 2, "unexpected argument"},
       {{"estimate", m, m, "--docs", "1"}, 2, "unexpected argument"},
       // unknown flags

@@ -10,13 +10,14 @@
 namespace flopmeter::cli {
 
 const char* const kCoefficientsUsage =
-    "usage: flopmeter coefficients MODEL.toml [--json]\n"
+    "usage: flopmeter coefficients MODEL [--json]\n"
     "\n"
     "Prints the exact training FLOPs (forward + backward) per unit of work of one model: FLOPs of a batch =\n"
     "sum of coefficient x count (see `flopmeter estimate`).\n"
     "\n"
     "arguments:\n"
-    "  MODEL.toml      a model file, or the name of a shipped config (e.g. qwen3_vl_2b)\n"
+    "  MODEL           a model TOML file, a Hugging Face config.json, a checkpoint directory that holds one,\n"
+    "                  or the name of a shipped config (e.g. qwen3_vl_2b)\n"
     "options:\n"
     "  --json          print one JSON object (keys: model, dense_per_token, text_attn_pair, vision_per_patch,\n"
     "                  vision_attn_pair, patch_embed_per_patch, merger_per_merged_token, mtp_per_token,\n"
@@ -33,7 +34,7 @@ int run_coefficients(const std::vector<std::string>& args) {
     std::fputs(kCoefficientsUsage, stdout);
     return kExitOk;
   }
-  if (parsed.positionals.empty()) throw usage_error("coefficients", "missing the MODEL.toml argument");
+  if (parsed.positionals.empty()) throw usage_error("coefficients", "missing the MODEL argument");
   if (parsed.positionals.size() > 1) {
     throw usage_error("coefficients", "unexpected argument '" + parsed.positionals[1] + "' (one model only)");
   }

@@ -105,7 +105,7 @@ std::optional<estimate_request> parse_request(const std::vector<std::string>& ar
     std::fputs(kEstimateUsage, stdout);
     return std::nullopt;
   }
-  if (parsed.positionals.empty()) throw usage_error(cmd, "missing the MODEL.toml argument");
+  if (parsed.positionals.empty()) throw usage_error(cmd, "missing the MODEL argument");
   if (parsed.positionals.size() > 1) {
     throw usage_error(cmd, "unexpected argument '" + parsed.positionals[1] + "' (one model only)");
   }
