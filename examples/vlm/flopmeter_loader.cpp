@@ -102,13 +102,11 @@ void plugin_library::destroy() {
   plugin_ = nullptr;
 }
 
-bool plugin_library::health(std::uint64_t out[5]) const {
+bool plugin_library::health(flopmeter_health_counters& out) const {
   flopmeter_health_counters h{};
   h.struct_size = sizeof(h);
   if (plugin_ == nullptr || health_fn_(plugin_, &h) != FLOPMETER_OK) return false;
-  const std::uint64_t counters[5] = {h.bad_microbatches, h.failed_collectives, h.skipped_intervals,
-                                     h.events_after_flush, h.collectives_started};
-  std::copy(counters, counters + 5, out);
+  out = h;
   return true;
 }
 

@@ -37,8 +37,8 @@ class plugin_library {
   int on_log(const flopmeter_log& log);
   int flush();
   void destroy();
-  // bad micro-batches, failed collectives, skipped intervals, events after flush, collectives started.
-  bool health(std::uint64_t out[5]) const;
+  // The plugin's health counters (flopmeter_health, every field this header knows); false if none.
+  bool health(flopmeter_health_counters& out) const;
 
   const std::string& path() const { return path_; }
   std::uint32_t abi_version() const { return abi_version_; }

@@ -59,13 +59,18 @@ void tensor_meter::flush() {
   ++event_calls_;
 }
 
-void tensor_meter::health(std::uint64_t out[5]) const {
+flopmeter_health_counters tensor_meter::health() const {
   const flopmeter::throughput_health h = meter_->health();
-  out[0] = h.bad_microbatches;
-  out[1] = h.failed_collectives;
-  out[2] = h.skipped_intervals;
-  out[3] = h.events_after_flush;
-  out[4] = h.collectives_started;
+  flopmeter_health_counters out{};
+  out.struct_size = sizeof(out);
+  out.bad_microbatches = h.bad_microbatches;
+  out.failed_collectives = h.failed_collectives;
+  out.skipped_intervals = h.skipped_intervals;
+  out.events_after_flush = h.events_after_flush;
+  out.collectives_started = h.collectives_started;
+  out.out_of_step_intervals = h.out_of_step_intervals;
+  out.dropped_records = h.dropped_records;
+  return out;
 }
 
 }  // namespace vlm

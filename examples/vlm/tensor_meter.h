@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "flopmeter/c_api.h"
 #include "flopmeter/events.h"
 #include "flopmeter/torch.h"
 
@@ -37,9 +38,8 @@ class tensor_meter {
   void on_microbatch(const flopmeter::tensor_microbatch& batch);
   void on_log(const flopmeter::log_event& log);
   void flush();
-  // bad micro-batches, failed collectives, skipped intervals, events after flush, collectives started (the
-  // order of flopmeter_health in the C ABI).
-  void health(std::uint64_t out[5]) const;
+  // The plugin's health counters, in the C ABI's struct so the trainer reports both paths the same way.
+  flopmeter_health_counters health() const;
 
   const std::string& description() const { return description_; }
   double event_seconds() const { return event_seconds_; }

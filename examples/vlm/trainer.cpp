@@ -82,6 +82,21 @@ double learning_rate(const vlm::trainer_config& c, std::int64_t step) {
 using flopmeter::detail::json_number;
 using flopmeter::detail::json_string;
 
+// flopmeter's health counters, named as in flopmeter_health_counters (counts far below 2^63).
+std::string health_json(const flopmeter_health_counters& h) {
+  const auto count = [](std::uint64_t value) { return static_cast<std::int64_t>(value); };
+  flopmeter::detail::json_object object(/*spaced=*/false);
+  object.integer("bad_microbatches", count(h.bad_microbatches))
+      .integer("failed_collectives", count(h.failed_collectives))
+      .integer("skipped_intervals", count(h.skipped_intervals))
+      .integer("events_after_flush", count(h.events_after_flush))
+      .integer("collectives_started", count(h.collectives_started))
+      .integer("rejected_logs", count(h.rejected_logs))
+      .integer("out_of_step_intervals", count(h.out_of_step_intervals))
+      .integer("dropped_records", count(h.dropped_records));
+  return object.str();
+}
+
 // Flattens every parameter's gradient (zeros where a parameter got none, e.g. the vision tower in a step
 // without images) plus `extra` values into one tensor.
 // The result is on the CPU (the trainer's Gloo group reduces host tensors).
@@ -384,14 +399,14 @@ std::vector<double> train(trainer_run& r) {
 // After the last step: flush and detach flopmeter, wait for every rank, write the summaries and print the
 // closing lines.
 void finish_and_summarize(trainer_run& r, const std::vector<double>& losses, clock_type::time_point wall_start) {
-  std::uint64_t health[5] = {0, 0, 0, 0, 0};
+  flopmeter_health_counters health{};
   if (r.meter) {
     r.meter->flush();
     r.meter->health(health);
   }
   if (r.tensor_meter) {
     r.tensor_meter->flush();
-    r.tensor_meter->health(health);
+    health = r.tensor_meter->health();
   }
   const double wall_seconds = seconds_since(wall_start);
   if (r.meter) r.meter->destroy();
@@ -413,19 +428,14 @@ void finish_and_summarize(trainer_run& r, const std::vector<double>& losses, clo
           << ",\"first_loss\":" << json_number(losses.front()) << ",\"final_loss\":" << json_number(losses.back())
           << ",\"losses\":[";
   for (std::size_t i = 0; i < losses.size(); ++i) summary << (i ? "," : "") << json_number(losses[i]);
-  summary << "],\"wall_seconds\":" << json_number(wall_seconds)
-          << ",\"device\":" << json_string(r.device.str())
+  summary << "],\"wall_seconds\":" << json_number(wall_seconds) << ",\"device\":" << json_string(r.device.str())
           << ",\"flopmeter_enabled\":" << (metered ? "true" : "false")
-          << ",\"flopmeter_path\":" << json_string(meter_path)
-          << ",\"flopmeter_library\":" << json_string(meter_name)
-          << ",\"flopmeter_event_calls\":" << event_calls
-          << ",\"flopmeter_event_seconds\":" << json_number(inside)
+          << ",\"flopmeter_path\":" << json_string(meter_path) << ",\"flopmeter_library\":" << json_string(meter_name)
+          << ",\"flopmeter_event_calls\":" << event_calls << ",\"flopmeter_event_seconds\":" << json_number(inside)
           << ",\"flopmeter_setup_seconds\":" << json_number(setup_seconds)
           << ",\"flopmeter_overhead_fraction\":" << json_number(fraction)
           << ",\"flopmeter_overhead_percent\":" << json_number(100.0 * fraction)
-          << ",\"flopmeter_health\":{\"bad_microbatches\":" << health[0] << ",\"failed_collectives\":" << health[1]
-          << ",\"skipped_intervals\":" << health[2] << ",\"events_after_flush\":" << health[3]
-          << ",\"collectives_started\":" << health[4] << "}}\n";
+          << ",\"flopmeter_health\":" << health_json(health) << "}\n";
   std::ofstream("summary_rank" + std::to_string(r.env.rank) + ".json", std::ios::trunc) << summary.str();
   if (r.env.rank == 0) std::ofstream("summary.json", std::ios::trunc) << summary.str();
 
