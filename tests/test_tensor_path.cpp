@@ -23,6 +23,7 @@
 #include "flopmeter/hooks.h"
 #include "gloo_harness.h"
 #include "support/capture_sink.h"
+#include "support/json_reading.h"
 #include "support/small_models.h"
 
 namespace flopmeter {
@@ -109,6 +110,16 @@ struct rank_run {
   std::vector<metrics_record> records;
   throughput_health health;
 };
+
+// Ends a rank's interval: the log of step 1 at t = 1 s, then flush; what the rank's sink got and its health.
+rank_run end_of_step_one(tensor_throughput& plugin, const capture_sink& sink, double& clock) {
+  clock = 1.0;
+  log_event l;
+  l.step = 1;
+  plugin.on_log(l);
+  plugin.flush();
+  return {sink.records, plugin.health()};
+}
 
 // Two Gloo ranks run the same three micro-batches per rank in a 2 s interval, either as tensors through
 // tensor_throughput or as host lengths through a plain plugin.
@@ -316,12 +327,7 @@ TEST(tensor_path, a_rejected_batch_adds_no_loss_labels_or_samples) {
     host_rejected.loss_sum = 500.0;
     host_rejected.label_tokens = 5;
     plugin->on_microbatch(host_rejected);
-    *clock = 1.0;
-    log_event l;
-    l.step = 1;
-    plugin->on_log(l);
-    plugin->flush();
-    out[static_cast<std::size_t>(rank)] = {sink->records, plugin->health()};
+    out[static_cast<std::size_t>(rank)] = end_of_step_one(*plugin, *sink, *clock);
   });
   for (const rank_run& run : out) {
     ASSERT_EQ(run.records.size(), 1u);
@@ -346,12 +352,7 @@ TEST(tensor_path, rejection_warnings_are_rate_limited_like_the_host_path) {
         bad.positions = at::tensor(std::vector<float>{0, 1, 2});
         plugin->on_microbatch(bad);
       }
-      *clock = 1.0;
-      log_event l;
-      l.step = 1;
-      plugin->on_log(l);
-      plugin->flush();
-      out[static_cast<std::size_t>(rank)] = {sink->records, plugin->health()};
+      out[static_cast<std::size_t>(rank)] = end_of_step_one(*plugin, *sink, *clock);
     });
   });
   EXPECT_EQ(occurrences(logged, "tensor micro-batch not counted"), 2u) << logged;
@@ -402,13 +403,6 @@ class scratch_dir {
   std::filesystem::path path_;
 };
 
-std::vector<std::string> lines_of(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 TEST(tensor_path, one_call_creation_from_a_plugin_file_honours_its_sinks) {
   // The plugin file names a JSONL sink per rank; both ranks write their own file, one line per log. By hand:
   // tokens_seen = 128 + 129 = 257 on both ranks (emit = "all").
@@ -429,10 +423,10 @@ TEST(tensor_path, one_call_creation_from_a_plugin_file_honours_its_sinks) {
     plugin->flush();
   });
   for (int rank = 0; rank < 2; ++rank) {
-    const std::vector<std::string> lines = lines_of(dir.file("m_" + std::to_string(rank) + ".jsonl"));
+    const std::vector<nlohmann::json> lines = testing::read_jsonl(dir.file("m_" + std::to_string(rank) + ".jsonl"));
     ASSERT_EQ(lines.size(), 1u) << "rank " << rank;
-    EXPECT_EQ(lines[0].rfind("{\"step\":7,", 0), 0u) << lines[0];
-    EXPECT_NE(lines[0].find("\"train/tokens_seen\":257"), std::string::npos) << lines[0];
+    EXPECT_EQ(testing::number_field(lines[0], "step"), 7) << lines[0].dump();
+    EXPECT_EQ(testing::number_field(lines[0], "train/tokens_seen"), 257) << lines[0].dump();
   }
   EXPECT_FALSE(std::filesystem::exists(dir.file("m_{rank}.jsonl")));
   // A bad file names itself.
@@ -453,7 +447,7 @@ TEST(tensor_path, make_jsonl_sink_expands_the_rank) {
   r.step = 3;
   r.values = {{"train/tokens_seen", 5.0}};
   make_jsonl_sink(dir.file("x_{rank}_{rank}.jsonl"), 12)->write(r);
-  EXPECT_EQ(lines_of(dir.file("x_12_12.jsonl")).size(), 1u);
+  EXPECT_EQ(testing::read_jsonl(dir.file("x_12_12.jsonl")).size(), 1u);
   // Without a rank, "{rank}" is an error that says what to call, never a file literally named "x_{rank}".
   EXPECT_THROW(make_jsonl_sink(dir.file("x_{rank}.jsonl")), error);
   EXPECT_THROW(make_jsonl_sink(dir.file("x_{rank}.jsonl"), -1), error);
