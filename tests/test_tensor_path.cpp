@@ -121,6 +121,18 @@ rank_run end_of_step_one(tensor_throughput& plugin, const capture_sink& sink, do
   return {sink.records, plugin.health()};
 }
 
+// The options every two-rank run here uses: small_vlm, a 1 GFLOP/s peak, every rank emitting into `sink`,
+// the clock read from `clock`.
+throughput_options two_rank_options(const std::shared_ptr<capture_sink>& sink, const std::shared_ptr<double>& clock) {
+  throughput_options o;
+  o.model = small_vlm();
+  o.peak_tflops_per_gpu = 1e-3;
+  o.emit = emit_ranks::all;
+  o.sinks = {sink};
+  o.clock_seconds = [clock] { return *clock; };
+  return o;
+}
+
 // Two Gloo ranks run the same three micro-batches per rank in a 2 s interval, either as tensors through
 // tensor_throughput or as host lengths through a plain plugin.
 std::vector<rank_run> run_two_ranks(bool tensors, bool add_malformed) {
@@ -128,12 +140,7 @@ std::vector<rank_run> run_two_ranks(bool tensors, bool add_malformed) {
   flopmeter_test::run_gloo_ranks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
     auto sink = std::make_shared<capture_sink>();
     auto clock = std::make_shared<double>(0.0);
-    throughput_options o;
-    o.model = small_vlm();
-    o.peak_tflops_per_gpu = 1e-3;
-    o.emit = emit_ranks::all;
-    o.sinks = {sink};
-    o.clock_seconds = [clock] { return *clock; };
+    const throughput_options o = two_rank_options(sink, clock);
     const std::vector<std::vector<std::int64_t>> docs = {{100 + rank, 28}, {4000}, {7, 7, 7 * rank + 1}};
     const std::vector<image_grid> items = {{2, 4, 6}, {1, 2, 2}};
     std::shared_ptr<tensor_throughput> tensor_plugin;
@@ -282,16 +289,6 @@ std::size_t occurrences(const std::string& text, const std::string& needle) {
   std::size_t n = 0;
   for (std::size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
   return n;
-}
-
-throughput_options two_rank_options(const std::shared_ptr<capture_sink>& sink, const std::shared_ptr<double>& clock) {
-  throughput_options o;
-  o.model = small_vlm();
-  o.peak_tflops_per_gpu = 1e-3;
-  o.emit = emit_ranks::all;
-  o.sinks = {sink};
-  o.clock_seconds = [clock] { return *clock; };
-  return o;
 }
 
 tensor_microbatch good_batch(int rank) {
