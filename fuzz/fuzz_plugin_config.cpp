@@ -4,7 +4,8 @@
 //
 // Invariants: it returns options or throws flopmeter::error; an error about the plugin text names the
 // source ("fuzz_plugin.toml:LINE:COL: ..."), one about the model file names that file's resolved path.
-// Accepted options are within the documented bounds.
+// Accepted options are within the documented bounds, and the model they carry passes the checks of any
+// accepted spec (fuzz::check_accepted_spec).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -45,7 +46,7 @@ std::optional<std::string> model_path(const std::string& text) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace flopmeter;
-  const std::string text(reinterpret_cast<const char*>(data), size);
+  const std::string text = fuzz::input_text(data, size);
   throughput_options o;
   try {
     o = detail::parse_throughput_options(text, kSource, kBaseDir);
@@ -63,10 +64,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(o.collective_timeout.count() >= 0, "a negative collective_timeout_ms was accepted");
   FUZZ_CHECK(!o.peak_tflops_per_gpu || (std::isfinite(*o.peak_tflops_per_gpu) && *o.peak_tflops_per_gpu > 0),
              "a non-positive or non-finite tflops_per_gpu was accepted");
-  try {
-    validate_model_spec(o.model);
-  } catch (const error& e) {
-    FUZZ_CHECK(false, std::string("the loaded model fails validate_model_spec: ") + e.what());
-  }
+  fuzz::check_accepted_spec(o.model, "the plugin loader");
   return 0;
 }

@@ -25,13 +25,18 @@
 #include "flopmeter/error.h"
 #include "flopmeter/throughput.h"
 #include "support/capture_sink.h"
+#include "support/captured_log.h"
+#include "support/clocked_plugin.h"
+#include "support/error_message.h"
 #include "support/fake_group.h"
+#include "support/fixed_rank.h"
 #include "support/small_models.h"
 
 namespace flopmeter {
 namespace {
 
 using testing::capture_sink;
+using testing::captured_log;
 using testing::fake_group;
 using testing::small_vlm;
 
@@ -40,42 +45,19 @@ namespace fs = std::filesystem;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
 
-
-// A logger that keeps what it was given, one "<level>|<message>" line each.
-struct captured_log {
-  std::ostringstream stream;
-  std::shared_ptr<spdlog::logger> logger;
-  captured_log()
-      : logger(std::make_shared<spdlog::logger>("bad_inputs", std::make_shared<spdlog::sinks::ostream_sink_mt>(stream))) {
-    logger->set_pattern("%l|%v");
-  }
-  std::string text() const { return stream.str(); }
-};
-
 // A communicator that claims any rank and world (the plugin must refuse the impossible ones).
-class claimed_rank final : public communicator {
+class claimed_rank final : public testing::fixed_rank_communicator {
  public:
-  claimed_rank(int rank, int world) : rank_(rank), world_(world) {}
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_; }
+  using fixed_rank_communicator::fixed_rank_communicator;
   std::string backend_name() const override { return "claimed"; }
   std::unique_ptr<pending_collective> start_allreduce_sum(double*, std::size_t) override {
     throw error("not used in these tests");
   }
-
- private:
-  int rank_;
-  int world_;
 };
 
 std::string create_error(throughput_options o, std::shared_ptr<communicator> comm) {
-  try {
-    (void)throughput_plugin::create(std::move(o), std::move(comm));
-  } catch (const error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "create did not throw";
-  return "";
+  return testing::error_message_of([&] { (void)throughput_plugin::create(std::move(o), std::move(comm)); },
+                                   "throughput_plugin::create");
 }
 
 throughput_options base_options() {
@@ -202,11 +184,8 @@ TEST(bad_inputs, peaks_without_a_number_give_no_mfu_and_one_warning) {
     o.logger = log.logger;
     if (c.gpu) o.gpu = *c.gpu;
     o.precision = c.precision;
-    auto sink = std::make_shared<capture_sink>();
-    o.sinks = {sink};
-    double now = 0;
-    o.clock_seconds = [&now] { return now; };
-    auto plugin = throughput_plugin::create(o, make_local_communicator());
+    testing::clocked_plugin run(o, make_local_communicator());
+    auto& [sink, now, plugin] = run;
     EXPECT_FALSE(plugin->peak_tflops_per_gpu().has_value()) << c.name;
     for (int step = 1; step <= 3; ++step) {
       now += 1;
@@ -269,11 +248,8 @@ TEST(bad_inputs, rejected_microbatch_warning_names_the_entry_and_the_batch_is_no
     throughput_options o = base_options();
     o.logger = log.logger;
     o.peak_tflops_per_gpu = 1.0;  // no peak warning in the log
-    auto sink = std::make_shared<capture_sink>();
-    o.sinks = {sink};
-    double now = 0;
-    o.clock_seconds = [&now] { return now; };
-    auto plugin = throughput_plugin::create(o, make_local_communicator());
+    testing::clocked_plugin run(o, make_local_communicator());
+    auto& [sink, now, plugin] = run;
     microbatch_event e;
     e.document_lengths = c.lengths;
     e.cu_seqlens = c.cu_seqlens;

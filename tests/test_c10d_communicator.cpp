@@ -1,11 +1,6 @@
 // Tests of the c10d ProcessGroup adapter (plugin/c10d_communicator.cpp) over real Gloo ranks: four threads
 // of this process, each with its own ProcessGroupGloo on 127.0.0.1 (tests/gloo_harness.h), and of the
 // environment-driven Gloo factory.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,12 +23,14 @@
 #include "flopmeter/throughput.h"
 #include "gloo_harness.h"
 #include "support/capture_sink.h"
+#include "support/ports.h"
 #include "support/small_models.h"
 
 namespace {
 
 using flopmeter::collective_status;
 using flopmeter::make_c10d_communicator;
+using flopmeter::testing::free_port;
 using flopmeter_test::gloo_run_options;
 using flopmeter_test::run_gloo_ranks;
 using std::chrono::milliseconds;
@@ -55,16 +52,26 @@ std::vector<double> contribution(int r) {
 }
 const std::vector<double> kExpectedSum = {10, 100, -6, 3, 18014398509481990.0, 7};
 
+// What rank `rank` of a kWorld-rank Gloo job must see: its rank, the world and the backend named, and
+// contribution(rank) summed over the job to kExpectedSum, in `values`; `pending` is the finished collective.
+// (A fatal failure returns early: callers that go on wrap the call in ASSERT_NO_FATAL_FAILURE.)
+void sum_over_the_job(flopmeter::communicator& comm, int rank, std::vector<double>& values,
+                      std::unique_ptr<flopmeter::pending_collective>& pending) {
+  EXPECT_EQ(comm.rank(), rank);
+  EXPECT_EQ(comm.world_size(), kWorld);
+  EXPECT_EQ(comm.backend_name(), "c10d:gloo");
+  values = contribution(rank);
+  pending = comm.start_allreduce_sum(values.data(), values.size());
+  ASSERT_EQ(pending->wait(kLongWait), collective_status::done) << pending->error_message();
+  EXPECT_EQ(values, kExpectedSum);
+}
+
 TEST(C10dCommunicator, FourRanksSumDistinctBuffers) {
   run_gloo_ranks(kWorld, [](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
     auto comm = make_c10d_communicator(group);
-    EXPECT_EQ(comm->rank(), rank);
-    EXPECT_EQ(comm->world_size(), kWorld);
-    EXPECT_EQ(comm->backend_name(), "c10d:gloo");
-    std::vector<double> values = contribution(rank);
-    auto pending = comm->start_allreduce_sum(values.data(), values.size());
-    ASSERT_EQ(pending->wait(kLongWait), collective_status::done) << pending->error_message();
-    EXPECT_EQ(values, kExpectedSum);
+    std::vector<double> values;
+    std::unique_ptr<flopmeter::pending_collective> pending;
+    ASSERT_NO_FATAL_FAILURE(sum_over_the_job(*comm, rank, values, pending));
     EXPECT_EQ(pending->error_message(), "");
     // A finished pending keeps answering done and does not copy again.
     values.assign(values.size(), -1.0);
@@ -272,24 +279,6 @@ class scoped_env {
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 // Expects make_gloo_communicator_from_env to throw flopmeter::error whose message contains `needle`.
 void expect_env_error(const flopmeter::gloo_env_options& options, const std::string& needle) {
   try {
@@ -302,39 +291,29 @@ void expect_env_error(const flopmeter::gloo_env_options& options, const std::str
 
 TEST(GlooFromEnv, MissingOrMalformedVariablesAreNamed) {
   const flopmeter::gloo_env_options options;
-  {
-    scoped_env env({{"RANK", "0"}, {"WORLD_SIZE", std::nullopt}, {"MASTER_ADDR", "127.0.0.1"},
-                    {"MASTER_PORT", "29500"}});
-    expect_env_error(options, "environment variable WORLD_SIZE is not set");
-  }
-  {
-    scoped_env env({{"RANK", std::nullopt}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"},
-                    {"MASTER_PORT", "29500"}});
-    expect_env_error(options, "environment variable RANK is not set");
-  }
-  {
-    scoped_env env({{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", ""}, {"MASTER_PORT", "29500"}});
-    expect_env_error(options, "environment variable MASTER_ADDR is not set");
-  }
-  {
-    scoped_env env({{"RANK", "0"}, {"WORLD_SIZE", "four"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}});
-    expect_env_error(options, "WORLD_SIZE='four' is not an integer");
-  }
-  {
-    scoped_env env({{"RANK", "1x"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}});
-    expect_env_error(options, "RANK='1x' is not an integer");
-  }
-  {
-    scoped_env env({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}});
-    expect_env_error(options, "RANK=4 is out of range (must be in [0, WORLD_SIZE) = [0, 4))");
-  }
-  {
-    scoped_env env({{"RANK", "0"}, {"WORLD_SIZE", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}});
-    expect_env_error(options, "WORLD_SIZE=0 is out of range");
-  }
-  {
-    scoped_env env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}});
-    expect_env_error(options, "MASTER_PORT=70000 is out of range (must be in [1, 65535])");
+  // RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as set (std::nullopt: unset), and the part of the message
+  // that names what is wrong.
+  struct env_case {
+    std::optional<std::string> rank, world_size, master_addr, master_port;
+    const char* message;
+  };
+  const env_case cases[] = {
+      {"0", std::nullopt, "127.0.0.1", "29500", "environment variable WORLD_SIZE is not set"},
+      {std::nullopt, "4", "127.0.0.1", "29500", "environment variable RANK is not set"},
+      {"0", "4", "", "29500", "environment variable MASTER_ADDR is not set"},
+      {"0", "four", "h", "29500", "WORLD_SIZE='four' is not an integer"},
+      {"1x", "4", "h", "29500", "RANK='1x' is not an integer"},
+      {"4", "4", "h", "29500", "RANK=4 is out of range (must be in [0, WORLD_SIZE) = [0, 4))"},
+      {"0", "0", "h", "29500", "WORLD_SIZE=0 is out of range"},
+      {"0", "1", "h", "70000", "MASTER_PORT=70000 is out of range (must be in [1, 65535])"},
+  };
+  for (const env_case& c : cases) {
+    SCOPED_TRACE(c.message);
+    scoped_env env({{"RANK", c.rank},
+                    {"WORLD_SIZE", c.world_size},
+                    {"MASTER_ADDR", c.master_addr},
+                    {"MASTER_PORT", c.master_port}});
+    expect_env_error(options, c.message);
   }
   {
     scoped_env env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "65535"}});
@@ -442,13 +421,9 @@ TEST(OwnGroup, BuiltFromTheTrainersStoreAndRankItSumsOverTheJob) {
       kWorld,
       [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup>) {
         auto comm = flopmeter::make_gloo_communicator(store, rank, kWorld, loopback_group(milliseconds(10000)));
-        EXPECT_EQ(comm->rank(), rank);
-        EXPECT_EQ(comm->world_size(), kWorld);
-        EXPECT_EQ(comm->backend_name(), "c10d:gloo");
-        std::vector<double> values = contribution(rank);
-        auto pending = comm->start_allreduce_sum(values.data(), values.size());
-        ASSERT_EQ(pending->wait(kLongWait), collective_status::done) << pending->error_message();
-        EXPECT_EQ(values, kExpectedSum);
+        std::vector<double> values;
+        std::unique_ptr<flopmeter::pending_collective> pending;
+        sum_over_the_job(*comm, rank, values, pending);
       },
       options);
 }

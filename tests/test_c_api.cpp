@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "flopmeter/c_api.h"
+#include "support/json_reading.h"
 
 namespace {
 
@@ -82,12 +83,9 @@ void capture(void* user, int64_t step, const char* json) {
   static_cast<captured*>(user)->records.emplace_back(step, json);
 }
 
-// The number after "\"name\":" in a JSON line.
+// The number `name` in a JSON line the metrics callback got (read with nlohmann-json).
 double json_number(const std::string& json, const std::string& name) {
-  const std::string key = "\"" + name + "\":";
-  const std::size_t at = json.find(key);
-  if (at == std::string::npos) return -1;
-  return std::stod(json.substr(at + key.size()));
+  return flopmeter::testing::number_field(flopmeter::testing::parse_json(json, "the metrics callback's line"), name);
 }
 
 flopmeter_microbatch microbatch(const std::vector<int64_t>& lengths, const std::vector<flopmeter_grid>& grids) {
@@ -116,6 +114,21 @@ flopmeter_log log_at(int64_t step) {
   return l;
 }
 
+// Most tests start the same way: the library loaded and a one-rank plugin (no communicator) created over
+// write_config(). Each test destroys `plugin` itself, as its assertions about destroy require.
+class c_api_plugin : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(abi.library, nullptr) << dlerror();
+    plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
+    ASSERT_NE(plugin, nullptr) << error;
+  }
+
+  c_abi abi;
+  char error[512] = {};
+  flopmeter_plugin* plugin = nullptr;
+};
+
 TEST(c_api, loads_and_reports_through_the_callback) {
   c_abi abi;
   ASSERT_NE(abi.library, nullptr) << dlerror();
@@ -137,8 +150,8 @@ TEST(c_api, loads_and_reports_through_the_callback) {
   ASSERT_EQ(out.records.size(), 1u);
   EXPECT_EQ(out.records[0].first, 1);
   const std::string& json = out.records[0].second;
-  EXPECT_NE(json.find("\"perf/tokens_per_second\":"), std::string::npos) << json;
-  EXPECT_NE(json.find("\"perf/mfu\":"), std::string::npos) << json;
+  EXPECT_TRUE(flopmeter::testing::parse_json(json).contains("perf/tokens_per_second")) << json;
+  EXPECT_TRUE(flopmeter::testing::parse_json(json).contains("perf/mfu")) << json;
   EXPECT_DOUBLE_EQ(json_number(json, "train/tokens_seen"), 1024.0);
   EXPECT_DOUBLE_EQ(json_number(json, "train/lr"), 3e-4);
   flopmeter_health_counters health = health_struct();
@@ -167,12 +180,7 @@ TEST(c_api, bad_config_returns_null_with_a_located_message) {
   EXPECT_EQ(tiny[3], '\0');
 }
 
-TEST(c_api, rejected_events_return_codes_and_never_abort) {
-  c_abi abi;
-  ASSERT_NE(abi.library, nullptr) << dlerror();
-  char error[512] = {};
-  flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
-  ASSERT_NE(plugin, nullptr) << error;
+TEST_F(c_api_plugin, rejected_events_return_codes_and_never_abort) {
   // The codes keep version 1's values, so a caller that compared numbers still works.
   static_assert(FLOPMETER_E_NULL_ARGUMENT == -1 && FLOPMETER_E_STRUCT_SIZE == -2 && FLOPMETER_E_REJECTED == -3,
                 "version 1's values");
@@ -309,12 +317,7 @@ TEST(c_api, version_2_names_every_return_code) {
   EXPECT_STREQ(abi.status_string(INT_MIN), "unknown flopmeter return code");
 }
 
-TEST(c_api, health_is_a_struct_versioned_by_struct_size) {
-  c_abi abi;
-  ASSERT_NE(abi.library, nullptr) << dlerror();
-  char error[512] = {};
-  flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
-  ASSERT_NE(plugin, nullptr) << error;
+TEST_F(c_api_plugin, health_is_a_struct_versioned_by_struct_size) {
   const std::vector<int64_t> bad = {-1};
   const flopmeter_microbatch m = microbatch(bad, {});
   EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_REJECTED);
@@ -358,12 +361,7 @@ TEST(c_api, health_is_a_struct_versioned_by_struct_size) {
 // only invalid ones never see each other's result. (A health() diff around the call, as version 1 did, gives
 // the valid thread a -3 whenever the other thread's rejection lands in between: about 1 in 10^5 of its calls
 // on a loaded 2-core machine, so the valid thread keeps calling for as long as the other one runs.)
-TEST(c_api, a_rejected_microbatch_is_reported_by_its_own_call_across_threads) {
-  c_abi abi;
-  ASSERT_NE(abi.library, nullptr) << dlerror();
-  char error[512] = {};
-  flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
-  ASSERT_NE(plugin, nullptr) << error;
+TEST_F(c_api_plugin, a_rejected_microbatch_is_reported_by_its_own_call_across_threads) {
   constexpr int kBadCalls = 20000;
   const std::vector<int64_t> good = {16}, bad = {-16};
   const flopmeter_microbatch good_batch = microbatch(good, {}), bad_batch = microbatch(bad, {});
@@ -398,12 +396,7 @@ TEST(c_api, a_rejected_microbatch_is_reported_by_its_own_call_across_threads) {
   EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);
 }
 
-TEST(c_api, destroy_flushes_and_a_second_destroy_is_refused) {
-  c_abi abi;
-  ASSERT_NE(abi.library, nullptr) << dlerror();
-  char error[512] = {};
-  flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
-  ASSERT_NE(plugin, nullptr) << error;
+TEST_F(c_api_plugin, destroy_flushes_and_a_second_destroy_is_refused) {
   captured out;
   abi.set_metrics_callback(plugin, capture, &out);
   const std::vector<int64_t> docs = {100};
@@ -452,12 +445,7 @@ TEST(c_api, a_world_beyond_the_bound_is_a_clear_create_error) {
 
 // Each array pointer NULL with a non-zero count: refused, counted, and none of its samples, padding or
 // tokens reach a metric. By hand: only the valid 1024-token, 1-sample batch is counted.
-TEST(c_api, a_null_array_with_a_count_is_refused_and_counted) {
-  c_abi abi;
-  ASSERT_NE(abi.library, nullptr) << dlerror();
-  char error[512] = {};
-  flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
-  ASSERT_NE(plugin, nullptr) << error;
+TEST_F(c_api_plugin, a_null_array_with_a_count_is_refused_and_counted) {
   captured out;
   abi.set_metrics_callback(plugin, capture, &out);
   for (int which = 0; which < 4; ++which) {
@@ -488,12 +476,7 @@ TEST(c_api, a_null_array_with_a_count_is_refused_and_counted) {
   abi.destroy(plugin);
 }
 
-TEST(c_api, a_struct_size_too_small_is_counted_and_logged) {
-  c_abi abi;
-  ASSERT_NE(abi.library, nullptr) << dlerror();
-  char error[512] = {};
-  flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof(error));
-  ASSERT_NE(plugin, nullptr) << error;
+TEST_F(c_api_plugin, a_struct_size_too_small_is_counted_and_logged) {
   const std::vector<int64_t> docs = {10};
   flopmeter_microbatch m = microbatch(docs, {});
   m.struct_size = sizeof(m) - 8;  // a caller whose struct lacks label_tokens

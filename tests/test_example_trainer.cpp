@@ -10,10 +10,7 @@
 // - flopmeter fed through its tensor path (--flopmeter-path tensor: the batch's cu_seqlens and grid_thw tensors,
 //   a one-rank Gloo group, the path --device cuda takes on a GPU) reports what the trainer counted;
 // - --device cuda is a clear error where LibTorch sees no GPU (and trains where it does).
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -27,6 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "support/json_reading.h"
+#include "support/ports.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -38,36 +38,18 @@ std::string read_file(const fs::path& path) {
   return text.str();
 }
 
-std::vector<std::string> read_lines(const fs::path& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) lines.push_back(line);
-  }
-  return lines;
-}
+using flopmeter::testing::free_port_pair;
+using flopmeter::testing::number_array_field;
+using flopmeter::testing::number_field;
+using nlohmann::json;
 
-// The number after "key": in a flat JSON object (the trainer's and flopmeter's lines are flat); NaN if absent.
-double number(const std::string& json, const std::string& key) {
-  const std::string needle = "\"" + key + "\":";
-  const std::size_t at = json.find(needle);
-  if (at == std::string::npos) return std::nan("");
-  return std::strtod(json.c_str() + at + needle.size(), nullptr);
-}
+// The trainer's and flopmeter's JSONL records, and the trainer's summary file, read with nlohmann-json.
+std::vector<json> read_records(const fs::path& path) { return flopmeter::testing::read_jsonl(path.string()); }
+json read_summary(const fs::path& path) { return flopmeter::testing::read_json_file(path.string()); }
 
-std::vector<double> number_array(const std::string& json, const std::string& key) {
-  const std::string needle = "\"" + key + "\":[";
-  std::size_t at = json.find(needle);
-  std::vector<double> values;
-  if (at == std::string::npos) return values;
-  at += needle.size();
-  while (at < json.size() && json[at] != ']') {
-    char* end = nullptr;
-    values.push_back(std::strtod(json.c_str() + at, &end));
-    at = static_cast<std::size_t>(end - json.c_str());
-    if (at < json.size() && json[at] == ',') ++at;
-  }
-  return values;
+// The summary's flopmeter health counter `name` (the object "flopmeter_health").
+double health_counter(const json& summary, const std::string& name) {
+  return number_field(summary.value("flopmeter_health", json::object()), name);
 }
 
 double mean(const std::vector<double>& v, std::size_t from, std::size_t count) {
@@ -95,65 +77,39 @@ std::string trainer_command(const fs::path& out, const std::string& extra) {
          out.string() + "' " + extra;
 }
 
-// A port p with p and p + 1 (flopmeter's store, port_offset 1) free right now.
-int free_port_pair() {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    socklen_t len = sizeof addr;
-    if (::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-        ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      ::close(s);
-      continue;
-    }
-    const int port = ntohs(addr.sin_port);
-    const int t = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in next = addr;
-    next.sin_port = htons(static_cast<std::uint16_t>(port + 1));
-    const bool next_free = port < 65535 && ::bind(t, reinterpret_cast<sockaddr*>(&next), sizeof next) == 0;
-    ::close(t);
-    ::close(s);
-    if (next_free) return port;
-  }
-  return 0;
-}
-
 TEST(ExampleTrainer, SingleProcessLossFallsAndOverheadIsReported) {
   const fs::path out = fresh_dir("single");
   const fs::path log = out / "console.log";
   ASSERT_EQ(run_command(trainer_command(out, "--steps 30 --log-interval 5"), log), 0) << read_file(log);
   const std::string console = read_file(log);
-  const std::string summary = read_file(out / "summary.json");
+  const json summary = read_summary(out / "summary.json");
   std::printf("%s", console.c_str());
 
   // Loss falls clearly: the mean of the last 5 steps is well below the first 5 (~6.2 -> ~2.5 here).
-  const std::vector<double> losses = number_array(summary, "losses");
-  ASSERT_EQ(losses.size(), 30u) << summary;
+  const std::vector<double> losses = number_array_field(summary, "losses");
+  ASSERT_EQ(losses.size(), 30u) << summary.dump();
   const double first5 = mean(losses, 0, 5);
   const double last5 = mean(losses, 25, 5);
   std::printf("loss: first-5 mean %.4f, last-5 mean %.4f\n", first5, last5);
   EXPECT_LT(last5, first5 - 1.0);
-  EXPECT_DOUBLE_EQ(number(summary, "first_loss"), losses.front());
-  EXPECT_DOUBLE_EQ(number(summary, "final_loss"), losses.back());
-  EXPECT_EQ(number(summary, "steps"), 30);
+  EXPECT_DOUBLE_EQ(number_field(summary, "first_loss"), losses.front());
+  EXPECT_DOUBLE_EQ(number_field(summary, "final_loss"), losses.back());
+  EXPECT_EQ(number_field(summary, "steps"), 30);
 
   // The overhead is measured and reported; how small it is belongs to benchmarks, not to a test.
   EXPECT_NE(console.find("flopmeter overhead: "), std::string::npos) << console;
-  const double fraction = number(summary, "flopmeter_overhead_fraction");
-  EXPECT_TRUE(std::isfinite(fraction) && fraction >= 0) << summary;
+  const double fraction = number_field(summary, "flopmeter_overhead_fraction");
+  EXPECT_TRUE(std::isfinite(fraction) && fraction >= 0) << summary.dump();
   std::printf("flopmeter overhead: %.4f%% of wall time\n", 100 * fraction);
 
   // flopmeter took every event: 30 x 2 micro-batches + 6 logs + flush, nothing rejected, one collective per log.
-  EXPECT_EQ(number(summary, "flopmeter_event_calls"), 60 + 6 + 1);
-  EXPECT_EQ(number(summary, "bad_microbatches"), 0);
-  EXPECT_EQ(number(summary, "skipped_intervals"), 0);
-  EXPECT_EQ(number(summary, "collectives_started"), 6);
-  const std::vector<std::string> metrics = read_lines(out / "flopmeter_0.jsonl");
+  EXPECT_EQ(number_field(summary, "flopmeter_event_calls"), 60 + 6 + 1);
+  EXPECT_EQ(health_counter(summary, "bad_microbatches"), 0);
+  EXPECT_EQ(health_counter(summary, "skipped_intervals"), 0);
+  EXPECT_EQ(health_counter(summary, "collectives_started"), 6);
+  const std::vector<json> metrics = read_records(out / "flopmeter_0.jsonl");
   ASSERT_EQ(metrics.size(), 6u);
-  EXPECT_GT(number(metrics.back(), "perf/mfu"), 0);
+  EXPECT_GT(number_field(metrics.back(), "perf/mfu"), 0);
 }
 
 TEST(ExampleTrainer, TwoRanksTokensPerSecondIsTheSumOverRanks) {
@@ -168,41 +124,41 @@ TEST(ExampleTrainer, TwoRanksTokensPerSecondIsTheSumOverRanks) {
   std::printf("%s", console.c_str());
 
   // The trainer's own per-rank, per-interval records, keyed by step.
-  std::map<long, std::vector<std::string>> by_step;
+  std::map<long, std::vector<json>> by_step;
   for (int rank = 0; rank < 2; ++rank) {
-    for (const std::string& line : read_lines(out / ("trainer_rank" + std::to_string(rank) + ".jsonl"))) {
-      by_step[static_cast<long>(number(line, "step"))].push_back(line);
+    for (const json& record : read_records(out / ("trainer_rank" + std::to_string(rank) + ".jsonl"))) {
+      by_step[static_cast<long>(number_field(record, "step"))].push_back(record);
     }
   }
-  const std::vector<std::string> metrics = read_lines(out / "flopmeter_0.jsonl");
+  const std::vector<json> metrics = read_records(out / "flopmeter_0.jsonl");
   ASSERT_EQ(metrics.size(), 2u) << "one JSONL line per log (steps 5 and 10), from rank 0";
   double tokens_seen = 0;
-  for (const std::string& line : metrics) {
-    const long step = static_cast<long>(number(line, "step"));
-    const std::vector<std::string>& ranks = by_step[step];
+  for (const json& line : metrics) {
+    const long step = static_cast<long>(number_field(line, "step"));
+    const std::vector<json>& ranks = by_step[step];
     ASSERT_EQ(ranks.size(), 2u) << "step " << step;
     double expected_tps = 0, loss_sum = 0, labels = 0, real = 0;
-    for (const std::string& r : ranks) {
-      expected_tps += number(r, "real_tokens") / number(r, "interval_seconds");
-      loss_sum += number(r, "loss_sum");
-      labels += number(r, "label_tokens");
-      real += number(r, "real_tokens");
+    for (const json& r : ranks) {
+      expected_tps += number_field(r, "real_tokens") / number_field(r, "interval_seconds");
+      loss_sum += number_field(r, "loss_sum");
+      labels += number_field(r, "label_tokens");
+      real += number_field(r, "real_tokens");
     }
     // The ranks saw different data (data parallelism), so a per-rank mix-up would show.
-    EXPECT_NE(number(ranks[0], "real_tokens"), number(ranks[1], "real_tokens"));
-    const double reported = number(line, "perf/tokens_per_second");
+    EXPECT_NE(number_field(ranks[0], "real_tokens"), number_field(ranks[1], "real_tokens"));
+    const double reported = number_field(line, "perf/tokens_per_second");
     std::printf("step %ld: flopmeter perf/tokens_per_second %.3f, trainer sum over ranks %.3f\n", step, reported,
                 expected_tps);
     // Equal up to where the two clocks are read (microseconds of a ~1 s interval).
-    EXPECT_NEAR(reported / expected_tps, 1.0, 1e-3) << line;
-    EXPECT_NEAR(number(line, "perf/tokens_per_second_per_gpu"), reported / 2, 1e-9 * reported);
-    EXPECT_NEAR(number(line, "train/loss"), loss_sum / labels, 1e-9);
+    EXPECT_NEAR(reported / expected_tps, 1.0, 1e-3) << line.dump();
+    EXPECT_NEAR(number_field(line, "perf/tokens_per_second_per_gpu"), reported / 2, 1e-9 * reported);
+    EXPECT_NEAR(number_field(line, "train/loss"), loss_sum / labels, 1e-9);
     tokens_seen += real;
-    EXPECT_EQ(number(line, "train/tokens_seen"), tokens_seen);
+    EXPECT_EQ(number_field(line, "train/tokens_seen"), tokens_seen);
   }
   // Both ranks report the same global loss (gradients and the loss are all-reduced) and an overhead figure.
-  EXPECT_EQ(number_array(read_file(out / "summary_rank0.json"), "losses"),
-            number_array(read_file(out / "summary_rank1.json"), "losses"));
+  EXPECT_EQ(number_array_field(read_summary(out / "summary_rank0.json"), "losses"),
+            number_array_field(read_summary(out / "summary_rank1.json"), "losses"));
   EXPECT_NE(console.find("[rank 1] flopmeter overhead: "), std::string::npos) << console;
 }
 
@@ -211,27 +167,29 @@ TEST(ExampleTrainer, TensorPathReportsWhatTheTrainerCounted) {
   const fs::path log = out / "console.log";
   ASSERT_EQ(run_command(trainer_command(out, "--steps 10 --log-interval 5 --flopmeter-path tensor"), log), 0)
       << read_file(log);
-  const std::string summary = read_file(out / "summary.json");
-  EXPECT_NE(summary.find("\"flopmeter_path\":\"tensor\""), std::string::npos) << summary;
-  EXPECT_NE(summary.find("c10d:gloo, counters on cpu"), std::string::npos) << summary;
-  EXPECT_EQ(number(summary, "bad_microbatches"), 0);
-  EXPECT_EQ(number(summary, "failed_collectives"), 0);
-  EXPECT_EQ(number(summary, "flopmeter_event_calls"), 20 + 2 + 1);
-  const std::vector<std::string> trainer = read_lines(out / "trainer_rank0.jsonl");
-  const std::vector<std::string> metrics = read_lines(out / "flopmeter_0.jsonl");
+  const json summary = read_summary(out / "summary.json");
+  EXPECT_EQ(summary.value("flopmeter_path", ""), "tensor") << summary.dump();
+  // The path's human-readable description ("tensor path over c10d:gloo, counters on cpu").
+  EXPECT_NE(summary.value("flopmeter_library", "").find("c10d:gloo, counters on cpu"), std::string::npos)
+      << summary.dump();
+  EXPECT_EQ(health_counter(summary, "bad_microbatches"), 0);
+  EXPECT_EQ(health_counter(summary, "failed_collectives"), 0);
+  EXPECT_EQ(number_field(summary, "flopmeter_event_calls"), 20 + 2 + 1);
+  const std::vector<json> trainer = read_records(out / "trainer_rank0.jsonl");
+  const std::vector<json> metrics = read_records(out / "flopmeter_0.jsonl");
   ASSERT_EQ(metrics.size(), 2u);
   ASSERT_EQ(trainer.size(), 2u);
   double seen = 0;
   for (std::size_t i = 0; i < metrics.size(); ++i) {
-    seen += number(trainer[i], "real_tokens");
-    EXPECT_EQ(number(metrics[i], "train/tokens_seen"), seen) << metrics[i];
-    EXPECT_DOUBLE_EQ(number(metrics[i], "train/batch_efficiency"),
-                     number(trainer[i], "real_tokens") / number(trainer[i], "device_tokens"));
-    EXPECT_NEAR(number(metrics[i], "perf/tokens_per_second") /
-                    (number(trainer[i], "real_tokens") / number(trainer[i], "interval_seconds")),
+    seen += number_field(trainer[i], "real_tokens");
+    EXPECT_EQ(number_field(metrics[i], "train/tokens_seen"), seen) << metrics[i].dump();
+    EXPECT_DOUBLE_EQ(number_field(metrics[i], "train/batch_efficiency"),
+                     number_field(trainer[i], "real_tokens") / number_field(trainer[i], "device_tokens"));
+    EXPECT_NEAR(number_field(metrics[i], "perf/tokens_per_second") /
+                    (number_field(trainer[i], "real_tokens") / number_field(trainer[i], "interval_seconds")),
                 1.0, 1e-3)
-        << metrics[i];
-    EXPECT_TRUE(std::isfinite(number(metrics[i], "perf/log_wait_ms"))) << metrics[i];
+        << metrics[i].dump();
+    EXPECT_TRUE(std::isfinite(number_field(metrics[i], "perf/log_wait_ms"))) << metrics[i].dump();
   }
 }
 

@@ -16,6 +16,7 @@
 #include <iterator>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -27,7 +28,9 @@
 #include "flopmeter/hooks.h"
 #include "flopmeter/throughput.h"
 #include "support/capture_sink.h"
+#include "support/captured_log.h"
 #include "support/fake_group.h"
+#include "support/json_reading.h"
 #include "support/small_models.h"
 #include "support/thread_barrier.h"
 
@@ -469,11 +472,7 @@ TEST(faults, hooks_from_two_threads_at_once_count_every_microbatch) {
 
 // ---- sinks ---------------------------------------------------------------------------------------------
 
-struct captured_log {
-  std::ostringstream stream;
-  std::shared_ptr<spdlog::logger> logger =
-      std::make_shared<spdlog::logger>("faults", std::make_shared<spdlog::sinks::ostream_sink_mt>(stream));
-};
+using testing::captured_log;
 
 TEST(faults, jsonl_sink_on_a_full_disk_costs_its_records_not_the_run) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
@@ -506,12 +505,22 @@ TEST(faults, jsonl_file_removed_mid_run_is_recreated_and_later_records_land_in_i
   fs::create_directories(dir);
   j.interval(5, 50);  // emits step 4: the file is back
   j.flush_all();      // emits step 5
-  std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(text.find("\"step\":1,"), std::string::npos);
-  EXPECT_EQ(text.find("\"step\":2,"), std::string::npos);  // it went to the file removed with the directory
-  EXPECT_NE(text.find("{\"step\":4,\"perf/tokens_per_second\":40,"), std::string::npos) << text;
-  EXPECT_NE(text.find("{\"step\":5,\"perf/tokens_per_second\":50,"), std::string::npos) << text;
+  // The file's records by step, read with nlohmann-json; -1 where a step has no record.
+  std::map<std::int64_t, double> tokens_per_second;
+  std::string text;
+  for (const nlohmann::json& record : testing::read_jsonl(path.string())) {
+    text += record.dump() + "\n";
+    tokens_per_second[static_cast<std::int64_t>(testing::number_field(record, "step"))] =
+        testing::number_field(record, "perf/tokens_per_second");
+  }
+  const auto at_step = [&](std::int64_t step) {
+    const auto it = tokens_per_second.find(step);
+    return it == tokens_per_second.end() ? -1.0 : it->second;
+  };
+  EXPECT_EQ(tokens_per_second.count(1), 0u) << text;
+  EXPECT_EQ(tokens_per_second.count(2), 0u) << text;  // it went to the file removed with the directory
+  EXPECT_EQ(at_step(4), 40) << text;
+  EXPECT_EQ(at_step(5), 50) << text;
   EXPECT_EQ(jsonl->failures(), 1u);
   EXPECT_EQ(j.steps(0), (std::vector<std::int64_t>{1, 2, 3, 4, 5}));
   fs::remove_all(dir);

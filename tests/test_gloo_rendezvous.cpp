@@ -2,12 +2,9 @@
 // (tests/gloo_rendezvous_rank.cpp): every rank returns from flopmeter_create_gloo_from_env within the
 // rendezvous timeout even when rank 0, which serves flopmeter's store, is killed or hangs mid-rendezvous; the
 // timeout comes from the plugin file's [logging] rendezvous_timeout_ms or from flopmeter_gloo_options.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,41 +21,16 @@
 #include <thread>
 #include <vector>
 
+#include "support/ports.h"
+
 extern char** environ;
 
 namespace {
 
+using flopmeter::testing::free_port;
+using flopmeter::testing::port_accepts;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
-
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
-bool port_accepts(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-  ::close(fd);
-  return ok;
-}
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);

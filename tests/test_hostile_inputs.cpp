@@ -23,6 +23,8 @@
 #include "flopmeter/model_config.h"
 #include "flopmeter/peak_table.h"
 #include "flopmeter/throughput.h"
+#include "support/doc_edits.h"
+#include "support/error_message.h"
 
 namespace flopmeter {
 namespace {
@@ -61,43 +63,19 @@ const std::string kVlJson =
     "  }\n"                                      // 12
     "}\n";                                       // 13
 
+using testing::error_message_of;
+using testing::replace_once;
+
 std::string toml_error(const std::string& text, const std::string& source = "h.toml") {
-  try {
-    (void)parse_model_spec(text, source);
-  } catch (const error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no flopmeter::error";
-  return "";
+  return error_message_of([&] { (void)parse_model_spec(text, source); }, text);
 }
 
 std::string json_error(const std::string& text, const std::string& source = "config.json") {
-  try {
-    (void)parse_hf_config(text, source);
-  } catch (const error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no flopmeter::error";
-  return "";
+  return error_message_of([&] { (void)parse_hf_config(text, source); }, text);
 }
 
 std::string load_error(const std::string& path) {
-  try {
-    (void)load_model_spec(path);
-  } catch (const error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no flopmeter::error for " << path;
-  return "";
-}
-
-std::string replace_once(const std::string& doc, const std::string& from, const std::string& to) {
-  const auto at = doc.find(from);
-  if (at == std::string::npos || doc.find(from, at + 1) != std::string::npos) {
-    ADD_FAILURE() << "'" << from << "' does not occur exactly once";
-    return doc;
-  }
-  return doc.substr(0, at) + to + doc.substr(at + from.size());
+  return error_message_of([&] { (void)load_model_spec(path); }, path);
 }
 
 std::string repeat(const std::string& piece, std::size_t count) {
@@ -105,6 +83,27 @@ std::string repeat(const std::string& piece, std::size_t count) {
   out.reserve(piece.size() * count);
   for (std::size_t i = 0; i < count; ++i) out += piece;
   return out;
+}
+
+// The edit tables below: each row edits the TOML document kVl or the config.json kVlJson within one place and
+// pins the whole message its loader gives.
+enum class document { toml, json };
+
+struct hostile_edit {
+  document base;
+  const char* name;
+  const char* from;
+  const char* to;
+  const char* message;
+};
+
+class hostile_edits : public ::testing::TestWithParam<hostile_edit> {};
+
+TEST_P(hostile_edits, message_names_file_location_key_and_problem) {
+  const hostile_edit& c = GetParam();
+  EXPECT_EQ(c.base == document::toml ? toml_error(replace_once(kVl, c.from, c.to))
+                                     : json_error(replace_once(kVlJson, c.from, c.to)),
+            c.message);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -205,24 +204,22 @@ TEST(hostile_toml, duplicate_key_is_a_syntax_error_at_the_second) {
             "'hidden_size'");
 }
 
-TEST(hostile_toml, integer_beyond_64_bits_is_a_syntax_error_at_the_value) {
-  // 2^63: TOML++ cites the end of the number, "vocab_size = " + 13 + 19 digits -> 10:33.
-  EXPECT_EQ(toml_error(replace_once(kVl, "vocab_size = 512", "vocab_size = 9223372036854775808")),
-            "h.toml:10:33: TOML syntax error: Error while parsing decimal integer: '9223372036854775808' is not "
-            "representable in 64 bits");
-}
+// Edits of kVl within one line, each pinning the whole message.
+const hostile_edit kTomlEdits[] = {
+    // 2^63: TOML++ cites the end of the number, "vocab_size = " + 13 + 19 digits -> 10:33.
+    {document::toml, "integer_beyond_64_bits_is_a_syntax_error_at_the_value", "vocab_size = 512",
+     "vocab_size = 9223372036854775808",
+     "h.toml:10:33: TOML syntax error: Error while parsing decimal integer: '9223372036854775808' is not "
+     "representable in 64 bits"},
+    {document::toml, "float_exponent_for_an_integer_is_a_type_error", "hidden_size = 64", "hidden_size = 6.4e1",
+     "h.toml:4:15: key 'text_config.hidden_size': expected an integer, got floating-point"},
+    {document::toml, "nan_for_an_integer_is_a_type_error", "head_dim = 16", "head_dim = nan",
+     "h.toml:8:12: key 'text_config.head_dim': expected an integer, got floating-point"},
+    {document::toml, "inf_for_an_integer_is_a_type_error", "head_dim = 16", "head_dim = -inf",
+     "h.toml:8:12: key 'text_config.head_dim': expected an integer, got floating-point"},
+};
 
-TEST(hostile_toml, float_exponent_for_an_integer_is_a_type_error) {
-  EXPECT_EQ(toml_error(replace_once(kVl, "hidden_size = 64", "hidden_size = 6.4e1")),
-            "h.toml:4:15: key 'text_config.hidden_size': expected an integer, got floating-point");
-}
-
-TEST(hostile_toml, nan_and_inf_for_an_integer_are_type_errors) {
-  EXPECT_EQ(toml_error(replace_once(kVl, "head_dim = 16", "head_dim = nan")),
-            "h.toml:8:12: key 'text_config.head_dim': expected an integer, got floating-point");
-  EXPECT_EQ(toml_error(replace_once(kVl, "head_dim = 16", "head_dim = -inf")),
-            "h.toml:8:12: key 'text_config.head_dim': expected an integer, got floating-point");
-}
+INSTANTIATE_TEST_SUITE_P(hostile_toml, hostile_edits, ::testing::ValuesIn(kTomlEdits), testing::row_name<hostile_edit>);
 
 TEST(hostile_toml, unicode_key_is_unknown_at_its_position) {
   EXPECT_EQ(toml_error(kVl + "\"hïdden_size\" = 64\n"),
@@ -380,29 +377,86 @@ TEST(hostile_json, valid_document_loads_and_ignores_non_flop_fields) {
   EXPECT_FALSE(spec.text.tie_word_embeddings);  // transformers' default when absent
 }
 
-TEST(hostile_json, duplicate_key_is_refused_at_the_second) {
-  // Line 5 repeated as line 6: "    " + 4 -> column 5.
-  EXPECT_EQ(json_error(replace_once(kVlJson, "    \"num_hidden_layers\": 3,\n",
-                                    "    \"num_hidden_layers\": 3,\n    \"num_hidden_layers\": 300,\n")),
-            "config.json:6:5: duplicate key \"num_hidden_layers\" in \"text_config\" (JSON leaves its meaning undefined, "
-            "so flopmeter refuses it)");
-}
+// Edits of kVlJson, each pinning the whole message.
+const hostile_edit kJsonEdits[] = {
+    // Line 5 repeated as line 6: "    " + 4 -> column 5.
+    {document::json, "duplicate_key_is_refused_at_the_second", "    \"num_hidden_layers\": 3,\n",
+     "    \"num_hidden_layers\": 3,\n    \"num_hidden_layers\": 300,\n",
+     "config.json:6:5: duplicate key \"num_hidden_layers\" in \"text_config\" (JSON leaves its meaning undefined, "
+     "so flopmeter refuses it)"},
+    {document::json, "duplicate_top_level_key_is_refused", "{\n  \"model_type\"",
+     "{\n  \"model_type\": \"qwen3_5\",\n  \"model_type\"",
+     "config.json:3:3: duplicate key \"model_type\" in the top-level object (JSON leaves its meaning undefined, "
+     "so flopmeter refuses it)"},
+    // "    \"head_dim\": " is 16 characters -> the literal starts at column 17, where nlohmann-json stops.
+    {document::json, "nan_is_a_syntax_error_at_the_value", "\"head_dim\": 16", "\"head_dim\": NaN",
+     "config.json:8:17: JSON syntax error: syntax error while parsing value - invalid literal; last read: "
+     "'\"head_dim\": N'"},
+    {document::json, "infinity_is_a_syntax_error_at_the_value", "\"head_dim\": 16", "\"head_dim\": Infinity",
+     "config.json:8:17: JSON syntax error: syntax error while parsing value - invalid literal; last read: "
+     "'\"head_dim\": I'"},
+    // The bad byte at column 23 ("  \"model_type\": \"qwen3" is 22 characters, as for the NUL byte below); the
+    // message quotes it as \xff, not raw.
+    {document::json, "invalid_utf8_is_a_syntax_error", "\"qwen3_vl\"", "\"qwen3\xff\"",
+     "config.json:2:23: JSON syntax error: syntax error while parsing value - invalid string: ill-formed UTF-8 "
+     "byte; last read: '\"qwen3\\xff'"},
+    // 2^63 (unsigned in nlohmann-json) and 2^64 (a float to nlohmann-json): both integers to the user.
+    // "    \"hidden_size\": " + 19 -> 4:20.
+    {document::json, "two_to_the_63_is_too_large", "\"hidden_size\": 64", "\"hidden_size\": 9223372036854775808",
+     "config.json:4:20: key 'text_config.hidden_size': too large: must be <= 2^31 = 2147483648 (got "
+     "9223372036854775808)"},
+    {document::json, "two_to_the_64_is_too_large", "\"hidden_size\": 64", "\"hidden_size\": 18446744073709551616",
+     "config.json:4:20: key 'text_config.hidden_size': too large: must be <= 2^31 = 2147483648 (got an integer "
+     "beyond 64 bits)"},
+    {document::json, "two_to_the_32_is_too_large", "\"hidden_size\": 64", "\"hidden_size\": 4294967296",
+     "config.json:4:20: key 'text_config.hidden_size': too large: must be <= 2^31 = 2147483648 (got 4294967296)"},
+    {document::json, "float_for_an_integer_is_a_type_error", "\"hidden_size\": 64", "\"hidden_size\": 64.0",
+     "config.json:4:20: key 'text_config.hidden_size': expected an integer, got floating-point"},
+    {document::json, "float_exponent_for_an_integer_is_a_type_error", "\"hidden_size\": 64", "\"hidden_size\": 6.4e1",
+     "config.json:4:20: key 'text_config.hidden_size': expected an integer, got floating-point"},
+    {document::json, "null_for_an_integer_is_a_type_error", "\"head_dim\": 16", "\"head_dim\": null",
+     "config.json:8:17: key 'text_config.head_dim': expected an integer, got null"},
+    {document::json, "string_for_an_integer_is_a_type_error", "\"head_dim\": 16", "\"head_dim\": \"16\"",
+     "config.json:8:17: key 'text_config.head_dim': expected an integer, got string"},
+    // "  \"model_type\": " + 16 -> 2:17.
+    {document::json, "unsupported_model_type", "\"qwen3_vl\"", "\"llama\"",
+     "config.json:2:17: key 'model_type': unsupported model type \"llama\" (flopmeter models \"qwen3_vl\", "
+     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\")"},
+    {document::json, "missing_model_type", "  \"model_type\": \"qwen3_vl\",\n", "",
+     "config.json:1:1: required key 'model_type' is missing (a Hugging Face config.json names its model type at "
+     "the top level)"},
+    // Line 11 becomes "    \"num_experts\": 128": "    \"num_experts\": " + 19 -> 11:20.
+    {document::json, "experts_on_a_dense_model_type_are_refused", "\"rope_theta\": 5000000", "\"num_experts\": 128",
+     "config.json:11:20: key 'text_config.num_experts': not allowed for model_type \"qwen3_vl\", a dense model "
+     "(no experts); a mixture-of-experts model has model_type \"qwen3_vl_moe\""},
+    {document::json, "output_gate_on_qwen3_vl_is_refused", "\"rope_theta\": 5000000", "\"attn_output_gate\": true",
+     "config.json:11:25: key 'text_config.attn_output_gate': not allowed for model_type \"qwen3_vl\", which has "
+     "no Gated DeltaNet layers (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")"},
+    // text_config opens on line 3: "  \"text_config\": " + 17 -> 3:18.
+    {document::json, "missing_required_field_is_cited_at_its_object", "    \"head_dim\": 16,\n", "",
+     "config.json:3:18: required key 'text_config.head_dim' is missing"},
+    // An ESC sequence in the model type ("\u001b[2J" clears a terminal) is quoted as \u001b, never raw.
+    {document::json, "control_characters_in_the_model_type_are_escaped", "\"qwen3_vl\"", "\"\\u001b[2J\"",
+     "config.json:2:17: key 'model_type': unsupported model type \"\\u001b[2J\" (flopmeter models \"qwen3_vl\", "
+     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\")"},
+    // "    \"rope_theta\": 5000000" becomes "    \"layer_types\": [\"full_attention\", \"sliding\", ...]": entry 1
+    // starts at 4 + 15 + 1 + 16 + 2 = 38 (+1 = column 39).
+    {document::json, "layer_type_of_an_unknown_kind_is_cited_at_the_entry", "\"rope_theta\": 5000000",
+     "\"layer_types\": [\"full_attention\", \"sliding\", \"full_attention\"]",
+     "config.json:11:39: key 'text_config.layer_types[1]': expected \"linear_attention\" or \"full_attention\", "
+     "got \"sliding\""},
+    // Line 15 (12 closes text_config and 13 to 15 are vision_config): "    \"in_channels\": 3, " is 22
+    // characters, "\"deepstack_visual_indexes\": [0, " 32 more -> column 55.
+    {document::json, "deepstack_index_out_of_range_is_cited_at_the_entry", "  }\n",
+     "  },\n"
+     "  \"vision_config\": {\"depth\": 2, \"hidden_size\": 32, \"num_heads\": 2, \"intermediate_size\": 64,\n"
+     "    \"out_hidden_size\": 64, \"patch_size\": 4, \"temporal_patch_size\": 2, \"spatial_merge_size\": 2,\n"
+     "    \"in_channels\": 3, \"deepstack_visual_indexes\": [0, 7]}\n",
+     "config.json:15:55: key 'vision_config.deepstack_visual_indexes[1]': must be a ViT block index in [0, "
+     "vision_config.depth = 2) (got 7)"},
+};
 
-TEST(hostile_json, duplicate_top_level_key_is_refused) {
-  EXPECT_EQ(json_error(replace_once(kVlJson, "{\n  \"model_type\"", "{\n  \"model_type\": \"qwen3_5\",\n  \"model_type\"")),
-            "config.json:3:3: duplicate key \"model_type\" in the top-level object (JSON leaves its meaning undefined, "
-            "so flopmeter refuses it)");
-}
-
-TEST(hostile_json, nan_and_infinity_are_syntax_errors_at_the_value) {
-  // "    \"head_dim\": " is 16 characters -> the literal starts at column 17, where nlohmann-json stops.
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"head_dim\": 16", "\"head_dim\": NaN")),
-            "config.json:8:17: JSON syntax error: syntax error while parsing value - invalid literal; last read: "
-            "'\"head_dim\": N'");
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"head_dim\": 16", "\"head_dim\": Infinity")),
-            "config.json:8:17: JSON syntax error: syntax error while parsing value - invalid literal; last read: "
-            "'\"head_dim\": I'");
-}
+INSTANTIATE_TEST_SUITE_P(hostile_json, hostile_edits, ::testing::ValuesIn(kJsonEdits), testing::row_name<hostile_edit>);
 
 TEST(hostile_json, nesting_beyond_64_is_refused_while_parsing) {
   // "    \"rope_theta\": " is 18 characters; the 65th '[' is at column 18 + 65 = 83... but two levels (the
@@ -434,44 +488,10 @@ TEST(hostile_json, nul_byte_in_a_string_is_a_syntax_error) {
                      "character U+0000 (NUL) must be escaped to \\u0000; last read: '\"qwen3<U+0000>'");
 }
 
-TEST(hostile_json, invalid_utf8_is_a_syntax_error) {
-  // The bad byte at column 23 (as above); the message quotes it as \xff, not raw.
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"qwen3_vl\"", "\"qwen3\xff\"")),
-            "config.json:2:23: JSON syntax error: syntax error while parsing value - invalid string: ill-formed UTF-8 "
-            "byte; last read: '\"qwen3\\xff'");
-}
-
-TEST(hostile_json, integers_beyond_64_bits_are_too_large) {
-  // 2^63 (unsigned in nlohmann-json) and 2^64 (a float to nlohmann-json): both integers to the user.
-  // "    \"hidden_size\": " + 19 -> 4:20.
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"hidden_size\": 64", "\"hidden_size\": 9223372036854775808")),
-            "config.json:4:20: key 'text_config.hidden_size': too large: must be <= 2^31 = 2147483648 (got "
-            "9223372036854775808)");
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"hidden_size\": 64", "\"hidden_size\": 18446744073709551616")),
-            "config.json:4:20: key 'text_config.hidden_size': too large: must be <= 2^31 = 2147483648 (got an integer "
-            "beyond 64 bits)");
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"hidden_size\": 64", "\"hidden_size\": 4294967296")),
-            "config.json:4:20: key 'text_config.hidden_size': too large: must be <= 2^31 = 2147483648 (got 4294967296)");
-}
-
-TEST(hostile_json, floats_for_integers_are_type_errors) {
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"hidden_size\": 64", "\"hidden_size\": 64.0")),
-            "config.json:4:20: key 'text_config.hidden_size': expected an integer, got floating-point");
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"hidden_size\": 64", "\"hidden_size\": 6.4e1")),
-            "config.json:4:20: key 'text_config.hidden_size': expected an integer, got floating-point");
-}
-
 TEST(hostile_json, number_overflowing_a_double_is_a_syntax_error) {
   const std::string message = json_error(replace_once(kVlJson, "\"rope_theta\": 5000000", "\"rope_theta\": 1e400"));
   EXPECT_EQ(message.rfind("config.json:11:", 0), 0u) << message;
   EXPECT_NE(message.find("number overflow"), std::string::npos) << message;
-}
-
-TEST(hostile_json, null_and_strings_for_integers_are_type_errors) {
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"head_dim\": 16", "\"head_dim\": null")),
-            "config.json:8:17: key 'text_config.head_dim': expected an integer, got null");
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"head_dim\": 16", "\"head_dim\": \"16\"")),
-            "config.json:8:17: key 'text_config.head_dim': expected an integer, got string");
 }
 
 TEST(hostile_json, empty_text_and_non_object_roots_are_refused) {
@@ -490,46 +510,14 @@ TEST(hostile_json, comments_are_not_json) {
   EXPECT_NE(message.find("JSON syntax error"), std::string::npos) << message;
 }
 
-TEST(hostile_json, unsupported_and_missing_model_type) {
-  // "  \"model_type\": " + 16 -> 2:17.
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"qwen3_vl\"", "\"llama\"")),
-            "config.json:2:17: key 'model_type': unsupported model type \"llama\" (flopmeter models \"qwen3_vl\", "
-            "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\")");
-  EXPECT_EQ(json_error(replace_once(kVlJson, "  \"model_type\": \"qwen3_vl\",\n", "")),
-            "config.json:1:1: required key 'model_type' is missing (a Hugging Face config.json names its model type at "
-            "the top level)");
-}
-
-TEST(hostile_json, experts_on_a_dense_model_type_are_refused) {
-  // Line 11 becomes "    \"num_experts\": 128": "    \"num_experts\": " + 19 -> 11:20.
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"rope_theta\": 5000000", "\"num_experts\": 128")),
-            "config.json:11:20: key 'text_config.num_experts': not allowed for model_type \"qwen3_vl\", a dense model "
-            "(no experts); a mixture-of-experts model has model_type \"qwen3_vl_moe\"");
-}
-
-TEST(hostile_json, output_gate_on_qwen3_vl_is_refused) {
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"rope_theta\": 5000000", "\"attn_output_gate\": true")),
-            "config.json:11:25: key 'text_config.attn_output_gate': not allowed for model_type \"qwen3_vl\", which has "
-            "no Gated DeltaNet layers (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")");
-}
-
 TEST(hostile_json, text_config_of_the_wrong_type_or_missing) {
   EXPECT_EQ(json_error("{\"model_type\": \"qwen3_vl\", \"text_config\": [1]}"),
             "config.json:1:43: key 'text_config': expected an object, got array");
   EXPECT_EQ(json_error("{\"model_type\": \"qwen3_vl\"}"), "config.json:1:1: required table [text_config] is missing");
 }
 
-TEST(hostile_json, missing_required_field_is_cited_at_its_object) {
-  // text_config opens on line 3: "  \"text_config\": " + 17 -> 3:18.
-  EXPECT_EQ(json_error(replace_once(kVlJson, "    \"head_dim\": 16,\n", "")),
-            "config.json:3:18: required key 'text_config.head_dim' is missing");
-}
-
 TEST(hostile_json, control_characters_in_values_are_escaped_in_messages) {
-  // An ESC sequence in the model type ("\u001b[2J" clears a terminal) is quoted as \u001b, never raw.
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"qwen3_vl\"", "\"\\u001b[2J\"")),
-            "config.json:2:17: key 'model_type': unsupported model type \"\\u001b[2J\" (flopmeter models \"qwen3_vl\", "
-            "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\")");
+  // The config.json half is the kJsonEdits row control_characters_in_the_model_type_are_escaped.
   EXPECT_EQ(toml_error(kVl + "\"a\\u001bb\" = 1\n"),
             "h.toml:12:1: unknown key 'text_config.a\\u001bb' (not in the schema, see model_configs/SCHEMA.md)");
 }
@@ -539,28 +527,6 @@ TEST(hostile_json, unicode_and_unknown_keys_are_ignored) {
       replace_once(kVlJson, "\"rope_theta\": 5000000", "\"rope_theta\": 5000000, \"日本語\": {\"x\": [null]}, \"\\u0000\": 1"),
       "config.json");
   EXPECT_EQ(spec.text.hidden_size, 64);
-}
-
-TEST(hostile_json, layer_type_of_an_unknown_kind_is_cited_at_the_entry) {
-  // "    \"rope_theta\": 5000000" becomes "    \"layer_types\": [\"full_attention\", \"sliding\", ...]": entry 1
-  // starts at 4 + 15 + 1 + 16 + 2 = 38 (+1 = column 39).
-  EXPECT_EQ(json_error(replace_once(kVlJson, "\"rope_theta\": 5000000",
-                                    "\"layer_types\": [\"full_attention\", \"sliding\", \"full_attention\"]")),
-            "config.json:11:39: key 'text_config.layer_types[1]': expected \"linear_attention\" or \"full_attention\", "
-            "got \"sliding\"");
-}
-
-TEST(hostile_json, deepstack_index_out_of_range_is_cited_at_the_entry) {
-  const std::string vision =
-      "  },\n"
-      "  \"vision_config\": {\"depth\": 2, \"hidden_size\": 32, \"num_heads\": 2, \"intermediate_size\": 64,\n"
-      "    \"out_hidden_size\": 64, \"patch_size\": 4, \"temporal_patch_size\": 2, \"spatial_merge_size\": 2,\n"
-      "    \"in_channels\": 3, \"deepstack_visual_indexes\": [0, 7]}\n";
-  // Line 15 (12 closes text_config and 13 to 15 are vision_config): "    \"in_channels\": 3, " is 22
-  // characters, "\"deepstack_visual_indexes\": [0, " 32 more -> column 55.
-  EXPECT_EQ(json_error(replace_once(kVlJson, "  }\n", vision)),
-            "config.json:15:55: key 'vision_config.deepstack_visual_indexes[1]': must be a ViT block index in [0, "
-            "vision_config.depth = 2) (got 7)");
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
+#include "support/error_message.h"
 
 namespace flopmeter {
 namespace {
@@ -127,25 +128,15 @@ TEST(sanity_check, longest_seq_len_whose_counts_fit) {
   model_spec text_only = load_shipped("qwen3_vl_2b");
   text_only.vision.reset();
   EXPECT_TRUE(run_sanity_check(text_only, 4294967295).pass);  // 2^32 - 1
-  try {
-    (void)run_sanity_check(text_only, 4294967296);
-    FAIL() << "no error";
-  } catch (const error& e) {
-    EXPECT_STREQ(e.what(),
-                 "seq_len 4294967296 is too large: one document of that many tokens has "
-                 "S(S+1)/2 causal pairs, more than a 64-bit count holds (largest seq_len: 4294967295)");
-  }
+  EXPECT_EQ(testing::error_message_of([&] { (void)run_sanity_check(text_only, 4294967296); }),
+            "seq_len 4294967296 is too large: one document of that many tokens has "
+            "S(S+1)/2 causal pairs, more than a 64-bit count holds (largest seq_len: 4294967295)");
   const model_spec vlm = load_shipped("qwen3_vl_2b");
   EXPECT_TRUE(run_sanity_check(vlm, 3037000499).pass);  // floor(sqrt(2^63 - 1))
-  try {
-    (void)run_sanity_check(vlm, 3037000500);
-    FAIL() << "no error";
-  } catch (const error& e) {
-    EXPECT_STREQ(e.what(),
-                 "seq_len 3037000500 is too large for a model with a vision tower: one image "
-                 "of that many patches has S^2 attention pairs, more than a 64-bit count holds (largest "
-                 "seq_len: 3037000499)");
-  }
+  EXPECT_EQ(testing::error_message_of([&] { (void)run_sanity_check(vlm, 3037000500); }),
+            "seq_len 3037000500 is too large for a model with a vision tower: one image "
+            "of that many patches has S^2 attention pairs, more than a 64-bit count holds (largest "
+            "seq_len: 3037000499)");
 }
 
 TEST(sanity_check, passes_with_trained_mtp) {

@@ -15,6 +15,8 @@
 #include "flopmeter/flop_model.h"
 #include "flopmeter/model_config.h"
 #include "flopmeter/model_spec.h"
+#include "support/doc_edits.h"
+#include "support/error_message.h"
 
 namespace flopmeter {
 namespace {
@@ -23,25 +25,13 @@ std::string config_path(const std::string& file) {
   return std::string(FLOPMETER_SOURCE_DIR) + "/model_configs/" + file;
 }
 
+using testing::edit_case;
+using testing::error_message_of;
+using testing::replace_once;
+
 // The message of the flopmeter::error that parsing `doc` as "bad.toml" throws ("" and a failure if none).
 std::string error_of(const std::string& doc, const std::string& source_name = "bad.toml") {
-  try {
-    (void)parse_model_spec(doc, source_name);
-  } catch (const error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no flopmeter::error for:\n" << doc;
-  return "";
-}
-
-// `doc` with the single occurrence of `from` replaced by `to` (fails the test if `from` is not unique).
-std::string replace_once(const std::string& doc, const std::string& from, const std::string& to) {
-  const auto at = doc.find(from);
-  if (at == std::string::npos || doc.find(from, at + 1) != std::string::npos) {
-    ADD_FAILURE() << "'" << from << "' does not occur exactly once in the base document";
-    return doc;
-  }
-  return doc.substr(0, at) + to + doc.substr(at + from.size());
+  return error_message_of([&] { (void)parse_model_spec(doc, source_name); }, doc);
 }
 
 // A valid tiny Qwen3.5 document. Line numbers are in the comments: the bad-input tests replace text within
@@ -304,14 +294,7 @@ TEST(model_config, sizes_up_to_two_to_the_31_are_accepted) {
 // Bad input: one case per kind of problem. `from` -> `to` edits kBase within one line; the expected message
 // is exact. Column = 1 + the length of the text before the value on the edited line.
 
-struct bad_case {
-  const char* name;
-  const char* from;
-  const char* to;
-  const char* message;
-};
-
-const bad_case kBadCases[] = {
+const edit_case kBadCases[] = {
     // "hidden_size = = 64": the second '=' is at column 15 (11 + " = " = 14 characters before it), line 6.
     {"syntax_error", "\nhidden_size = 64", "\nhidden_size = = 64",
      "bad.toml:6:15: TOML syntax error: Error while parsing value: could not determine value type"},
@@ -331,8 +314,9 @@ const bad_case kBadCases[] = {
     {"wrong_type_integer_for_boolean", "tie_word_embeddings = true", "tie_word_embeddings = 1",
      "bad.toml:13:23: key 'text_config.tie_word_embeddings': expected a boolean, got integer"},
     // "layer_types = " is 14 characters -> column 15, line 16.
-    {"wrong_type_string_for_array", "layer_types = [\"linear_attention\", \"full_attention\", \"linear_attention\", "
-                                    "\"full_attention\"]",
+    {"wrong_type_string_for_array",
+     "layer_types = [\"linear_attention\", \"full_attention\", \"linear_attention\", "
+     "\"full_attention\"]",
      "layer_types = \"hybrid\"", "bad.toml:16:15: key 'text_config.layer_types': expected an array, got string"},
     // "num_hidden_layers = " is 20 characters -> column 21, line 7.
     {"zero_size", "num_hidden_layers = 4", "num_hidden_layers = 0",
@@ -382,7 +366,8 @@ const bad_case kBadCases[] = {
      "full_attention_interval = 8 exceeds num_hidden_layers = 4, so no layer would be full attention"},
     // "model_type = " is 13 characters -> column 14, line 2.
     {"unknown_model_type", "model_type = \"qwen3_5\"", "model_type = \"llama\"",
-     "bad.toml:2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\")"},
+     "bad.toml:2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", "
+     "\"qwen3_vl_moe\", \"qwen3_5_moe\")"},
     // Column 14, line 5.
     {"text_model_type_mismatch", "model_type = \"qwen3_5_text\"", "model_type = \"qwen3_vl_text\"",
      "bad.toml:5:14: key 'text_config.model_type': must be \"qwen3_5_text\" for model.model_type \"qwen3_5\" "
@@ -414,17 +399,13 @@ const bad_case kBadCases[] = {
      "too large: must be <= 2^31 = 2147483648"},
 };
 
-class bad_input : public ::testing::TestWithParam<bad_case> {};
+class bad_input : public testing::edit_table {};
 
 TEST_P(bad_input, message_names_file_location_key_and_problem) {
-  const bad_case& c = GetParam();
-  EXPECT_EQ(error_of(replace_once(kBase, c.from, c.to)), c.message);
+  EXPECT_EQ(error_of(edited(kBase)), expected_message());
 }
 
-INSTANTIATE_TEST_SUITE_P(model_config, bad_input, ::testing::ValuesIn(kBadCases),
-                         [](const ::testing::TestParamInfo<bad_case>& param_info) {
-                           return std::string(param_info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(model_config, bad_input, ::testing::ValuesIn(kBadCases), testing::row_name<edit_case>);
 
 // Documents the kBase edits cannot express.
 
@@ -463,36 +444,23 @@ TEST(model_config_errors, syntax_error_reports_the_source_name) {
 
 TEST(model_config_errors, file_not_found_names_the_path) {
   const std::string path = config_path("does_not_exist.toml");
-  try {
-    (void)load_model_spec(path);
-    FAIL() << "no error";
-  } catch (const error& e) {
-    EXPECT_EQ(std::string(e.what()), path + ": cannot open model config: no such file");
-  }
+  EXPECT_EQ(testing::error_message_of([&] { (void)load_model_spec(path); }),
+            path + ": cannot open model config: no such file");
 }
 
 TEST(model_config_errors, directory_is_not_a_config) {
   const std::string path = std::string(FLOPMETER_SOURCE_DIR) + "/model_configs";
-  try {
-    (void)load_model_spec(path);
-    FAIL() << "no error";
-  } catch (const error& e) {
-    EXPECT_EQ(std::string(e.what()), path + ": cannot open model config: a directory without a config.json (name a model TOML file, a Hugging "
-                                    "Face config.json, or a checkpoint directory that holds one)");
-  }
+  EXPECT_EQ(testing::error_message_of([&] { (void)load_model_spec(path); }),
+            path +
+                ": cannot open model config: a directory without a config.json (name a model TOML file, a Hugging "
+                "Face config.json, or a checkpoint directory that holds one)");
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // validate_model_spec on specs built in code: the message names the field.
 
 std::string validation_error(const model_spec& spec) {
-  try {
-    validate_model_spec(spec);
-  } catch (const error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no flopmeter::error";
-  return "";
+  return error_message_of([&] { validate_model_spec(spec); });
 }
 
 TEST(validate_model_spec, accepts_loaded_specs) {

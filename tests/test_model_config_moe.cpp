@@ -11,27 +11,17 @@
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 #include "flopmeter/model_spec.h"
+#include "support/doc_edits.h"
+#include "support/error_message.h"
 
 namespace flopmeter {
 namespace {
 
-std::string error_of(const std::string& doc) {
-  try {
-    (void)parse_model_spec(doc, "moe.toml");
-  } catch (const error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no flopmeter::error for:\n" << doc;
-  return "";
-}
+using testing::replace_once;
 
-std::string replace_once(const std::string& doc, const std::string& from, const std::string& to) {
-  const auto at = doc.find(from);
-  if (at == std::string::npos || doc.find(from, at + 1) != std::string::npos) {
-    ADD_FAILURE() << "'" << from << "' does not occur exactly once in the base document";
-    return doc;
-  }
-  return doc.substr(0, at) + to + doc.substr(at + from.size());
+// The message of the flopmeter::error that parsing `doc` as "moe.toml" throws ("" and a failure if none).
+std::string error_of(const std::string& doc) {
+  return testing::error_message_of([&] { (void)parse_model_spec(doc, "moe.toml"); }, doc);
 }
 
 // A tiny Qwen3-VL MoE decoder: 6 layers, MoE on every 2nd layer (1, 3, 5), layer 3 forced dense.
@@ -187,8 +177,7 @@ TEST_P(moe_bad_input, message_names_file_location_key_and_problem) {
   EXPECT_EQ(error_of(replace_once(*c.base, c.from, c.to)), c.message);
 }
 
-INSTANTIATE_TEST_SUITE_P(model_config_moe, moe_bad_input, ::testing::ValuesIn(kBadCases),
-                         [](const ::testing::TestParamInfo<bad_case>& param_info) { return std::string(param_info.param.name); });
+INSTANTIATE_TEST_SUITE_P(model_config_moe, moe_bad_input, ::testing::ValuesIn(kBadCases), testing::row_name<bad_case>);
 
 // Every combination of sizes is checked at load time: the error cites where the first field of the product
 // that is too large is set, and names all its keys (issue: coefficients beyond 2^63 were refused with no file,

@@ -22,6 +22,8 @@
 #include "flopmeter/model_config.h"
 #include "flopmeter/throughput.h"
 #include "support/capture_sink.h"
+#include "support/clocked_plugin.h"
+#include "support/fixed_rank.h"
 
 namespace flopmeter {
 namespace {
@@ -38,11 +40,9 @@ class done_collective final : public pending_collective {
 
 // Rank `rank` of `world`: the all-reduce copies this rank's row into every other rank's row (the rows are
 // world_size equal slices of the buffer), as if every rank had run exactly the same interval.
-class fabricated_world final : public communicator {
+class fabricated_world final : public testing::fixed_rank_communicator {
  public:
-  fabricated_world(int rank, int world) : rank_(rank), world_(world) {}
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_; }
+  using fixed_rank_communicator::fixed_rank_communicator;
   std::string backend_name() const override { return "fabricated"; }
   std::unique_ptr<pending_collective> start_allreduce_sum(double* values, std::size_t count) override {
     ++collectives;
@@ -54,10 +54,6 @@ class fabricated_world final : public communicator {
     return std::make_unique<done_collective>();
   }
   int collectives = 0;
-
- private:
-  int rank_;
-  int world_;
 };
 
 model_spec shipped(const std::string& name) {
@@ -77,12 +73,9 @@ TEST(numeric_range, sixteen_thousand_ranks_with_million_token_rows_hundred_thous
   o.parallel = parallel_sizes{8, 2, 4};
   o.peak_tflops_per_gpu = 989.4;
   o.topk = 3;
-  auto sink = std::make_shared<capture_sink>();
-  o.sinks = {sink};
-  double now = 0;
-  o.clock_seconds = [&now] { return now; };
   o.emit = emit_ranks::all;
-  auto plugin = throughput_plugin::create(o, comm);
+  testing::clocked_plugin run(o, comm);
+  auto& [sink, now, plugin] = run;
 
   const std::vector<std::int64_t> row = {1000000};
   const std::vector<std::int64_t> many(100000, 10);
@@ -144,12 +137,9 @@ TEST(numeric_range, counts_beyond_two_to_the_53_in_one_interval_skip_it_rather_t
   std::ostringstream warnings;
   throughput_options o;
   o.model = shipped("qwen3_vl_2b");
-  auto sink = std::make_shared<capture_sink>();
-  o.sinks = {sink};
   o.logger = std::make_shared<spdlog::logger>("range", std::make_shared<spdlog::sinks::ostream_sink_mt>(warnings));
-  double now = 0;
-  o.clock_seconds = [&now] { return now; };
-  auto plugin = throughput_plugin::create(o, make_local_communicator());
+  testing::clocked_plugin run(o, make_local_communicator());
+  auto& [sink, now, plugin] = run;
   const std::vector<std::int64_t> huge = {std::int64_t{1} << 27}, small = {1000};
   microbatch_event e;
   e.document_lengths = huge;
@@ -182,11 +172,8 @@ TEST(numeric_range, the_largest_exact_count_is_two_to_the_53_minus_one) {
     throughput_options o;
     o.model = shipped("qwen3_vl_2b");
     o.logger = std::make_shared<spdlog::logger>("range", std::make_shared<spdlog::sinks::null_sink_mt>());
-    auto sink = std::make_shared<capture_sink>();
-    o.sinks = {sink};
-    double now = 0;
-    o.clock_seconds = [&now] { return now; };
-    auto plugin = throughput_plugin::create(o, make_local_communicator());
+    testing::clocked_plugin run(o, make_local_communicator());
+    auto& [sink, now, plugin] = run;
     microbatch_event e;
     e.padding_tokens = padding;
     plugin->on_microbatch(e);

@@ -24,6 +24,8 @@
 #include "flopmeter/error.h"
 #include "flopmeter/sinks.h"
 #include "output/json_line.h"
+#include "support/captured_log.h"
+#include "support/json_reading.h"
 
 namespace flopmeter {
 namespace {
@@ -33,24 +35,7 @@ namespace fs = std::filesystem;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// A logger writing "<level>|<message>" lines into a string, so tests can read what a sink logged.
-struct captured_logger {
-  std::ostringstream stream;
-  std::shared_ptr<spdlog::logger> logger;
-
-  captured_logger()
-      : logger(std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_mt>(stream))) {
-    logger->set_pattern("%l|%v");
-  }
-  std::vector<std::string> lines() const { return split_lines(stream.str()); }
-
-  static std::vector<std::string> split_lines(const std::string& text) {
-    std::vector<std::string> out;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) out.push_back(line);
-    return out;
-  }
-};
+using captured_logger = testing::captured_log;
 
 // A fresh directory per test, removed afterwards.
 struct temp_dir {
@@ -131,7 +116,7 @@ TEST(JsonLine, NonIntegralValuesRoundTripExactly) {
     const std::string prefix = "{\"step\":0,\"v\":";
     ASSERT_EQ(line.compare(0, prefix.size(), prefix), 0) << line;
     const std::string number = line.substr(prefix.size(), line.size() - prefix.size() - 1);
-    EXPECT_EQ(std::strtod(number.c_str(), nullptr), v) << line;
+    EXPECT_EQ(testing::number_field(testing::parse_json(line), "v"), v) << line;  // read back by nlohmann-json
     EXPECT_EQ(number.find(','), std::string::npos) << line;  // never a decimal comma
   }
   EXPECT_EQ(detail::to_json_line(metrics_record{0, {{"v", 0.1}}}), "{\"step\":0,\"v\":0.1}");

@@ -23,6 +23,7 @@
 #include "flopmeter/hooks.h"
 #include "gloo_harness.h"
 #include "support/capture_sink.h"
+#include "support/json_reading.h"
 #include "support/small_models.h"
 
 namespace flopmeter {
@@ -159,6 +160,28 @@ struct rank_run {
   throughput_health health;
 };
 
+// Ends a rank's interval: the log of step 1 at t = 1 s, then flush; what the rank's sink got and its health.
+rank_run end_of_step_one(tensor_throughput& plugin, const capture_sink& sink, double& clock) {
+  clock = 1.0;
+  log_event l;
+  l.step = 1;
+  plugin.on_log(l);
+  plugin.flush();
+  return {sink.records, plugin.health()};
+}
+
+// The options every two-rank run here uses: small_vlm, a 1 GFLOP/s peak, every rank emitting into `sink`,
+// the clock read from `clock`.
+throughput_options two_rank_options(const std::shared_ptr<capture_sink>& sink, const std::shared_ptr<double>& clock) {
+  throughput_options o;
+  o.model = small_vlm();
+  o.peak_tflops_per_gpu = 1e-3;
+  o.emit = emit_ranks::all;
+  o.sinks = {sink};
+  o.clock_seconds = [clock] { return *clock; };
+  return o;
+}
+
 // Two Gloo ranks run the same three micro-batches per rank in a 2 s interval, either as tensors through
 // tensor_throughput or as host lengths through a plain plugin.
 std::vector<rank_run> run_two_ranks(bool tensors, bool add_malformed) {
@@ -166,12 +189,7 @@ std::vector<rank_run> run_two_ranks(bool tensors, bool add_malformed) {
   flopmeter_test::run_gloo_ranks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
     auto sink = std::make_shared<capture_sink>();
     auto clock = std::make_shared<double>(0.0);
-    throughput_options o;
-    o.model = small_vlm();
-    o.peak_tflops_per_gpu = 1e-3;
-    o.emit = emit_ranks::all;
-    o.sinks = {sink};
-    o.clock_seconds = [clock] { return *clock; };
+    const throughput_options o = two_rank_options(sink, clock);
     const std::vector<std::vector<std::int64_t>> docs = {{100 + rank, 28}, {4000}, {7, 7, 7 * rank + 1}};
     const std::vector<image_grid> items = {{2, 4, 6}, {1, 2, 2}};
     std::shared_ptr<tensor_throughput> tensor_plugin;
@@ -322,16 +340,6 @@ std::size_t occurrences(const std::string& text, const std::string& needle) {
   return n;
 }
 
-throughput_options two_rank_options(const std::shared_ptr<capture_sink>& sink, const std::shared_ptr<double>& clock) {
-  throughput_options o;
-  o.model = small_vlm();
-  o.peak_tflops_per_gpu = 1e-3;
-  o.emit = emit_ranks::all;
-  o.sinks = {sink};
-  o.clock_seconds = [clock] { return *clock; };
-  return o;
-}
-
 tensor_microbatch good_batch(int rank) {
   tensor_microbatch b;
   b.cu_seqlens = longs({0, 100 + rank, 128 + rank});  // 128 + rank real tokens
@@ -365,12 +373,7 @@ TEST(tensor_path, a_rejected_batch_adds_no_loss_labels_or_samples) {
     host_rejected.loss_sum = 500.0;
     host_rejected.label_tokens = 5;
     plugin->on_microbatch(host_rejected);
-    *clock = 1.0;
-    log_event l;
-    l.step = 1;
-    plugin->on_log(l);
-    plugin->flush();
-    out[static_cast<std::size_t>(rank)] = {sink->records, plugin->health()};
+    out[static_cast<std::size_t>(rank)] = end_of_step_one(*plugin, *sink, *clock);
   });
   for (const rank_run& run : out) {
     ASSERT_EQ(run.records.size(), 1u);
@@ -395,12 +398,7 @@ TEST(tensor_path, rejection_warnings_are_rate_limited_like_the_host_path) {
         bad.positions = at::tensor(std::vector<float>{0, 1, 2});
         plugin->on_microbatch(bad);
       }
-      *clock = 1.0;
-      log_event l;
-      l.step = 1;
-      plugin->on_log(l);
-      plugin->flush();
-      out[static_cast<std::size_t>(rank)] = {sink->records, plugin->health()};
+      out[static_cast<std::size_t>(rank)] = end_of_step_one(*plugin, *sink, *clock);
     });
   });
   EXPECT_EQ(occurrences(logged, "tensor micro-batch not counted"), 2u) << logged;
@@ -451,13 +449,6 @@ class scratch_dir {
   std::filesystem::path path_;
 };
 
-std::vector<std::string> lines_of(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 TEST(tensor_path, one_call_creation_from_a_plugin_file_honours_its_sinks) {
   // The plugin file names a JSONL sink per rank; both ranks write their own file, one line per log. By hand:
   // tokens_seen = 128 + 129 = 257 on both ranks (emit = "all").
@@ -478,10 +469,10 @@ TEST(tensor_path, one_call_creation_from_a_plugin_file_honours_its_sinks) {
     plugin->flush();
   });
   for (int rank = 0; rank < 2; ++rank) {
-    const std::vector<std::string> lines = lines_of(dir.file("m_" + std::to_string(rank) + ".jsonl"));
+    const std::vector<nlohmann::json> lines = testing::read_jsonl(dir.file("m_" + std::to_string(rank) + ".jsonl"));
     ASSERT_EQ(lines.size(), 1u) << "rank " << rank;
-    EXPECT_EQ(lines[0].rfind("{\"step\":7,", 0), 0u) << lines[0];
-    EXPECT_NE(lines[0].find("\"train/tokens_seen\":257"), std::string::npos) << lines[0];
+    EXPECT_EQ(testing::number_field(lines[0], "step"), 7) << lines[0].dump();
+    EXPECT_EQ(testing::number_field(lines[0], "train/tokens_seen"), 257) << lines[0].dump();
   }
   EXPECT_FALSE(std::filesystem::exists(dir.file("m_{rank}.jsonl")));
   // A bad file names itself.
@@ -502,7 +493,7 @@ TEST(tensor_path, make_jsonl_sink_expands_the_rank) {
   r.step = 3;
   r.values = {{"train/tokens_seen", 5.0}};
   make_jsonl_sink(dir.file("x_{rank}_{rank}.jsonl"), 12)->write(r);
-  EXPECT_EQ(lines_of(dir.file("x_12_12.jsonl")).size(), 1u);
+  EXPECT_EQ(testing::read_jsonl(dir.file("x_12_12.jsonl")).size(), 1u);
   // Without a rank, "{rank}" is an error that says what to call, never a file literally named "x_{rank}".
   EXPECT_THROW(make_jsonl_sink(dir.file("x_{rank}.jsonl")), error);
   EXPECT_THROW(make_jsonl_sink(dir.file("x_{rank}.jsonl"), -1), error);

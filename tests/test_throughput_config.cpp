@@ -16,6 +16,8 @@
 #include "flopmeter/model_config.h"
 #include "flopmeter/throughput.h"
 #include "accounting/throughput_config.h"  // plugin/: parse_throughput_options, the loader on text
+#include "support/doc_edits.h"
+#include "support/error_message.h"
 
 namespace flopmeter {
 namespace {
@@ -30,15 +32,8 @@ std::string read_text(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// `doc` with the single occurrence of `from` replaced by `to` (fails the test if `from` is not unique).
-std::string replace_once(const std::string& doc, const std::string& from, const std::string& to) {
-  const auto at = doc.find(from);
-  if (at == std::string::npos || doc.find(from, at + 1) != std::string::npos) {
-    ADD_FAILURE() << "'" << from << "' does not occur exactly once in the base document";
-    return doc;
-  }
-  return doc.substr(0, at) + to + doc.substr(at + from.size());
-}
+using testing::edit_case;
+using testing::replace_once;
 
 // A valid document with every key set (the model by absolute path). Line numbers are in the comments: the
 // bad-input tests replace text within one line, so an expected line:col is "line of the key here, column of
@@ -97,13 +92,7 @@ class throughput_config : public ::testing::Test {
   // The message of the flopmeter::error that loading `doc` as plugin.toml throws ("" and a failure if none).
   std::string error_of(const std::string& doc) const {
     const std::string path = write("plugin.toml", doc);
-    try {
-      (void)load_throughput_options(path);
-    } catch (const error& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "no flopmeter::error for:\n" << doc;
-    return "";
+    return testing::error_message_of([&] { (void)load_throughput_options(path); }, doc);
   }
 
   fs::path dir_;
@@ -254,14 +243,7 @@ TEST_F(throughput_config, other_accepted_values) {
 // Bad input: one case per kind of problem. `from` -> `to` edits kBase within one line; the expected message
 // is the plugin file's path followed by `message`.
 
-struct bad_case {
-  const char* name;
-  const char* from;
-  const char* to;
-  const char* message;
-};
-
-const bad_case kBadCases[] = {
+const edit_case kBadCases[] = {
     // "topk = = 5": the second '=' is at column 8 ("topk = " is 7 characters), line 17.
     {"syntax_error", "topk = 5", "topk = = 5",
      ":17:8: TOML syntax error: Error while parsing value: could not determine value type"},
@@ -371,17 +353,14 @@ const bad_case kBadCases[] = {
      "config = [\"a.toml\"]", ":2:10: key 'model.config': expected a string, got array"},
 };
 
-class bad_input : public throughput_config, public ::testing::WithParamInterface<bad_case> {};
+class bad_input : public throughput_config, public ::testing::WithParamInterface<edit_case> {};
 
 TEST_P(bad_input, message_names_file_location_key_and_problem) {
-  const bad_case& c = GetParam();
+  const edit_case& c = GetParam();
   EXPECT_EQ(error_of(replace_once(kBase, c.from, c.to)), plugin_path() + c.message);
 }
 
-INSTANTIATE_TEST_SUITE_P(throughput_config, bad_input, ::testing::ValuesIn(kBadCases),
-                         [](const ::testing::TestParamInfo<bad_case>& param_info) {
-                           return std::string(param_info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(throughput_config, bad_input, ::testing::ValuesIn(kBadCases), testing::row_name<edit_case>);
 
 // Documents the kBase edits cannot express.
 
@@ -404,12 +383,8 @@ TEST_F(throughput_config, top_level_parallel_key_points_to_its_table) {
 
 TEST_F(throughput_config, missing_plugin_file_names_the_path) {
   const std::string path = (dir_ / "missing.toml").string();
-  try {
-    (void)load_throughput_options(path);
-    FAIL() << "no error";
-  } catch (const error& e) {
-    EXPECT_EQ(std::string(e.what()), path + ": cannot open plugin config: no such file");
-  }
+  EXPECT_EQ(testing::error_message_of([&] { (void)load_throughput_options(path); }),
+            path + ": cannot open plugin config: no such file");
 }
 
 // Issue 9 item 12: a model file that cannot be read is reported where the user fixes it, at model.config in
