@@ -176,6 +176,45 @@ TEST(derive, tp2_sums_the_dp_group_and_splits_flops_between_tp_ranks) {
   EXPECT_DOUBLE_EQ(value(result.record, topk(m::kTopkTps, kFast, 1, true)), 2.0);
 }
 
+// MFU above 100% is impossible, so it is never reported. Two DP ranks over 1 s: rank 0 runs 100 tokens, rank 1
+// 400, so rank r's TFLOP/s is F(tokens_r) / 1e12 and the job's per GPU is their mean. F grows faster than the
+// token count, so F(100) < F(400) / 4 and the mean is below 0.9 F(400) (it is under 5/8 F(400)).
+//   - peak 2 F(400): every MFU below 100%: reported, no warning;
+//   - peak 0.9 F(400): the job's MFU is below 100% but rank 1's is above: neither the headline nor the per-rank
+//     MFU is reported (a top-k that averaged to a plausible headline would hide the bad row), and the
+//     warning names rank 1;
+//   - tokens/s and TFLOP/s are reported in every case: they are what the trainer reported over the time.
+TEST(derive, an_mfu_above_100_percent_is_not_reported_and_the_warning_says_why) {
+  std::vector<row_spec> specs(2);
+  specs[0].tokens = 100;
+  specs[1].tokens = 400;
+  const std::vector<double> rows = rows_of(specs);
+  const double rank1_tflops = small_doc_flops(400) / 1e12;
+  ASSERT_LT((small_doc_flops(100) + small_doc_flops(400)) / 2 / 1e12, 0.9 * rank1_tflops);
+
+  metrics_deriver plausible(setup_for(2, 1, 2 * rank1_tflops));
+  const derive_result ok = plausible.derive(rows.data(), 2, derive_context{});
+  ASSERT_TRUE(ok.derived) << ok.why;
+  EXPECT_EQ(ok.warning, "");
+  EXPECT_NEAR(value(ok.record, m::kMfu),
+              (small_doc_flops(100) + small_doc_flops(400)) / 2 / 1e12 / (2 * rank1_tflops) * 100, 1e-9);
+  EXPECT_NEAR(value(ok.record, topk(m::kTopkMfu, kFast, 0)), 50.0, 1e-9);  // rank 1 at half its peak
+  EXPECT_DOUBLE_EQ(value(ok.record, topk(m::kTopkMfu, kFast, 0, true)), 1.0);
+
+  metrics_deriver too_low(setup_for(2, 1, 0.9 * rank1_tflops));
+  const derive_result bad = too_low.derive(rows.data(), 2, derive_context{});
+  ASSERT_TRUE(bad.derived) << bad.why;
+  EXPECT_FALSE(find(bad.record, m::kMfu));
+  EXPECT_FALSE(find(bad.record, topk(m::kTopkMfu, kFast, 0)));
+  EXPECT_FALSE(find(bad.record, topk(m::kTopkMfu, kSlow, 0)));
+  EXPECT_DOUBLE_EQ(value(bad.record, m::kTokensPerSecond), 500.0);
+  EXPECT_NEAR(value(bad.record, m::kTflopsPerSecond) / ((small_doc_flops(100) + small_doc_flops(400)) / 2 / 1e12), 1.0,
+              1e-12);
+  EXPECT_EQ(bad.warning.rfind("MFU not reported: ", 0), 0u) << bad.warning;
+  EXPECT_NE(bad.warning.find("TFLOP/s per GPU (rank 1: "), std::string::npos) << bad.warning;
+  EXPECT_NE(bad.warning.find(") exceeds the peak of "), std::string::npos) << bad.warning;
+}
+
 TEST(derive, stragglers_show_in_the_trainer_reported_times_and_the_log_wait) {
   // A job synchronised every step: equal intervals, equal tokens, so tps cannot tell the ranks apart. Rank 2
   // spends 3 s in forward+backward where the others spend 1 s, and rank 1 waits 4 s for data. The others

@@ -47,6 +47,7 @@ struct derive_result {
   metrics_record record;      // when derived
   double tokens_seen = 0;     // the running totals after this interval (when derived)
   double samples_seen = 0;
+  std::string warning;  // when derived: what is not reported and why (e.g. an MFU above 100%); "" if none
 };
 
 class metrics_deriver {
@@ -55,7 +56,8 @@ class metrics_deriver {
 
   // `rows` holds `world` rows of kRowFields. A row with a count that is negative, not a number or 2^53 or
   // more, or an interval time that is not a positive finite number, skips the interval (a rate over it would
-  // not be a number, a count beyond 2^53 not exact).
+  // not be a number, a count beyond 2^53 not exact). An MFU above 100% (the job's or a rank's) is left out of
+  // the record, headline and top-k alike, and `warning` says why.
   derive_result derive(const double* rows, std::int64_t world, const derive_context& context);
 
   const derive_setup& setup() const { return setup_; }
@@ -65,7 +67,7 @@ class metrics_deriver {
   // The k worst entries of `column` into order_ (worst first) and the k best into fast_order_ (best first).
   void select_ends(const std::vector<double>& column, std::size_t k, bool higher_is_better);
   void add_topk(metrics_record& record, bool step_time_known, bool forward_backward_known, bool data_known,
-                bool log_wait_known);
+                bool log_wait_known, bool mfu_known);
 
   derive_setup setup_;
   // One column per per-rank figure, indexed by rank (contiguous, so a top-k is one pass over one array).

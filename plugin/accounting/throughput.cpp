@@ -496,6 +496,9 @@ class throughput_plugin::impl {
     }
     tokens_seen_ = result.tokens_seen;
     samples_seen_ = result.samples_seen;
+    if (!result.warning.empty()) {
+      warn_rate_limited(last_derive_warning_, "flopmeter: step {}: {}", in_flight_.event.step, result.warning);
+    }
     if (emits_here()) {
       append_health(result.record);
       for (const auto& s : options_.sinks) {
@@ -550,6 +553,7 @@ class throughput_plugin::impl {
   throughput_health health_;
   // One rate limiter per kind of warning (the names are those of the time points they replaced).
   detail::rate_limiter last_batch_warning_, last_log_warning_, last_collective_warning_, last_interval_warning_;
+  detail::rate_limiter last_derive_warning_;  // what an emitted record leaves out (derive_result::warning)
 };
 
 std::shared_ptr<throughput_plugin> throughput_plugin::create(throughput_options options,
