@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -213,6 +214,43 @@ TEST(derive, an_mfu_above_100_percent_is_not_reported_and_the_warning_says_why) 
   EXPECT_EQ(bad.warning.rfind("MFU not reported: ", 0), 0u) << bad.warning;
   EXPECT_NE(bad.warning.find("TFLOP/s per GPU (rank 1: "), std::string::npos) << bad.warning;
   EXPECT_NE(bad.warning.find(") exceeds the peak of "), std::string::npos) << bad.warning;
+}
+
+// The trainer's optional log fields: each kept only when it passes its rule, and every one left out is named
+// (numbers as "%g" prints them). Before, a grad norm of -1 and a time of 1e308 s were emitted as given, a data
+// time of -5 s was dropped silently and a NaN learning rate became JSON null.
+TEST(derive, log_fields_that_break_their_rules_are_left_out_and_named) {
+  log_event good;
+  good.step = 3;
+  good.learning_rate = 0.0;  // a learning rate of 0 (warm-up start) is a value
+  good.grad_norm = 2.5;
+  good.data_time = std::chrono::duration<double>(0.25);
+  good.forward_backward_time = std::chrono::duration<double>(kMaxLogSeconds);  // the bound itself passes
+  good.peak_memory_bytes = std::int64_t{80} << 30;
+  const checked_log kept = check_log_fields(good);
+  EXPECT_EQ(kept.dropped, "");
+  EXPECT_EQ(kept.event.learning_rate, 0.0);
+  EXPECT_EQ(kept.event.grad_norm, 2.5);
+  EXPECT_EQ(kept.event.forward_backward_time->count(), 1e6);
+  EXPECT_EQ(kept.event.peak_memory_bytes, std::int64_t{80} << 30);
+
+  log_event bad = good;
+  bad.learning_rate = std::numeric_limits<double>::quiet_NaN();
+  bad.grad_norm = -1.0;
+  bad.data_time = std::chrono::duration<double>(-5.0);
+  bad.forward_backward_time = std::chrono::duration<double>(1e308);
+  bad.peak_memory_bytes = -3;
+  const checked_log dropped = check_log_fields(bad);
+  EXPECT_EQ(dropped.dropped,
+            "learning_rate nan (must be finite and >= 0), grad_norm -1 (must be finite and >= 0), data_time -5 s "
+            "(must be finite and in [0, 1e6] s), forward_backward_time 1e+308 s (must be finite and in [0, 1e6] "
+            "s), peak_memory_bytes -3 (must be in [0, 2^53))");
+  EXPECT_FALSE(dropped.event.learning_rate);
+  EXPECT_FALSE(dropped.event.grad_norm);
+  EXPECT_FALSE(dropped.event.data_time);
+  EXPECT_FALSE(dropped.event.forward_backward_time);
+  EXPECT_FALSE(dropped.event.peak_memory_bytes);
+  EXPECT_EQ(dropped.event.step, 3);
 }
 
 TEST(derive, stragglers_show_in_the_trainer_reported_times_and_the_log_wait) {

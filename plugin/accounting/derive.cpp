@@ -32,6 +32,38 @@ std::string format_number(double value) {
 
 }  // namespace
 
+checked_log check_log_fields(const log_event& event) {
+  checked_log out{event, {}};
+  const auto drop = [&](const char* name, double value, const char* unit, const char* rule) {
+    out.dropped +=
+        (out.dropped.empty() ? "" : ", ") + std::string(name) + " " + format_number(value) + unit + " (" + rule + ")";
+  };
+  const auto check_rate = [&](std::optional<double>& field, const char* name) {
+    if (field && !(std::isfinite(*field) && *field >= 0)) {
+      drop(name, *field, "", "must be finite and >= 0");
+      field.reset();
+    }
+  };
+  check_rate(out.event.learning_rate, "learning_rate");
+  check_rate(out.event.grad_norm, "grad_norm");
+  const auto check_time = [&](std::optional<std::chrono::duration<double>>& field, const char* name) {
+    if (!field) return;
+    const double seconds = field->count();
+    if (!(std::isfinite(seconds) && seconds >= 0 && seconds <= kMaxLogSeconds)) {
+      drop(name, seconds, " s", "must be finite and in [0, 1e6] s");
+      field.reset();
+    }
+  };
+  check_time(out.event.data_time, "data_time");
+  check_time(out.event.forward_backward_time, "forward_backward_time");
+  if (out.event.peak_memory_bytes &&
+      !(*out.event.peak_memory_bytes >= 0 && static_cast<double>(*out.event.peak_memory_bytes) < kExactIntegerLimit)) {
+    drop("peak_memory_bytes", static_cast<double>(*out.event.peak_memory_bytes), "", "must be in [0, 2^53)");
+    out.event.peak_memory_bytes.reset();
+  }
+  return out;
+}
+
 metrics_deriver::metrics_deriver(derive_setup setup) : setup_(std::move(setup)) {}
 
 derive_result metrics_deriver::derive(const double* rows, std::int64_t world, const derive_context& context) {

@@ -50,6 +50,18 @@ struct derive_result {
   std::string warning;  // when derived: what is not reported and why (e.g. an MFU above 100%); "" if none
 };
 
+// The trainer's optional log fields that pass into a record, each checked by one rule: learning_rate and
+// grad_norm finite and >= 0; data_time and forward_backward_time finite, >= 0 and at most kMaxLogSeconds;
+// peak_memory_bytes >= 0 and below 2^53 (exact in a row). A field that breaks its rule is left out of the
+// event (so of the record, as if not reported) and named in `dropped`, for one warning: never emitted as
+// given (a negative grad norm, a 1e308 s time), never dropped silently.
+inline constexpr double kMaxLogSeconds = 1e6;  // about 11.6 days: longer is not the time of one log interval
+struct checked_log {
+  log_event event;
+  std::string dropped;  // "grad_norm -1 (must be finite and >= 0), ..."; "" when every field passed
+};
+checked_log check_log_fields(const log_event& event);
+
 class metrics_deriver {
  public:
   explicit metrics_deriver(derive_setup setup);
