@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "flopmeter/error.h"
 #include "flopmeter/export.h"
 
 namespace spdlog {
@@ -69,12 +70,23 @@ struct sink_config {
   std::string tensorboard_dir;  // TensorBoard event files (make_tensorboard_sink, flopmeter/tensorboard.h);
                                 // "{rank}" is replaced by the rank; relative to the working directory; empty
                                 // (the default): no TensorBoard sink
+  // Where each path was written (the plugin file, the value's line and column, and the key "sinks.jsonl" /
+  // "sinks.tensorboard"), so that make_sinks reports a path it cannot open there. The plugin TOML loader
+  // fills them; a config built in code may leave them empty (errors then name the key alone).
+  error_location jsonl_at;
+  error_location tensorboard_at;
 };
 
 // The sinks `config` names, for the process of rank `rank`, logging through `logger` (a private one when
 // null): the console sink first, then the JSONL sink, then the TensorBoard sink. Throws flopmeter::error when
-// a sink cannot be made, including a JSONL path that cannot be opened for append now (a missing or unwritable
-// directory) or a TensorBoard directory that cannot be created: the message names the path and the reason. (make_jsonl_sink alone opens lazily and counts failed records.)
+// a sink cannot be made: a path holding a NUL character, a JSONL path that cannot be opened for append now,
+// or a TensorBoard directory that cannot be created or written. The error is located at jsonl_at /
+// tensorboard_at (file:line:col and key), and its text names the path (with the working directory a
+// relative path is resolved against), the system's reason and, where the reason implies one, what to do:
+//   p.toml:4:9: key 'sinks.jsonl': cannot open "out/m_0.jsonl" (relative to the working directory "/w") for
+//   append: No such file or directory (the directory "out" does not exist: create it first, or change
+//   [sinks] jsonl)
+// (make_jsonl_sink alone opens lazily and counts failed records.)
 std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
                                               std::shared_ptr<spdlog::logger> logger = nullptr);
 
