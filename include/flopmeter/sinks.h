@@ -52,6 +52,8 @@ std::shared_ptr<sink> make_console_sink(std::shared_ptr<spdlog::logger> logger =
 
 // One JSON object per line: {"step": N, "<name>": value, ...}. Non-finite values are written as null.
 // The file is opened for append on the first write; failures are logged through `logger` (rate-limited).
+// A relative path is resolved against the working directory now, so a later chdir() does not move the file.
+// A path holding a NUL character throws flopmeter::error (the file system would cut it short).
 // A path containing "{rank}" needs the rank: this overload throws flopmeter::error for it (use the next).
 std::shared_ptr<sink> make_jsonl_sink(const std::string& path, std::shared_ptr<spdlog::logger> logger = nullptr);
 
@@ -66,10 +68,10 @@ std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record
 struct sink_config {
   bool console = true;      // one console line per log (make_console_sink); default true
   std::string jsonl_path;   // a JSONL file (make_jsonl_sink); "{rank}" is replaced by the rank; relative to
-                            // the working directory; empty (the default): no JSONL file
+                            // the working directory when make_sinks runs; empty (the default): no JSONL file
   std::string tensorboard_dir;  // TensorBoard event files (make_tensorboard_sink, flopmeter/tensorboard.h);
-                                // "{rank}" is replaced by the rank; relative to the working directory; empty
-                                // (the default): no TensorBoard sink
+                                // "{rank}" is replaced by the rank; relative to the working directory when
+                                // make_sinks runs; empty (the default): no TensorBoard sink
   // Where each path was written (the plugin file, the value's line and column, and the key "sinks.jsonl" /
   // "sinks.tensorboard"), so that make_sinks reports a path it cannot open there. The plugin TOML loader
   // fills them; a config built in code may leave them empty (errors then name the key alone).
