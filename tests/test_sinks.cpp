@@ -24,6 +24,7 @@
 #include "flopmeter/error.h"
 #include "flopmeter/sinks.h"
 #include "output/json_line.h"
+#include "output/sink_paths.h"
 #include "support/captured_log.h"
 #include "support/json_reading.h"
 
@@ -290,6 +291,17 @@ TEST(MakeSinks, AnUnwritableDirectorySaysPermission) {
                                           config.jsonl_path + "\": change [sinks] jsonl, or the permissions of its "
                                                              "directory)");
   fs::permissions(dir.path / "locked", fs::perms::owner_all);
+}
+
+// The hint for each errno, also where the test cannot provoke it (as root, EACCES never happens).
+TEST(MakeSinks, TheHintFollowsTheReason) {
+  EXPECT_EQ(detail::open_failure_reason(EACCES, "/x/m.jsonl", "[sinks] jsonl", "metrics.jsonl"),
+            "Permission denied (this process may not create or write \"/x/m.jsonl\": change [sinks] jsonl, or the "
+            "permissions of its directory)");
+  // Without a file example (the TensorBoard event file, whose name flopmeter makes) EISDIR has no hint.
+  EXPECT_EQ(detail::open_failure_reason(EISDIR, "/x/tb", "[sinks] tensorboard"), "Is a directory");
+  EXPECT_EQ(detail::open_failure_reason(ENOSPC, "/x/m.jsonl", "[sinks] jsonl"), "No space left on device");
+  EXPECT_EQ(detail::open_failure_reason(0, "/x/m.jsonl", "[sinks] jsonl"), "I/O error");
 }
 
 TEST(MakeSinks, AnyOtherReasonIsTheSystemsAlone) {

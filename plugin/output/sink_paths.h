@@ -43,11 +43,12 @@ inline std::string sink_path_text(const std::string& written) {
 //           [sinks] jsonl); for "/a/b/m.jsonl" without /a: the directory "/a" on the path does not exist
 //   EACCES  Permission denied (this process may not create or write "m.jsonl": change [sinks] jsonl, or
 //           the permissions of its directory)
-//   EISDIR  Is a directory (the path is a directory; [sinks] jsonl names a file, e.g. "logs/metrics.jsonl")
+//   EISDIR  Is a directory (the path is a directory; [sinks] jsonl names a file, e.g. "logs/metrics.jsonl"),
+//           given a `file_example` ("metrics.jsonl"); without one, the reason alone
 //   ENOTDIR Not a directory (a part of the path that must be a directory is a file)
 // Any other code: the reason alone (EINVAL for /proc/self/status, EROFS, ENOSPC, ...).
 inline std::string open_failure_reason(int code, const std::string& path, std::string_view setting,
-                                       std::string_view file_example = "metrics.jsonl") {
+                                       std::string_view file_example = {}) {
   namespace fs = std::filesystem;
   std::string reason = code != 0 ? std::error_code(code, std::generic_category()).message() : "I/O error";
   const std::string change = "change " + std::string(setting);
@@ -76,6 +77,7 @@ inline std::string open_failure_reason(int code, const std::string& path, std::s
       return reason + " (this process may not create or write " + flopmeter::detail::quoted(path) + ": " + change +
              ", or the permissions of its directory)";
     case EISDIR:
+      if (file_example.empty()) return reason;
       return reason + " (the path is a directory; " + std::string(setting) + " names a file, e.g. " +
              flopmeter::detail::quoted((fs::path(path) / file_example).string()) + ")";
     case ENOTDIR:

@@ -303,7 +303,7 @@ std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int ran
     if (probe == nullptr) {
       const int code = errno;
       throw error(at, "cannot open " + detail::sink_path_text(path) + " for append: " +
-                          detail::open_failure_reason(code, path, "[sinks] jsonl"));
+                          detail::open_failure_reason(code, path, "[sinks] jsonl", "metrics.jsonl"));
     }
     std::fclose(probe);
     sinks.push_back(make_jsonl_sink(path, logger));
