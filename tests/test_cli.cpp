@@ -784,14 +784,14 @@ TEST_F(CliTest, ImportOntoItsOwnInputIsRefusedAndLeavesItUntouched) {
   write_file(config_json, kQwen3Vl2bJson);
   fs::create_symlink("config.json", checkpoint / "link.json");
   const std::string input = config_json.string();  // what import reads for the directory: DIR/config.json
-  for (const fs::path& output :
-       {config_json, checkpoint / ".." / "ckpt" / "config.json", checkpoint / "link.json"}) {
+  for (const fs::path& output : {config_json, checkpoint / ".." / "ckpt" / "config.json", checkpoint / "link.json"}) {
     SCOPED_TRACE(output.string());
     const result r = run({"import", checkpoint.string(), "-o", output.string()});
     EXPECT_EQ(r.status, 1) << r.err;
     EXPECT_EQ(r.out, "");
-    EXPECT_EQ(r.err, "flopmeter: error: " + output.string() + ": refusing to write the TOML over the input config.json '" +
-                         input + "' (the same file): name another output file, e.g. -o " +
+    EXPECT_EQ(r.err, "flopmeter: error: " + output.string() +
+                         ": refusing to write the TOML over the input config.json '" + input +
+                         "' (the same file): name another output file, e.g. -o " +
                          (output.parent_path() / "model.toml").string() + "; nothing was written\n");
     EXPECT_EQ(read_file(config_json), kQwen3Vl2bJson);
     EXPECT_TRUE(fs::is_symlink(checkpoint / "link.json"));
@@ -825,7 +825,8 @@ TEST_F(CliTest, CheckFailsNamingATomlEntryThatIsNotAReadableFile) {
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_EQ(r.err, "flopmeter: error: " + (configs / "z.toml").string() +
                        ": cannot read model file: a directory, not a model TOML file (every *.toml in the model "
-                       "configs directory '" + configs.string() + "' is loaded: fix or remove it)\n");
+                       "configs directory '" +
+                       configs.string() + "' is loaded: fix or remove it)\n");
   // With only readable files left, the same directory passes.
   fs::remove(configs / "z.toml");
   r = run({"check", "--seq-len", "8"}, configs.string());

@@ -260,10 +260,10 @@ TEST(MakeSinks, AJsonlPathInAMissingDirectoryNamesTheDirectory) {
                 "\" does not exist: create it first, or change [sinks] jsonl)");
   // Two levels missing: the first one is named, "on the path".
   config.jsonl_path = (dir.path / "a" / "b" / "m.jsonl").string();
-  EXPECT_EQ(make_sinks_error(config),
-            "key 'sinks.jsonl': cannot open \"" + config.jsonl_path +
-                "\" for append: No such file or directory (the directory \"" + (dir.path / "a").string() +
-                "\" on the path does not exist: create it first, or change [sinks] jsonl)");
+  EXPECT_EQ(make_sinks_error(config), "key 'sinks.jsonl': cannot open \"" + config.jsonl_path +
+                                          "\" for append: No such file or directory (the directory \"" +
+                                          (dir.path / "a").string() +
+                                          "\" on the path does not exist: create it first, or change [sinks] jsonl)");
 }
 
 TEST(MakeSinks, AJsonlPathThatIsADirectorySaysSoNotCreateTheDirectory) {
@@ -288,8 +288,9 @@ TEST(MakeSinks, AnUnwritableDirectorySaysPermission) {
   config.jsonl_path = (dir.path / "locked" / "m.jsonl").string();
   EXPECT_EQ(make_sinks_error(config), "key 'sinks.jsonl': cannot open \"" + config.jsonl_path +
                                           "\" for append: Permission denied (this process may not create or write \"" +
-                                          config.jsonl_path + "\": change [sinks] jsonl, or the permissions of its "
-                                                             "directory)");
+                                          config.jsonl_path +
+                                          "\": change [sinks] jsonl, or the permissions of its "
+                                          "directory)");
   fs::permissions(dir.path / "locked", fs::perms::owner_all);
 }
 
@@ -308,7 +309,8 @@ TEST(MakeSinks, AnyOtherReasonIsTheSystemsAlone) {
   sink_config config;
   config.console = false;
   config.jsonl_path = "/proc/self/status";  // procfs refuses O_APPEND|O_CREAT writes with EINVAL
-  EXPECT_EQ(make_sinks_error(config), "key 'sinks.jsonl': cannot open \"/proc/self/status\" for append: Invalid argument");
+  EXPECT_EQ(make_sinks_error(config),
+            "key 'sinks.jsonl': cannot open \"/proc/self/status\" for append: Invalid argument");
 }
 
 TEST(MakeSinks, ARelativePathNamesTheWorkingDirectoryItIsResolvedAgainst) {

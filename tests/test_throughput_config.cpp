@@ -475,9 +475,9 @@ TEST_F(throughput_config, rendezvous_timeout_is_read_with_its_default_and_bounds
 // there. kBase line 22 is `jsonl = "out/metrics_{rank}.jsonl"`: "jsonl = " is 8 characters -> 22:9.
 TEST_F(throughput_config, sink_paths_carry_their_location_into_open_errors) {
   const std::string missing = (dir_ / "missing").string();
-  const std::string doc = replace_once(kBase, "jsonl = \"out/metrics_{rank}.jsonl\"",
-                                       "jsonl = \"" + missing + "/metrics_{rank}.jsonl\"\ntensorboard = \"" +
-                                           write("file", "x") + "/tb\"");
+  const std::string doc =
+      replace_once(kBase, "jsonl = \"out/metrics_{rank}.jsonl\"",
+                   "jsonl = \"" + missing + "/metrics_{rank}.jsonl\"\ntensorboard = \"" + write("file", "x") + "/tb\"");
   const plugin_config config = load_plugin_config(write("plugin.toml", doc));
   EXPECT_EQ(format_error(config.sinks.jsonl_at, "x"), plugin_path() + ":22:9: key 'sinks.jsonl': x");
   // The next line, "tensorboard = " is 14 characters -> 23:15.
@@ -512,8 +512,9 @@ TEST_F(throughput_config, nul_characters_in_strings_are_refused_at_their_key) {
 
 // A value quoted in a message has its control characters escaped ("precision = " is 12 characters -> 8:13).
 TEST_F(throughput_config, control_characters_in_a_quoted_value_are_escaped) {
-  EXPECT_EQ(error_of(replace_once(kBase, "precision = \"bf16\"", "precision = \"\\u001b[2J\"")),
-            plugin_path() + ":8:13: key 'peak.precision': unknown precision '\\u001b[2J' (expected \"bf16\" or \"fp8\")");
+  EXPECT_EQ(
+      error_of(replace_once(kBase, "precision = \"bf16\"", "precision = \"\\u001b[2J\"")),
+      plugin_path() + ":8:13: key 'peak.precision': unknown precision '\\u001b[2J' (expected \"bf16\" or \"fp8\")");
 }
 
 }  // namespace

@@ -94,9 +94,9 @@ std::vector<std::string> default_model_files() {
     // than being skipped while the rest "all pass".
     const std::string reason = unreadable_reason(path);
     if (!reason.empty()) {
-      throw error(error_location{path.string(), 0, 0, {}},
-                  "cannot read model file: " + reason + " (every *.toml in the model configs directory '" + dir +
-                      "' is loaded: fix or remove it)");
+      throw error(error_location{path.string(), 0, 0, {}}, "cannot read model file: " + reason +
+                                                               " (every *.toml in the model configs directory '" + dir +
+                                                               "' is loaded: fix or remove it)");
     }
     files.push_back(path.string());
   }

@@ -138,8 +138,9 @@ class options_loader : private detail::toml_reader {
     std::error_code ec;
     if (std::filesystem::equivalent(model_path, source_name(), ec) && !ec) {
       fail_key(config, "model.config",
-               "names this plugin config itself ('" + escaped(model_path) + "'); it must name a model TOML file, a Hugging "
-               "Face config.json or a checkpoint directory");
+               "names this plugin config itself ('" + escaped(model_path) +
+                   "'); it must name a model TOML file, a Hugging "
+                   "Face config.json or a checkpoint directory");
     }
     try {
       return load_model_spec(model_path);

@@ -68,7 +68,8 @@ inline std::string open_failure_reason(int code, const std::string& path, std::s
       }
       if (fs::is_symlink(fs::symlink_status(path, ec))) {
         const fs::path target = fs::read_symlink(path, ec);
-        return reason + " (the path is a symbolic link to " + flopmeter::detail::quoted(target.string()) + ", which does not exist)";
+        return reason + " (the path is a symbolic link to " + flopmeter::detail::quoted(target.string()) +
+               ", which does not exist)";
       }
       return reason;
     }
@@ -80,10 +81,8 @@ inline std::string open_failure_reason(int code, const std::string& path, std::s
       if (file_example.empty()) return reason;
       return reason + " (the path is a directory; " + std::string(setting) + " names a file, e.g. " +
              flopmeter::detail::quoted((fs::path(path) / file_example).string()) + ")";
-    case ENOTDIR:
-      return reason + " (a part of the path that must be a directory is a file)";
-    default:
-      return reason;
+    case ENOTDIR: return reason + " (a part of the path that must be a directory is a file)";
+    default: return reason;
   }
 }
 

@@ -302,8 +302,8 @@ std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int ran
     std::FILE* probe = std::fopen(path.c_str(), "a");
     if (probe == nullptr) {
       const int code = errno;
-      throw error(at, "cannot open " + detail::sink_path_text(path) + " for append: " +
-                          detail::open_failure_reason(code, path, "[sinks] jsonl", "metrics.jsonl"));
+      throw error(at, "cannot open " + detail::sink_path_text(path) +
+                          " for append: " + detail::open_failure_reason(code, path, "[sinks] jsonl", "metrics.jsonl"));
     }
     std::fclose(probe);
     sinks.push_back(make_jsonl_sink(path, logger));

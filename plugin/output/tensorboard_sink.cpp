@@ -88,8 +88,8 @@ class tensorboard_sink final : public sink {
     std::error_code ec;
     fs::create_directories(directory_, ec);
     if (ec) {
-      fail("cannot create the directory " + detail::sink_path_text(written_) + " for TensorBoard event files: " +
-           detail::open_failure_reason(ec.value(), written_, "[sinks] tensorboard"));
+      fail("cannot create the directory " + detail::sink_path_text(written_) +
+           " for TensorBoard event files: " + detail::open_failure_reason(ec.value(), written_, "[sinks] tensorboard"));
     }
     static std::atomic<unsigned> sequence{0};
     path_ = (fs::path(directory_) / ("events.out.tfevents." + std::to_string(static_cast<long long>(unix_seconds())) +
@@ -99,8 +99,8 @@ class tensorboard_sink final : public sink {
     errno = 0;
     out_.open(path_, std::ios::binary | std::ios::trunc);
     if (!out_) {
-      fail("cannot open the TensorBoard event file " + detail::quoted(path_) + " for writing: " +
-           detail::open_failure_reason(errno, path_, "[sinks] tensorboard"));
+      fail("cannot open the TensorBoard event file " + detail::quoted(path_) +
+           " for writing: " + detail::open_failure_reason(errno, path_, "[sinks] tensorboard"));
     }
     pb::Event header;
     header.set_wall_time(unix_seconds());
