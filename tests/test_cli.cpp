@@ -774,4 +774,63 @@ TEST_F(CliTest, SymlinkLoopAndEscapeSequencesInErrors) {
   EXPECT_NE(r.err.find("unsupported model type \"\\u001b[2J\""), std::string::npos) << r.err;
 }
 
+// `import DIR -o DIR/config.json` wrote the TOML over its own input (issue 9, F5). The output is refused when
+// it is the input file by any name (the same path, a path through "..", a symbolic link to it), with exit
+// status 1 and the input left byte for byte as it was.
+TEST_F(CliTest, ImportOntoItsOwnInputIsRefusedAndLeavesItUntouched) {
+  const fs::path checkpoint = dir_ / "ckpt";
+  fs::create_directory(checkpoint);
+  const fs::path config_json = checkpoint / "config.json";
+  write_file(config_json, kQwen3Vl2bJson);
+  fs::create_symlink("config.json", checkpoint / "link.json");
+  const std::string input = config_json.string();  // what import reads for the directory: DIR/config.json
+  for (const fs::path& output : {config_json, checkpoint / ".." / "ckpt" / "config.json", checkpoint / "link.json"}) {
+    SCOPED_TRACE(output.string());
+    const result r = run({"import", checkpoint.string(), "-o", output.string()});
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, "flopmeter: error: " + output.string() +
+                         ": refusing to write the TOML over the input config.json '" + input +
+                         "' (the same file): name another output file, e.g. -o " +
+                         (output.parent_path() / "model.toml").string() + "; nothing was written\n");
+    EXPECT_EQ(read_file(config_json), kQwen3Vl2bJson);
+    EXPECT_TRUE(fs::is_symlink(checkpoint / "link.json"));
+  }
+  // The file named directly works the same; another output file in the same directory is written.
+  result r = run({"import", input, "-o", input});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(read_file(config_json), kQwen3Vl2bJson);
+  r = run({"import", checkpoint.string(), "-o", (checkpoint / "model.toml").string()});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(read_file(checkpoint / "model.toml").rfind("# flopmeter model config imported from config.json", 0), 0u);
+}
+
+// `check` over the configs directory skipped a *.toml it could not read and said every check passed (issue 9,
+// F6): a dangling symbolic link, or a directory named *.toml, now fails the run naming it and why.
+TEST_F(CliTest, CheckFailsNamingATomlEntryThatIsNotAReadableFile) {
+  const fs::path configs = dir_ / "configs";
+  fs::create_directory(configs);
+  fs::copy_file(kConfigs + "/tiny_vlm.toml", configs / "tiny_vlm.toml");
+  fs::create_symlink(dir_ / "gone.toml", configs / "z.toml");
+  result r = run({"check", "--seq-len", "8"}, configs.string());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.out, "");  // every model is loaded before any output
+  EXPECT_EQ(r.err, "flopmeter: error: " + (configs / "z.toml").string() +
+                       ": cannot read model file: a dangling symbolic link (to '" + (dir_ / "gone.toml").string() +
+                       "', which does not exist) (every *.toml in the model configs directory '" + configs.string() +
+                       "' is loaded: fix or remove it)\n");
+  fs::remove(configs / "z.toml");
+  fs::create_directory(configs / "z.toml");
+  r = run({"check", "--seq-len", "8"}, configs.string());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.err, "flopmeter: error: " + (configs / "z.toml").string() +
+                       ": cannot read model file: a directory, not a model TOML file (every *.toml in the model "
+                       "configs directory '" +
+                       configs.string() + "' is loaded: fix or remove it)\n");
+  // With only readable files left, the same directory passes.
+  fs::remove(configs / "z.toml");
+  r = run({"check", "--seq-len", "8"}, configs.string());
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
 }  // namespace

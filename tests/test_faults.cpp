@@ -610,8 +610,9 @@ TEST(faults, a_jsonl_path_that_cannot_be_opened_fails_at_create_naming_the_path)
     FAIL() << "make_sinks accepted a JSONL path in a missing directory";
   } catch (const error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "sinks.jsonl: cannot open '/nonexistent-flopmeter-dir/metrics_3.jsonl' for append: No such file or "
-              "directory (create the directory first, or change [sinks] jsonl)");
+              "key 'sinks.jsonl': cannot open \"/nonexistent-flopmeter-dir/metrics_3.jsonl\" for append: No such file "
+              "or directory (the directory \"/nonexistent-flopmeter-dir\" does not exist: create it first, or change "
+              "[sinks] jsonl)");
   }
 }
 

@@ -18,6 +18,7 @@
 #include <random>
 #include <string>
 
+#include "flopmeter/c_api.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/model_config.h"
@@ -541,6 +542,68 @@ TEST(hostile_peak, every_punctuation_and_non_ascii_byte_is_ignored) {
     EXPECT_DOUBLE_EQ(match->tflops, 989.4);
   }
   EXPECT_FALSE(find_peak("...", peak_precision::bf16).has_value());  // nothing left to match
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// NUL characters in strings (issue 9, F4). TOML's "\u0000" and JSON's "\u0000" are valid escapes, but a
+// string flopmeter reads becomes a path, a name or a message, where a NUL cuts it short: a plugin file's
+// `config = "m.toml\u0000junk"` loaded m.toml, and a message through the C ABI ended at the NUL. Every string
+// of a TOML document (model or plugin) and every string a config.json field is read from is refused at its
+// key; the message itself writes the character as \u0000.
+
+TEST(hostile_nul, model_toml_string_with_a_nul_is_refused_at_its_key) {
+  // `model_type = ` is 13 characters: the value starts at 2:14.
+  EXPECT_EQ(toml_error(replace_once(kVl, "\"qwen3_vl\"", "\"qwen3_vl\\u0000x\"")),
+            "h.toml:2:14: key 'model.model_type': contains a NUL character (\\u0000)");
+  // A name is not checked against a list, so without the refusal it loaded as "tiny" + NUL + "vlm".
+  // `name = ` is 7 characters -> 2:8.
+  EXPECT_EQ(toml_error(replace_once(kVl, "[model]\n", "[model]\nname = \"tiny\\u0000vlm\"\n")),
+            "h.toml:2:8: key 'model.name': contains a NUL character (\\u0000)");
+}
+
+TEST(hostile_nul, the_first_nul_in_document_order_is_reported_with_its_array_index) {
+  // Line 12 `z = ["a", "b\u0000"]`: the second element starts at column 11 (`z = ["a", ` is 10 characters).
+  // Line 13 `a = "\u0000"` sorts first by key, but comes later in the file. Both keys are unknown: the NUL is
+  // refused before the keys are checked.
+  EXPECT_EQ(toml_error(kVl + "z = [\"a\", \"b\\u0000\"]\n" + "a = \"\\u0000\"\n"),
+            "h.toml:12:11: key 'text_config.z[1]': contains a NUL character (\\u0000)");
+  // Multi-line basic strings are strings too (`y = ` is 4 characters -> 12:5).
+  EXPECT_EQ(toml_error(kVl + "y = \"\"\"\nline\\u0000\"\"\"\n"),
+            "h.toml:12:5: key 'text_config.y': contains a NUL character (\\u0000)");
+}
+
+TEST(hostile_nul, config_json_string_with_a_nul_is_refused_at_its_key) {
+  // `  "model_type": ` is 2 + 12 + 2 = 16 characters: the value starts at 2:17. (Before: "unsupported model
+  // type" quoting the value.)
+  EXPECT_EQ(json_error(replace_once(kVlJson, "\"qwen3_vl\"", "\"qwen3_vl\\u0000x\"")),
+            "config.json:2:17: key 'model_type': contains a NUL character (\\u0000)");
+}
+
+TEST_F(hostile_files, plugin_config_nul_in_model_config_is_refused_not_truncated) {
+  write("m.toml", kVl);  // what the path cut at its NUL would name
+  const std::string plugin = write("plugin.toml", "[model]\nconfig = \"m.toml\\u0000junk\"\n");
+  // `config = ` is 9 characters -> 2:10.
+  const std::string expected = plugin + ":2:10: key 'model.config': contains a NUL character (\\u0000)";
+  EXPECT_EQ(error_message_of([&] { (void)load_throughput_options(plugin); }, plugin), expected);
+  // Through the C ABI the whole message arrives: nothing in it is a NUL that would end the C string early.
+  char message[1024] = {};
+  flopmeter_plugin* created = flopmeter_create(plugin.c_str(), nullptr, message, sizeof message);
+  EXPECT_EQ(created, nullptr);
+  if (created != nullptr) flopmeter_destroy(created);
+  EXPECT_EQ(std::string(message), expected);
+}
+
+TEST_F(hostile_files, plugin_config_nul_in_a_sink_path_creates_no_file) {
+  write("m.toml", kVl);
+  const std::string plugin = write("plugin.toml", "[model]\nconfig = \"m.toml\"\n[sinks]\nconsole = false\njsonl = \"" +
+                                                      path("out.jsonl") + "\\u0000.evil\"\n");
+  char message[1024] = {};
+  flopmeter_plugin* created = flopmeter_create(plugin.c_str(), nullptr, message, sizeof message);
+  EXPECT_EQ(created, nullptr);
+  if (created != nullptr) flopmeter_destroy(created);
+  // `jsonl = ` is 8 characters -> 5:9. Before: out.jsonl was created and written.
+  EXPECT_EQ(std::string(message), plugin + ":5:9: key 'sinks.jsonl': contains a NUL character (\\u0000)");
+  EXPECT_FALSE(fs::exists(dir_ / "out.jsonl"));
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "flopmeter/error.h"
 #include "flopmeter/sinks.h"
 #include "output/json_line.h"
+#include "output/sink_paths.h"
 #include "support/captured_log.h"
 #include "support/json_reading.h"
 
@@ -233,19 +234,162 @@ TEST(MakeSinks, ConsoleThenJsonlWithEveryRankPlaceholderReplaced) {
   EXPECT_TRUE(make_sinks(config, 0).empty());
 }
 
-TEST(MakeSinks, AJsonlPathThatCannotBeOpenedIsASetupErrorNamingIt) {
+// The message of the flopmeter::error make_sinks(config, rank) throws, "" and a failure when it throws none.
+std::string make_sinks_error(const sink_config& config, int rank = 0) {
+  try {
+    (void)make_sinks(config, rank);
+  } catch (const error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "make_sinks accepted jsonl '" << config.jsonl_path << "', tensorboard '" << config.tensorboard_dir
+                << "'";
+  return "";
+}
+
+// Open failures (issue 9, F7): located at the key (here a config built in code: the key alone), the path in
+// double quotes, the system's reason, and a hint that follows from errno and is true for it.
+TEST(MakeSinks, AJsonlPathInAMissingDirectoryNamesTheDirectory) {
+  temp_dir dir;
+  sink_config config;
+  config.console = false;
+  config.jsonl_path = (dir.path / "missing" / "m_{rank}.jsonl").string();
+  // ENOENT: the first missing directory on the path is <dir>/missing, the whole parent.
+  EXPECT_EQ(make_sinks_error(config, 3),
+            "key 'sinks.jsonl': cannot open \"" + (dir.path / "missing" / "m_3.jsonl").string() +
+                "\" for append: No such file or directory (the directory \"" + (dir.path / "missing").string() +
+                "\" does not exist: create it first, or change [sinks] jsonl)");
+  // Two levels missing: the first one is named, "on the path".
+  config.jsonl_path = (dir.path / "a" / "b" / "m.jsonl").string();
+  EXPECT_EQ(make_sinks_error(config), "key 'sinks.jsonl': cannot open \"" + config.jsonl_path +
+                                          "\" for append: No such file or directory (the directory \"" +
+                                          (dir.path / "a").string() +
+                                          "\" on the path does not exist: create it first, or change [sinks] jsonl)");
+}
+
+TEST(MakeSinks, AJsonlPathThatIsADirectorySaysSoNotCreateTheDirectory) {
+  temp_dir dir;
+  sink_config config;
+  config.console = false;
+  config.jsonl_path = dir.path.string();
+  // EISDIR: "create the directory first" would be wrong; the hint shows a file inside it instead.
+  EXPECT_EQ(make_sinks_error(config),
+            "key 'sinks.jsonl': cannot open \"" + dir.path.string() +
+                "\" for append: Is a directory (the path is a directory; [sinks] jsonl names a file, e.g. \"" +
+                (dir.path / "metrics.jsonl").string() + "\")");
+}
+
+TEST(MakeSinks, AnUnwritableDirectorySaysPermission) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes everywhere";
+  temp_dir dir;
+  fs::create_directory(dir.path / "locked");
+  fs::permissions(dir.path / "locked", fs::perms::owner_read | fs::perms::owner_exec);
+  sink_config config;
+  config.console = false;
+  config.jsonl_path = (dir.path / "locked" / "m.jsonl").string();
+  EXPECT_EQ(make_sinks_error(config), "key 'sinks.jsonl': cannot open \"" + config.jsonl_path +
+                                          "\" for append: Permission denied (this process may not create or write \"" +
+                                          config.jsonl_path +
+                                          "\": change [sinks] jsonl, or the permissions of its "
+                                          "directory)");
+  fs::permissions(dir.path / "locked", fs::perms::owner_all);
+}
+
+// The hint for each errno, also where the test cannot provoke it (as root, EACCES never happens).
+TEST(MakeSinks, TheHintFollowsTheReason) {
+  EXPECT_EQ(detail::open_failure_reason(EACCES, "/x/m.jsonl", "[sinks] jsonl", "metrics.jsonl"),
+            "Permission denied (this process may not create or write \"/x/m.jsonl\": change [sinks] jsonl, or the "
+            "permissions of its directory)");
+  // Without a file example (the TensorBoard event file, whose name flopmeter makes) EISDIR has no hint.
+  EXPECT_EQ(detail::open_failure_reason(EISDIR, "/x/tb", "[sinks] tensorboard"), "Is a directory");
+  EXPECT_EQ(detail::open_failure_reason(ENOSPC, "/x/m.jsonl", "[sinks] jsonl"), "No space left on device");
+  EXPECT_EQ(detail::open_failure_reason(0, "/x/m.jsonl", "[sinks] jsonl"), "I/O error");
+}
+
+TEST(MakeSinks, AnyOtherReasonIsTheSystemsAlone) {
+  sink_config config;
+  config.console = false;
+  config.jsonl_path = "/proc/self/status";  // procfs refuses O_APPEND|O_CREAT writes with EINVAL
+  EXPECT_EQ(make_sinks_error(config),
+            "key 'sinks.jsonl': cannot open \"/proc/self/status\" for append: Invalid argument");
+}
+
+TEST(MakeSinks, ARelativePathNamesTheWorkingDirectoryItIsResolvedAgainst) {
+  // fopen() resolves a relative path against the working directory; the message says which one that is.
+  const std::string relative = "flopmeter_no_such_dir_" + std::to_string(::getpid()) + "/m.jsonl";
+  sink_config config;
+  config.console = false;
+  config.jsonl_path = relative;
+  const std::string cwd = fs::current_path().string();
+  EXPECT_EQ(make_sinks_error(config),
+            "key 'sinks.jsonl': cannot open \"" + relative + "\" (relative to the working directory \"" + cwd +
+                "\") for append: No such file or directory (the directory \"flopmeter_no_such_dir_" +
+                std::to_string(::getpid()) + "\" does not exist: create it first, or change [sinks] jsonl)");
+}
+
+TEST(MakeSinks, ARelativeJsonlPathStaysWhereItWasFirstOpened) {
+  // The sink resolves the path when it is made: a later chdir() (trainers do) does not move the file.
+  temp_dir dir;
+  const fs::path before = fs::current_path();
+  fs::current_path(dir.path);
+  sink_config config;
+  config.console = false;
+  config.jsonl_path = "m.jsonl";
+  const auto sinks = make_sinks(config, 0);
+  fs::create_directory(dir.path / "elsewhere");
+  fs::current_path(dir.path / "elsewhere");
+  fs::remove(dir.path / "m.jsonl");  // removed: the next record reopens it, by its absolute path
+  sinks.at(0)->write(record_at(1, 40.0));
+  fs::current_path(before);
+  EXPECT_EQ(read_file(dir.path / "m.jsonl"), "{\"step\":1,\"perf/mfu\":40,\"train/loss\":2.5}\n");
+  EXPECT_FALSE(fs::exists(dir.path / "elsewhere" / "m.jsonl"));
+}
+
+TEST(MakeSinks, ErrorsAreReportedWhereThePathWasConfigured) {
   temp_dir dir;
   sink_config config;
   config.console = false;
   config.jsonl_path = (dir.path / "missing" / "m.jsonl").string();
+  config.jsonl_at = error_location{"p.toml", 5, 9, "sinks.jsonl"};
   try {
     (void)make_sinks(config, 0);
-    FAIL() << "accepted a JSONL path in a missing directory";
+    FAIL() << "no error";
   } catch (const error& e) {
-    EXPECT_NE(std::string(e.what()).find("sinks.jsonl: cannot open '" + config.jsonl_path + "' for append: No such file"),
-              std::string::npos)
-        << e.what();
+    EXPECT_EQ(e.where().file, "p.toml");
+    EXPECT_EQ(e.where().line, 5u);
+    EXPECT_EQ(e.where().column, 9u);
+    EXPECT_EQ(e.where().key, "sinks.jsonl");
+    EXPECT_EQ(std::string(e.what()).rfind("p.toml:5:9: key 'sinks.jsonl': cannot open \"", 0), 0u) << e.what();
   }
+}
+
+TEST(MakeSinks, ATensorboardDirectoryUnderAFileIsLocatedAndExplained) {
+  temp_dir dir;
+  std::ofstream(dir.path / "file") << "x";
+  sink_config config;
+  config.console = false;
+  config.tensorboard_dir = (dir.path / "file" / "tb").string();
+  config.tensorboard_at = error_location{"p.toml", 4, 15, "sinks.tensorboard"};
+  const std::string message = make_sinks_error(config);
+  if (message.find("built without TensorBoard support") != std::string::npos) GTEST_SKIP() << message;
+  // ENOTDIR: create_directories meets the regular file "file" where a directory must be.
+  EXPECT_EQ(message, "p.toml:4:15: key 'sinks.tensorboard': cannot create the directory \"" + config.tensorboard_dir +
+                         "\" for TensorBoard event files: Not a directory (a part of the path that must be a "
+                         "directory is a file)");
+}
+
+TEST(MakeSinks, APathWithANulIsRefusedAndNothingIsCreated) {
+  // fopen() would stop at the NUL and create <dir>/out.jsonl.
+  temp_dir dir;
+  sink_config config;
+  config.console = false;
+  config.jsonl_path = (dir.path / "out.jsonl").string() + std::string(1, '\0') + ".evil";
+  EXPECT_EQ(make_sinks_error(config), "key 'sinks.jsonl': contains a NUL character (\\u0000)");
+  EXPECT_FALSE(fs::exists(dir.path / "out.jsonl"));
+  config.jsonl_path.clear();
+  config.tensorboard_dir = (dir.path / "tb").string() + std::string(1, '\0') + "x";
+  EXPECT_EQ(make_sinks_error(config), "key 'sinks.tensorboard': contains a NUL character (\\u0000)");
+  EXPECT_FALSE(fs::exists(dir.path / "tb"));
+  EXPECT_THROW((void)make_jsonl_sink((dir.path / "a").string() + std::string(1, '\0') + "b"), error);
 }
 
 // ---- console sink --------------------------------------------------------------------------------------

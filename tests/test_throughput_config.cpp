@@ -14,6 +14,7 @@
 
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
+#include "flopmeter/sinks.h"
 #include "flopmeter/throughput.h"
 #include "accounting/throughput_config.h"  // plugin/: parse_throughput_options, the loader on text
 #include "support/doc_edits.h"
@@ -468,6 +469,52 @@ TEST_F(throughput_config, rendezvous_timeout_is_read_with_its_default_and_bounds
             plugin_path() + ":20:25: key 'logging.rendezvous_timeout_ms': must be > 0 (got 0)");
   EXPECT_EQ(error_of(replace_once(with_timeout, "rendezvous_timeout_ms = 2500", "rendezvous_timeout_ms = 3600001")),
             plugin_path() + ":20:25: key 'logging.rendezvous_timeout_ms': too large: must be <= 3600000 (got 3600001)");
+}
+
+// [sinks] paths keep where they were written (issue 9, F7), and make_sinks reports a path it cannot open
+// there. kBase line 22 is `jsonl = "out/metrics_{rank}.jsonl"`: "jsonl = " is 8 characters -> 22:9.
+TEST_F(throughput_config, sink_paths_carry_their_location_into_open_errors) {
+  const std::string missing = (dir_ / "missing").string();
+  const std::string doc =
+      replace_once(kBase, "jsonl = \"out/metrics_{rank}.jsonl\"",
+                   "jsonl = \"" + missing + "/metrics_{rank}.jsonl\"\ntensorboard = \"" + write("file", "x") + "/tb\"");
+  const plugin_config config = load_plugin_config(write("plugin.toml", doc));
+  EXPECT_EQ(format_error(config.sinks.jsonl_at, "x"), plugin_path() + ":22:9: key 'sinks.jsonl': x");
+  // The next line, "tensorboard = " is 14 characters -> 23:15.
+  EXPECT_EQ(format_error(config.sinks.tensorboard_at, "x"), plugin_path() + ":23:15: key 'sinks.tensorboard': x");
+  // Rank 2 of a job: "{rank}" -> "2"; <dir>/missing is the first missing directory (ENOENT).
+  EXPECT_EQ(testing::error_message_of([&] { (void)make_sinks(config.sinks, 2); }),
+            plugin_path() + ":22:9: key 'sinks.jsonl': cannot open \"" + missing +
+                "/metrics_2.jsonl\" for append: No such file or directory (the directory \"" + missing +
+                "\" does not exist: create it first, or change [sinks] jsonl)");
+  // With the JSONL path fixed, the TensorBoard directory under a regular file fails at its own line (ENOTDIR).
+  sink_config tensorboard_only = config.sinks;
+  tensorboard_only.jsonl_path.clear();
+  const std::string message = testing::error_message_of([&] { (void)make_sinks(tensorboard_only, 2); });
+  if (message.find("built without TensorBoard support") != std::string::npos) GTEST_SKIP() << message;
+  EXPECT_EQ(message, plugin_path() + ":23:15: key 'sinks.tensorboard': cannot create the directory \"" +
+                         (dir_ / "file" / "tb").string() +
+                         "\" for TensorBoard event files: Not a directory (a part of the path that must be a "
+                         "directory is a file)");
+}
+
+// A NUL in a string would cut the path short where it is opened (`config = "m.toml\u0000junk"` loaded m.toml):
+// refused at its key, whatever the key ("config = " is 9 characters -> 2:10; "jsonl = " 8 -> 22:9).
+TEST_F(throughput_config, nul_characters_in_strings_are_refused_at_their_key) {
+  write("m.toml", read_text(kTinyVlm));
+  EXPECT_EQ(error_of("[model]\nconfig = \"m.toml\\u0000junk\"\n"),
+            plugin_path() + ":2:10: key 'model.config': contains a NUL character (\\u0000)");
+  EXPECT_EQ(error_of(replace_once(kBase, "out/metrics_{rank}.jsonl", "out.jsonl\\u0000.evil")),
+            plugin_path() + ":22:9: key 'sinks.jsonl': contains a NUL character (\\u0000)");
+  EXPECT_EQ(error_of(replace_once(kBase, "\"H100 SXM\"", "\"H100\\u0000\"")),
+            plugin_path() + ":6:7: key 'peak.gpu': contains a NUL character (\\u0000)");
+}
+
+// A value quoted in a message has its control characters escaped ("precision = " is 12 characters -> 8:13).
+TEST_F(throughput_config, control_characters_in_a_quoted_value_are_escaped) {
+  EXPECT_EQ(
+      error_of(replace_once(kBase, "precision = \"bf16\"", "precision = \"\\u001b[2J\"")),
+      plugin_path() + ":8:13: key 'peak.precision': unknown precision '\\u001b[2J' (expected \"bf16\" or \"fp8\")");
 }
 
 }  // namespace

@@ -113,7 +113,8 @@ std::string ratio_text(double ratio);
 // <dir of executable>/../share/flopmeter/model_configs, else the source tree's model_configs. Throws
 // flopmeter::error when none exists.
 std::string model_configs_dir();
-// Every *.toml in model_configs_dir(), sorted by file name. Throws flopmeter::error when there is none.
+// Every *.toml in model_configs_dir(), sorted by file name. Throws flopmeter::error when there is none, or
+// when one is not a readable regular file (a dangling symlink, a directory, ...), naming it and why.
 std::vector<std::string> default_model_files();
 // Loads a model given as a path, or as a bare name ("qwen3_vl_2b") of a file in model_configs_dir().
 // Throws flopmeter::error (nonexistent file, TOML or validation error with file:line:col).

@@ -3,12 +3,14 @@
 // output file).
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
 
 #include "cli.h"
+#include "core/hf_config.h"
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 
@@ -28,8 +30,8 @@ const char* const kImportUsage =
     "  -o, --output F    write the TOML to F (replacing it) instead of standard output\n"
     "  -h, --help        show this help\n"
     "\n"
-    "exit status: 0 on success, 1 when the config.json is invalid or F cannot be written, 2 for a bad command\n"
-    "line.\n";
+    "exit status: 0 on success, 1 when the config.json is invalid, F cannot be written or F is the config.json\n"
+    "itself (refused, nothing written), 2 for a bad command line.\n";
 
 namespace {
 
@@ -51,6 +53,18 @@ void write_file(const std::string& path, const std::string& text) {
   }
 }
 
+// Refuses an output file that is the input config.json itself, by whatever path it is named (the same
+// path, a symbolic link to it, a path through "..", a hard link): writing the TOML would destroy the input.
+// Only existing files can be the same; a new output file cannot be the input.
+void refuse_overwriting_input(const std::string& input, const std::string& output) {
+  std::error_code ec;
+  if (!std::filesystem::equivalent(input, output, ec) || ec) return;
+  throw error(error_location{output, 0, 0, {}},
+              "refusing to write the TOML over the input config.json '" + input +
+                  "' (the same file): name another output file, e.g. -o " +
+                  (std::filesystem::path(output).parent_path() / "model.toml").string() + "; nothing was written");
+}
+
 }  // namespace
 
 int run_import(const std::vector<std::string>& args) {
@@ -70,6 +84,8 @@ int run_import(const std::vector<std::string>& args) {
     output = long_output;
   }
   if (output && output->empty()) throw usage_error(cmd, "-o: the output file name is empty");
+  // The file import reads (a checkpoint directory's config.json), checked against -o before anything is read.
+  if (output) refuse_overwriting_input(detail::resolve_model_path(parsed.positionals[0]), *output);
   const std::string toml = import_hf_config(parsed.positionals[0]);
   if (output) {
     write_file(*output, toml);

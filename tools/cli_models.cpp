@@ -67,14 +67,38 @@ std::string model_configs_dir() {
   throw error(message);
 }
 
+// Why a *.toml entry of the model configs directory is not a file flopmeter can read, or "" when it is a
+// regular file (following symbolic links).
+std::string unreadable_reason(const fs::path& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (fs::is_regular_file(status)) return "";
+  if (fs::is_symlink(fs::symlink_status(path, ec)) && !fs::exists(status)) {
+    std::error_code target_ec;
+    const fs::path target = fs::read_symlink(path, target_ec);
+    return "a dangling symbolic link (to '" + target.string() + "', which does not exist)";
+  }
+  if (ec) return ec.message();
+  if (fs::is_directory(status)) return "a directory, not a model TOML file";
+  return "not a regular file";
+}
+
 std::vector<std::string> default_model_files() {
   const std::string dir = model_configs_dir();
   std::vector<std::string> files;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path& path = it->path();
-    std::error_code file_ec;
-    if (path.extension() == ".toml" && it->is_regular_file(file_ec)) files.push_back(path.string());
+    if (path.extension() != ".toml") continue;
+    // Every *.toml is a model the run checks: one that cannot be read fails the run, naming it, rather
+    // than being skipped while the rest "all pass".
+    const std::string reason = unreadable_reason(path);
+    if (!reason.empty()) {
+      throw error(error_location{path.string(), 0, 0, {}}, "cannot read model file: " + reason +
+                                                               " (every *.toml in the model configs directory '" + dir +
+                                                               "' is loaded: fix or remove it)");
+    }
+    files.push_back(path.string());
   }
   if (ec) throw error("cannot list model configs directory '" + dir + "': " + ec.message());
   if (files.empty()) throw error("no *.toml model files in '" + dir + "'");

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "flopmeter/error.h"
 #include "flopmeter/export.h"
 
 namespace spdlog {
@@ -51,6 +52,8 @@ std::shared_ptr<sink> make_console_sink(std::shared_ptr<spdlog::logger> logger =
 
 // One JSON object per line: {"step": N, "<name>": value, ...}. Non-finite values are written as null.
 // The file is opened for append on the first write; failures are logged through `logger` (rate-limited).
+// A relative path is resolved against the working directory now, so a later chdir() does not move the file.
+// A path holding a NUL character throws flopmeter::error (the file system would cut it short).
 // A path containing "{rank}" needs the rank: this overload throws flopmeter::error for it (use the next).
 std::shared_ptr<sink> make_jsonl_sink(const std::string& path, std::shared_ptr<spdlog::logger> logger = nullptr);
 
@@ -65,16 +68,27 @@ std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record
 struct sink_config {
   bool console = true;      // one console line per log (make_console_sink); default true
   std::string jsonl_path;   // a JSONL file (make_jsonl_sink); "{rank}" is replaced by the rank; relative to
-                            // the working directory; empty (the default): no JSONL file
+                            // the working directory when make_sinks runs; empty (the default): no JSONL file
   std::string tensorboard_dir;  // TensorBoard event files (make_tensorboard_sink, flopmeter/tensorboard.h);
-                                // "{rank}" is replaced by the rank; relative to the working directory; empty
-                                // (the default): no TensorBoard sink
+                                // "{rank}" is replaced by the rank; relative to the working directory when
+                                // make_sinks runs; empty (the default): no TensorBoard sink
+  // Where each path was written (the plugin file, the value's line and column, and the key "sinks.jsonl" /
+  // "sinks.tensorboard"), so that make_sinks reports a path it cannot open there. The plugin TOML loader
+  // fills them; a config built in code may leave them empty (errors then name the key alone).
+  error_location jsonl_at;
+  error_location tensorboard_at;
 };
 
 // The sinks `config` names, for the process of rank `rank`, logging through `logger` (a private one when
 // null): the console sink first, then the JSONL sink, then the TensorBoard sink. Throws flopmeter::error when
-// a sink cannot be made, including a JSONL path that cannot be opened for append now (a missing or unwritable
-// directory) or a TensorBoard directory that cannot be created: the message names the path and the reason. (make_jsonl_sink alone opens lazily and counts failed records.)
+// a sink cannot be made: a path holding a NUL character, a JSONL path that cannot be opened for append now,
+// or a TensorBoard directory that cannot be created or written. The error is located at jsonl_at /
+// tensorboard_at (file:line:col and key), and its text names the path (with the working directory a
+// relative path is resolved against), the system's reason and, where the reason implies one, what to do:
+//   p.toml:4:9: key 'sinks.jsonl': cannot open "out/m_0.jsonl" (relative to the working directory "/w") for
+//   append: No such file or directory (the directory "out" does not exist: create it first, or change
+//   [sinks] jsonl)
+// (make_jsonl_sink alone opens lazily and counts failed records.)
 std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
                                               std::shared_ptr<spdlog::logger> logger = nullptr);
 

@@ -31,6 +31,7 @@
 #include "flopmeter/peak_table.h"
 #include "flopmeter/throughput.h"
 #include "accounting/throughput_config.h"
+#include "core/spec_rules.h"
 #include "core/toml_reader.h"
 
 namespace flopmeter {
@@ -62,6 +63,13 @@ constexpr detail::int_bounds kPositive{1};
 // Timeouts: at most an hour (setting_range::max_timeout_ms); a rendezvous needs a positive one.
 constexpr detail::int_bounds kTimeoutMs{0, setting_range::max_timeout_ms};
 constexpr detail::int_bounds kRendezvousTimeoutMs{1, setting_range::max_timeout_ms};
+
+// A string from the file as shown between single quotes in a message: control characters escaped as
+// detail::quoted writes them (\u001b), so a value cannot drive the terminal the message is printed on.
+std::string escaped(std::string_view text) {
+  const std::string shown = detail::quoted(text);
+  return shown.substr(1, shown.size() - 2);
+}
 
 // A string key with a fixed set of values.
 template <class T>
@@ -130,8 +138,9 @@ class options_loader : private detail::toml_reader {
     std::error_code ec;
     if (std::filesystem::equivalent(model_path, source_name(), ec) && !ec) {
       fail_key(config, "model.config",
-               "names this plugin config itself ('" + model_path + "'); it must name a model TOML file, a Hugging "
-               "Face config.json or a checkpoint directory");
+               "names this plugin config itself ('" + escaped(model_path) +
+                   "'); it must name a model TOML file, a Hugging "
+                   "Face config.json or a checkpoint directory");
     }
     try {
       return load_model_spec(model_path);
@@ -187,13 +196,19 @@ class options_loader : private detail::toml_reader {
 
   void read_sinks(const toml::table& sinks, sink_config& config) const {
     config.console = optional_bool(sinks, "sinks", "console", config.console);
+    // Each path keeps where it was written: make_sinks opens it when the plugin starts and reports a failure
+    // there (file:line:col, key), which is where the user fixes it.
     if (auto jsonl = optional_string(sinks, "sinks", "jsonl")) {
-      if (jsonl->empty()) fail_key(*sinks.get("jsonl"), "sinks.jsonl", "must not be empty");
+      const toml::node& node = *sinks.get("jsonl");
+      if (jsonl->empty()) fail_key(node, "sinks.jsonl", "must not be empty");
       config.jsonl_path = std::move(*jsonl);  // "{rank}" is substituted by make_sinks
+      config.jsonl_at = location(node.source(), "sinks.jsonl");
     }
     if (auto tensorboard = optional_string(sinks, "sinks", "tensorboard")) {
-      if (tensorboard->empty()) fail_key(*sinks.get("tensorboard"), "sinks.tensorboard", "must not be empty");
+      const toml::node& node = *sinks.get("tensorboard");
+      if (tensorboard->empty()) fail_key(node, "sinks.tensorboard", "must not be empty");
       config.tensorboard_dir = std::move(*tensorboard);  // "{rank}" is substituted by make_sinks
+      config.tensorboard_at = location(node.source(), "sinks.tensorboard");
     }
   }
 
@@ -212,7 +227,7 @@ class options_loader : private detail::toml_reader {
       if (i > 0) expected += i + 1 == N ? " or " : ", ";
       expected += "\"" + std::string(choices[i].name) + "\"";
     }
-    fail_key(*node, key_path, std::string("unknown ") + what + " '" + value + "' (expected " + expected + ")");
+    fail_key(*node, key_path, std::string("unknown ") + what + " '" + escaped(value) + "' (expected " + expected + ")");
   }
 
   std::string base_dir_;

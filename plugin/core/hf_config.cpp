@@ -319,6 +319,11 @@ class json_document final : public detail::field_reader {
   std::string string(std::string_view path) const override {
     const json& value = *node(path);
     if (!value.is_string()) type_error(path, value, "a string");
+    // JSON allows "\u0000"; a NUL would cut the value short wherever it is used as a C string (as the TOML
+    // loaders refuse it: toml_reader.h refuse_nul_strings).
+    if (value.get_ref<const std::string&>().find('\0') != std::string::npos) {
+      fail(path, "contains a NUL character (\\u0000)");
+    }
     return value.get<std::string>();
   }
   std::size_t array_size(std::string_view path) const override {

@@ -235,19 +235,68 @@ void prescan_toml(std::string_view text, const std::string& source_name) {
   }
 }
 
+namespace {
+
+// A key as written, control characters escaped as in every message (detail::quoted without its quotes).
+std::string shown_key(std::string_view key) {
+  const std::string shown = detail::quoted(key);
+  return shown.substr(1, shown.size() - 2);
+}
+
+// The string value holding a NUL that comes first in the document, with its key path.
+struct nul_string {
+  const toml::node* node = nullptr;
+  std::string key_path;
+};
+
+bool comes_before(const toml::source_position& a, const toml::source_position& b) {
+  return a.line != b.line ? a.line < b.line : a.column < b.column;
+}
+
+// Visits every value under `node` (tables and arrays nest at most a few hundred deep: the pre-scan bounds
+// key parts and brackets at 64 each). A TOML table iterates in key order, so the first NUL of the document
+// is the one with the smallest position, not the first one visited.
+void find_nul_string(const toml::node& node, const std::string& key_path, nul_string& first) {
+  if (const toml::table* table = node.as_table()) {
+    for (auto&& [key, child] : *table) find_nul_string(child, join(key_path, shown_key(key.str())), first);
+  } else if (const toml::array* array = node.as_array()) {
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      find_nul_string(*array->get(i), key_path + "[" + std::to_string(i) + "]", first);
+    }
+  } else if (const toml::value<std::string>* text = node.as_string()) {
+    if (text->get().find('\0') == std::string::npos) return;
+    if (first.node == nullptr || comes_before(node.source().begin, first.node->source().begin)) {
+      first = nul_string{&node, key_path};
+    }
+  }
+}
+
+}  // namespace
+
+void refuse_nul_strings(const toml::table& root, const std::string& source_name) {
+  nul_string first;
+  find_nul_string(root, "", first);
+  if (first.node != nullptr) {
+    toml_reader(source_name).fail_key(*first.node, first.key_path, "contains a NUL character (\\u0000)");
+  }
+}
+
 toml::table parse_toml(const std::string& text, const std::string& source_name) {
   prescan_toml(text, source_name);
 #if TOML_EXCEPTIONS
+  toml::table root;
   try {
-    return toml::parse(std::string_view(text), std::string_view(source_name));
+    root = toml::parse(std::string_view(text), std::string_view(source_name));
   } catch (const toml::parse_error& e) {
     fail_syntax(source_name, e);
   }
 #else
   toml::parse_result result = toml::parse(std::string_view(text), std::string_view(source_name));
   if (!result) fail_syntax(source_name, result.error());
-  return std::move(result).table();
+  toml::table root = std::move(result).table();
 #endif
+  refuse_nul_strings(root, source_name);
+  return root;
 }
 
 const char* type_name(toml::node_type type) {

@@ -41,7 +41,15 @@ constexpr int kMaxNestingDepth = 64;  // arrays and inline tables inside one ano
 void prescan_toml(std::string_view text, const std::string& source_name);
 
 // Parses TOML text after prescan_toml(); a syntax error becomes "SOURCE:LINE:COL: TOML syntax error: ...".
+// Then refuse_nul_strings(): no string of a parsed document holds a NUL.
 toml::table parse_toml(const std::string& text, const std::string& source_name);
+
+// Throws "SOURCE:LINE:COL: key 'a.b[2]': contains a NUL character (\u0000)" for the first string value (in
+// document order) that holds one. TOML allows "\u0000" in a basic string, but every string flopmeter reads
+// ends up as a path, a name or a message, where a NUL cuts the text short: `config = "m.toml\u0000junk"`
+// would open m.toml, and a message through the C ABI would end at the NUL. So both loaders (model TOML and
+// plugin TOML, through parse_toml) refuse it before reading a key.
+void refuse_nul_strings(const toml::table& root, const std::string& source_name);
 
 // Longest key the "did you mean" hint compares: an edit distance costs length x length, so a multi-megabyte
 // unknown key would take seconds. Longer keys get no hint (no schema key is near that long).

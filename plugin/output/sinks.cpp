@@ -24,11 +24,13 @@
 #include <utility>
 
 #include "flopmeter/error.h"
+#include "core/spec_rules.h"
 #include "output/json_writer.h"
 #include "flopmeter/metric_names.h"
 #include "flopmeter/tensorboard.h"
 #include "output/json_line.h"
 #include "output/logging.h"
+#include "output/sink_paths.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/stat.h>
@@ -231,11 +233,14 @@ std::shared_ptr<sink> make_console_sink(std::shared_ptr<spdlog::logger> logger) 
 
 std::shared_ptr<sink> make_jsonl_sink(const std::string& path, std::shared_ptr<spdlog::logger> logger) {
   if (path.empty()) throw error("jsonl sink: the path is empty");
+  if (path.find('\0') != std::string::npos) {
+    throw error("jsonl sink: the path " + detail::quoted(path) + " contains a NUL character (\\u0000)");
+  }
   if (path.find("{rank}") != std::string::npos) {
     throw error("jsonl sink: the path '" + path + "' contains {rank} but no rank was given; call "
                 "make_jsonl_sink(path, rank, logger) with this process's rank in flopmeter's group (comm->rank())");
   }
-  return std::make_shared<jsonl_sink>(path, logger_or_private(std::move(logger)));
+  return std::make_shared<jsonl_sink>(detail::absolute_sink_path(path), logger_or_private(std::move(logger)));
 }
 
 std::shared_ptr<sink> make_jsonl_sink(const std::string& path, int rank, std::shared_ptr<spdlog::logger> logger) {
@@ -270,6 +275,18 @@ std::string expand_rank(const std::string& pattern, int rank) {
   return path;
 }
 
+// Where a sink path was configured; a config built in code has no file, and its errors name the key alone.
+error_location located(const error_location& configured, const char* key) {
+  error_location at = configured;
+  if (at.key.empty()) at.key = key;
+  return at;
+}
+
+// fopen() and mkdir() stop at a NUL: "out.jsonl\0.evil" would quietly become out.jsonl.
+void refuse_nul(const std::string& path, const error_location& at) {
+  if (path.find('\0') != std::string::npos) throw error(at, "contains a NUL character (\\u0000)");
+}
+
 }  // namespace
 
 std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
@@ -277,22 +294,31 @@ std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int ran
   std::vector<std::shared_ptr<sink>> sinks;
   if (config.console) sinks.push_back(make_console_sink(logger));
   if (!config.jsonl_path.empty()) {
+    const error_location at = located(config.jsonl_at, "sinks.jsonl");
+    refuse_nul(config.jsonl_path, at);
     const std::string path = expand_rank(config.jsonl_path, rank);
     // Checked here, where the trainer can still act on it: a missing or unwritable directory would otherwise
     // drop every record of the run (each one counted in health().dropped_records, but no file at all).
     std::FILE* probe = std::fopen(path.c_str(), "a");
     if (probe == nullptr) {
       const int code = errno;
-      throw error("sinks.jsonl: cannot open '" + path + "' for append: " +
-                  std::error_code(code, std::generic_category()).message() +
-                  " (create the directory first, or change [sinks] jsonl)");
+      throw error(at, "cannot open " + detail::sink_path_text(path) +
+                          " for append: " + detail::open_failure_reason(code, path, "[sinks] jsonl", "metrics.jsonl"));
     }
     std::fclose(probe);
     sinks.push_back(make_jsonl_sink(path, logger));
   }
   if (!config.tensorboard_dir.empty()) {
-    // make_tensorboard_sink creates the directory and opens the first file now, so a bad directory fails here.
-    sinks.push_back(make_tensorboard_sink(expand_rank(config.tensorboard_dir, rank), logger));
+    const error_location at = located(config.tensorboard_at, "sinks.tensorboard");
+    refuse_nul(config.tensorboard_dir, at);
+    const std::string directory = expand_rank(config.tensorboard_dir, rank);
+    // make_tensorboard_sink creates the directory and opens the first file now, so a bad directory fails here;
+    // its message names the path and the reason, and is reported where the directory was configured.
+    try {
+      sinks.push_back(make_tensorboard_sink(directory, logger));
+    } catch (const error& e) {
+      throw error(at, e.description());
+    }
   }
   return sinks;
 }

@@ -18,7 +18,9 @@
 #include <utility>
 
 #include "flopmeter/error.h"
+#include "core/spec_rules.h"
 #include "output/logging.h"
+#include "output/sink_paths.h"
 #include "output/tensorboard_records.h"
 #include "output/tensorboard_event.pb.h"
 
@@ -43,8 +45,10 @@ std::string host_name() {
 
 class tensorboard_sink final : public sink {
  public:
-  tensorboard_sink(std::string directory, std::shared_ptr<spdlog::logger> logger)
-      : directory_(std::move(directory)), logger_(std::move(logger)) {
+  // `directory` as written names it in messages; the sink works on it made absolute now, so a later new file
+  // goes where the first one went even if the trainer changes directory.
+  tensorboard_sink(const std::string& directory, std::shared_ptr<spdlog::logger> logger)
+      : written_(directory), directory_(detail::absolute_sink_path(directory)), logger_(std::move(logger)) {
     open_new_file();  // throws: a directory that cannot be written is a setup error, reported at create
   }
 
@@ -83,7 +87,10 @@ class tensorboard_sink final : public sink {
   void open_new_file() {
     std::error_code ec;
     fs::create_directories(directory_, ec);
-    if (ec) fail("cannot create the directory", ec.message());
+    if (ec) {
+      fail("cannot create the directory " + detail::sink_path_text(written_) +
+           " for TensorBoard event files: " + detail::open_failure_reason(ec.value(), written_, "[sinks] tensorboard"));
+    }
     static std::atomic<unsigned> sequence{0};
     path_ = (fs::path(directory_) / ("events.out.tfevents." + std::to_string(static_cast<long long>(unix_seconds())) +
                                       "." + host_name() + "." + std::to_string(::getpid()) + "." +
@@ -91,7 +98,10 @@ class tensorboard_sink final : public sink {
                 .string();
     errno = 0;
     out_.open(path_, std::ios::binary | std::ios::trunc);
-    if (!out_) fail("cannot open " + path_, errno != 0 ? std::strerror(errno) : "unknown error");
+    if (!out_) {
+      fail("cannot open the TensorBoard event file " + detail::quoted(path_) +
+           " for writing: " + detail::open_failure_reason(errno, path_, "[sinks] tensorboard"));
+    }
     pb::Event header;
     header.set_wall_time(unix_seconds());
     header.set_file_version(kFileVersion);
@@ -100,20 +110,24 @@ class tensorboard_sink final : public sink {
 
   void append(const pb::Event& event) {
     std::string data;
-    if (!event.SerializeToString(&data)) fail("cannot encode an event", "protobuf serialization failed");
+    if (!event.SerializeToString(&data)) fail("cannot encode an event: protobuf serialization failed");
     std::string record;
     detail::append_tfrecord(record, data);
     errno = 0;
     out_.write(record.data(), static_cast<std::streamsize>(record.size()));
     out_.flush();
-    if (!out_) fail("cannot write " + path_, errno != 0 ? std::strerror(errno) : "unknown error");
+    if (!out_) {
+      fail("cannot write the TensorBoard event file " + detail::quoted(path_) + ": " +
+           (errno != 0 ? std::strerror(errno) : "unknown error"));
+    }
   }
 
-  [[noreturn]] void fail(const std::string& what, const std::string& reason) const {
-    throw error("tensorboard sink " + directory_ + ": " + what + ": " + reason);
-  }
+  // The message says which sink and path: make_sinks reports it at [sinks] tensorboard as it is, and the
+  // write path logs it after "flopmeter tensorboard sink DIR:".
+  [[noreturn]] void fail(const std::string& what) const { throw error(what); }
 
-  std::string directory_;
+  std::string written_;    // as given, for messages
+  std::string directory_;  // absolute
   std::shared_ptr<spdlog::logger> logger_;
   std::string path_;
   std::ofstream out_;
@@ -124,6 +138,9 @@ class tensorboard_sink final : public sink {
 
 std::shared_ptr<sink> make_tensorboard_sink(const std::string& directory, std::shared_ptr<spdlog::logger> logger) {
   if (directory.empty()) throw error("tensorboard sink: the directory is empty");
+  if (directory.find('\0') != std::string::npos) {  // mkdir() would stop at it and create another directory
+    throw error("tensorboard sink: the directory " + detail::quoted(directory) + " contains a NUL character (\\u0000)");
+  }
   return std::make_shared<tensorboard_sink>(directory, detail::logger_or_private(std::move(logger)));
 }
 
