@@ -131,7 +131,8 @@ void on_record(void* user, int64_t /*step*/, const char* json) {
 
 bool known_code(int code) {
   return code == FLOPMETER_OK || code == FLOPMETER_E_NULL_ARGUMENT || code == FLOPMETER_E_STRUCT_SIZE ||
-         code == FLOPMETER_E_REJECTED || code == FLOPMETER_E_INVALID_HANDLE || code == FLOPMETER_E_AFTER_FLUSH;
+         code == FLOPMETER_E_REJECTED || code == FLOPMETER_E_INVALID_HANDLE || code == FLOPMETER_E_AFTER_FLUSH ||
+         code == FLOPMETER_E_REENTRANT;
 }
 
 void check_code(int code) {
