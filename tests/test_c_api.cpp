@@ -620,11 +620,16 @@ struct reentry_probe {
   int records = 0;
   int code = 12345;  // the re-entrant call's return code
   flopmeter_health_counters seen{};
+  int later_health_code = 12345;  // flopmeter_health's code in the callback of the later records
 };
 
 void call_back_into_the_plugin(void* user, int64_t /*step*/, const char* /*json*/) {
   auto& probe = *static_cast<reentry_probe*>(user);
-  if (++probe.records != 1) return;
+  if (++probe.records != 1) {
+    flopmeter_health_counters h = health_struct();
+    probe.later_health_code = probe.abi->health(probe.plugin, &h);
+    return;
+  }
   switch (probe.kind) {
     case reentry::health:
       probe.seen = health_struct();
@@ -706,6 +711,7 @@ TEST_F(c_api_plugin, destroy_from_inside_the_metrics_callback_is_refused_and_the
   EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_OK);
   EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);  // emits step 2's record (the callback's second)
   EXPECT_EQ(probe.records, 2);
+  EXPECT_EQ(probe.later_health_code, FLOPMETER_OK);  // the handle was live while destroy emitted its last record
   EXPECT_EQ(abi.destroy(plugin), FLOPMETER_E_INVALID_HANDLE);
 }
 

@@ -12,7 +12,8 @@
  *  - Configuration errors make create return NULL and write a message (with file:line:col) into the
  *    caller's buffer.
  *  - flopmeter_destroy flushes first (emits the last interval, waiting at most the plugin's collective
- *    timeout, [logging] collective_timeout_ms), then frees the plugin. destroy(NULL) is allowed and does nothing.
+ *    timeout, [logging] collective_timeout_ms; the handle is still live in that record's callback), then frees
+ *    the plugin. destroy(NULL) is allowed and does nothing.
  *  - A handle is a name, not a pointer flopmeter dereferences: every call looks it up among the live
  *    plugins. After destroy the handle is dead for good (values are never reused): calling anything with it,
  *    destroying it a second time included, returns FLOPMETER_E_INVALID_HANDLE and touches nothing. A

@@ -418,11 +418,13 @@ int flopmeter_destroy(flopmeter_plugin* plugin) {
                                     flopmeter_status_string(FLOPMETER_E_REENTRANT));
       return FLOPMETER_E_REENTRANT;
     }
+    // Flushed while the handle is still live, so that the callback of the last record can read
+    // flopmeter_health (a call racing this one on another thread meets a flushed plugin: AFTER_FLUSH).
+    found->plugin->flush();  // noexcept; bounded by the collective timeout
+    found->flushed.store(true);
   }
   std::shared_ptr<plugin_state> state = handle_registry::instance().remove(plugin);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;  // destroyed by another thread since the lookup
-  state->plugin->flush();  // noexcept; bounded by the collective timeout
-  state->flushed.store(true);
   return FLOPMETER_OK;  // the plugin is freed here, or when a call racing this one returns
 }
 
