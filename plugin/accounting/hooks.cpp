@@ -92,8 +92,9 @@ void registration::reset() noexcept {
 registration hooks::add(std::shared_ptr<plugin> p) {
   if (!p) throw error("hooks: cannot register a null plugin");
   if (firing_on_this_thread(this)) {
-    throw error("hooks: add() called from inside a plugin's hook of the same hooks object; add the plugin after "
-                "the event returns");
+    throw error(
+        "hooks: add() called from inside a plugin's hook of the same hooks object; add the plugin after "
+        "the event returns");
   }
   std::lock_guard<std::mutex> lock(mutex_);
   const std::uint64_t id = next_id_++;
