@@ -302,5 +302,41 @@ TEST(bad_inputs, interval_sums_that_would_overflow_reject_the_batch_that_overflo
   }
 }
 
+// ---- log fields the plugin leaves out ------------------------------------------------------------------
+
+// A log whose optional fields break their rules (check_log_fields): the record leaves them out as if not
+// reported, and one warning names them (the rules themselves: derive.log_fields_that_break_...). Every
+// other figure of the record is unaffected: the interval still has its tokens.
+TEST(bad_inputs, log_fields_that_break_their_rules_are_left_out_with_one_warning) {
+  captured_log log;
+  throughput_options o = base_options();
+  o.logger = log.logger;
+  o.peak_tflops_per_gpu = 1.0;
+  testing::clocked_plugin run(o, make_local_communicator());
+  auto& [sink, now, plugin] = run;
+  const std::vector<std::int64_t> doc = {4};
+  microbatch_event e;
+  e.document_lengths = doc;
+  plugin->on_microbatch(e);
+  now += 1;
+  log_event l;
+  l.step = 1;
+  l.learning_rate = 0.001;                                       // kept
+  l.grad_norm = -1.0;                                            // left out
+  l.data_time = std::chrono::duration<double>(-5.0);             // left out
+  l.forward_backward_time = std::chrono::duration<double>(0.5);  // kept
+  plugin->on_log(l);
+  plugin->flush();
+  ASSERT_EQ(sink->records.size(), 1u);
+  EXPECT_FALSE(sink->has(0, "train/grad_norm"));
+  EXPECT_FALSE(sink->has(0, "perf/data_time"));
+  EXPECT_EQ(sink->value(0, "train/lr"), 0.001);
+  EXPECT_EQ(sink->value(0, "perf/forward_backward_time"), 0.5);
+  EXPECT_EQ(sink->value(0, "train/tokens_seen"), 4.0);
+  EXPECT_EQ(log.text(),
+            "warning|flopmeter: step 1: left out of the record: grad_norm -1 (must be finite and >= 0), "
+            "data_time -5 s (must be finite and in [0, 1e6] s)\n");
+}
+
 }  // namespace
 }  // namespace flopmeter

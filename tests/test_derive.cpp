@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -174,6 +175,82 @@ TEST(derive, tp2_sums_the_dp_group_and_splits_flops_between_tp_ranks) {
   EXPECT_DOUBLE_EQ(value(result.record, topk(m::kTopkTps, kSlow, 1, true)), 1.0);
   EXPECT_DOUBLE_EQ(value(result.record, topk(m::kTopkTps, kFast, 0, true)), 3.0);
   EXPECT_DOUBLE_EQ(value(result.record, topk(m::kTopkTps, kFast, 1, true)), 2.0);
+}
+
+// MFU above 100% is impossible, so it is never reported. Two DP ranks over 1 s: rank 0 runs 100 tokens, rank 1
+// 400, so rank r's TFLOP/s is F(tokens_r) / 1e12 and the job's per GPU is their mean. F grows faster than the
+// token count, so F(100) < F(400) / 4 and the mean is below 0.9 F(400) (it is under 5/8 F(400)).
+//   - peak 2 F(400): every MFU below 100%: reported, no warning;
+//   - peak 0.9 F(400): the job's MFU is below 100% but rank 1's is above: neither the headline nor the per-rank
+//     MFU is reported (a top-k that averaged to a plausible headline would hide the bad row), and the
+//     warning names rank 1;
+//   - tokens/s and TFLOP/s are reported in every case: they are what the trainer reported over the time.
+TEST(derive, an_mfu_above_100_percent_is_not_reported_and_the_warning_says_why) {
+  std::vector<row_spec> specs(2);
+  specs[0].tokens = 100;
+  specs[1].tokens = 400;
+  const std::vector<double> rows = rows_of(specs);
+  const double rank1_tflops = small_doc_flops(400) / 1e12;
+  ASSERT_LT((small_doc_flops(100) + small_doc_flops(400)) / 2 / 1e12, 0.9 * rank1_tflops);
+
+  metrics_deriver plausible(setup_for(2, 1, 2 * rank1_tflops));
+  const derive_result ok = plausible.derive(rows.data(), 2, derive_context{});
+  ASSERT_TRUE(ok.derived) << ok.why;
+  EXPECT_EQ(ok.warning, "");
+  EXPECT_NEAR(value(ok.record, m::kMfu),
+              (small_doc_flops(100) + small_doc_flops(400)) / 2 / 1e12 / (2 * rank1_tflops) * 100, 1e-9);
+  EXPECT_NEAR(value(ok.record, topk(m::kTopkMfu, kFast, 0)), 50.0, 1e-9);  // rank 1 at half its peak
+  EXPECT_DOUBLE_EQ(value(ok.record, topk(m::kTopkMfu, kFast, 0, true)), 1.0);
+
+  metrics_deriver too_low(setup_for(2, 1, 0.9 * rank1_tflops));
+  const derive_result bad = too_low.derive(rows.data(), 2, derive_context{});
+  ASSERT_TRUE(bad.derived) << bad.why;
+  EXPECT_FALSE(find(bad.record, m::kMfu));
+  EXPECT_FALSE(find(bad.record, topk(m::kTopkMfu, kFast, 0)));
+  EXPECT_FALSE(find(bad.record, topk(m::kTopkMfu, kSlow, 0)));
+  EXPECT_DOUBLE_EQ(value(bad.record, m::kTokensPerSecond), 500.0);
+  EXPECT_NEAR(value(bad.record, m::kTflopsPerSecond) / ((small_doc_flops(100) + small_doc_flops(400)) / 2 / 1e12), 1.0,
+              1e-12);
+  EXPECT_EQ(bad.warning.rfind("MFU not reported: ", 0), 0u) << bad.warning;
+  EXPECT_NE(bad.warning.find("TFLOP/s per GPU (rank 1: "), std::string::npos) << bad.warning;
+  EXPECT_NE(bad.warning.find(") exceeds the peak of "), std::string::npos) << bad.warning;
+}
+
+// The trainer's optional log fields: each kept only when it passes its rule, and every one left out is named
+// (numbers as "%g" prints them). Before, a grad norm of -1 and a time of 1e308 s were emitted as given, a data
+// time of -5 s was dropped silently and a NaN learning rate became JSON null.
+TEST(derive, log_fields_that_break_their_rules_are_left_out_and_named) {
+  log_event good;
+  good.step = 3;
+  good.learning_rate = 0.0;  // a learning rate of 0 (warm-up start) is a value
+  good.grad_norm = 2.5;
+  good.data_time = std::chrono::duration<double>(0.25);
+  good.forward_backward_time = std::chrono::duration<double>(kMaxLogSeconds);  // the bound itself passes
+  good.peak_memory_bytes = std::int64_t{80} << 30;
+  const checked_log kept = check_log_fields(good);
+  EXPECT_EQ(kept.dropped, "");
+  EXPECT_EQ(kept.event.learning_rate, 0.0);
+  EXPECT_EQ(kept.event.grad_norm, 2.5);
+  EXPECT_EQ(kept.event.forward_backward_time->count(), 1e6);
+  EXPECT_EQ(kept.event.peak_memory_bytes, std::int64_t{80} << 30);
+
+  log_event bad = good;
+  bad.learning_rate = std::numeric_limits<double>::quiet_NaN();
+  bad.grad_norm = -1.0;
+  bad.data_time = std::chrono::duration<double>(-5.0);
+  bad.forward_backward_time = std::chrono::duration<double>(1e308);
+  bad.peak_memory_bytes = -3;
+  const checked_log dropped = check_log_fields(bad);
+  EXPECT_EQ(dropped.dropped,
+            "learning_rate nan (must be finite and >= 0), grad_norm -1 (must be finite and >= 0), data_time -5 s "
+            "(must be finite and in [0, 1e6] s), forward_backward_time 1e+308 s (must be finite and in [0, 1e6] "
+            "s), peak_memory_bytes -3 (must be in [0, 2^53))");
+  EXPECT_FALSE(dropped.event.learning_rate);
+  EXPECT_FALSE(dropped.event.grad_norm);
+  EXPECT_FALSE(dropped.event.data_time);
+  EXPECT_FALSE(dropped.event.forward_backward_time);
+  EXPECT_FALSE(dropped.event.peak_memory_bytes);
+  EXPECT_EQ(dropped.event.step, 3);
 }
 
 TEST(derive, stragglers_show_in_the_trainer_reported_times_and_the_log_wait) {

@@ -213,6 +213,50 @@ class start_fails_once final : public communicator {
   int calls_ = 0;
 };
 
+// A broken all-reduce: it completes, but with NaN in every slot (values no rank sent). One rank: its own row
+// comes back with a step that is not a number, which no rank can have sent. The interval is discarded, never
+// turned into a number, and the warning says the collective is broken (before: "ranks out of step: ... met
+// rank 0's of step -nan", which blamed the trainer's on_log calls).
+class returns_nan final : public communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  std::string backend_name() const override { return "returns-nan"; }
+  std::unique_ptr<pending_collective> start_allreduce_sum(double* values, std::size_t count) override {
+    auto pending = inner_->start_allreduce_sum(values, count);  // the local sum completes at once
+    std::fill(values, values + count, std::numeric_limits<double>::quiet_NaN());
+    return pending;
+  }
+
+ private:
+  std::shared_ptr<communicator> inner_ = make_local_communicator();
+};
+
+TEST(faults, a_collective_that_returns_values_nobody_sent_is_named_as_broken) {
+  testing::captured_log log;
+  throughput_options o;
+  o.model = testing::small_vlm();
+  o.logger = log.logger;
+  o.peak_tflops_per_gpu = 1.0;
+  auto sink = std::make_shared<capture_sink>();
+  o.sinks = {sink};
+  auto plugin = throughput_plugin::create(o, std::make_shared<returns_nan>());
+  for (std::int64_t step = 1; step <= 2; ++step) {
+    log_event l;
+    l.step = step;
+    plugin->on_log(l);
+  }
+  plugin->flush();
+  EXPECT_TRUE(sink->records.empty());
+  EXPECT_EQ(plugin->health().out_of_step_intervals, 2u);  // logs 1 and 2, each discarded
+  EXPECT_NE(log.text().find("warning|flopmeter: the collective of step 1 returned a row for rank 0 whose step is not "
+                            "a number (values no rank sent: the all-reduce or all-gather is broken); the interval "
+                            "is discarded"),
+            std::string::npos)
+      << log.text();
+  EXPECT_EQ(log.text().find("-nan"), std::string::npos) << log.text();
+}
+
 TEST(faults, ranks_out_of_step_never_mix_intervals_and_fall_back_into_step) {
   // Rank 0 cannot start the collective of log 3, so its collective of log 4 is paired with rank 1's of log
   // 3. The rows say so (steps 4 and 3): both ranks discard that result, never mixing two intervals (each

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -714,6 +715,44 @@ TEST(hf_config, errors_cite_the_json_line_column_and_path) {
     EXPECT_EQ(e.where().key, "text_config.num_key_value_heads");
     EXPECT_EQ(e.description(), "must divide text_config.num_attention_heads = 16 (got 3)");
   }
+}
+
+// A Qwen3-VL config.json without deepstack_visual_indexes: read as [] it gave a merger coefficient 4x too small
+// (1 merger instead of 1 + 3) with no error; transformers would have used its default [8, 16, 24]. Refused,
+// cited at the vision_config object: line 30 "  \"vision_config\": {", the "{" after 2 spaces, the 15-character
+// key, ':' and a space is column 20. A Qwen3.5 config.json may leave it out: Qwen3.5 has no DeepStack.
+TEST(hf_config, a_qwen3_vl_config_without_deepstack_indexes_is_refused_not_read_as_none) {
+  std::string json = kQwen3Vl2bJson;
+  json.replace(json.find("    \"deepstack_visual_indexes\": [5, 11, 17],\n"), 44, "");
+  try {
+    (void)parse_hf_config(json, "ckpt/config.json");
+    FAIL() << "no error";
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "ckpt/config.json:30:20: required key 'vision_config.deepstack_visual_indexes' is missing: Qwen3-VL adds "
+              "one merger per listed ViT block (transformers' default is [8, 16, 24]; write [] for none)");
+  }
+  // The TOML loader: the same rule, cited at the [vision_config] header (line 22 of qwen3_vl_2b.toml).
+  std::ifstream shipped(config_path("qwen3_vl_2b.toml"));
+  std::string toml((std::istreambuf_iterator<char>(shipped)), std::istreambuf_iterator<char>());
+  const std::string line = "deepstack_visual_indexes = [5, 11, 17] # one extra patch merger each\n";
+  ASSERT_NE(toml.find(line), std::string::npos);
+  toml.replace(toml.find(line), line.size(), "");
+  try {
+    (void)parse_model_spec(toml, "m.toml");
+    FAIL() << "no error";
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "m.toml:22:1: required key 'vision_config.deepstack_visual_indexes' is missing: Qwen3-VL adds one "
+              "merger per listed ViT block (transformers' default is [8, 16, 24]; write [] for none)");
+  }
+  // Qwen3.5 (hybrid): absent is [], the same coefficients as the shipped file's explicit [].
+  std::ifstream q35_file(config_path("qwen3_5_0_8b.toml"));
+  std::string q35((std::istreambuf_iterator<char>(q35_file)), std::istreambuf_iterator<char>());
+  const std::size_t at = q35.find("deepstack_visual_indexes = []");
+  ASSERT_NE(at, std::string::npos);
+  q35.erase(at, q35.find('\n', at) - at + 1);
+  expect_same_coefficients(parse_model_spec(q35, "q.toml"), load_model_spec(config_path("qwen3_5_0_8b.toml")));
 }
 
 TEST(hf_config, import_writes_a_toml_that_round_trips_with_commented_sources) {

@@ -195,11 +195,11 @@ TEST(model_config_overflow, merger_with_a_large_spatial_merge_size_is_refused_no
   // (m^2 * hv)^2 with m = 2^31 wraps even 128-bit arithmetic; refused at the merge size's value (line 9).
   const std::string doc = replace_once(kVlMoe, "norm_topk_prob = true\n",
                                        "norm_topk_prob = true\n"
-                                       "[vision_config]\n"                      // 19
+                                       "[vision_config]\n"  // 19
                                        "depth = 1\nhidden_size = 4\nnum_heads = 2\nintermediate_size = 8\n"
                                        "out_hidden_size = 64\npatch_size = 2\ntemporal_patch_size = 1\n"
-                                       "spatial_merge_size = 2147483648\n"     // 27
-                                       "in_channels = 1\n");
+                                       "spatial_merge_size = 2147483648\n"  // 27
+                                       "in_channels = 1\ndeepstack_visual_indexes = []\n");
   EXPECT_EQ(error_of(doc), "moe.toml:27:22: key 'vision_config.spatial_merge_size': coefficient "
                            "merger_per_merged_token would exceed 2^63 FLOPs: the product of "
                            "vision_config.spatial_merge_size, vision_config.hidden_size is too large");

@@ -32,6 +32,38 @@ std::string format_number(double value) {
 
 }  // namespace
 
+checked_log check_log_fields(const log_event& event) {
+  checked_log out{event, {}};
+  const auto drop = [&](const char* name, double value, const char* unit, const char* rule) {
+    out.dropped +=
+        (out.dropped.empty() ? "" : ", ") + std::string(name) + " " + format_number(value) + unit + " (" + rule + ")";
+  };
+  const auto check_rate = [&](std::optional<double>& field, const char* name) {
+    if (field && !(std::isfinite(*field) && *field >= 0)) {
+      drop(name, *field, "", "must be finite and >= 0");
+      field.reset();
+    }
+  };
+  check_rate(out.event.learning_rate, "learning_rate");
+  check_rate(out.event.grad_norm, "grad_norm");
+  const auto check_time = [&](std::optional<std::chrono::duration<double>>& field, const char* name) {
+    if (!field) return;
+    const double seconds = field->count();
+    if (!(std::isfinite(seconds) && seconds >= 0 && seconds <= kMaxLogSeconds)) {
+      drop(name, seconds, " s", "must be finite and in [0, 1e6] s");
+      field.reset();
+    }
+  };
+  check_time(out.event.data_time, "data_time");
+  check_time(out.event.forward_backward_time, "forward_backward_time");
+  if (out.event.peak_memory_bytes &&
+      !(*out.event.peak_memory_bytes >= 0 && static_cast<double>(*out.event.peak_memory_bytes) < kExactIntegerLimit)) {
+    drop("peak_memory_bytes", static_cast<double>(*out.event.peak_memory_bytes), "", "must be in [0, 2^53)");
+    out.event.peak_memory_bytes.reset();
+  }
+  return out;
+}
+
 metrics_deriver::metrics_deriver(derive_setup setup) : setup_(std::move(setup)) {}
 
 derive_result metrics_deriver::derive(const double* rows, std::int64_t world, const derive_context& context) {
@@ -50,6 +82,7 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     c->resize(n);
   }
   double max_mem = 0, max_data = 0, max_fwd_bwd = 0, max_wait = 0, sum_tps = 0, sum_tflops = 0, sum_step = 0;
+  std::size_t fastest_rank = 0;  // the rank with the most TFLOP/s (for the MFU plausibility check)
   bool step_time_known = true;
   for (std::int64_t r = 0; r < world; ++r) {
     const double* x = row(r);
@@ -80,6 +113,7 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     log_wait_[i] = reported(x[row_log_wait_ms]);
     sum_tps += tps_[i];
     sum_tflops += tflops_[i];
+    if (tflops_[i] > tflops_[fastest_rank]) fastest_rank = i;
     sum_step += step_time_[i];
     step_time_known = step_time_known && std::isfinite(step_time_[i]);
     max_mem = std::max(max_mem, x[row_peak_memory_bytes]);
@@ -112,7 +146,24 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   // Per GPU over every GPU of the job: with equal intervals, dp_sum(flops) * tp / t / world / 1e12.
   const double tflops_per_gpu = sum_tflops / world_size;
   v.emplace_back(m::kTflopsPerSecond, tflops_per_gpu);
-  if (setup_.peak_tflops_per_gpu) v.emplace_back(m::kMfu, tflops_per_gpu / *setup_.peak_tflops_per_gpu * 100.0);
+  // MFU above 100% (the job's or any rank's) is impossible: the peak is too low for this GPU and precision, or
+  // the trainer reported micro-batches that did not run in the interval (e.g. events replayed in a burst). Such
+  // an MFU is not reported; the warning says which figures disagree. Tokens/s and TFLOP/s stay: they are what
+  // the trainer reported over the time that passed.
+  bool mfu_plausible = false;
+  if (setup_.peak_tflops_per_gpu) {
+    const double peak = *setup_.peak_tflops_per_gpu;
+    mfu_plausible = tflops_per_gpu <= peak && tflops_[fastest_rank] <= peak;
+    if (mfu_plausible) {
+      v.emplace_back(m::kMfu, tflops_per_gpu / peak * 100.0);
+    } else {
+      result.warning = "MFU not reported: " + format_number(tflops_per_gpu) + " TFLOP/s per GPU (rank " +
+                       std::to_string(fastest_rank) + ": " + format_number(tflops_[fastest_rank]) +
+                       ") exceeds the peak of " + format_number(peak) +
+                       " TFLOP/s; the peak is too low for this GPU and precision, or micro-batches were reported "
+                       "that did not run in this interval";
+    }
+  }
   if (step_time_known) {
     const double step_time = sum_step / world_size;
     v.emplace_back(m::kStepTime, step_time);
@@ -130,7 +181,7 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   if (max_fwd_bwd > 0) v.emplace_back(m::kForwardBackwardTime, max_fwd_bwd);
   v.emplace_back(m::kLogWaitMs, context.log_wait_ms);
   v.emplace_back(m::kLogEmitMs, context.log_emit_ms);
-  if (setup_.topk > 0) add_topk(record, step_time_known, max_fwd_bwd > 0, max_data > 0, max_wait > 0);
+  if (setup_.topk > 0) add_topk(record, step_time_known, max_fwd_bwd > 0, max_data > 0, max_wait > 0, mfu_plausible);
   result.derived = true;
   return result;
 }
@@ -193,7 +244,7 @@ void metrics_deriver::select_ends(const std::vector<double>& column, std::size_t
 // time. The trainer-reported times only when some rank reported them (as perf/data_time...): a rank that
 // did not report shows 0. log_wait_ms from the second log on (a rank's row carries its previous wait).
 void metrics_deriver::add_topk(metrics_record& record, bool step_time_known, bool forward_backward_known,
-                               bool data_known, bool log_wait_known) {
+                               bool data_known, bool log_wait_known, bool mfu_known) {
   const std::size_t n = tps_.size();
   const std::size_t k = std::min<std::size_t>(static_cast<std::size_t>(setup_.topk), n);
   order_.resize(n);
@@ -211,7 +262,7 @@ void metrics_deriver::add_topk(metrics_record& record, bool step_time_known, boo
   emit(metric::kTopkTps, tps_, true);
   if (step_time_known) emit(metric::kTopkStepTime, step_time_, false);
   emit(metric::kTopkTflops, tflops_, true);
-  if (setup_.peak_tflops_per_gpu) {
+  if (mfu_known) {
     const double peak = *setup_.peak_tflops_per_gpu;
     mfu_.resize(n);
     for (std::size_t i = 0; i < n; ++i) mfu_[i] = tflops_[i] / peak * 100.0;

@@ -47,7 +47,20 @@ struct derive_result {
   metrics_record record;      // when derived
   double tokens_seen = 0;     // the running totals after this interval (when derived)
   double samples_seen = 0;
+  std::string warning;  // when derived: what is not reported and why (e.g. an MFU above 100%); "" if none
 };
+
+// The trainer's optional log fields that pass into a record, each checked by one rule: learning_rate and
+// grad_norm finite and >= 0; data_time and forward_backward_time finite, >= 0 and at most kMaxLogSeconds;
+// peak_memory_bytes >= 0 and below 2^53 (exact in a row). A field that breaks its rule is left out of the
+// event (so of the record, as if not reported) and named in `dropped`, for one warning: never emitted as
+// given (a negative grad norm, a 1e308 s time), never dropped silently.
+inline constexpr double kMaxLogSeconds = 1e6;  // about 11.6 days: longer is not the time of one log interval
+struct checked_log {
+  log_event event;
+  std::string dropped;  // "grad_norm -1 (must be finite and >= 0), ..."; "" when every field passed
+};
+checked_log check_log_fields(const log_event& event);
 
 class metrics_deriver {
  public:
@@ -55,7 +68,8 @@ class metrics_deriver {
 
   // `rows` holds `world` rows of kRowFields. A row with a count that is negative, not a number or 2^53 or
   // more, or an interval time that is not a positive finite number, skips the interval (a rate over it would
-  // not be a number, a count beyond 2^53 not exact).
+  // not be a number, a count beyond 2^53 not exact). An MFU above 100% (the job's or a rank's) is left out of
+  // the record, headline and top-k alike, and `warning` says why.
   derive_result derive(const double* rows, std::int64_t world, const derive_context& context);
 
   const derive_setup& setup() const { return setup_; }
@@ -65,7 +79,7 @@ class metrics_deriver {
   // The k worst entries of `column` into order_ (worst first) and the k best into fast_order_ (best first).
   void select_ends(const std::vector<double>& column, std::size_t k, bool higher_is_better);
   void add_topk(metrics_record& record, bool step_time_known, bool forward_backward_known, bool data_known,
-                bool log_wait_known);
+                bool log_wait_known, bool mfu_known);
 
   derive_setup setup_;
   // One column per per-rank figure, indexed by rank (contiguous, so a top-k is one pass over one array).

@@ -256,7 +256,13 @@ class throughput_plugin::impl {
       warn_rate_limited(last_log_warning_, "flopmeter: on_log failed: {}", e.what());
     }
     try {
-      start_collective(event, now - interval_start_, was_in_flight);
+      // Optional fields that break their rules are left out, with one warning (detail::check_log_fields).
+      const detail::checked_log checked = detail::check_log_fields(event);
+      if (!checked.dropped.empty()) {
+        warn_rate_limited(last_log_field_warning_, "flopmeter: step {}: left out of the record: {}", event.step,
+                          checked.dropped);
+      }
+      start_collective(checked.event, now - interval_start_, was_in_flight);
     } catch (const std::exception& e) {
       warn_rate_limited(last_log_warning_, "flopmeter: on_log failed: {}", e.what());
     }
@@ -515,11 +521,19 @@ class throughput_plugin::impl {
       ++health_.out_of_step_intervals;
       if (!out_of_step_reported_) {
         out_of_step_reported_ = true;
-        log_noexcept(spdlog::level::warn,
-                     "flopmeter: ranks out of step: this rank's row of step {} met rank {}'s of step {} (a rank "
-                     "skipped or added an on_log, or issued no collective at some log); the interval is "
-                     "discarded and the ranks get back in step at the next log they all share",
-                     in_flight_.event.step, check.other_rank, check.other_step);
+        if (!std::isfinite(check.other_step)) {
+          // No rank sends a step that is not a number: the collective itself returned values nobody sent.
+          log_noexcept(spdlog::level::warn,
+                       "flopmeter: the collective of step {} returned a row for rank {} whose step is not a number "
+                       "(values no rank sent: the all-reduce or all-gather is broken); the interval is discarded",
+                       in_flight_.event.step, check.other_rank);
+        } else {
+          log_noexcept(spdlog::level::warn,
+                       "flopmeter: ranks out of step: this rank's row of step {} met rank {}'s of step {} (a rank "
+                       "skipped or added an on_log, or issued no collective at some log); the interval is "
+                       "discarded and the ranks get back in step at the next log they all share",
+                       in_flight_.event.step, check.other_rank, check.other_step);
+        }
       }
       return;
     }
@@ -548,6 +562,9 @@ class throughput_plugin::impl {
     }
     tokens_seen_ = result.tokens_seen;
     samples_seen_ = result.samples_seen;
+    if (!result.warning.empty()) {
+      warn_rate_limited(last_derive_warning_, "flopmeter: step {}: {}", in_flight_.event.step, result.warning);
+    }
     if (emits_here()) {
       append_health(result.record);
       for (const auto& s : options_.sinks) {
@@ -602,8 +619,10 @@ class throughput_plugin::impl {
   bool flushed_ = false;
   throughput_health health_;
   // One rate limiter per kind of warning (the names are those of the time points they replaced).
-  detail::rate_limiter last_batch_warning_, last_log_warning_, last_collective_warning_, last_interval_warning_,
-      reentrant_warning_;
+  detail::rate_limiter last_batch_warning_, last_log_warning_, last_collective_warning_, last_interval_warning_;
+  detail::rate_limiter last_derive_warning_;  // what an emitted record leaves out (derive_result::warning)
+  detail::rate_limiter last_log_field_warning_;  // log fields left out (detail::check_log_fields)
+  detail::rate_limiter reentrant_warning_;  // hooks refused from inside our own call-outs (refuse_reentrant)
 };
 
 std::shared_ptr<throughput_plugin> throughput_plugin::create(throughput_options options,

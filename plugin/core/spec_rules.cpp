@@ -452,7 +452,16 @@ model_spec read_model_spec(const field_reader& reader, const std::string& model_
         v.deepstack_visual_indexes.push_back(
             reader.integer("vision_config.deepstack_visual_indexes[" + std::to_string(i) + "]"));
       }
+    } else if (!is_hybrid(spec)) {
+      // Qwen3-VL merges DeepStack features from the ViT blocks this list names: one merger each, the largest
+      // vision term after the blocks. Reading an absent list as [] undercounts it (4x for the usual three);
+      // transformers itself would fill in its class default, [8, 16, 24], which a config.json saved with only
+      // its differences from the defaults leaves out. Neither guess is safe: the file must say which.
+      throw error(reader.where_missing(kVision),
+                  "required key 'vision_config.deepstack_visual_indexes' is missing: Qwen3-VL adds one merger per "
+                  "listed ViT block (transformers' default is [8, 16, 24]; write [] for none)");
     }
+    // Qwen3.5 has no DeepStack: an absent list is [] (its checkpoints write [] or leave it out).
   }
 
   if (auto violation = check_fields(spec)) {
