@@ -135,8 +135,8 @@ void call_back_into_the_plugin(records& r) {
       h.struct_size = sizeof(h);
       code = flopmeter_health(r.plugin, &h);
       FUZZ_CHECK(code == FLOPMETER_OK, "health from inside the callback: " + std::to_string(code));
-      FUZZ_CHECK(h.reentrant_calls == r.refused, "reentrant_calls " + std::to_string(h.reentrant_calls) +
-                                                     ", refused " + std::to_string(r.refused));
+      FUZZ_CHECK(h.reentrant_calls == r.refused,
+                 "reentrant_calls " + std::to_string(h.reentrant_calls) + ", refused " + std::to_string(r.refused));
       refused = false;
       break;
     }
@@ -165,8 +165,8 @@ void call_back_into_the_plugin(records& r) {
       break;
   }
   if (refused) {
-    FUZZ_CHECK(code == FLOPMETER_E_REENTRANT, "a re-entrant call (" + std::to_string(r.reenter) + ") got " +
-                                                  std::to_string(code));
+    FUZZ_CHECK(code == FLOPMETER_E_REENTRANT,
+               "a re-entrant call (" + std::to_string(r.reenter) + ") got " + std::to_string(code));
     ++r.refused;
   }
 }
