@@ -114,7 +114,62 @@ void release_allreduce(void* user, void* handle) {
 
 struct records {
   int count = 0;
+  // Re-entry: what the callback calls on the plugin that is emitting (-1: nothing; see on_record), and how
+  // many of those calls were refused with FLOPMETER_E_REENTRANT (each counted once in reentrant_calls).
+  flopmeter_plugin* plugin = nullptr;
+  int reenter = -1;
+  std::uint64_t refused = 0;
 };
+
+void on_record(void* user, int64_t step, const char* json);
+
+// One call on the emitting plugin from inside its own callback: health and set_metrics_callback work, the
+// others are refused with FLOPMETER_E_REENTRANT (never a deadlock: the fuzzer's timeout would catch one).
+void call_back_into_the_plugin(records& r) {
+  if (r.plugin == nullptr || r.reenter < 0) return;
+  int code = FLOPMETER_OK;
+  bool refused = true;
+  switch (r.reenter) {
+    case 0: {
+      flopmeter_health_counters h{};
+      h.struct_size = sizeof(h);
+      code = flopmeter_health(r.plugin, &h);
+      FUZZ_CHECK(code == FLOPMETER_OK, "health from inside the callback: " + std::to_string(code));
+      FUZZ_CHECK(h.reentrant_calls == r.refused,
+                 "reentrant_calls " + std::to_string(h.reentrant_calls) + ", refused " + std::to_string(r.refused));
+      refused = false;
+      break;
+    }
+    case 1: {
+      flopmeter_log l{};
+      l.struct_size = sizeof(l);
+      l.step = 1;
+      code = flopmeter_on_log(r.plugin, &l);
+      break;
+    }
+    case 2: code = flopmeter_flush(r.plugin); break;
+    case 3: code = flopmeter_destroy(r.plugin); break;
+    case 4: {
+      const int64_t length = 10;
+      flopmeter_microbatch m{};
+      m.struct_size = sizeof(m);
+      m.document_lengths = &length;
+      m.num_document_lengths = 1;
+      code = flopmeter_on_microbatch(r.plugin, &m);
+      break;
+    }
+    default:
+      code = flopmeter_set_metrics_callback(r.plugin, on_record, &r);
+      FUZZ_CHECK(code == FLOPMETER_OK, "set_metrics_callback from inside the callback: " + std::to_string(code));
+      refused = false;
+      break;
+  }
+  if (refused) {
+    FUZZ_CHECK(code == FLOPMETER_E_REENTRANT,
+               "a re-entrant call (" + std::to_string(r.reenter) + ") got " + std::to_string(code));
+    ++r.refused;
+  }
+}
 
 void on_record(void* user, int64_t /*step*/, const char* json) {
   FUZZ_CHECK(json != nullptr, "a NULL record");
@@ -124,14 +179,17 @@ void on_record(void* user, int64_t /*step*/, const char* json) {
   for (const char* bad : {"nan", "NaN", "inf", "Infinity"}) {
     FUZZ_CHECK(line.find(bad) == std::string::npos, "a non-finite value in a record: " + line);
   }
-  ++static_cast<records*>(user)->count;
+  auto& r = *static_cast<records*>(user);
+  ++r.count;
+  call_back_into_the_plugin(r);
 }
 
 // ---- helpers -------------------------------------------------------------------------------------------
 
 bool known_code(int code) {
   return code == FLOPMETER_OK || code == FLOPMETER_E_NULL_ARGUMENT || code == FLOPMETER_E_STRUCT_SIZE ||
-         code == FLOPMETER_E_REJECTED || code == FLOPMETER_E_INVALID_HANDLE || code == FLOPMETER_E_AFTER_FLUSH;
+         code == FLOPMETER_E_REJECTED || code == FLOPMETER_E_INVALID_HANDLE || code == FLOPMETER_E_AFTER_FLUSH ||
+         code == FLOPMETER_E_REENTRANT;
 }
 
 void check_code(int code) {
@@ -290,6 +348,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       flopmeter_create(config_path(in.ConsumeBool()).c_str(), with_comm ? &comm : nullptr, error, sizeof(error));
   FUZZ_CHECK(plugin != nullptr, std::string("create failed: ") + error);
   records out;
+  out.plugin = plugin;
   check_code(flopmeter_set_metrics_callback(plugin, on_record, &out));
 
   bool flushed = false;
@@ -404,8 +463,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                    "health with struct_size " + std::to_string(asked) + ": " + std::to_string(code));
         break;
       }
-      case 8:  // the callback unset or set again
+      case 8:  // the callback unset or set again, calling back into the plugin or not
         check_code(flopmeter_set_metrics_callback(plugin, in.ConsumeBool() ? on_record : nullptr, &out));
+        out.reenter = in.ConsumeIntegralInRange<int>(-1, 5);
         break;
       default: {  // calls with handles flopmeter never returned
         const std::uintptr_t garbage = in.ConsumeIntegral<std::uintptr_t>() | 1u;  // odd: never a live handle
@@ -418,7 +478,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     }
   }
-  if (!destroyed) FUZZ_CHECK(flopmeter_destroy(plugin) == FLOPMETER_OK, "destroy of a live plugin failed");
+  if (!destroyed) {
+    FUZZ_CHECK(read_health(plugin).reentrant_calls == out.refused, "re-entrant calls not counted once each");
+    FUZZ_CHECK(flopmeter_destroy(plugin) == FLOPMETER_OK, "destroy of a live plugin failed");
+  }
   check_dead(plugin);
   FUZZ_CHECK(flopmeter_destroy(nullptr) == FLOPMETER_OK, "destroy(NULL) failed");
   FUZZ_CHECK(w.live_handles == 0, "a collective handle was never released: " + std::to_string(w.live_handles));

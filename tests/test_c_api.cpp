@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <chrono>
@@ -19,6 +20,7 @@
 
 #include "flopmeter/c_api.h"
 #include "support/json_reading.h"
+#include "support/returns_within.h"
 
 namespace {
 
@@ -313,6 +315,7 @@ TEST(c_api, version_2_names_every_return_code) {
       {FLOPMETER_E_REJECTED, "FLOPMETER_E_REJECTED"},
       {FLOPMETER_E_INVALID_HANDLE, "FLOPMETER_E_INVALID_HANDLE"},
       {FLOPMETER_E_AFTER_FLUSH, "FLOPMETER_E_AFTER_FLUSH"},
+      {FLOPMETER_E_REENTRANT, "FLOPMETER_E_REENTRANT"},
   };
   for (const auto& [code, name] : codes) {
     EXPECT_EQ(std::string(abi.status_string(code)).rfind(std::string(name) + ":", 0), 0u) << code;
@@ -346,10 +349,20 @@ TEST_F(c_api_plugin, health_is_a_struct_versioned_by_struct_size) {
   first_v2.struct_size = offsetof(flopmeter_health_counters, rejected_logs) + sizeof(uint64_t);
   first_v2.out_of_step_intervals = 55;
   first_v2.dropped_records = 66;
+  first_v2.reentrant_calls = 88;
   EXPECT_EQ(abi.health(plugin, &first_v2), FLOPMETER_OK);
   EXPECT_EQ(first_v2.bad_microbatches, 1u);
   EXPECT_EQ(first_v2.out_of_step_intervals, 55u);
   EXPECT_EQ(first_v2.dropped_records, 66u);
+  EXPECT_EQ(first_v2.reentrant_calls, 88u);
+  // A caller whose struct ends at dropped_records (before reentrant_calls was appended): that one field is
+  // not written.
+  flopmeter_health_counters before_reentrant{};
+  before_reentrant.struct_size = offsetof(flopmeter_health_counters, dropped_records) + sizeof(uint64_t);
+  before_reentrant.reentrant_calls = 99;
+  EXPECT_EQ(abi.health(plugin, &before_reentrant), FLOPMETER_OK);
+  EXPECT_EQ(before_reentrant.dropped_records, 0u);
+  EXPECT_EQ(before_reentrant.reentrant_calls, 99u);
   // Version 1's five counters (struct_size 4 + padding + 5 x 8 = 48 bytes) are below the first version of the
   // struct: refused, nothing written.
   flopmeter_health_counters small{};
@@ -591,6 +604,157 @@ TEST(c_api, hostile_callers_get_codes_not_crashes) {
     EXPECT_EQ(abi.destroy(p), FLOPMETER_OK);
     EXPECT_TRUE(out.records.empty()) << variant;
   }
+}
+
+// Re-entry: the metrics callback runs on the thread that called on_log, while the plugin holds its lock.
+// Each call on the same plugin from inside it deadlocked (a hostile tester's driver, modes 1-5); now health
+// works and the others return FLOPMETER_E_REENTRANT.
+
+void returns_within_10s(const char* what, std::function<void()> body) {
+  flopmeter::testing::returns_within(std::chrono::seconds(10), what, std::move(body));
+}
+
+enum class reentry { health, on_log, destroy, flush, on_microbatch };
+
+// What the callback does on its first record: one call of `kind` on the plugin that is emitting.
+struct reentry_probe {
+  c_abi* abi = nullptr;
+  flopmeter_plugin* plugin = nullptr;
+  reentry kind = reentry::health;
+  int records = 0;
+  int code = 12345;  // the re-entrant call's return code
+  flopmeter_health_counters seen{};
+  int later_health_code = 12345;  // flopmeter_health's code in the callback of the later records
+};
+
+void call_back_into_the_plugin(void* user, int64_t /*step*/, const char* /*json*/) {
+  auto& probe = *static_cast<reentry_probe*>(user);
+  if (++probe.records != 1) {
+    flopmeter_health_counters h = health_struct();
+    probe.later_health_code = probe.abi->health(probe.plugin, &h);
+    return;
+  }
+  switch (probe.kind) {
+    case reentry::health:
+      probe.seen = health_struct();
+      probe.code = probe.abi->health(probe.plugin, &probe.seen);
+      break;
+    case reentry::on_log: {
+      flopmeter_log l = log_at(102);
+      probe.code = probe.abi->on_log(probe.plugin, &l);
+      break;
+    }
+    case reentry::destroy: probe.code = probe.abi->destroy(probe.plugin); break;
+    case reentry::flush: probe.code = probe.abi->flush(probe.plugin); break;
+    case reentry::on_microbatch: {
+      const std::vector<int64_t> five = {5};
+      const flopmeter_microbatch m = microbatch(five, {});
+      probe.code = probe.abi->on_microbatch(probe.plugin, &m);
+      break;
+    }
+  }
+}
+
+// Two intervals of one 100-token micro-batch each, with one rejected micro-batch in the first: on_log(2)
+// emits step 1's record, so the callback (and its re-entrant call) runs inside on_log(2).
+void two_intervals(c_abi& abi, flopmeter_plugin* plugin) {
+  const std::vector<int64_t> hundred = {100}, negative = {-1};
+  const flopmeter_microbatch good = microbatch(hundred, {}), bad = microbatch(negative, {});
+  EXPECT_EQ(abi.on_microbatch(plugin, &bad), FLOPMETER_E_REJECTED);
+  EXPECT_EQ(abi.on_microbatch(plugin, &good), FLOPMETER_OK);
+  flopmeter_log first = log_at(1);
+  EXPECT_EQ(abi.on_log(plugin, &first), FLOPMETER_OK);
+  EXPECT_EQ(abi.on_microbatch(plugin, &good), FLOPMETER_OK);
+  flopmeter_log second = log_at(2);
+  EXPECT_EQ(abi.on_log(plugin, &second), FLOPMETER_OK);  // the outer call: OK whatever the callback did
+}
+
+TEST_F(c_api_plugin, health_from_inside_the_metrics_callback_works) {
+  reentry_probe probe{&abi, plugin, reentry::health};
+  ASSERT_EQ(abi.set_metrics_callback(plugin, call_back_into_the_plugin, &probe), FLOPMETER_OK);
+  returns_within_10s("flopmeter_health inside the callback", [&] { two_intervals(abi, plugin); });
+  ASSERT_EQ(probe.records, 1);
+  EXPECT_EQ(probe.code, FLOPMETER_OK);
+  // Inside on_log(2), after step 1's interval was derived and before log 2's collective starts: one
+  // collective (log 1's), the one rejected micro-batch, nothing refused.
+  EXPECT_EQ(probe.seen.collectives_started, 1u);
+  EXPECT_EQ(probe.seen.bad_microbatches, 1u);
+  EXPECT_EQ(probe.seen.reentrant_calls, 0u);
+  flopmeter_health_counters after = health_struct();
+  EXPECT_EQ(abi.health(plugin, &after), FLOPMETER_OK);
+  EXPECT_EQ(after.collectives_started, 2u);  // log 2's started once the callback returned
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);
+}
+
+TEST_F(c_api_plugin, on_log_from_inside_the_metrics_callback_is_refused) {
+  reentry_probe probe{&abi, plugin, reentry::on_log};
+  ASSERT_EQ(abi.set_metrics_callback(plugin, call_back_into_the_plugin, &probe), FLOPMETER_OK);
+  returns_within_10s("flopmeter_on_log inside the callback", [&] { two_intervals(abi, plugin); });
+  EXPECT_EQ(probe.code, FLOPMETER_E_REENTRANT);
+  flopmeter_health_counters h = health_struct();
+  EXPECT_EQ(abi.health(plugin, &h), FLOPMETER_OK);
+  EXPECT_EQ(h.reentrant_calls, 1u);
+  EXPECT_EQ(h.collectives_started, 2u);  // logs 1 and 2; the refused log 102 started none
+  EXPECT_EQ(h.rejected_logs, 0u);        // refused for where it was called, not for what it said
+  EXPECT_EQ(abi.flush(plugin), FLOPMETER_OK);
+  EXPECT_EQ(probe.records, 2);  // steps 1 and 2: the refused log closed no interval
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);
+}
+
+TEST_F(c_api_plugin, destroy_from_inside_the_metrics_callback_is_refused_and_the_handle_stays_live) {
+  reentry_probe probe{&abi, plugin, reentry::destroy};
+  ASSERT_EQ(abi.set_metrics_callback(plugin, call_back_into_the_plugin, &probe), FLOPMETER_OK);
+  returns_within_10s("flopmeter_destroy inside the callback", [&] { two_intervals(abi, plugin); });
+  EXPECT_EQ(probe.code, FLOPMETER_E_REENTRANT);
+  flopmeter_health_counters h = health_struct();
+  EXPECT_EQ(abi.health(plugin, &h), FLOPMETER_OK);  // still a live handle
+  EXPECT_EQ(h.reentrant_calls, 1u);
+  // The plugin was not flushed: events still count, and destroy after the call works once.
+  const std::vector<int64_t> hundred = {100};
+  const flopmeter_microbatch m = microbatch(hundred, {});
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_OK);
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);  // emits step 2's record (the callback's second)
+  EXPECT_EQ(probe.records, 2);
+  EXPECT_EQ(probe.later_health_code, FLOPMETER_OK);  // the handle was live while destroy emitted its last record
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_E_INVALID_HANDLE);
+}
+
+TEST_F(c_api_plugin, flush_from_inside_the_metrics_callback_is_refused) {
+  reentry_probe probe{&abi, plugin, reentry::flush};
+  ASSERT_EQ(abi.set_metrics_callback(plugin, call_back_into_the_plugin, &probe), FLOPMETER_OK);
+  returns_within_10s("flopmeter_flush inside the callback", [&] { two_intervals(abi, plugin); });
+  EXPECT_EQ(probe.code, FLOPMETER_E_REENTRANT);
+  // Not flushed: a micro-batch after it is still counted (FLOPMETER_E_AFTER_FLUSH otherwise).
+  const std::vector<int64_t> hundred = {100};
+  const flopmeter_microbatch m = microbatch(hundred, {});
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_OK);
+  flopmeter_health_counters h = health_struct();
+  EXPECT_EQ(abi.health(plugin, &h), FLOPMETER_OK);
+  EXPECT_EQ(h.reentrant_calls, 1u);
+  EXPECT_EQ(h.events_after_flush, 0u);
+  EXPECT_EQ(abi.flush(plugin), FLOPMETER_OK);
+  EXPECT_EQ(probe.records, 2);
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);
+}
+
+TEST_F(c_api_plugin, on_microbatch_from_inside_the_metrics_callback_is_refused_and_not_counted) {
+  reentry_probe probe{&abi, plugin, reentry::on_microbatch};
+  captured out;
+  ASSERT_EQ(abi.set_metrics_callback(plugin, call_back_into_the_plugin, &probe), FLOPMETER_OK);
+  returns_within_10s("flopmeter_on_microbatch inside the callback", [&] { two_intervals(abi, plugin); });
+  EXPECT_EQ(probe.code, FLOPMETER_E_REENTRANT);
+  ASSERT_EQ(abi.set_metrics_callback(plugin, capture, &out), FLOPMETER_OK);
+  EXPECT_EQ(abi.flush(plugin), FLOPMETER_OK);
+  ASSERT_EQ(out.records.size(), 1u);
+  // Step 2's interval holds its one 100-token micro-batch: tokens seen 100 + 100 = 200 (205 had the refused
+  // 5-token batch been counted).
+  EXPECT_DOUBLE_EQ(json_number(out.records[0].second, "train/tokens_seen"), 200.0);
+  EXPECT_DOUBLE_EQ(json_number(out.records[0].second, "health/reentrant_calls"), 1.0);
+  flopmeter_health_counters h = health_struct();
+  EXPECT_EQ(abi.health(plugin, &h), FLOPMETER_OK);
+  EXPECT_EQ(h.reentrant_calls, 1u);
+  EXPECT_EQ(h.bad_microbatches, 1u);  // the one rejected in interval 1 only: a refused call is not a bad batch
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "flopmeter/error.h"
 #include "flopmeter/hooks.h"
+#include "support/returns_within.h"
 
 namespace flopmeter {
 namespace {
@@ -215,6 +216,62 @@ TEST(Hooks, ConcurrentFiringIsSerialisedPerPlugin) {
   EXPECT_EQ(counter->logs_, kPerThread / 100);
   EXPECT_FALSE(counter->overlapped_);
   EXPECT_EQ(h.size(), 1u);
+  EXPECT_EQ(h.swallowed_exceptions(), 0u);
+}
+
+// A plugin that, at its first on_log, calls back into the hooks object that is firing it (as a sink of a
+// throughput plugin might): fires all three events, reads size(), tries add() and unregisters `victim`.
+class calling_back_plugin : public plugin {
+ public:
+  hooks* owner = nullptr;
+  registration* victim = nullptr;
+  std::size_t size_before_reset = 0, size_after_reset = 0;
+  std::uint64_t reentrant_seen = 0;
+  bool add_threw = false;
+  int logs = 0;
+
+  void on_microbatch(const microbatch_event&) noexcept override {}
+  void on_log(const log_event&) noexcept override {
+    if (++logs != 1) return;
+    owner->on_microbatch(microbatch(7));
+    owner->on_log(log_at(99));
+    owner->flush();
+    reentrant_seen = owner->reentrant_calls();
+    size_before_reset = owner->size();
+    try {
+      (void)owner->add(std::make_shared<throwing_plugin>());
+    } catch (const error&) {
+      add_threw = true;
+    }
+    victim->reset();
+    size_after_reset = owner->size();
+  }
+  void flush() noexcept override {}
+};
+
+TEST(Hooks, APluginCallingBackIntoItsHooksIsAnsweredNotDeadlocked) {
+  hooks h;
+  std::vector<std::string> journal;
+  auto caller = std::make_shared<calling_back_plugin>();
+  const registration first = h.add(caller);
+  registration second = h.add(std::make_shared<recording_plugin>("b", &journal));
+  caller->owner = &h;
+  caller->victim = &second;
+  testing::returns_within(std::chrono::seconds(10), "hooks fired from inside a hook", [&] { h.on_log(log_at(1)); });
+  // The three events fired from inside were refused: delivered to nobody (b's journal stays empty).
+  EXPECT_EQ(caller->reentrant_seen, 3u);
+  EXPECT_EQ(h.reentrant_calls(), 3u);
+  EXPECT_TRUE(caller->add_threw);
+  // Two plugins, then b unregistered from inside: it is not called again, not even by the firing under way
+  // (it came after the caller), and it is gone once that firing ends.
+  EXPECT_EQ(caller->size_before_reset, 2u);
+  EXPECT_EQ(caller->size_after_reset, 1u);
+  EXPECT_FALSE(second.active());
+  EXPECT_EQ(h.size(), 1u);
+  h.on_log(log_at(2));
+  h.flush();
+  EXPECT_TRUE(journal.empty()) << journal.front();
+  EXPECT_EQ(caller->logs, 2);
   EXPECT_EQ(h.swallowed_exceptions(), 0u);
 }
 

@@ -350,6 +350,59 @@ tensor_microbatch good_batch(int rank) {
   return b;
 }
 
+// A sink calling back into the tensor plugin that is emitting to it (inside on_log, with the tensor path's
+// lock and the plugin's held): health() answers; the hooks are refused and counted instead of deadlocking.
+class calling_back_sink : public capture_sink {
+ public:
+  tensor_throughput* plugin = nullptr;
+  throughput_health first, after;
+
+ protected:
+  void write_(const metrics_record& record) override {
+    capture_sink::write_(record);
+    if (records.size() != 1 || plugin == nullptr) return;
+    first = plugin->health();
+    plugin->on_microbatch(good_batch(0));
+    plugin->on_microbatch(microbatch_event{});
+    log_event again;
+    again.step = 102;
+    plugin->on_log(again);
+    plugin->flush();
+    after = plugin->health();
+  }
+};
+
+TEST(tensor_path, a_sink_calling_back_into_the_tensor_plugin_is_answered_not_deadlocked) {
+  flopmeter_test::run_gloo_ranks(1, [&](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    auto sink = std::make_shared<calling_back_sink>();
+    auto clock = std::make_shared<double>(0.0);
+    throughput_options o = two_rank_options(nullptr, clock);
+    o.sinks = {sink};
+    auto plugin = tensor_throughput::create(std::move(o), group, c10::Device(c10::kCPU));
+    sink->plugin = plugin.get();
+    log_event log;
+    plugin->on_microbatch(good_batch(0));
+    *clock = 1;
+    log.step = 1;
+    plugin->on_log(log);
+    plugin->on_microbatch(good_batch(0));
+    *clock = 2;
+    log.step = 2;
+    plugin->on_log(log);  // emits step 1: the sink calls back from inside (run_gloo_ranks' deadline catches a hang)
+    EXPECT_EQ(sink->first.reentrant_calls, 0u);
+    EXPECT_EQ(sink->first.collectives_started, 1u);  // log 1's; log 2's starts after the emission
+    // Four refused hooks: the tensor batch, the host batch, on_log and flush.
+    EXPECT_EQ(sink->after.reentrant_calls, 4u);
+    EXPECT_EQ(sink->after.bad_microbatches, 0u);
+    plugin->flush();  // not flushed by the refused call: emits step 2
+    ASSERT_EQ(sink->records.size(), 2u);
+    // good_batch(0) has 128 real tokens; one per interval, none of the refused ones: 128, then 256 seen.
+    EXPECT_DOUBLE_EQ(sink->value(0, "train/tokens_seen"), 128.0);
+    EXPECT_DOUBLE_EQ(sink->value(1, "train/tokens_seen"), 256.0);
+    EXPECT_EQ(plugin->health().reentrant_calls, 4u);
+  });
+}
+
 TEST(tensor_path, a_rejected_batch_adds_no_loss_labels_or_samples) {
   // Per rank: one good batch (loss 10 over 3 labels, 2 samples), one rejected on the device (cu_seqlens
   // decreasing) and one rejected on the host (float cu_seqlens), each claiming a large loss and labels.

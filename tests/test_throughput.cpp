@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -13,6 +14,7 @@
 #include "flopmeter/error.h"
 #include "support/capture_sink.h"
 #include "support/fake_group.h"
+#include "support/returns_within.h"
 #include "support/small_models.h"
 
 namespace flopmeter {
@@ -391,6 +393,124 @@ TEST(throughput, sanity_check_flag_refuses_a_mismatching_model) {
   EXPECT_THROW(throughput_plugin::create(o, make_local_communicator()), error);
   o.model.text.linear_key_head_dim = 8;  // dk == dv: the derivations agree
   EXPECT_NO_THROW(throughput_plugin::create(o, make_local_communicator()));
+}
+
+// Re-entry: a sink runs inside on_log (or flush) while the plugin holds its lock. A sink calling back into the
+// same plugin on that thread deadlocked; now health() answers and the hooks are refused and counted.
+
+// A sink that runs `on_write` for each record (after keeping it), on the emitting thread.
+class calling_back_sink : public testing::capture_sink {
+ public:
+  std::function<void()> on_write;
+
+ protected:
+  void write_(const metrics_record& record) override {
+    capture_sink::write_(record);
+    if (on_write) on_write();
+  }
+};
+
+// One rank (local communicator) whose records go to `sink` and whose clock reads `now`.
+std::shared_ptr<throughput_plugin> one_rank_plugin(std::shared_ptr<sink> sink, double* now) {
+  throughput_options o;
+  o.model = small_text_model();
+  o.peak_tflops_per_gpu = 100.0;
+  o.sinks = {std::move(sink)};
+  o.clock_seconds = [now] { return *now; };
+  return throughput_plugin::create(std::move(o), make_local_communicator());
+}
+
+log_event step_log(std::int64_t step) {
+  log_event e;
+  e.step = step;
+  return e;
+}
+
+microbatch_event documents(const std::vector<std::int64_t>& lengths) {
+  microbatch_event e;
+  e.document_lengths = lengths;
+  e.samples = 1;
+  return e;
+}
+
+TEST(throughput, a_sink_calling_back_into_its_plugin_is_answered_not_deadlocked) {
+  auto sink = std::make_shared<calling_back_sink>();
+  double now = 0;
+  std::shared_ptr<throughput_plugin> plugin = one_rank_plugin(sink, &now);
+  throughput_health seen_first, seen_after;
+  microbatch_result recorded = microbatch_result::counted;
+  const std::vector<std::int64_t> hundred = {100}, five = {5};
+  sink->on_write = [&] {
+    if (sink->records.size() != 1) return;  // the first record only
+    seen_first = plugin->health();
+    EXPECT_TRUE(plugin->in_callout());
+    plugin->on_microbatch(documents(five));
+    recorded = plugin->record_microbatch(documents(five));
+    log_event again;
+    again.step = 102;
+    plugin->on_log(again);
+    plugin->flush();
+    seen_after = plugin->health();
+  };
+  EXPECT_FALSE(plugin->in_callout());
+  testing::returns_within(std::chrono::seconds(10), "a sink calling back into its plugin", [&] {
+    plugin->on_microbatch(documents(hundred));
+    now = 1;
+    plugin->on_log(step_log(1));
+    plugin->on_microbatch(documents(hundred));
+    now = 2;
+    plugin->on_log(step_log(2));  // emits step 1: the sink calls back from inside this call
+  });
+  // Inside on_log(2), after step 1 was derived, before log 2's collective: one collective (log 1's).
+  EXPECT_EQ(seen_first.collectives_started, 1u);
+  EXPECT_EQ(seen_first.reentrant_calls, 0u);
+  // Then four refused hooks: on_microbatch, record_microbatch, on_log, flush.
+  EXPECT_EQ(recorded, microbatch_result::reentrant);
+  EXPECT_EQ(seen_after.reentrant_calls, 4u);
+  EXPECT_EQ(seen_after.collectives_started, 1u);  // the refused on_log started none
+  EXPECT_EQ(seen_after.bad_microbatches, 0u);     // refused, not bad
+  // The refused flush did not flush: a micro-batch now is counted, and the real flush emits step 2.
+  EXPECT_EQ(plugin->record_microbatch(documents(five)), microbatch_result::counted);
+  plugin->flush();
+  ASSERT_EQ(sink->records.size(), 2u);
+  EXPECT_EQ(sink->records[1].step, 2);
+  // Step 2's interval holds one 100-token batch (the refused 5-token ones are in no interval; the counted one
+  // after log 2 is in interval 3, never emitted): tokens seen 100 + 100.
+  EXPECT_DOUBLE_EQ(sink->value(0, "train/tokens_seen"), 100.0);
+  EXPECT_DOUBLE_EQ(sink->value(1, "train/tokens_seen"), 200.0);
+  EXPECT_DOUBLE_EQ(sink->value(0, "health/reentrant_calls"), 0.0);  // appended before the sink ran
+  EXPECT_DOUBLE_EQ(sink->value(1, "health/reentrant_calls"), 4.0);
+  EXPECT_EQ(plugin->health().reentrant_calls, 4u);
+}
+
+// The same through the clock, another of the plugin's call-outs (read inside on_log under its lock): a clock
+// that calls the plugin is refused the same way. Calls from another thread still wait for the lock as usual.
+TEST(throughput, a_clock_calling_back_into_its_plugin_is_refused) {
+  auto sink = std::make_shared<testing::capture_sink>();
+  std::shared_ptr<throughput_plugin> plugin;
+  double now = 0;
+  int reads = 0;
+  throughput_options o;
+  o.model = small_text_model();
+  o.sinks = {sink};
+  o.clock_seconds = [&] {
+    if (plugin && ++reads == 1) plugin->on_log(step_log(99));  // inside on_log(1)
+    return now;
+  };
+  plugin = throughput_plugin::create(std::move(o), make_local_communicator());
+  testing::returns_within(std::chrono::seconds(10), "a clock calling back into its plugin", [&] {
+    plugin->on_microbatch(documents({100}));
+    now = 1;
+    plugin->on_log(step_log(1));
+    now = 2;
+    plugin->on_log(step_log(2));
+  });
+  EXPECT_EQ(plugin->health().reentrant_calls, 1u);
+  EXPECT_EQ(plugin->health().collectives_started, 2u);  // logs 1 and 2, not the refused 99
+  plugin->flush();
+  ASSERT_EQ(sink->records.size(), 2u);
+  EXPECT_EQ(sink->records[0].step, 1);
+  EXPECT_EQ(sink->records[1].step, 2);
 }
 
 TEST(accumulation_schedule, fractional_multipliers) {

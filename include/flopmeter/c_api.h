@@ -12,7 +12,8 @@
  *  - Configuration errors make create return NULL and write a message (with file:line:col) into the
  *    caller's buffer.
  *  - flopmeter_destroy flushes first (emits the last interval, waiting at most the plugin's collective
- *    timeout, [logging] collective_timeout_ms), then frees the plugin. destroy(NULL) is allowed and does nothing.
+ *    timeout, [logging] collective_timeout_ms; the handle is still live in that record's callback), then frees
+ *    the plugin. destroy(NULL) is allowed and does nothing.
  *  - A handle is a name, not a pointer flopmeter dereferences: every call looks it up among the live
  *    plugins. After destroy the handle is dead for good (values are never reused): calling anything with it,
  *    destroying it a second time included, returns FLOPMETER_E_INVALID_HANDLE and touches nothing. A
@@ -24,6 +25,15 @@
  * Ownership: the plugin owns its state; pointers inside event structs are read during the call only.
  * Thread-safety: one plugin may be called from several threads (calls are serialized internally); different
  * plugins are independent.
+ * Re-entry: the metrics callback, and the flopmeter_comm callbacks, run on the thread that called on_log,
+ * flush or destroy, while the plugin holds its lock. From inside them, on the same plugin:
+ *  - flopmeter_health works (FLOPMETER_OK; the record being delivered is already counted in it);
+ *  - flopmeter_set_metrics_callback works (it takes effect from the next record);
+ *  - flopmeter_on_microbatch, flopmeter_on_log, flopmeter_flush and flopmeter_destroy return
+ *    FLOPMETER_E_REENTRANT and do nothing but count it (reentrant_calls) and log it (once a minute): they
+ *    would otherwise deadlock, and destroy would free the plugin under the call that is running it. Make
+ *    those calls after the outer call returns. Calls on a different plugin, and calls from other threads,
+ *    are not affected.
  */
 #ifndef FLOPMETER_C_API_H_
 #define FLOPMETER_C_API_H_
@@ -46,13 +56,17 @@ extern "C" {
  *   FLOPMETER_E_REJECTED        an invalid micro-batch description (negative length, odd grid, a NULL array
  *                               with a non-zero count, ...): in no metric, counted in bad_microbatches
  *   FLOPMETER_E_INVALID_HANDLE  not a live plugin: destroyed already, or never returned by create
- *   FLOPMETER_E_AFTER_FLUSH     an event after flush: ignored, counted in events_after_flush */
+ *   FLOPMETER_E_AFTER_FLUSH     an event after flush: ignored, counted in events_after_flush
+ *   FLOPMETER_E_REENTRANT       on_microbatch / on_log / flush / destroy called from inside the same plugin's
+ *                               metrics or communicator callback (see "Re-entry" above): ignored, counted in
+ *                               reentrant_calls */
 #define FLOPMETER_OK 0
 #define FLOPMETER_E_NULL_ARGUMENT (-1)
 #define FLOPMETER_E_STRUCT_SIZE (-2)
 #define FLOPMETER_E_REJECTED (-3)
 #define FLOPMETER_E_INVALID_HANDLE (-4)
 #define FLOPMETER_E_AFTER_FLUSH (-5)
+#define FLOPMETER_E_REENTRANT (-6)
 
 typedef struct flopmeter_plugin flopmeter_plugin;
 
@@ -113,7 +127,9 @@ typedef struct flopmeter_comm {
   void (*release)(void* user, void* handle);
 } flopmeter_comm;
 
-/* Called with each emitted record as one JSON object (the JSONL line, no newline). */
+/* Called with each emitted record as one JSON object (the JSONL line, no newline), on the thread that called
+ * on_log, flush or destroy; `json` is valid during the call only. See "Re-entry" at the top for what it may
+ * call on the same plugin. */
 typedef void (*flopmeter_metrics_callback)(void* user, int64_t step, const char* json);
 
 FLOPMETER_EXPORT uint32_t flopmeter_abi_version(void);
@@ -160,7 +176,8 @@ FLOPMETER_EXPORT int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_
 FLOPMETER_EXPORT int flopmeter_flush(flopmeter_plugin* plugin);
 
 /* Flushes (bounded by the collective timeout) and frees the plugin. NULL: FLOPMETER_OK, nothing done. A
- * handle destroyed already (or never created): FLOPMETER_E_INVALID_HANDLE, nothing done. */
+ * handle destroyed already (or never created): FLOPMETER_E_INVALID_HANDLE, nothing done. From inside the
+ * same plugin's callback: FLOPMETER_E_REENTRANT, nothing done (the handle stays live; destroy it later). */
 FLOPMETER_EXPORT int flopmeter_destroy(flopmeter_plugin* plugin);
 
 /* The plugin's health counters; all zero in a healthy run. Set struct_size = sizeof(flopmeter_health_counters)
@@ -177,6 +194,7 @@ typedef struct flopmeter_health_counters {
   /* Added later in version 2; written only when struct_size covers them. */
   uint64_t out_of_step_intervals; /* of failed_collectives: intervals whose rows came from different logs */
   uint64_t dropped_records;       /* records a sink could not write (full disk, closed file, ...) */
+  uint64_t reentrant_calls;       /* calls refused with FLOPMETER_E_REENTRANT (see "Re-entry" at the top) */
 } flopmeter_health_counters;
 
 /* FLOPMETER_OK; FLOPMETER_E_NULL_ARGUMENT (plugin or out NULL), FLOPMETER_E_STRUCT_SIZE (out->struct_size
@@ -191,7 +209,12 @@ FLOPMETER_EXPORT const char* flopmeter_status_string(int code);
  * flopmeter_health_counters struct instead of uint64_t out[5]; flopmeter_destroy returns an int and refuses a
  * second destroy; on_log / on_microbatch after flush return FLOPMETER_E_AFTER_FLUSH (was 0); a NULL array with
  * a non-zero count is refused (was read as empty); flopmeter_comm.world_size above 1,048,576 is a create
- * error; flopmeter_status_string added. */
+ * error; flopmeter_status_string added.
+ * Later in version 2 (additions only; a caller built against an older header is unaffected):
+ * flopmeter_health_counters gained out_of_step_intervals, dropped_records, then reentrant_calls (written only
+ * when struct_size covers them); FLOPMETER_E_REENTRANT (-6) added: on_microbatch, on_log, flush and destroy
+ * called from inside the same plugin's callback used to deadlock and are now refused with it, while health
+ * called from there, which also deadlocked, now returns FLOPMETER_OK with the counters. */
 
 #ifdef __cplusplus
 }

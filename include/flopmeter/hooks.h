@@ -10,8 +10,11 @@
 // (`swallowed_exceptions`) instead of the runtime calling std::terminate.
 // Thread-safety: add/registration reset and firing may happen on different threads (an internal mutex
 // guards the list and is held while plugins run); events to one plugin are delivered one at a time in the
-// order they were fired, and once reset() returns the plugin is not called again. A plugin must not call
-// back into the same `hooks` object (add, reset, fire, size) from inside one of its hooks.
+// order they were fired, and once reset() returns the plugin is not called again.
+// Re-entry: a plugin (or its sink) calling back into the same `hooks` object on the thread that is firing
+// does not deadlock: a fired event is refused (delivered to nobody, counted in reentrant_calls()), reset()
+// unregisters at once (the plugin is not called again, and is released when the firing ends), size() and
+// the counters answer, and add() throws flopmeter::error. Other threads wait for the firing as usual.
 #pragma once
 
 #include <cstdint>
@@ -69,6 +72,8 @@ class hooks {
 
   std::size_t size() const;
   std::uint64_t swallowed_exceptions() const;
+  // Events fired from inside a plugin's hook of this object on the same thread, and refused (see Re-entry).
+  std::uint64_t reentrant_calls() const;
 
  private:
   friend class registration;
@@ -78,6 +83,7 @@ class hooks {
   std::vector<std::pair<std::uint64_t, std::shared_ptr<plugin>>> plugins_;
   std::uint64_t next_id_ = 1;
   std::uint64_t swallowed_ = 0;
+  std::uint64_t reentrant_ = 0;
 };
 
 }  // namespace FLOPMETER_EXPORT

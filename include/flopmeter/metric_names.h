@@ -38,6 +38,7 @@ inline constexpr char kHealthFailedCollectives[] = "health/failed_collectives";
 inline constexpr char kHealthSkippedIntervals[] = "health/skipped_intervals";
 inline constexpr char kHealthOutOfStepIntervals[] = "health/out_of_step_intervals";
 inline constexpr char kHealthDroppedRecords[] = "health/dropped_records";
+inline constexpr char kHealthReentrantCalls[] = "health/reentrant_calls";
 
 // Bases of the per-rank top-k rows (perf_topk/<base>_...)
 inline constexpr char kTopkTps[] = "tps";

@@ -5,8 +5,14 @@
 // final, takes the sink's lock and calls the protected `write_()`, so a sink is safe to share between
 // threads. A sink never throws out of write(): a failing file (disk full, removed) becomes one logged error
 // and the sink keeps trying on later records.
+// Re-entry: a plugin calls write() while holding its own lock, on the thread that fired on_log or flush. From
+// inside write_() (a callback sink's callback) that plugin's health() works, and its on_microbatch, on_log
+// and flush are refused, not deadlocked (throughput.h, "Re-entry"); failures() may be read at any time. A
+// write_() must not write to the same sink again (e.g. through another plugin that shares it): the sink's
+// lock is not recursive.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -36,14 +42,14 @@ class sink {
  public:
   virtual ~sink() = default;
   void write(const metrics_record& record) noexcept;  // locks, calls write_(), swallows and counts failures
-  std::uint64_t failures() const;
+  std::uint64_t failures() const;  // lock-free: safe from inside write_() (a plugin's health() reads it there)
 
  protected:
   virtual void write_(const metrics_record& record) = 0;
 
  private:
   mutable std::mutex mutex_;
-  std::uint64_t failures_ = 0;
+  std::atomic<std::uint64_t> failures_{0};
 };
 
 // One human line per record through `logger` (the trainer's, or a private unregistered logger named

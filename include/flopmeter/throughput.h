@@ -21,6 +21,13 @@
 // (health/...).
 // Thread-safety: hooks may be called from several threads; an internal mutex serializes them (the
 // expected use is one training thread per rank).
+// Re-entry: the plugin holds that mutex while it calls code it does not own: its sinks (on_log and flush
+// emit through them), its logger, the clock and the communicator. Such code may call health() on the same
+// plugin (it returns the counters as they are at that moment: a sink's record is already counted in them) and
+// in_callout(); on_microbatch, on_log and flush called from there, on the thread that is emitting, are
+// refused instead of deadlocking: they do nothing, are counted in health().reentrant_calls and logged once a
+// minute. Call them after the outer hook returns. Other threads are not affected: they wait for the lock as
+// usual. Do not drop the last shared_ptr to the plugin from inside one of its call-outs.
 #pragma once
 
 #include <chrono>
@@ -100,6 +107,9 @@ struct throughput_health {
                                             // or added an on_log); the ranks get back in step by themselves
   std::uint64_t dropped_records = 0;      // records a sink could not write (summed over this plugin's sinks;
                                           // e.g. a JSONL file in a directory that does not exist)
+  std::uint64_t reentrant_calls = 0;      // on_microbatch / on_log / flush refused because they were called
+                                          // from inside this plugin's own sink, logger, clock or communicator
+                                          // on the emitting thread (see "Re-entry" above)
 };
 
 // What became of one micro-batch: record_microbatch's answer (the C ABI returns it to its caller).
@@ -107,6 +117,7 @@ enum class microbatch_result {
   counted,      // added to the interval
   rejected,     // an invalid description: counted in health().bad_microbatches, in no metric
   after_flush,  // arrived after flush(): counted in health().events_after_flush, ignored
+  reentrant,    // called from inside this plugin's own call-out: counted in health().reentrant_calls, ignored
 };
 
 class throughput_plugin : public plugin {
@@ -122,7 +133,11 @@ class throughput_plugin : public plugin {
   void on_log(const log_event& event) noexcept override;
   void flush() noexcept override;
 
+  // Safe from inside the plugin's own sinks (see "Re-entry" above).
   throughput_health health() const;
+  // True when the calling thread is inside one of this plugin's call-outs (a sink, the logger, the clock or
+  // the communicator, called while the plugin holds its lock): a hook called now would be refused.
+  bool in_callout() const noexcept;
   const coefficients& flop_coefficients() const;
   // The peak used for MFU, when known.
   std::optional<double> peak_tflops_per_gpu() const;

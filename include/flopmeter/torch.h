@@ -34,6 +34,9 @@
 // Ownership: shares the process group (intrusive_ptr) and owns the plugin and its device accumulators.
 // Thread-safety: all hooks take one internal mutex; tensors must not be written by the trainer while a hook
 // reads them (ATen's own rule).
+// Re-entry: as for throughput_plugin (throughput.h, "Re-entry"): from inside this plugin's own sinks, logger or
+// collective, health() works and on_microbatch / on_log / flush are refused and counted in
+// health().reentrant_calls instead of deadlocking.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -5,6 +5,12 @@
 // was destroyed, or never created, is refused with FLOPMETER_E_INVALID_HANDLE instead of being a
 // use-after-free. A call holds a shared_ptr to the plugin while it runs: destroy on another thread removes the
 // name at once, and the plugin is freed when the last call on it returns.
+//
+// Re-entry: the metrics callback (and the trainer's flopmeter_comm callbacks) run on the thread that called
+// on_log, flush or destroy, while the plugin holds its lock. A call on the same plugin from there is answered
+// without locking (throughput.h, "Re-entry"): health works; on_microbatch, on_log, flush and destroy return
+// FLOPMETER_E_REENTRANT and are counted in reentrant_calls. destroy is refused because the plugin is on the
+// stack below the callback; the trainer destroys it after the outer call returns.
 #include "flopmeter/c_api.h"
 
 #include <spdlog/logger.h>
@@ -161,9 +167,11 @@ struct plugin_state {
   std::shared_ptr<spdlog::logger> logger;
   std::atomic<std::uint64_t> refused_microbatches{0};
   std::atomic<std::uint64_t> refused_logs{0};
+  std::atomic<std::uint64_t> refused_reentrant_destroys{0};  // the plugin counts the other re-entrant calls
   std::atomic<bool> flushed{false};
   rate_limited_warning microbatch_warning;
   rate_limited_warning log_warning;
+  rate_limited_warning reentrant_warning;
 };
 
 // The live handles. Never destroyed (a process exit or dlclose must not run plugin destructors from static
@@ -340,6 +348,7 @@ int flopmeter_on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch
     case flopmeter::microbatch_result::counted: return FLOPMETER_OK;
     case flopmeter::microbatch_result::rejected: return FLOPMETER_E_REJECTED;  // counted and logged by the plugin
     case flopmeter::microbatch_result::after_flush: return FLOPMETER_E_AFTER_FLUSH;
+    case flopmeter::microbatch_result::reentrant: return FLOPMETER_E_REENTRANT;  // counted and logged by the plugin
   }
   return FLOPMETER_E_REJECTED;
 }
@@ -375,7 +384,10 @@ int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_log* l) {
     e.forward_backward_time = std::chrono::duration<double>(l->forward_backward_time_seconds);
   }
   if (l->set_fields & FLOPMETER_LOG_PEAK_MEMORY) e.peak_memory_bytes = l->peak_memory_bytes;
-  state->plugin->on_log(e);  // after flush the plugin counts it in events_after_flush
+  // Only this thread can make in_callout() true for itself, so the answer holds for the on_log below.
+  const bool reentrant = state->plugin->in_callout();
+  state->plugin->on_log(e);  // counted by the plugin: in reentrant_calls, or after flush in events_after_flush
+  if (reentrant) return FLOPMETER_E_REENTRANT;
   return after_flush ? FLOPMETER_E_AFTER_FLUSH : FLOPMETER_OK;
 }
 
@@ -383,6 +395,10 @@ int flopmeter_flush(flopmeter_plugin* plugin) {
   if (plugin == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
   const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  if (state->plugin->in_callout()) {
+    state->plugin->flush();  // refused: counted in reentrant_calls and logged by the plugin
+    return FLOPMETER_E_REENTRANT;
+  }
   state->plugin->flush();
   state->flushed.store(true);
   return FLOPMETER_OK;
@@ -390,10 +406,25 @@ int flopmeter_flush(flopmeter_plugin* plugin) {
 
 int flopmeter_destroy(flopmeter_plugin* plugin) {
   if (plugin == nullptr) return FLOPMETER_OK;
+  {
+    const std::shared_ptr<plugin_state> found = handle_registry::instance().find(plugin);
+    if (!found) return FLOPMETER_E_INVALID_HANDLE;
+    if (found->plugin->in_callout()) {
+      // Inside this plugin's own callback: the plugin is on the stack below; the handle stays live.
+      found->refused_reentrant_destroys.fetch_add(1, std::memory_order_relaxed);
+      found->reentrant_warning.warn(*found->logger,
+                                    "flopmeter: flopmeter_destroy refused ({}): called from inside this plugin's "
+                                    "own metrics or communicator callback; destroy it after that call returns",
+                                    flopmeter_status_string(FLOPMETER_E_REENTRANT));
+      return FLOPMETER_E_REENTRANT;
+    }
+    // Flushed while the handle is still live, so that the callback of the last record can read
+    // flopmeter_health (a call racing this one on another thread meets a flushed plugin: AFTER_FLUSH).
+    found->plugin->flush();  // noexcept; bounded by the collective timeout
+    found->flushed.store(true);
+  }
   std::shared_ptr<plugin_state> state = handle_registry::instance().remove(plugin);
-  if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  state->plugin->flush();  // noexcept; bounded by the collective timeout
-  state->flushed.store(true);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;  // destroyed by another thread since the lookup
   return FLOPMETER_OK;  // the plugin is freed here, or when a call racing this one returns
 }
 
@@ -415,6 +446,9 @@ int flopmeter_health(const flopmeter_plugin* plugin, flopmeter_health_counters* 
     out->out_of_step_intervals = h.out_of_step_intervals;
   }
   if (covers(offsetof(flopmeter_health_counters, dropped_records))) out->dropped_records = h.dropped_records;
+  if (covers(offsetof(flopmeter_health_counters, reentrant_calls))) {
+    out->reentrant_calls = h.reentrant_calls + state->refused_reentrant_destroys.load(std::memory_order_relaxed);
+  }
   return FLOPMETER_OK;
 }
 
@@ -427,6 +461,9 @@ const char* flopmeter_status_string(int code) {
     case FLOPMETER_E_INVALID_HANDLE:
       return "FLOPMETER_E_INVALID_HANDLE: not a live plugin (destroyed already, or never created)";
     case FLOPMETER_E_AFTER_FLUSH: return "FLOPMETER_E_AFTER_FLUSH: an event after flush, ignored";
+    case FLOPMETER_E_REENTRANT:
+      return "FLOPMETER_E_REENTRANT: called from inside the same plugin's callback on the emitting thread, refused "
+             "(call it after the outer call returns)";
     default: return "unknown flopmeter return code";
   }
 }

@@ -38,12 +38,14 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include "flopmeter/error.h"
 #include "flopmeter/megatron.h"
 #include "flopmeter/metric_names.h"
 #include "flopmeter/model_config.h"
 #include "accounting/derive.h"
+#include "accounting/owned_mutex.h"
 #include "accounting/row_layout.h"
 #include "core/exact_double.h"
 #include "output/logging.h"
@@ -59,6 +61,22 @@ constexpr std::int64_t kRetryEveryLogs = 16;
 // int64 count of 2^53 or more becomes a double of at least 2^53. derive() refuses a row with such a count
 // (or a negative one, or not a number) rather than round it or, at 2^63, convert it back to int64 with
 // undefined behaviour. Reaching it takes 9e15 tokens or pairs in one rank's interval.
+
+// True on a thread inside one of the plugin's logger calls. A trainer's logger sink that calls back into the
+// plugin is refused like any call-out (owned_mutex.h); the refusal is then not logged, since logging again
+// from inside that logger could deadlock on the logger's own sink lock.
+thread_local bool t_inside_logger = false;
+
+class inside_logger {
+ public:
+  inside_logger() noexcept : was_(std::exchange(t_inside_logger, true)) {}
+  ~inside_logger() { t_inside_logger = was_; }
+  inside_logger(const inside_logger&) = delete;
+  inside_logger& operator=(const inside_logger&) = delete;
+
+ private:
+  bool was_;
+};
 
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -153,7 +171,11 @@ class throughput_plugin::impl {
   }
 
   microbatch_result on_microbatch(const microbatch_event& event) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    if (mutex_.held_by_this_thread()) {
+      refuse_reentrant("on_microbatch");
+      return microbatch_result::reentrant;
+    }
+    std::lock_guard<detail::owned_mutex> lock(mutex_);
     if (flushed_) {
       ++health_.events_after_flush;
       return microbatch_result::after_flush;
@@ -201,17 +223,24 @@ class throughput_plugin::impl {
 
   // Destroyed without flush(): the last interval is flushed here, bounded like any on_log by the collective
   // timeout (not at all while backing off), so that it does not vanish (throughput.h).
+  // Destroying the plugin from inside its own call-out (its last shared_ptr dropped in a sink) is outside the
+  // contract (throughput.h); flush() then refuses instead of deadlocking.
   ~impl() {
     bool had_interval = false;
+    if (mutex_.held_by_this_thread()) return;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<detail::owned_mutex> lock(mutex_);
       had_interval = !flushed_ && in_flight_.pending != nullptr;
     }
     if (had_interval) flush();
   }
 
   void on_log(const log_event& event) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    if (mutex_.held_by_this_thread()) {
+      refuse_reentrant("on_log");
+      return;
+    }
+    std::lock_guard<detail::owned_mutex> lock(mutex_);
     if (flushed_) {
       ++health_.events_after_flush;
       return;
@@ -242,7 +271,11 @@ class throughput_plugin::impl {
   }
 
   void flush() noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    if (mutex_.held_by_this_thread()) {
+      refuse_reentrant("flush");
+      return;
+    }
+    std::lock_guard<detail::owned_mutex> lock(mutex_);
     if (flushed_) return;
     flushed_ = true;
     try {
@@ -252,10 +285,14 @@ class throughput_plugin::impl {
     }
   }
 
+  // Called from inside a call-out of this plugin (a sink reading health in its callback): this thread holds
+  // the lock, so nobody else changes the counters; read them directly.
   throughput_health health() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    if (mutex_.held_by_this_thread()) return health_with_sinks();
+    std::lock_guard<detail::owned_mutex> lock(mutex_);
     return health_with_sinks();
   }
+  bool in_callout() const noexcept { return mutex_.held_by_this_thread(); }
   const coefficients& flop_coefficients() const { return coefficients_; }
   std::optional<double> peak() const { return peak_; }
 
@@ -294,14 +331,27 @@ class throughput_plugin::impl {
 
   bool backing_off() const { return consecutive_failures_ >= kMaxConsecutiveFailures; }
 
+  // A hook called from inside one of this plugin's call-outs on the thread that holds the lock: refused,
+  // counted, logged once a minute. Written without locking: this thread holds the lock (owned_mutex.h).
+  void refuse_reentrant(const char* hook) noexcept {
+    ++health_.reentrant_calls;
+    warn_rate_limited(reentrant_warning_,
+                      "flopmeter: {} refused: called from inside this plugin's own sink, logger, clock or "
+                      "communicator on the thread that is emitting (it would deadlock); call it after the hook "
+                      "that emitted returns",
+                      hook);
+  }
+
   // One warning a minute per kind (`limit`); the ones held back are counted in the next.
   template <class... Args>
   void warn_rate_limited(detail::rate_limiter& limit, const char* format, const Args&... args) noexcept {
+    if (t_inside_logger) return;
     try {
       if (!limit.allow()) return;
       const std::uint64_t suppressed = limit.take_suppressed();
       std::string message = fmt::format(fmt::runtime(format), args...);
       if (suppressed > 0) message += fmt::format(" ({} similar warnings suppressed)", suppressed);
+      const inside_logger marker;
       logger_->warn("{}", message);
     } catch (...) {
       // Logging must not be the thing that throws into the training loop.
@@ -310,7 +360,9 @@ class throughput_plugin::impl {
 
   template <class... Args>
   void log_noexcept(spdlog::level::level_enum level, const char* format, const Args&... args) noexcept {
+    if (t_inside_logger) return;
     try {
+      const inside_logger marker;
       logger_->log(level, fmt::runtime(format), args...);
     } catch (...) {
     }
@@ -531,6 +583,7 @@ class throughput_plugin::impl {
     v.emplace_back(metric::kHealthSkippedIntervals, static_cast<double>(h.skipped_intervals));
     v.emplace_back(metric::kHealthOutOfStepIntervals, static_cast<double>(h.out_of_step_intervals));
     v.emplace_back(metric::kHealthDroppedRecords, static_cast<double>(h.dropped_records));
+    v.emplace_back(metric::kHealthReentrantCalls, static_cast<double>(h.reentrant_calls));
   }
 
   bool emits_here() const { return options_.emit == emit_ranks::all || rank_ == 0; }
@@ -548,7 +601,7 @@ class throughput_plugin::impl {
   std::int64_t world_ = 1;
   std::optional<metrics_deriver> deriver_;
 
-  mutable std::mutex mutex_;
+  mutable detail::owned_mutex mutex_;  // held_by_this_thread(): inside one of our own call-outs
   std::function<double()> clock_;
   double interval_start_ = 0;
   interval_counters current_;
@@ -569,6 +622,7 @@ class throughput_plugin::impl {
   detail::rate_limiter last_batch_warning_, last_log_warning_, last_collective_warning_, last_interval_warning_;
   detail::rate_limiter last_derive_warning_;  // what an emitted record leaves out (derive_result::warning)
   detail::rate_limiter last_log_field_warning_;  // log fields left out (detail::check_log_fields)
+  detail::rate_limiter reentrant_warning_;  // hooks refused from inside our own call-outs (refuse_reentrant)
 };
 
 std::shared_ptr<throughput_plugin> throughput_plugin::create(throughput_options options,
@@ -587,6 +641,7 @@ microbatch_result throughput_plugin::record_microbatch(const microbatch_event& e
 void throughput_plugin::on_log(const log_event& event) noexcept { impl_->on_log(event); }
 void throughput_plugin::flush() noexcept { impl_->flush(); }
 throughput_health throughput_plugin::health() const { return impl_->health(); }
+bool throughput_plugin::in_callout() const noexcept { return impl_->in_callout(); }
 const coefficients& throughput_plugin::flop_coefficients() const { return impl_->flop_coefficients(); }
 std::optional<double> throughput_plugin::peak_tflops_per_gpu() const { return impl_->peak(); }
 

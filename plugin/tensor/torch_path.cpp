@@ -9,14 +9,18 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "comm/c10d_internal.h"
 #include "flopmeter/c10d.h"
 #include "flopmeter/error.h"
+#include "accounting/owned_mutex.h"
 #include "accounting/row_layout.h"
 #include "core/exact_double.h"
 #include "tensor/torch_path_log.h"  // spdlog stays out of this file: see there
@@ -175,7 +179,8 @@ class tensor_throughput::impl {
   }
 
   void on_microbatch(const tensor_microbatch& batch) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    if (refused_reentrant(microbatch_event{})) return;
+    std::lock_guard<detail::owned_mutex> lock(mutex_);
     try {
       // The host-known facts of the rest of the batch, checked as the host path checks them.
       if (batch.samples < 0) throw error("samples must be >= 0 (got " + std::to_string(batch.samples) + ")");
@@ -205,21 +210,32 @@ class tensor_throughput::impl {
   }
 
   void on_microbatch(const microbatch_event& event) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    if (refused_reentrant(event)) return;
+    std::lock_guard<detail::owned_mutex> lock(mutex_);
     plugin_->on_microbatch(event);
   }
 
   void on_log(const log_event& event) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);  // contribute() runs inside, under this lock
+    if (refused_reentrant(event)) return;
+    std::lock_guard<detail::owned_mutex> lock(mutex_);  // contribute() runs inside, under this lock
     plugin_->on_log(event);
   }
 
   void flush() noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
+    if (refused_reentrant(std::nullopt)) return;
+    std::lock_guard<detail::owned_mutex> lock(mutex_);
     plugin_->flush();
   }
 
   throughput_plugin& plugin() { return *plugin_; }
+
+  // The plugin's counters, with the re-entrant calls refused here before reaching it. Safe from inside a
+  // call-out: the plugin's health() does not lock there, and this one never takes mutex_.
+  throughput_health health() const {
+    throughput_health h = plugin_->health();
+    h.reentrant_calls += refused_here_.load(std::memory_order_relaxed);
+    return h;
+  }
 
  private:
   // The device accumulator: the nine counts, then the invalid micro-batches, samples and label tokens, all
@@ -228,6 +244,28 @@ class tensor_throughput::impl {
   static constexpr std::int64_t kSamples = kCountEntries;
   static constexpr std::int64_t kLabelTokens = kCountEntries + 1;
   static constexpr std::int64_t kAccumulated = kCountEntries + 2;
+
+  // A hook called on the thread that holds mutex_, i.e. from inside one of our call-outs (the plugin's sinks,
+  // logger, clock or collective, all of which run under it, or the logger of the warning above): locking
+  // again would deadlock. Refused: when the plugin is the one calling out (the usual case: a sink calling
+  // back), the hook goes to it, which refuses, counts and logs it (throughput.h, "Re-entry"); otherwise (our
+  // own logger calling back) it is counted here, not logged (from inside a logger).
+  template <class Event>
+  bool refused_reentrant(const Event& event) noexcept {
+    if (!mutex_.held_by_this_thread()) return false;
+    if (plugin_->in_callout()) {
+      if constexpr (std::is_same_v<Event, microbatch_event>) {
+        plugin_->on_microbatch(event);
+      } else if constexpr (std::is_same_v<Event, log_event>) {
+        plugin_->on_log(event);
+      } else {
+        plugin_->flush();
+      }
+    } else {
+      refused_here_.fetch_add(1, std::memory_order_relaxed);
+    }
+    return true;
+  }
 
   // Adds the interval's device counts into this rank's row of the collective buffer, on the device, and
   // starts the next interval's accumulation. Called by the communicator inside on_log (lock held); the host
@@ -256,7 +294,8 @@ class tensor_throughput::impl {
   at::Tensor loss_sum_;
   std::int64_t rank_ = 0;
   std::shared_ptr<rate_limiter> uncounted_warning_ = make_warning_limiter();
-  std::mutex mutex_;
+  detail::owned_mutex mutex_;  // held_by_this_thread(): inside one of our call-outs (see refused_reentrant)
+  std::atomic<std::uint64_t> refused_here_{0};
 };
 
 std::shared_ptr<tensor_throughput> tensor_throughput::create(throughput_options options,
@@ -292,6 +331,6 @@ void tensor_throughput::on_microbatch(const microbatch_event& event) noexcept { 
 void tensor_throughput::on_log(const log_event& event) noexcept { impl_->on_log(event); }
 void tensor_throughput::flush() noexcept { impl_->flush(); }
 throughput_plugin& tensor_throughput::plugin() { return impl_->plugin(); }
-throughput_health tensor_throughput::health() const { return impl_->plugin().health(); }
+throughput_health tensor_throughput::health() const { return impl_->health(); }
 
 }  // namespace flopmeter
