@@ -70,6 +70,7 @@ flopmeter_health_counters tensor_meter::health() const {
   out.collectives_started = h.collectives_started;
   out.out_of_step_intervals = h.out_of_step_intervals;
   out.dropped_records = h.dropped_records;
+  out.reentrant_calls = h.reentrant_calls;
   return out;
 }
 

@@ -93,7 +93,8 @@ std::string health_json(const flopmeter_health_counters& h) {
       .integer("collectives_started", count(h.collectives_started))
       .integer("rejected_logs", count(h.rejected_logs))
       .integer("out_of_step_intervals", count(h.out_of_step_intervals))
-      .integer("dropped_records", count(h.dropped_records));
+      .integer("dropped_records", count(h.dropped_records))
+      .integer("reentrant_calls", count(h.reentrant_calls));
   return object.str();
 }
 
