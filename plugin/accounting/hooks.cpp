@@ -124,7 +124,11 @@ void hooks::remove(std::uint64_t id) noexcept {
   }
 }
 
-void hooks::on_microbatch(const microbatch_event& event) noexcept {
+// Calls `call(plugin)` on every registered plugin in registration order, under the lock (one event at a time,
+// in order). A call from inside a plugin's hook on this thread is refused and counted (the lock is this
+// thread's already); a plugin that throws costs a count, not the run; plugins removed while firing are
+// destroyed after the lock is released.
+void hooks::fire(void (*call)(plugin&, const void*), const void* event) noexcept {
   if (firing_on_this_thread(this)) {
     ++reentrant_;  // this thread holds the lock
     return;
@@ -136,55 +140,25 @@ void hooks::on_microbatch(const microbatch_event& event) noexcept {
     for (auto& entry : plugins_) {
       if (entry.first == kRemovedId) continue;
       try {
-        entry.second->on_microbatch(event);
+        call(*entry.second, event);
       } catch (...) {  // a plugin should not throw; one that does costs a count, not the run
         ++swallowed_;
       }
     }
   }
   take_out_removed(plugins_, released);
+}
+
+void hooks::on_microbatch(const microbatch_event& event) noexcept {
+  fire([](plugin& p, const void* e) { p.on_microbatch(*static_cast<const microbatch_event*>(e)); }, &event);
 }
 
 void hooks::on_log(const log_event& event) noexcept {
-  if (firing_on_this_thread(this)) {
-    ++reentrant_;  // this thread holds the lock
-    return;
-  }
-  std::vector<std::shared_ptr<plugin>> released;  // destroyed after the lock is released
-  std::lock_guard<std::mutex> lock(mutex_);
-  {
-    const firing_scope firing(this);
-    for (auto& entry : plugins_) {
-      if (entry.first == kRemovedId) continue;
-      try {
-        entry.second->on_log(event);
-      } catch (...) {  // a plugin should not throw; one that does costs a count, not the run
-        ++swallowed_;
-      }
-    }
-  }
-  take_out_removed(plugins_, released);
+  fire([](plugin& p, const void* e) { p.on_log(*static_cast<const log_event*>(e)); }, &event);
 }
 
 void hooks::flush() noexcept {
-  if (firing_on_this_thread(this)) {
-    ++reentrant_;  // this thread holds the lock
-    return;
-  }
-  std::vector<std::shared_ptr<plugin>> released;  // destroyed after the lock is released
-  std::lock_guard<std::mutex> lock(mutex_);
-  {
-    const firing_scope firing(this);
-    for (auto& entry : plugins_) {
-      if (entry.first == kRemovedId) continue;
-      try {
-        entry.second->flush();
-      } catch (...) {  // a plugin should not throw; one that does costs a count, not the run
-        ++swallowed_;
-      }
-    }
-  }
-  take_out_removed(plugins_, released);
+  fire([](plugin& p, const void*) { p.flush(); }, nullptr);
 }
 
 std::size_t hooks::size() const {
