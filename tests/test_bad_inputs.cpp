@@ -175,6 +175,10 @@ TEST(bad_inputs, peaks_without_a_number_give_no_mfu_and_one_warning) {
        "peak_tflops_per_gpu, or gpu to one of: A100 SXM, "},
       {"precision_the_gpu_lacks", std::string("NVIDIA A100-SXM4-80GB"), peak_precision::fp8,
        "warning|flopmeter: no fp8 peak FLOP/s for GPU 'NVIDIA A100-SXM4-80GB'; perf/mfu will not be reported."},
+      // The name is the user's: its control characters are escaped (\u00XX, flopmeter/error.h's
+      // printable_text), so a config cannot clear the terminal the warning is printed on.
+      {"gpu_name_with_control_characters", std::string("Z\x1b[2J\xC2\x9B"), peak_precision::bf16,
+       "warning|flopmeter: no bf16 peak FLOP/s for GPU 'Z\\u001b[2J\\u009b'; perf/mfu will not be reported."},
       {"no_peak_at_all", std::nullopt, peak_precision::bf16,
        "warning|flopmeter: neither peak_tflops_per_gpu nor gpu is configured; perf/mfu will not be reported"},
   };

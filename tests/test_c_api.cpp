@@ -186,6 +186,30 @@ TEST(c_api, bad_config_returns_null_with_a_located_message) {
   EXPECT_EQ(tiny[3], '\0');
 }
 
+// The error text is printable and valid UTF-8. The value of model.scope comes back in the message ("unknown
+// FLOP scope '...'"): TOML's \u001b and \u009b escapes make it ESC and CSI, which would clear the screen of
+// a trainer that prints the message; they come back as the six characters \u001b and \u009b. A buffer too
+// small for the message is cut before a multi-byte character, not inside it: "/nonexistent/" is 13 bytes
+// and "\xC3\xA9" (e acute) bytes 13-14, so a 15-byte buffer holds the 13 bytes before it and the NUL.
+TEST(c_api, create_errors_are_printable_and_cut_at_a_character_boundary) {
+  c_abi abi;
+  ASSERT_NE(abi.library, nullptr) << dlerror();
+  char error[512] = {};
+  const fs::path hostile = temp_dir() / "hostile_scope.toml";
+  std::ofstream(hostile) << "[model]\nconfig = \"" FLOPMETER_SOURCE_DIR "/model_configs/qwen3_vl_2b.toml\"\n"
+                         << "scope = \"\\u001b[2J\\u009b\"\n";
+  EXPECT_EQ(abi.create(hostile.c_str(), nullptr, error, sizeof(error)), nullptr);
+  const std::string message = error;
+  EXPECT_NE(message.find("unknown FLOP scope '\\u001b[2J\\u009b'"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\x1b'), std::string::npos) << message;
+  EXPECT_EQ(message.find("\xC2\x9B"), std::string::npos) << message;
+
+  char cut[15];
+  std::memset(cut, 'x', sizeof(cut));
+  EXPECT_EQ(abi.create("/nonexistent/\xC3\xA9.toml", nullptr, cut, sizeof(cut)), nullptr);
+  EXPECT_STREQ(cut, "/nonexistent/");
+}
+
 TEST_F(c_api_plugin, rejected_events_return_codes_and_never_abort) {
   // The codes keep version 1's values, so a caller that compared numbers still works.
   static_assert(FLOPMETER_E_NULL_ARGUMENT == -1 && FLOPMETER_E_STRUCT_SIZE == -2 && FLOPMETER_E_REJECTED == -3,

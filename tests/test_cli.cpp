@@ -358,7 +358,7 @@ TEST_F(CliTest, TextOutputEscapesControlCharacters) {
            {"check", odd.string(), "--seq-len", "64"}}) {
     const result r = run(args);
     ASSERT_EQ(r.status, 0) << describe(args, r);
-    EXPECT_NE(r.out.find("ti\\x1b[2Jny\\u009bvlm\\x07"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("ti\\u001b[2Jny\\u009bvlm\\u0007"), std::string::npos) << r.out;
     EXPECT_TRUE(no_raw_controls(r.out)) << r.out;
   }
   const result j = run({"coefficients", odd.string(), "--json"});
@@ -368,7 +368,7 @@ TEST_F(CliTest, TextOutputEscapesControlCharacters) {
   // An error message quoting a path with an escape sequence, on stderr.
   const result missing = run({"coefficients", (dir_ / "no\x1b]0;owned\x07.toml").string()});
   EXPECT_EQ(missing.status, 1) << missing.err;
-  EXPECT_NE(missing.err.find("no\\x1b]0;owned\\x07.toml"), std::string::npos) << missing.err;
+  EXPECT_NE(missing.err.find("no\\u001b]0;owned\\u0007.toml"), std::string::npos) << missing.err;
   EXPECT_TRUE(no_raw_controls(missing.err)) << missing.err;
 }
 

@@ -504,5 +504,31 @@ TEST(scope, parse_and_print) {
   expect_error([] { parse_flop_scope("all", "cfg.toml:3:9"); }, "cfg.toml:3:9: unknown FLOP scope 'all'");
 }
 
+// printable_text (flopmeter/error.h), by hand: ESC (0x1b) -> \u001b, BEL -> \u0007, DEL -> \u007f, CSI U+009B
+// (bytes C2 9B) -> \u009b, newline -> \u000a; the lone byte 0xff is not UTF-8 -> \xff; U+00E9 (C3 A9),
+// U+00A0 (C2 A0, just past the C1 range) and the backslash are kept. With keep_newlines '\n' and '\t' stay.
+// Its output has nothing left to escape, so a second pass changes nothing.
+TEST(printable, control_characters_and_invalid_utf8_are_escaped_and_the_rest_kept) {
+  const std::string hostile = "a\x1b[2J\x07\x7f\xC2\x9B\xff\xC3\xA9\xC2\xA0\\n\n\t";
+  const std::string shown = "a\\u001b[2J\\u0007\\u007f\\u009b\\xff\xC3\xA9\xC2\xA0\\n\\u000a\\u0009";
+  EXPECT_EQ(printable_text(hostile), shown);
+  EXPECT_EQ(printable_text(shown), shown);
+  EXPECT_EQ(printable_text("x\ny\tz\r", true), "x\ny\tz\\u000d");
+  EXPECT_EQ(printable_text(std::string("nul\0end", 7)), "nul\\u0000end");
+}
+
+// Every error is printable, whatever its parts: the file, key and problem from a hostile config cannot drive
+// the terminal or log it is printed on. Lines of a multi-line problem stay lines. parse_flop_scope quotes the
+// user's value: ESC comes back as \u001b.
+TEST(printable, error_messages_escape_every_part) {
+  const error e(error_location{"m\x1b]0;t\x07.toml", 3, 9, "model.\xC2\x9Bscope"}, "bad\x1b[2J value\nnext line");
+  EXPECT_EQ(std::string(e.what()),
+            "m\\u001b]0;t\\u0007.toml:3:9: key 'model.\\u009bscope': bad\\u001b[2J value\nnext line");
+  EXPECT_EQ(e.description(), "bad\\u001b[2J value\nnext line");
+  EXPECT_EQ(e.where().file, "m\x1b]0;t\x07.toml");  // the location stays as given: it is data
+  EXPECT_EQ(std::string(e.in_file("other.toml").what()), std::string(e.what()));
+  expect_error([] { parse_flop_scope("\x1b[2J", "cfg.toml:3:9"); }, "cfg.toml:3:9: unknown FLOP scope '\\u001b[2J'");
+}
+
 }  // namespace
 }  // namespace flopmeter

@@ -92,10 +92,10 @@ using detail::json_object;
 using detail::json_string;
 
 // Text (non-JSON) output of a string that came from a file or the command line (a model name, a path, an
-// error message): control characters (C0, DEL and the C1 range U+0080-U+009F, which terminals interpret as
-// escape sequences) are written as \xHH or \u00HH, and bytes that are not valid UTF-8 as \xHH, so a file
-// cannot move the cursor, retitle the terminal or hide text. With `keep_newlines`, '\n' and '\t' stay (a
-// multi-line error message).
+// error message), through the library's printable_text (flopmeter/error.h): control characters (C0, DEL and
+// the C1 range U+0080-U+009F, which terminals interpret as escape sequences) are written as \u00XX, and bytes
+// that are not valid UTF-8 as \xHH, so a file cannot move the cursor, retitle the terminal or hide text.
+// With `keep_newlines`, '\n' and '\t' stay (a multi-line error message).
 std::string printable(const std::string& text, bool keep_newlines = false);
 
 // "12,345,678" — an integer with thousands separators, for tables.

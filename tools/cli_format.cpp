@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli.h"
+#include "flopmeter/error.h"
 
 namespace flopmeter::cli {
 namespace {
@@ -19,45 +20,7 @@ std::string printf_double(const char* format, double value) {
 
 }  // namespace
 
-std::string printable(const std::string& text, bool keep_newlines) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(text.size());
-  const auto hex_byte = [&](unsigned char c) {
-    out += "\\x";
-    out.push_back(kHex[c >> 4]);
-    out.push_back(kHex[c & 0xF]);
-  };
-  for (std::size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x80) {
-      const std::size_t length = detail::utf8_sequence_length(text, i);
-      if (length == 0) {
-        hex_byte(c);  // not UTF-8: the byte's value, never the byte
-        i += 1;
-      } else if (length == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0) {
-        // U+0080-U+009F: C1 controls (U+009B is CSI, which starts a terminal escape sequence).
-        out += "\\u00";
-        out.push_back(kHex[static_cast<unsigned char>(text[i + 1]) >> 4]);
-        out.push_back(kHex[static_cast<unsigned char>(text[i + 1]) & 0xF]);
-        i += 2;
-      } else {
-        out.append(text, i, length);
-        i += length;
-      }
-      continue;
-    }
-    if (keep_newlines && (c == '\n' || c == '\t')) {
-      out.push_back(static_cast<char>(c));
-    } else if (c < 0x20 || c == 0x7F) {
-      hex_byte(c);
-    } else {
-      out.push_back(static_cast<char>(c));
-    }
-    ++i;
-  }
-  return out;
-}
+std::string printable(const std::string& text, bool keep_newlines) { return printable_text(text, keep_newlines); }
 
 std::string group_digits(std::int64_t value) {
   const std::string digits = std::to_string(value);

@@ -134,7 +134,9 @@ typedef void (*flopmeter_metrics_callback)(void* user, int64_t step, const char*
 
 FLOPMETER_EXPORT uint32_t flopmeter_abi_version(void);
 
-/* comm NULL: a single process (rank 0 of 1). Returns NULL on error with the message in error[0..error_size). */
+/* comm NULL: a single process (rank 0 of 1). Returns NULL on error with the message in error[0..error_size):
+ * NUL-terminated, UTF-8, control characters written as \u00XX (safe to print on a terminal), and cut at a
+ * character boundary when the buffer is too small. */
 FLOPMETER_EXPORT flopmeter_plugin* flopmeter_create(const char* config_path, const flopmeter_comm* comm, char* error,
                                                     size_t error_size);
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "flopmeter/export.h"
 
@@ -27,8 +28,16 @@ struct error_location {
   std::string key;          // key or field path: "text_config.hidden_size", "vision_config.x[2]"
 };
 
+// `text` made safe to print on a terminal or write to a log: the control characters C0 (U+0000-U+001F), DEL
+// and C1 (U+0080-U+009F; U+009B is CSI, which starts a terminal escape sequence) are written \u00XX, and each
+// byte that is not part of valid UTF-8 is written \xHH. Everything else is kept, backslashes included, so
+// applying it twice changes nothing. With `keep_newlines`, '\n' and '\t' are kept too (multi-line messages).
+// Every error's what() and description() go through it: a file name, key or value from a hostile input
+// cannot drive the terminal or the log viewer the message ends up in. Thread-safe (pure).
+std::string printable_text(std::string_view text, bool keep_newlines = false);
+
 // "FILE:LINE:COL: key 'KEY': WHAT", dropping each part that is not known ("FILE: WHAT", "key 'KEY': WHAT",
-// "WHAT"). The only place flopmeter formats an error's location.
+// "WHAT"), through printable_text (newlines kept). The only place flopmeter formats an error's location.
 inline std::string format_error(const error_location& where, const std::string& what) {
   std::string text;
   if (!where.file.empty()) {
@@ -39,7 +48,7 @@ inline std::string format_error(const error_location& where, const std::string& 
     text += ": ";
   }
   if (!where.key.empty()) text += "key '" + where.key + "': ";
-  return text + what;
+  return printable_text(text + what, /*keep_newlines=*/true);
 }
 
 class error : public std::runtime_error {
@@ -48,10 +57,11 @@ class error : public std::runtime_error {
   explicit error(const std::string& what) : error(error_location{}, what) {}
   error(const error_location& where, const std::string& what)
       : std::runtime_error(format_error(where, what)),
-        detail_(std::make_shared<const detail>(detail{where, what})) {}
+        detail_(std::make_shared<const detail>(detail{where, printable_text(what, /*keep_newlines=*/true)})) {}
 
+  // The location as given (raw: print it through printable_text, or print what()).
   const error_location& where() const noexcept { return detail_->where; }
-  // The problem alone, without the location: what() is format_error(where(), description()).
+  // The problem alone, without the location, printable: what() is format_error(where(), description()).
   const std::string& description() const noexcept { return detail_->what; }
   // The same problem, located in `file` when it had no file of its own (its key, line and column are kept):
   // how a caller that read the settings from `file` names it without editing the text.

@@ -66,9 +66,13 @@ class callback_slot final : public flopmeter::sink {
 
 using flopmeter::collective_status;
 
-void write_error(char* buffer, std::size_t size, const std::string& message) {
+// The message through printable_text (an exception from a trainer's communicator may carry control
+// characters), cut to the buffer at a character boundary: never half of a UTF-8 sequence.
+void write_error(char* buffer, std::size_t size, const std::string& raw_message) {
   if (buffer == nullptr || size == 0) return;
-  const std::size_t n = std::min(size - 1, message.size());
+  const std::string message = flopmeter::printable_text(raw_message, /*keep_newlines=*/true);
+  std::size_t n = std::min(size - 1, message.size());
+  while (n > 0 && n < message.size() && (static_cast<unsigned char>(message[n]) & 0xC0u) == 0x80u) --n;
   std::memcpy(buffer, message.data(), n);
   buffer[n] = '\0';
 }
@@ -148,7 +152,8 @@ class rate_limited_warning {
         std::lock_guard<std::mutex> lock(mutex_);
         if (!limiter_.allow()) return;
       }
-      logger.warn(fmt::runtime(format), args...);
+      // Printable: a refusal can quote a trainer-supplied text (an exception message) with control characters.
+      logger.warn("{}", flopmeter::printable_text(fmt::format(fmt::runtime(format), args...), true));
     } catch (...) {
       // Logging must not be the thing that throws into the training loop.
     }

@@ -149,9 +149,10 @@ class throughput_plugin::impl {
       // The known names, so the message says how to fix it (the tool has no command that lists them).
       std::string known;
       for (const peak_entry& entry : peak_table()) known += std::string(known.empty() ? "" : ", ") + entry.name;
-      logger_->warn("flopmeter: no {} peak FLOP/s for GPU '{}'; perf/mfu will not be reported. Set "
-                    "peak_tflops_per_gpu, or gpu to one of: {}.",
-                    to_string(options_.precision), options_.gpu, known);
+      logger_->warn(
+          "flopmeter: no {} peak FLOP/s for GPU '{}'; perf/mfu will not be reported. Set "
+          "peak_tflops_per_gpu, or gpu to one of: {}.",
+          to_string(options_.precision), printable_text(options_.gpu), known);
     }
     buffer_.assign(static_cast<std::size_t>(world_) * kRowFields, 0.0);
     row_.assign(kRowFields, 0.0);
@@ -352,7 +353,8 @@ class throughput_plugin::impl {
       std::string message = fmt::format(fmt::runtime(format), args...);
       if (suppressed > 0) message += fmt::format(" ({} similar warnings suppressed)", suppressed);
       const inside_logger marker;
-      logger_->warn("{}", message);
+      // Printable: the arguments include exception texts from the trainer's sinks, clock and communicator.
+      logger_->warn("{}", printable_text(message, /*keep_newlines=*/true));
     } catch (...) {
       // Logging must not be the thing that throws into the training loop.
     }

@@ -130,20 +130,8 @@ class position_scan {
     const std::size_t column = what.find(", column ");
     const std::size_t colon = column == std::string::npos ? std::string::npos : what.find(": ", column);
     if (colon != std::string::npos) what.erase(0, colon + 2);
-    // Its "last read" quotes the input: bytes that are not printable ASCII are written \xHH.
-    std::string printable;
-    for (const char c : what) {
-      const auto byte = static_cast<unsigned char>(c);
-      if (byte >= 0x20 && byte < 0x7f) {
-        printable.push_back(c);
-      } else {
-        static constexpr char kHex[] = "0123456789abcdef";
-        printable += "\\x";
-        printable.push_back(kHex[byte >> 4]);
-        printable.push_back(kHex[byte & 0xf]);
-      }
-    }
-    failure_ = error(location_of(source_, text_, position > 0 ? position - 1 : 0, {}), "JSON syntax error: " + printable);
+    // Its "last read" quotes the input; flopmeter::error writes what is not printable as \u00XX or \xHH.
+    failure_ = error(location_of(source_, text_, position > 0 ? position - 1 : 0, {}), "JSON syntax error: " + what);
     return false;
   }
 

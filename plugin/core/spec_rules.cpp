@@ -3,6 +3,7 @@
 
 #include "core/spec_rules.h"
 
+#include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
 
 #include <algorithm>
@@ -168,28 +169,7 @@ const char* kind_name(layer_kind kind) {
 
 }  // namespace
 
-std::string quoted(std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const auto byte = static_cast<unsigned char>(text[i]);
-    unsigned code = 0x100;  // none
-    if (byte < 0x20 || byte == 0x7f) {
-      code = byte;
-    } else if (byte == 0xc2 && i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
-               static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
-      code = static_cast<unsigned char>(text[++i]);  // U+0080..U+009F in UTF-8
-    }
-    if (code == 0x100) {
-      out.push_back(text[i]);
-    } else {
-      out += "\\u00";
-      out.push_back(kHex[code >> 4]);
-      out.push_back(kHex[code & 0xf]);
-    }
-  }
-  return out + "\"";
-}
+std::string quoted(std::string_view text) { return "\"" + printable_text(text) + "\""; }
 
 bool is_supported_model_type(std::string_view model_type) {
   return model_type == kQwen3Vl || model_type == kQwen35 || model_type == kQwen3VlMoe || model_type == kQwen35Moe;

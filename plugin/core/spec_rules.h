@@ -36,8 +36,9 @@ struct spec_violation {
   std::vector<std::string> also;  // other fields the problem involves; a loader cites the first one its file sets
 };
 
-// `text` in double quotes for a message, with control characters (C0, DEL, C1) written as \u00XX, so that a
-// value from a hostile file cannot drive the user's terminal when the message is printed.
+// `text` in double quotes for a message, through printable_text (flopmeter/error.h): control characters
+// (C0, DEL, C1) written as \u00XX and invalid UTF-8 as \xHH, so that a value from a hostile file cannot drive
+// the user's terminal when the message is printed.
 std::string quoted(std::string_view text);
 
 // The model types flopmeter models, for "unknown model type" messages: "\"qwen3_vl\", \"qwen3_5\"".

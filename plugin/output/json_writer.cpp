@@ -1,40 +1,13 @@
 // flopmeter's JSON writer (see json_writer.h for the rules).
 #include "output/json_writer.h"
 
+#include "core/utf8.h"
+
 #include <charconv>
 #include <cmath>
 #include <system_error>
 
 namespace flopmeter::detail {
-
-std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  std::size_t length = 0;
-  std::uint32_t code = 0;
-  if (lead < 0x80) return 1;
-  if (lead >= 0xC2 && lead <= 0xDF) {  // 0xC0, 0xC1 would only start overlong forms of ASCII
-    length = 2;
-    code = lead & 0x1Fu;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    code = lead & 0x0Fu;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    code = lead & 0x07u;
-  } else {
-    return 0;  // a continuation byte, or a lead byte of a code point above U+10FFFF
-  }
-  if (i + length > text.size()) return 0;  // truncated
-  for (std::size_t k = 1; k < length; ++k) {
-    if ((byte(i + k) & 0xC0u) != 0x80u) return 0;
-    code = (code << 6) | (byte(i + k) & 0x3Fu);
-  }
-  if ((length == 3 && code < 0x800) || (length == 4 && code < 0x10000)) return 0;  // overlong
-  if (code >= 0xD800 && code <= 0xDFFF) return 0;                                  // UTF-16 surrogate
-  if (code > 0x10FFFF) return 0;
-  return length;
-}
 
 void append_json_string(std::string& out, std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";

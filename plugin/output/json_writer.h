@@ -27,9 +27,6 @@ void append_json_int(std::string& out, std::int64_t value);
 std::string json_string(std::string_view text);  // with the quotes
 std::string json_number(double value);
 
-// Length of the valid UTF-8 sequence starting at text[i] (1-4), or 0 if the bytes there are not one.
-std::size_t utf8_sequence_length(std::string_view text, std::size_t i);
-
 // One JSON object, keys in insertion order: {"a": 1, "b": "x"} (", " and ": " separators when `spaced`,
 // "," and ":" otherwise, as in a JSONL line).
 class json_object {

@@ -196,10 +196,10 @@ class jsonl_sink final : public sink {
     if (!reports_.allow()) return;
     const std::uint64_t suppressed = reports_.take_suppressed();
     if (suppressed > 0) {
-      logger_->log(level, "flopmeter jsonl sink {}: {} ({} similar messages suppressed)", path_, message,
-                   suppressed);
+      logger_->log(level, "flopmeter jsonl sink {}: {} ({} similar messages suppressed)", printable_text(path_),
+                   message, suppressed);
     } else {
-      logger_->log(level, "flopmeter jsonl sink {}: {}", path_, message);
+      logger_->log(level, "flopmeter jsonl sink {}: {}", printable_text(path_), message);
     }
   }
 

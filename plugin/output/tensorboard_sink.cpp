@@ -68,15 +68,17 @@ class tensorboard_sink final : public sink {
       }
       append(event);
       if (failing_) {
-        logger_->info("flopmeter tensorboard sink {}: writing again, to {}", directory_, path_);
+        logger_->info("flopmeter tensorboard sink {}: writing again, to {}", printable_text(directory_),
+                      printable_text(path_));
         failing_ = false;
       }
     } catch (const error& e) {
       out_.close();  // the next record starts a new file
       if (!failing_) {
-        logger_->error("flopmeter tensorboard sink {}: {}; records are dropped (and counted) until a new file "
-                       "can be written",
-                       directory_, e.what());
+        logger_->error(
+            "flopmeter tensorboard sink {}: {}; records are dropped (and counted) until a new file "
+            "can be written",
+            printable_text(directory_), e.what());
         failing_ = true;
       }
       throw;  // sink::write counts it

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "flopmeter/error.h"
 #include "output/logging.h"
 
 namespace flopmeter::detail {
@@ -18,11 +19,15 @@ bool warn_uncounted_microbatch(spdlog::logger& logger, rate_limiter& limiter, co
     if (!limiter.allow()) return false;
     const std::uint64_t held_back = limiter.take_suppressed();
     if (held_back == 0) {
-      logger.warn("flopmeter: tensor micro-batch not counted: {} (logged at most once a minute; "
-                  "health().bad_microbatches counts every one)", why);
+      logger.warn(
+          "flopmeter: tensor micro-batch not counted: {} (logged at most once a minute; "
+          "health().bad_microbatches counts every one)",
+          printable_text(why, true));
     } else {
-      logger.warn("flopmeter: tensor micro-batch not counted: {} ({} more since the last warning; "
-                  "health().bad_microbatches counts every one)", why, held_back);
+      logger.warn(
+          "flopmeter: tensor micro-batch not counted: {} ({} more since the last warning; "
+          "health().bad_microbatches counts every one)",
+          printable_text(why, true), held_back);
     }
     return true;
   } catch (...) {
