@@ -8,9 +8,11 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "flopmeter/error.h"
 #include "flopmeter/metric_names.h"
 #include "accounting/row_layout.h"
 #include "support/small_models.h"
@@ -38,6 +40,8 @@ struct row_spec {
   double data_seconds = 0;
   double forward_backward_seconds = 0;
   double log_wait_ms = 0;
+  // The rank's running totals since it started; unset: this interval's tokens and samples (a first log).
+  std::optional<double> tokens_seen, samples_seen;
 };
 
 std::vector<double> rows_of(const std::vector<row_spec>& specs) {
@@ -62,6 +66,8 @@ std::vector<double> rows_of(const std::vector<row_spec>& specs) {
     x[row_present] = 1;
     x[row_step] = 7;
     x[row_log_wait_ms] = s.log_wait_ms;
+    x[row_tokens_seen] = s.tokens_seen.value_or(static_cast<double>(s.tokens));
+    x[row_samples_seen] = s.samples_seen.value_or(s.samples);
   }
   return rows;
 }
@@ -108,6 +114,10 @@ TEST(derive, dp4_headline_is_the_sum_of_rows_and_totals_accumulate) {
     specs[r].loss_sum = 10.0 * (r + 1);
     specs[r].label_tokens = 100.0 * (r + 1);
     specs[r].mem_bytes = (r + 1) * kGiB;
+    // Running totals: each rank had seen as many tokens before this interval as in it (100(r+1) twice), and
+    // rank 0 three samples more: DP sums 2 * (100+200+300+400) = 2000 tokens and (1+2+3+4) + 3 = 13 samples.
+    specs[r].tokens_seen = 2.0 * static_cast<double>(specs[r].tokens);
+    specs[r].samples_seen = specs[r].samples + (r == 0 ? 3 : 0);
   }
   const std::vector<double> rows = rows_of(specs);
   metrics_deriver deriver(setup_for(4, 1, 1e-3));
@@ -115,8 +125,6 @@ TEST(derive, dp4_headline_is_the_sum_of_rows_and_totals_accumulate) {
   context.step = 7;
   context.learning_rate = 0.5;
   context.log_wait_ms = 0.25;
-  context.tokens_seen_before = 1000;
-  context.samples_seen_before = 3;
   const derive_result result = deriver.derive(rows.data(), 4, context);
   ASSERT_TRUE(result.derived) << result.why;
   const metrics_record& rec = result.record;
@@ -134,7 +142,7 @@ TEST(derive, dp4_headline_is_the_sum_of_rows_and_totals_accumulate) {
   EXPECT_DOUBLE_EQ(value(rec, m::kLearningRate), 0.5);
   EXPECT_FALSE(find(rec, m::kGradNorm));
   EXPECT_DOUBLE_EQ(value(rec, m::kLogWaitMs), 0.25);
-  // Totals: 1000 + 1000 tokens, 3 + 10 samples.
+  // Totals: the DP sums of the rows' running totals (above), not this interval's counts.
   EXPECT_DOUBLE_EQ(value(rec, m::kTokensSeen), 2000.0);
   EXPECT_DOUBLE_EQ(value(rec, m::kNumSamples), 13.0);
   EXPECT_DOUBLE_EQ(result.tokens_seen, 2000.0);
@@ -153,6 +161,47 @@ TEST(derive, dp4_headline_is_the_sum_of_rows_and_totals_accumulate) {
   EXPECT_FALSE(find(rec, m::kForwardBackwardTime));
   EXPECT_FALSE(find(rec, topk(m::kTopkForwardBackwardTime, kSlow, 0)));
   EXPECT_FALSE(find(rec, topk(m::kTopkLogWaitMs, kSlow, 0)));
+}
+
+// No rank reported its peak memory (a CPU trainer, or one that never sets it): perf/mem_gib and its top-k
+// are left out, as perf/data_time is, rather than a 0 GiB that reads like a measurement. One rank reporting
+// 1 GiB brings both back (the max over the world, and that rank at the slow end).
+TEST(derive, peak_memory_is_reported_only_when_some_rank_reported_it) {
+  std::vector<row_spec> specs(2);
+  for (row_spec& s : specs) s.tokens = 100;
+  metrics_deriver deriver(setup_for(2));
+  const derive_result none = deriver.derive(rows_of(specs).data(), 2, derive_context{});
+  ASSERT_TRUE(none.derived) << none.why;
+  EXPECT_FALSE(find(none.record, m::kMemGib));
+  EXPECT_FALSE(find(none.record, topk(m::kTopkMemGib, kSlow, 0)));
+  specs[1].mem_bytes = kGiB;
+  const derive_result one = deriver.derive(rows_of(specs).data(), 2, derive_context{});
+  ASSERT_TRUE(one.derived) << one.why;
+  EXPECT_DOUBLE_EQ(value(one.record, m::kMemGib), 1.0);
+  EXPECT_DOUBLE_EQ(value(one.record, topk(m::kTopkMemGib, kSlow, 0, true)), 1.0);
+}
+
+// The loss fields of a micro-batch: train/loss = sum(loss_sum) / sum(label_tokens), so a loss_sum without
+// label tokens, or a non-zero one over 0 label tokens, is refused; 0 over 0 (a batch whose labels are all
+// masked) and label tokens without a loss are fine.
+TEST(derive, a_loss_sum_needs_label_tokens_to_be_a_sum_over) {
+  EXPECT_NO_THROW(check_loss_pair(std::nullopt, std::nullopt));
+  EXPECT_NO_THROW(check_loss_pair(std::nullopt, 5));
+  EXPECT_NO_THROW(check_loss_pair(0.0, 0));
+  EXPECT_NO_THROW(check_loss_pair(4.0, 1));
+  try {
+    check_loss_pair(-4.0, 0);
+    ADD_FAILURE() << "no error";
+  } catch (const error& e) {
+    EXPECT_STREQ(e.what(), "loss_sum -4 over 0 label tokens (a sum over no tokens is 0)");
+  }
+  try {
+    check_loss_pair(2.5, std::nullopt);
+    ADD_FAILURE() << "no error";
+  } catch (const error& e) {
+    EXPECT_STREQ(e.what(),
+                 "loss_sum 2.5 without label_tokens: train/loss is the sum of loss_sum over the sum of label_tokens");
+  }
 }
 
 TEST(derive, tp2_sums_the_dp_group_and_splits_flops_between_tp_ranks) {

@@ -143,8 +143,9 @@ TEST(faults, failed_collectives_back_off_then_a_probe_resumes_reporting) {
     EXPECT_EQ(h.skipped_intervals, 13u);
   }
   expect_every_record_exact(j, 2);
-  // tokens_seen counts the emitted intervals only: steps 1, 2, 16..20 at 10k tokens on each of 2 ranks.
-  EXPECT_DOUBLE_EQ(j.sinks[0]->value(6, "train/tokens_seen"), 20.0 * (1 + 2 + 16 + 17 + 18 + 19 + 20));
+  // tokens_seen counts every interval that ran, emitted or not: 10k tokens on each of 2 ranks for k = 1..20,
+  // 20 * (1 + ... + 20) = 20 * 210 = 4200 (before: 1860, the emitted steps 1, 2, 16..20 only).
+  EXPECT_DOUBLE_EQ(j.sinks[0]->value(6, "train/tokens_seen"), 20.0 * 210);
 }
 
 TEST(faults, dead_peer_costs_metrics_but_never_blocks_the_loop_after_backing_off) {
@@ -214,8 +215,9 @@ class start_fails_once final : public communicator {
 };
 
 // A broken all-reduce: it completes, but with NaN in every slot (values no rank sent). One rank: its own row
-// comes back with a step that is not a number, which no rank can have sent. The interval is discarded, never
-// turned into a number, and the warning says the collective is broken (before: "ranks out of step: ... met
+// comes back changed, with a step that is not a number, which no rank can have sent. The interval is
+// discarded, never turned into a number, counted as a failed collective (not as ranks out of step: no rank's
+// on_log was at fault), and the warning says the collective is broken (before: "ranks out of step: ... met
 // rank 0's of step -nan", which blamed the trainer's on_log calls).
 class returns_nan final : public communicator {
  public:
@@ -248,13 +250,102 @@ TEST(faults, a_collective_that_returns_values_nobody_sent_is_named_as_broken) {
   }
   plugin->flush();
   EXPECT_TRUE(sink->records.empty());
-  EXPECT_EQ(plugin->health().out_of_step_intervals, 2u);  // logs 1 and 2, each discarded
-  EXPECT_NE(log.text().find("warning|flopmeter: the collective of step 1 returned a row for rank 0 whose step is not "
-                            "a number (values no rank sent: the all-reduce or all-gather is broken); the interval "
-                            "is discarded"),
+  EXPECT_EQ(plugin->health().failed_collectives, 2u);  // logs 1 and 2, each discarded
+  EXPECT_EQ(plugin->health().out_of_step_intervals, 0u);
+  EXPECT_NE(log.text().find("warning|flopmeter: metrics of step 1 skipped: the collective returned this rank's own "
+                            "row (rank 0) changed: step not a number and log not a number where step 1 and log 1 "
+                            "were sent (values no rank sent: the all-reduce or all-gather is broken, or world_size "
+                            "1 and rank 0 do not describe its group"),
             std::string::npos)
       << log.text();
   EXPECT_EQ(log.text().find("-nan"), std::string::npos) << log.text();
+}
+
+// A trainer's communicator that tells flopmeter a world of `world` with this rank at `rank`, whatever the
+// group its all-reduce really spans (a C ABI flopmeter_comm filled in wrong).
+class claims_layout final : public communicator {
+ public:
+  claims_layout(std::shared_ptr<communicator> inner, int rank, int world)
+      : inner_(std::move(inner)), rank_(rank), world_(world) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string backend_name() const override { return "claims-layout"; }
+  std::unique_ptr<pending_collective> start_allreduce_sum(double* values, std::size_t count) override {
+    return inner_->start_allreduce_sum(values, count);
+  }
+
+ private:
+  std::shared_ptr<communicator> inner_;
+  int rank_, world_;
+};
+
+// Two ranks whose all-reduce spans both, each told world_size 1 and rank 0: both write row 0, the sum reads
+// twice what each sent (step 2 and log 2 where step 1 and log 1 were sent; an interval of 2 s where 1 s was).
+// Reported, that would be tokens/s of one GPU's worth over a doubled interval: the job's rate halved, with no
+// sign of it. Each rank sees its own row changed: the interval is discarded and counted as a failed
+// collective, three in a row back off (logs 1-3 fail, seen at logs 2-4; logs 4 and 5 start none), and the
+// warning names world_size and rank.
+TEST(faults, a_world_size_smaller_than_the_collectives_group_is_refused_not_reported_at_one_nth) {
+  testing::captured_log log;
+  job j(
+      2, 20ms, [&](int, throughput_options& o) { o.logger = log.logger; },
+      [](int, std::shared_ptr<communicator> comm) -> std::shared_ptr<communicator> {
+        return std::make_shared<claims_layout>(std::move(comm), 0, 1);
+      });
+  for (std::int64_t step = 1; step <= 5; ++step) j.interval(step, 10 * step);
+  j.flush_all();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(j.sinks[static_cast<std::size_t>(r)]->records.empty()) << "rank " << r;
+    EXPECT_EQ(j.rank(r).health().failed_collectives, 3u) << "rank " << r;
+    EXPECT_EQ(j.rank(r).health().out_of_step_intervals, 0u) << "rank " << r;
+  }
+  EXPECT_NE(log.text().find("the collective returned this rank's own row (rank 0) changed: step 2 and log 2 where "
+                            "step 1 and log 1 were sent (values no rank sent: the all-reduce or all-gather is broken, "
+                            "or world_size 1 and rank 0 do not describe its group"),
+            std::string::npos)
+      << log.text();
+}
+
+// One rank told world_size 2 while its all-reduce spans itself alone: row 1 stays empty (log 0, which no rank
+// sends: a rank's first row carries log 1). Refused as values no rank sent, not as ranks out of step (which
+// would wait for a rank 1 that does not exist).
+TEST(faults, a_world_size_larger_than_the_collectives_group_is_refused) {
+  testing::captured_log log;
+  throughput_options o;
+  o.model = small_text_model();
+  o.logger = log.logger;
+  auto sink = std::make_shared<capture_sink>();
+  o.sinks = {sink};
+  auto plugin = throughput_plugin::create(o, std::make_shared<claims_layout>(make_local_communicator(), 0, 2));
+  plugin->on_log(log_at(1));
+  plugin->flush();
+  EXPECT_TRUE(sink->records.empty());
+  EXPECT_EQ(plugin->health().failed_collectives, 1u);
+  EXPECT_EQ(plugin->health().out_of_step_intervals, 0u);
+  EXPECT_NE(log.text().find("the collective returned a row for rank 1 that no rank fills that way (step 0, log 0) "
+                            "(values no rank sent: the all-reduce or all-gather is broken, or world_size 2 and rank 0"),
+            std::string::npos)
+      << log.text();
+}
+
+// train/tokens_seen and train/num_samples are running totals since the start: an interval whose collective
+// could not start (log 2 here) loses its rates, not its tokens. One rank, interval k runs 10k tokens and one
+// sample: records at steps 1, 3, 4, 5 say 10, 10+20+30 = 60, 100 and 150 tokens, and 1, 3, 4, 5 samples
+// (before: 40, 80, 130 and 2, 3, 4, every later total short of log 2's 20 tokens and 1 sample).
+TEST(faults, a_skipped_interval_still_counts_in_the_running_totals) {
+  job j(1, 20ms, nullptr, [](int, std::shared_ptr<communicator> comm) -> std::shared_ptr<communicator> {
+    return std::make_shared<start_fails_once>(std::move(comm), 1);
+  });
+  for (std::int64_t step = 1; step <= 5; ++step) j.interval(step, 10 * step);
+  j.flush_all();
+  ASSERT_EQ(j.steps(0), (std::vector<std::int64_t>{1, 3, 4, 5}));
+  const capture_sink& sink = *j.sinks[0];
+  const double tokens[] = {10, 60, 100, 150}, samples[] = {1, 3, 4, 5};
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_DOUBLE_EQ(sink.value(i, "train/tokens_seen"), tokens[i]) << "record " << i;
+    EXPECT_DOUBLE_EQ(sink.value(i, "train/num_samples"), samples[i]) << "record " << i;
+  }
+  EXPECT_DOUBLE_EQ(sink.value(1, "perf/tokens_per_second"), 30.0);  // the rates are log 3's interval alone
 }
 
 TEST(faults, ranks_out_of_step_never_mix_intervals_and_fall_back_into_step) {

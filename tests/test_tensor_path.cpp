@@ -182,6 +182,30 @@ throughput_options two_rank_options(const std::shared_ptr<capture_sink>& sink, c
   return o;
 }
 
+// One rank's plugin over `group`: tensor_throughput when fed tensors, else a plain plugin fed host lengths.
+struct rank_plugin {
+  std::shared_ptr<tensor_throughput> tensor;
+  std::shared_ptr<throughput_plugin> host;
+
+  rank_plugin(bool tensors, const throughput_options& o, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    if (tensors) {
+      tensor = tensor_throughput::create(o, std::move(group), c10::Device(c10::kCPU));
+    } else {
+      host = throughput_plugin::create(o, make_c10d_communicator(std::move(group)));
+    }
+  }
+  void on_log(const log_event& l) { tensor ? tensor->on_log(l) : host->on_log(l); }
+  // Flushes and returns what the rank emitted and its health.
+  rank_run finish(const capture_sink& sink) {
+    if (tensor) {
+      tensor->flush();
+      return {sink.records, tensor->health()};
+    }
+    host->flush();
+    return {sink.records, host->health()};
+  }
+};
+
 // Two Gloo ranks run the same three micro-batches per rank in a 2 s interval, either as tensors through
 // tensor_throughput or as host lengths through a plain plugin.
 std::vector<rank_run> run_two_ranks(bool tensors, bool add_malformed) {
@@ -192,13 +216,7 @@ std::vector<rank_run> run_two_ranks(bool tensors, bool add_malformed) {
     const throughput_options o = two_rank_options(sink, clock);
     const std::vector<std::vector<std::int64_t>> docs = {{100 + rank, 28}, {4000}, {7, 7, 7 * rank + 1}};
     const std::vector<image_grid> items = {{2, 4, 6}, {1, 2, 2}};
-    std::shared_ptr<tensor_throughput> tensor_plugin;
-    std::shared_ptr<throughput_plugin> host_plugin;
-    if (tensors) {
-      tensor_plugin = tensor_throughput::create(o, group, c10::Device(c10::kCPU));
-    } else {
-      host_plugin = throughput_plugin::create(o, make_c10d_communicator(group));
-    }
+    rank_plugin plugin(tensors, o, group);
     for (const auto& lengths : docs) {
       if (tensors) {
         std::vector<std::int64_t> cu = {0};
@@ -208,33 +226,26 @@ std::vector<rank_run> run_two_ranks(bool tensors, bool add_malformed) {
         b.grid_thw = grids(items);
         b.padding_tokens = 3;
         b.samples = 1;
-        tensor_plugin->on_microbatch(b);
+        plugin.tensor->on_microbatch(b);
       } else {
         microbatch_event e;
         e.document_lengths = lengths;
         e.image_grids = items;
         e.padding_tokens = 3;
         e.samples = 1;
-        host_plugin->on_microbatch(e);
+        plugin.host->on_microbatch(e);
       }
     }
     if (add_malformed && tensors) {
       tensor_microbatch bad;
       bad.cu_seqlens = longs({0, 9, 3});
-      tensor_plugin->on_microbatch(bad);
+      plugin.tensor->on_microbatch(bad);
     }
     *clock = 2.0;
     log_event l;
     l.step = 5;
-    if (tensors) {
-      tensor_plugin->on_log(l);
-      tensor_plugin->flush();
-      out[static_cast<std::size_t>(rank)] = {sink->records, tensor_plugin->health()};
-    } else {
-      host_plugin->on_log(l);
-      host_plugin->flush();
-      out[static_cast<std::size_t>(rank)] = {sink->records, host_plugin->health()};
-    }
+    plugin.on_log(l);
+    out[static_cast<std::size_t>(rank)] = plugin.finish(*sink);
   });
   return out;
 }
@@ -255,6 +266,67 @@ TEST(tensor_path, bit_identical_flops_to_the_host_path) {
     // Real tokens: rank 0 has (100 + 28) + 4000 + (7 + 7 + 1) = 4143, rank 1 (101 + 28) + 4000 + (7 + 7 + 8)
     // = 4151; 8294 over 2 s.
     EXPECT_DOUBLE_EQ(*t.find("perf/tokens_per_second"), 4147.0);
+  }
+}
+
+// Two Gloo ranks, one document of 10 tokens per micro-batch and one micro-batch per 1 s interval, six
+// intervals each; rank 1 misses the on_log of step 2 (its interval then spans steps 2-3: 2 micro-batches in
+// 2 s). The collectives pair as: (1, 1); (step 2, step 3): out of step, discarded on both; rank 0, behind,
+// starts none at step 3 while it gets back in step; (4, 4), (5, 5), (6, 6). Records: steps 1, 4, 5, 6.
+// Rank 0's step-3 interval had no collective: it still ends there, so step 4's record covers step 4 alone,
+// 10 + 10 tokens in 1 s = 20 tokens/s (before, the tensor path kept step 3's device counts and reported 30),
+// and its tokens join the running totals: tokens_seen 40 + 40 = 80 at step 4 and 120 at step 6 (every token
+// fed; before: 40 and 80, the emitted intervals only). The host path must give the same records, bit for bit.
+std::vector<rank_run> run_two_ranks_one_missing_a_log(bool tensors) {
+  std::vector<rank_run> out(2);
+  flopmeter_test::run_gloo_ranks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    auto sink = std::make_shared<capture_sink>();
+    auto clock = std::make_shared<double>(0.0);
+    rank_plugin plugin(tensors, two_rank_options(sink, clock), group);
+    const std::vector<std::int64_t> lengths = {10};
+    for (std::int64_t step = 1; step <= 6; ++step) {
+      *clock += 1.0;
+      if (tensors) {
+        tensor_microbatch b;
+        b.cu_seqlens = longs({0, 10});
+        b.samples = 1;
+        plugin.tensor->on_microbatch(b);
+      } else {
+        microbatch_event e;
+        e.document_lengths = lengths;
+        e.samples = 1;
+        plugin.host->on_microbatch(e);
+      }
+      if (rank == 1 && step == 2) continue;
+      log_event l;
+      l.step = step;
+      plugin.on_log(l);
+    }
+    out[static_cast<std::size_t>(rank)] = plugin.finish(*sink);
+  });
+  return out;
+}
+
+TEST(tensor_path, an_interval_without_a_collective_ends_at_its_log_and_counts_in_the_totals) {
+  const auto by_tensor = run_two_ranks_one_missing_a_log(true);
+  const auto by_host = run_two_ranks_one_missing_a_log(false);
+  for (std::size_t r = 0; r < 2; ++r) {
+    const std::vector<metrics_record>& t = by_tensor[r].records;
+    const std::vector<metrics_record>& h = by_host[r].records;
+    ASSERT_EQ(t.size(), 4u) << "rank " << r;
+    ASSERT_EQ(h.size(), 4u) << "rank " << r;
+    const std::int64_t steps[] = {1, 4, 5, 6};
+    const double tokens_seen[] = {20, 80, 100, 120};
+    for (std::size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(t[i].step, steps[i]) << "rank " << r << " record " << i;
+      EXPECT_DOUBLE_EQ(*t[i].find("train/tokens_seen"), tokens_seen[i]) << "rank " << r << " record " << i;
+      EXPECT_DOUBLE_EQ(*t[i].find("train/num_samples"), tokens_seen[i] / 10) << "rank " << r << " record " << i;
+      for (const char* name :
+           {"perf/tokens_per_second", "perf/tflops_per_second", "train/tokens_seen", "train/num_samples"}) {
+        EXPECT_EQ(*t[i].find(name), *h[i].find(name)) << name << ", rank " << r << " record " << i;
+      }
+    }
+    EXPECT_DOUBLE_EQ(*t[1].find("perf/tokens_per_second"), 20.0) << "rank " << r;
   }
 }
 

@@ -382,6 +382,21 @@ TEST_F(throughput_config, top_level_parallel_key_points_to_its_table) {
             plugin_path() + ":1:1: unknown key 'tp' (did you mean 'parallel.tp' in table [parallel]?)");
 }
 
+// A file of the wrong kind where the plugin config goes says what it is. A model config: its first model
+// table is cited ("[text_config]" on line 3, the header at 3:1). A config.json: TOML cannot start with '{',
+// which is cited (two spaces of indentation on line 2 -> 2:3) instead of a TOML syntax error.
+TEST_F(throughput_config, a_model_config_or_a_config_json_given_as_plugin_config_says_what_it_is) {
+  EXPECT_EQ(error_of("[model]\nmodel_type = \"qwen3_vl\"\n[text_config]\nhidden_size = 64\n"),
+            plugin_path() +
+                ":3:1: key 'text_config': this is a model config, not a plugin config: a plugin config "
+                "names its model config in [model] config = \"PATH\" (plugin_configs/SCHEMA.md)");
+  EXPECT_EQ(error_of("\n  {\"model_type\": \"qwen3_vl\"}\n"),
+            plugin_path() +
+                ":2:3: this looks like JSON (a Hugging Face config.json?), not a plugin config: the "
+                "plugin config is TOML and names the model's config.json or TOML in [model] config = "
+                "\"PATH\" (plugin_configs/SCHEMA.md)");
+}
+
 TEST_F(throughput_config, missing_plugin_file_names_the_path) {
   const std::string path = (dir_ / "missing.toml").string();
   EXPECT_EQ(testing::error_message_of([&] { (void)load_throughput_options(path); }),

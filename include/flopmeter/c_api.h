@@ -9,6 +9,17 @@
  *
  * Life cycle: flopmeter_create (from a plugin TOML path, see plugin_configs/SCHEMA.md) -> on_microbatch /
  * on_log events -> flopmeter_flush -> flopmeter_destroy.
+ *  - Intervals: the first interval starts at flopmeter_create; each flopmeter_on_log(step k) ends one and
+ *    starts the next. Its record reaches the metrics callback one log later (during on_log of step k+1, or
+ *    during flush / destroy for the last one), with `step` = k: the collective runs while you train. To keep
+ *    set-up time (loading the model, the first compilation) out of the first record, create the plugin just
+ *    before the training loop, or call on_log once before the first micro-batch and ignore that record.
+ *  - Every rank calls on_log at the same steps, with the same, increasing `step`: the ranks' rows are
+ *    matched by it (METRICS.md, "When things go wrong", for what a skipped or extra on_log costs).
+ *  - Every rank of a tensor-, context- or pipeline-parallel group passes the WHOLE micro-batch its replica
+ *    runs (all documents and images, not its shard): flopmeter divides the work between the group's ranks
+ *    itself ([parallel] in the plugin config). A context-parallel rank passing its shard would be billed
+ *    for short documents, and attention grows with the square of a document's length.
  *  - Configuration errors make create return NULL and write a message (with file:line:col) into the
  *    caller's buffer.
  *  - flopmeter_destroy flushes first (emits the last interval, waiting at most the plugin's collective
@@ -87,10 +98,12 @@ typedef struct flopmeter_microbatch {
   int64_t padding_tokens;
   const flopmeter_grid* grids;
   size_t num_grids;
-  int64_t samples;
+  int64_t samples;      /* training samples (sequences before packing) in the micro-batch: train/num_samples */
   int has_loss;         /* nonzero: loss_sum and label_tokens are set */
-  double loss_sum;
-  int64_t label_tokens;
+  double loss_sum;      /* the SUM of the per-token losses over the label tokens, not their mean */
+  int64_t label_tokens; /* the tokens that carry a label: train/loss = sum(loss_sum) / sum(label_tokens) over
+                         * the interval and the data-parallel group. A non-zero loss_sum over 0 label tokens is
+                         * FLOPMETER_E_REJECTED (a sum over no tokens is 0) */
 } flopmeter_microbatch;
 
 /* Which optional fields of flopmeter_log are set. */
@@ -115,12 +128,17 @@ typedef struct flopmeter_log {
 
 /* The one collective flopmeter needs, provided by the trainer: an in-place SUM all-reduce of doubles.
  * start returns a non-NULL handle (NULL = could not start); wait returns 0 done, 1 still pending after
- * timeout_ms, -1 failed; release frees the handle (called exactly once per handle, also if unfinished). */
+ * timeout_ms, -1 failed; release frees the handle (called exactly once per handle, also if unfinished).
+ * rank and world_size must describe the group the all-reduce spans: world_size its size, every rank with its
+ * own index. Each rank writes only its own row of `values` (the others are zero), so a world_size smaller
+ * than the group (two ranks summing into one row) or larger (a row nobody fills) comes back as rows no rank
+ * sent: flopmeter discards that interval as a failed collective, names world_size and rank in the warning and
+ * backs off after 3 in a row, instead of reporting a rate that is off by the factor. */
 typedef struct flopmeter_comm {
   uint32_t struct_size;
   int rank;       /* in [0, world_size) */
   int world_size; /* in [1, FLOPMETER_MAX_WORLD_SIZE]; larger is a create error (the per-log buffer is
-                   * world_size x 19 doubles: 152 MiB at the bound) */
+                   * world_size rows of 23 doubles in this version: 184 MiB at the bound; use `count`) */
   void* user;
   void* (*start_allreduce_sum)(void* user, double* values, size_t count);
   int (*wait)(void* user, void* handle, int64_t timeout_ms);

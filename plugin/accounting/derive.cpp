@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "flopmeter/error.h"
 #include "flopmeter/metric_names.h"
 #include "accounting/row_layout.h"
 #include "core/exact_double.h"
@@ -64,6 +65,17 @@ checked_log check_log_fields(const log_event& event) {
   return out;
 }
 
+void check_loss_pair(const std::optional<double>& loss_sum, const std::optional<std::int64_t>& label_tokens) {
+  if (!loss_sum) return;  // label_tokens alone: no loss reported, nothing to skew
+  if (!label_tokens) {
+    throw error("loss_sum " + format_number(*loss_sum) +
+                " without label_tokens: train/loss is the sum of loss_sum over the sum of label_tokens");
+  }
+  if (*label_tokens == 0 && *loss_sum != 0) {
+    throw error("loss_sum " + format_number(*loss_sum) + " over 0 label tokens (a sum over no tokens is 0)");
+  }
+}
+
 metrics_deriver::metrics_deriver(derive_setup setup) : setup_(std::move(setup)) {}
 
 derive_result metrics_deriver::derive(const double* rows, std::int64_t world, const derive_context& context) {
@@ -98,6 +110,13 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
         return result;
       }
     }
+    for (const row_field f : {row_tokens_seen, row_samples_seen}) {
+      if (!(x[f] >= 0 && x[f] < kExactIntegerLimit)) {
+        result.why = "rank " + std::to_string(r) + " reported a running total of " + format_number(x[f]) +
+                     ", beyond the 2^53 a row carries exactly";
+        return result;
+      }
+    }
     const std::size_t i = static_cast<std::size_t>(r);
     const batch_counts counts = counts_from_row(x);
     // Each rank of a TP group holds the same micro-batch and does 1/tp of its matmul work: its share.
@@ -123,7 +142,7 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   }
 
   // Additive figures: sums over this rank's DP group (TP/CP/PP ranks share micro-batches: not added).
-  double real = 0, device = 0, samples = 0, loss = 0, labels = 0;
+  double real = 0, device = 0, samples = 0, loss = 0, labels = 0, tokens_seen = 0, samples_seen = 0;
   for (const std::int64_t r : setup_.dp_group) {
     const double* x = row(r);
     const batch_counts counts = counts_from_row(x);
@@ -132,9 +151,13 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     samples += x[row_samples];
     loss += x[row_loss_sum];
     labels += x[row_label_tokens];
+    tokens_seen += x[row_tokens_seen];
+    samples_seen += x[row_samples_seen];
   }
-  result.tokens_seen = context.tokens_seen_before + real;
-  result.samples_seen = context.samples_seen_before + samples;
+  // Running totals: each rank's own since it started (skipped intervals included), summed over the DP group
+  // at this log. Not the sum of emitted intervals, which would lose every interval a failure skipped.
+  result.tokens_seen = tokens_seen;
+  result.samples_seen = samples_seen;
 
   metrics_record& record = result.record;
   record.step = context.step;
@@ -170,7 +193,8 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     v.emplace_back(m::kOptimizerStepTime, step_time * setup_.tpi_multiplier);
   }
   if (device > 0) v.emplace_back(m::kBatchEfficiency, real / device);
-  v.emplace_back(m::kMemGib, max_mem / kGiB);
+  // Peak memory only when some rank reported it: 0 GiB would read as a measurement (a CPU trainer has none).
+  if (max_mem > 0) v.emplace_back(m::kMemGib, max_mem / kGiB);
   // A DP sum of finite loss sums can still overflow the double range: then there is no loss to report.
   if (labels > 0 && std::isfinite(loss)) v.emplace_back(m::kLoss, loss / labels);
   v.emplace_back(m::kTokensSeen, result.tokens_seen);
@@ -181,7 +205,10 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   if (max_fwd_bwd > 0) v.emplace_back(m::kForwardBackwardTime, max_fwd_bwd);
   v.emplace_back(m::kLogWaitMs, context.log_wait_ms);
   v.emplace_back(m::kLogEmitMs, context.log_emit_ms);
-  if (setup_.topk > 0) add_topk(record, step_time_known, max_fwd_bwd > 0, max_data > 0, max_wait > 0, mfu_plausible);
+  if (setup_.topk > 0) {
+    add_topk(record, reported_columns{step_time_known, max_fwd_bwd > 0, max_data > 0, max_wait > 0, mfu_plausible,
+                                      max_mem > 0});
+  }
   result.derived = true;
   return result;
 }
@@ -243,8 +270,7 @@ void metrics_deriver::select_ends(const std::vector<double>& column, std::size_t
 // step_time only when every rank ran a micro-batch (as perf/step_time): a rank without one has no step
 // time. The trainer-reported times only when some rank reported them (as perf/data_time...): a rank that
 // did not report shows 0. log_wait_ms from the second log on (a rank's row carries its previous wait).
-void metrics_deriver::add_topk(metrics_record& record, bool step_time_known, bool forward_backward_known,
-                               bool data_known, bool log_wait_known, bool mfu_known) {
+void metrics_deriver::add_topk(metrics_record& record, const reported_columns& reported) {
   const std::size_t n = tps_.size();
   const std::size_t k = std::min<std::size_t>(static_cast<std::size_t>(setup_.topk), n);
   order_.resize(n);
@@ -260,19 +286,19 @@ void metrics_deriver::add_topk(metrics_record& record, bool step_time_known, boo
     }
   };
   emit(metric::kTopkTps, tps_, true);
-  if (step_time_known) emit(metric::kTopkStepTime, step_time_, false);
+  if (reported.step_time) emit(metric::kTopkStepTime, step_time_, false);
   emit(metric::kTopkTflops, tflops_, true);
-  if (mfu_known) {
+  if (reported.mfu) {
     const double peak = *setup_.peak_tflops_per_gpu;
     mfu_.resize(n);
     for (std::size_t i = 0; i < n; ++i) mfu_[i] = tflops_[i] / peak * 100.0;
     emit(metric::kTopkMfu, mfu_, true);
   }
-  emit(metric::kTopkMemGib, mem_gib_, false);
-  if (forward_backward_known) emit(metric::kTopkForwardBackwardTime, forward_backward_, false);
-  if (data_known) emit(metric::kTopkDataTime, data_, false);
+  if (reported.memory) emit(metric::kTopkMemGib, mem_gib_, false);
+  if (reported.forward_backward) emit(metric::kTopkForwardBackwardTime, forward_backward_, false);
+  if (reported.data) emit(metric::kTopkDataTime, data_, false);
   // The host's wait in flopmeter: the rank that waited least is the one the others waited for (slow).
-  if (log_wait_known) emit(metric::kTopkLogWaitMs, log_wait_, true);
+  if (reported.log_wait) emit(metric::kTopkLogWaitMs, log_wait_, true);
 }
 
 }  // namespace flopmeter::detail

@@ -37,18 +37,22 @@ struct derive_context {
   std::optional<double> grad_norm;
   double log_wait_ms = 0;                       // perf/log_wait_ms: the host's wait for these rows
   double log_emit_ms = 0;                       // perf/log_emit_ms: the previous emission's cost
-  double tokens_seen_before = 0;                // running totals before this interval
-  double samples_seen_before = 0;
 };
 
 struct derive_result {
   bool derived = false;       // false: the interval is skipped and `why` says why
   std::string why;
   metrics_record record;      // when derived
-  double tokens_seen = 0;     // the running totals after this interval (when derived)
+  double tokens_seen = 0;     // the running totals at this log, DP sums of row_tokens_seen (when derived)
   double samples_seen = 0;
   std::string warning;  // when derived: what is not reported and why (e.g. an MFU above 100%); "" if none
 };
+
+// A micro-batch's loss fields, checked by both paths before the batch is counted: train/loss is the DP sum of
+// loss_sum over the DP sum of label_tokens, so a loss_sum without label_tokens, or a non-zero loss_sum over 0
+// label tokens (a sum over no tokens is 0), would be dropped or skew the interval's loss: throws
+// flopmeter::error saying which, and the batch is refused like any bad description.
+void check_loss_pair(const std::optional<double>& loss_sum, const std::optional<std::int64_t>& label_tokens);
 
 // The trainer's optional log fields that pass into a record, each checked by one rule: learning_rate and
 // grad_norm finite and >= 0; data_time and forward_backward_time finite, >= 0 and at most kMaxLogSeconds;
@@ -78,8 +82,11 @@ class metrics_deriver {
   static constexpr std::size_t kLinearSelectMax = 16;  // larger k: partial_sort
   // The k worst entries of `column` into order_ (worst first) and the k best into fast_order_ (best first).
   void select_ends(const std::vector<double>& column, std::size_t k, bool higher_is_better);
-  void add_topk(metrics_record& record, bool step_time_known, bool forward_backward_known, bool data_known,
-                bool log_wait_known, bool mfu_known);
+  // The optional columns some rank reported (or, for MFU, that are plausible): only those get a top-k.
+  struct reported_columns {
+    bool step_time = false, forward_backward = false, data = false, log_wait = false, mfu = false, memory = false;
+  };
+  void add_topk(metrics_record& record, const reported_columns& reported);
 
   derive_setup setup_;
   // One column per per-rank figure, indexed by rank (contiguous, so a top-k is one pass over one array).

@@ -4,7 +4,7 @@
 // gathered counts after the collective, identically for the host and the tensor path.
 //
 // Counts travel as doubles: exact up to 2^53 per rank and interval (9e15 tokens or pairs), far beyond any
-// interval a rank can run.
+// interval a rank can run, and beyond the running totals of any run.
 #pragma once
 
 #include <cstddef>
@@ -29,15 +29,20 @@ enum row_field : std::size_t {
   row_samples,
   row_loss_sum,
   row_label_tokens,
-  row_microbatches,          // micro-batches run (rejected descriptions included: they ran)
-  row_interval_seconds,      // this rank's own interval
+  row_microbatches,      // micro-batches run (rejected descriptions included: they ran)
+  row_interval_seconds,  // this rank's own interval
   row_peak_memory_bytes,
   row_data_seconds,
   row_forward_backward_seconds,
-  row_present,               // the log's sequence number: this rank's on_log calls so far (>= 1 in a filled row)
-  row_device_rejected,       // micro-batches the tensor path rejected on the device (added there)
-  row_step,                  // the log's step (log_event::step): what identifies the log across ranks
-  row_log_wait_ms,           // this rank's host wait for the previous log's collective (perf/log_wait_ms)
+  row_present,          // the log's sequence number: this rank's on_log calls so far (>= 1 in a filled row)
+  row_device_rejected,  // micro-batches the tensor path rejected on the device (added there)
+  row_step,             // the log's step (log_event::step): what identifies the log across ranks
+  row_log_wait_ms,      // this rank's host wait for the previous log's collective (perf/log_wait_ms)
+  // This rank's running totals since it started, every interval included (also those whose collective
+  // failed or was skipped): train/tokens_seen and train/num_samples are their DP sums, so a lost interval
+  // costs its rates, never the totals.
+  row_tokens_seen,
+  row_samples_seen,
   kRowFields
 };
 

@@ -189,6 +189,7 @@ class throughput_plugin::impl {
       if (event.samples < 0) throw error("samples must be >= 0 (got " + std::to_string(event.samples) + ")");
       if (event.label_tokens && *event.label_tokens < 0) throw error("label_tokens must be >= 0");
       if (event.loss_sum && !std::isfinite(*event.loss_sum)) throw error("loss_sum is not finite");
+      check_loss_pair(event.loss_sum, event.label_tokens);
       batch_counts counts;
       if (!event.cu_seqlens.empty()) {
         counts = count_from_cu_seqlens(event.cu_seqlens, event.padding_tokens, event.image_grids, geometry_);
@@ -249,6 +250,10 @@ class throughput_plugin::impl {
     // Each stage is guarded on its own: whatever fails, this rank still takes part in the log's collective
     // (the other ranks are issuing theirs) and the next interval starts here.
     ++log_sequence_;
+    // The interval ends here whatever becomes of its collective: its tokens and samples join the running
+    // totals now, so a skipped or failed interval still counts in train/tokens_seen at the next record.
+    tokens_seen_ += static_cast<double>(current_.counts.real_tokens);
+    samples_seen_ += static_cast<double>(current_.samples);
     const double now = read_clock();
     const bool was_in_flight = in_flight_.pending != nullptr;
     try {
@@ -416,6 +421,8 @@ class throughput_plugin::impl {
     row[row_present] = static_cast<double>(log_sequence_);
     row[row_step] = static_cast<double>(event.step);
     row[row_log_wait_ms] = last_wait_ms_;
+    row[row_tokens_seen] = tokens_seen_;
+    row[row_samples_seen] = samples_seen_;
     in_flight_.event = event;
     ++health_.collectives_started;
     try {
@@ -447,6 +454,39 @@ class throughput_plugin::impl {
                    "every {} logs without blocking, and logging when reporting resumes",
                    in_flight_.event.step, kMaxConsecutiveFailures, kRetryEveryLogs);
     }
+  }
+
+  // Why the gathered rows cannot be what the ranks sent, or "" when they can. Every rank fills its row with a
+  // finite step and a sequence number >= 1, and the host alone writes this rank's step, sequence number and
+  // interval (a tensor path adds counts only). So this rank's own row must come back exactly as sent, and
+  // every row must carry a whole sequence number >= 1 and a finite step. An all-reduce over a zero-filled
+  // buffer breaks the first rule when two ranks write the same row (world_size smaller than the all-reduce's
+  // group, or two ranks with one index: the row reads twice what was sent, and every rate would be 1/N) and
+  // the second when a row stays empty (world_size larger than the group).
+  std::string rows_no_rank_sent() const {
+    const double* mine = row(rank_);
+    const auto shown = [](double value) {
+      return std::isfinite(value) ? std::to_string(static_cast<long long>(value)) : std::string("not a number");
+    };
+    const std::string remedy = " (values no rank sent: the all-reduce or all-gather is broken, or world_size " +
+                               std::to_string(world_) + " and rank " + std::to_string(rank_) +
+                               " do not describe its group, every rank with its own index); the interval is discarded";
+    if (mine[row_step] != row_[row_step] || mine[row_present] != row_[row_present] ||
+        mine[row_interval_seconds] != row_[row_interval_seconds]) {
+      return "the collective returned this rank's own row (rank " + std::to_string(rank_) + ") changed: step " +
+             shown(mine[row_step]) + " and log " + shown(mine[row_present]) + " where step " + shown(row_[row_step]) +
+             " and log " + shown(row_[row_present]) + " were sent" + remedy;
+    }
+    for (std::int64_t r = 0; r < world_; ++r) {
+      const double* x = row(r);
+      const bool filled = x[row_present] >= 1 && x[row_present] < kExactIntegerLimit &&
+                          std::floor(x[row_present]) == x[row_present] && std::isfinite(x[row_step]);
+      if (!filled) {
+        return "the collective returned a row for rank " + std::to_string(r) + " that no rank fills that way (step " +
+               shown(x[row_step]) + ", log " + shown(x[row_present]) + ")" + remedy;
+      }
+    }
+    return "";
   }
 
   // The outcome of comparing the gathered rows' log identities.
@@ -510,6 +550,10 @@ class throughput_plugin::impl {
       return;
     }
     in_flight_.pending.reset();
+    if (const std::string broken = rows_no_rank_sent(); !broken.empty()) {
+      collective_failed(broken);  // not a working group: counts towards backing off
+      return;
+    }
     // The collective completed: the group works. Reporting resumes if it was paused.
     if (backing_off()) {
       log_noexcept(spdlog::level::info, "flopmeter: reporting resumed: the collective of step {} completed",
@@ -523,19 +567,11 @@ class throughput_plugin::impl {
       ++health_.out_of_step_intervals;
       if (!out_of_step_reported_) {
         out_of_step_reported_ = true;
-        if (!std::isfinite(check.other_step)) {
-          // No rank sends a step that is not a number: the collective itself returned values nobody sent.
-          log_noexcept(spdlog::level::warn,
-                       "flopmeter: the collective of step {} returned a row for rank {} whose step is not a number "
-                       "(values no rank sent: the all-reduce or all-gather is broken); the interval is discarded",
-                       in_flight_.event.step, check.other_rank);
-        } else {
-          log_noexcept(spdlog::level::warn,
-                       "flopmeter: ranks out of step: this rank's row of step {} met rank {}'s of step {} (a rank "
-                       "skipped or added an on_log, or issued no collective at some log); the interval is "
-                       "discarded and the ranks get back in step at the next log they all share",
-                       in_flight_.event.step, check.other_rank, check.other_step);
-        }
+        log_noexcept(spdlog::level::warn,
+                     "flopmeter: ranks out of step: this rank's row of step {} met rank {}'s of step {} (a rank "
+                     "skipped or added an on_log, or issued no collective at some log); the interval is "
+                     "discarded and the ranks get back in step at the next log they all share",
+                     in_flight_.event.step, check.other_rank, check.other_step);
       }
       return;
     }
@@ -553,8 +589,6 @@ class throughput_plugin::impl {
     context.grad_norm = in_flight_.event.grad_norm;
     context.log_wait_ms = log_wait_ms;
     context.log_emit_ms = last_emit_ms_;
-    context.tokens_seen_before = tokens_seen_;
-    context.samples_seen_before = samples_seen_;
     derive_result result = deriver_->derive(buffer_.data(), world_, context);
     if (!result.derived) {
       ++health_.skipped_intervals;
@@ -562,8 +596,6 @@ class throughput_plugin::impl {
                         result.why);
       return;
     }
-    tokens_seen_ = result.tokens_seen;
-    samples_seen_ = result.samples_seen;
     if (!result.warning.empty()) {
       warn_rate_limited(last_derive_warning_, "flopmeter: step {}: {}", in_flight_.event.step, result.warning);
     }
@@ -610,6 +642,7 @@ class throughput_plugin::impl {
   std::vector<double> row_;     // this rank's row of the collective in flight (the all-gather's input)
   std::vector<double> buffer_;  // every rank's row once it completes
   in_flight in_flight_;
+  // This rank's running totals since it started, every interval included (row_tokens_seen, row_samples_seen).
   double tokens_seen_ = 0;
   double samples_seen_ = 0;
   double last_emit_ms_ = 0;

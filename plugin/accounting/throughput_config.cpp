@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -85,6 +86,15 @@ class options_loader : private detail::toml_reader {
       : toml_reader(std::move(source_name)), base_dir_(std::move(base_dir)) {}
 
   plugin_config load(const toml::table& root) const {
+    // A model config given where the plugin config goes (both are TOML): say so, not "unknown key".
+    for (const char* model_table : {"text_config", "vision_config"}) {
+      if (const toml::node* node = root.get(model_table)) {
+        throw error(location(node->source(), model_table),
+                    "this is a model config, not a plugin config: a plugin config names its model config in "
+                    "[model] config = \"PATH\" (" +
+                        std::string(kSchemaDoc) + ")");
+      }
+    }
     check_keys(root, "", kRootKeys, kSchemaDoc, kHomes);
     const toml::table* model = optional_table(root, "model");
     const toml::table* peak = optional_table(root, "peak");
@@ -239,6 +249,21 @@ namespace detail {
 
 plugin_config parse_plugin_config(const std::string& toml_text, const std::string& source_name,
                                   const std::string& base_dir) {
+  // A JSON file (a Hugging Face config.json) given where the plugin config goes: say so, not "TOML syntax
+  // error". TOML cannot start with '{'; the error points at it.
+  const std::size_t first = toml_text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && toml_text[first] == '{') {
+    const auto line_start = toml_text.rfind('\n', first);
+    error_location at;
+    at.file = source_name;
+    at.line = static_cast<std::uint32_t>(
+        std::count(toml_text.begin(), toml_text.begin() + static_cast<std::ptrdiff_t>(first), '\n') + 1);
+    at.column = static_cast<std::uint32_t>(line_start == std::string::npos ? first + 1 : first - line_start);
+    throw error(at,
+                "this looks like JSON (a Hugging Face config.json?), not a plugin config: the plugin config is "
+                "TOML and names the model's config.json or TOML in [model] config = \"PATH\" (" +
+                    std::string(kSchemaDoc) + ")");
+  }
   const toml::table root = parse_toml(toml_text, source_name);
   return options_loader(source_name, base_dir).load(root);
 }

@@ -20,6 +20,7 @@
 #include "comm/c10d_internal.h"
 #include "flopmeter/c10d.h"
 #include "flopmeter/error.h"
+#include "accounting/derive.h"  // check_loss_pair
 #include "accounting/owned_mutex.h"
 #include "accounting/row_layout.h"
 #include "core/exact_double.h"
@@ -171,6 +172,7 @@ class tensor_throughput::impl {
     }
     accumulated_ = at::zeros({kAccumulated}, at::TensorOptions().dtype(at::kDouble).device(device));
     loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+    seen_ = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device));
     logger_ = options.logger;
     if (!logger_) logger_ = make_tensor_path_logger();
     rank_ = group->getRank();
@@ -186,6 +188,7 @@ class tensor_throughput::impl {
       if (batch.samples < 0) throw error("samples must be >= 0 (got " + std::to_string(batch.samples) + ")");
       if (batch.label_tokens && *batch.label_tokens < 0) throw error("label_tokens must be >= 0");
       if (batch.loss_sum && !std::isfinite(*batch.loss_sum)) throw error("loss_sum is not finite");
+      check_loss_pair(batch.loss_sum, batch.label_tokens);
       const at::Tensor counts = tensor_batch_counts(batch, geometry_).to(device_, /*non_blocking=*/true);
       // 1 when the device found nothing wrong, else 0: everything the batch contributes is multiplied by it,
       // so a rejected batch adds nothing (as on the host path) and nothing waits for the verdict.
@@ -218,7 +221,13 @@ class tensor_throughput::impl {
   void on_log(const log_event& event) noexcept {
     if (refused_reentrant(event)) return;
     std::lock_guard<detail::owned_mutex> lock(mutex_);  // contribute() runs inside, under this lock
+    contributed_ = false;
     plugin_->on_log(event);
+    // A log whose collective did not start (the plugin skipped it: backing off, getting back in step, or the
+    // start failed) still ends the interval, as on the host path: its tokens and samples join the running
+    // totals and the rest is dropped, so the next row's rates cover the next interval only. Device rejections
+    // are kept until a row carries them (health().bad_microbatches counts every one).
+    if (!contributed_) end_interval(/*keep_rejections=*/true);
   }
 
   void flush() noexcept {
@@ -282,7 +291,23 @@ class tensor_throughput::impl {
     at_field(row_samples).add_(accumulated_.select(0, kSamples));
     at_field(row_label_tokens).add_(accumulated_.select(0, kLabelTokens));
     at_field(row_loss_sum).add_(loss_sum_);
-    accumulated_.zero_();
+    end_interval(/*keep_rejections=*/false);
+    at_field(row_tokens_seen).add_(seen_.select(0, 0));  // the running totals, this interval included
+    at_field(row_samples_seen).add_(seen_.select(0, 1));
+    contributed_ = true;
+  }
+
+  // Adds the interval's real tokens and samples to the running totals and starts the next interval's
+  // accumulation, on the device (no sync).
+  void end_interval(bool keep_rejections) {
+    seen_.select(0, 0).add_(accumulated_.select(0, row_real_tokens));
+    seen_.select(0, 1).add_(accumulated_.select(0, kSamples));
+    if (keep_rejections) {
+      accumulated_.slice(0, 0, kInvalid).zero_();
+      accumulated_.slice(0, kInvalid + 1).zero_();
+    } else {
+      accumulated_.zero_();
+    }
     loss_sum_.zero_();
   }
 
@@ -292,6 +317,8 @@ class tensor_throughput::impl {
   std::shared_ptr<throughput_plugin> plugin_;
   at::Tensor accumulated_;
   at::Tensor loss_sum_;
+  at::Tensor seen_;           // this rank's running totals: real tokens, samples (row_tokens_seen, row_samples_seen)
+  bool contributed_ = false;  // whether the current on_log's collective took this rank's device counts
   std::int64_t rank_ = 0;
   std::shared_ptr<rate_limiter> uncounted_warning_ = make_warning_limiter();
   detail::owned_mutex mutex_;  // held_by_this_thread(): inside one of our call-outs (see refused_reentrant)
