@@ -159,8 +159,9 @@ std::string not_this_type(const model_spec& spec, belongs owner, std::string_vie
     return "not allowed for model_type " + type + ", a dense model (no experts); a mixture-of-experts model has "
            "model_type " + in_quotes(spec.model_type + "_moe");
   }
-  if (owner == belongs::qwen3_5_moe)
+  if (owner == belongs::qwen3_5_moe) {
     return "not allowed for model_type " + type + ": Qwen3-VL MoE has no shared expert";
+  }
   const char* owners = owner == belongs::hybrid ? "the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\""
                                                 : "the Qwen3-VL types \"qwen3_vl\" and \"qwen3_vl_moe\"";
   return "not allowed for model_type " + type + ", which has no " + std::string(feature) + " (a field of " + owners +
