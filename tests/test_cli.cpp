@@ -741,6 +741,54 @@ TEST_F(CliTest, ImportWritesTheEquivalentTomlWithSources) {
   EXPECT_EQ(to_stdout.out, text);
 }
 
+// Red-team F1: Qwen3.5-0.8B's config.json without attn_output_gate (transformers has no such setting: its
+// Qwen3.5 attention always builds the gated q_proj). `import` wrote no gate line and `coefficients` billed no
+// gate; now both state the gate, and the imported TOML's dense coefficient is the shipped file's, 4,627,267,584
+// (test_flop_model derives it), not 75,497,472 (= 6 * 1024 * 8 * 256 per full layer x 6 layers) less.
+TEST_F(CliTest, ImportOfAQwen35ConfigWithoutTheGateWritesTheGate) {
+  std::string layers;
+  for (int i = 0; i < 24; ++i)
+    layers += std::string(i > 0 ? ", " : "") + ((i + 1) % 4 == 0 ? "\"full_attention\"" : "\"linear_attention\"");
+  const fs::path config_json = dir_ / "config.json";
+  write_file(
+      config_json,
+      "{\"model_type\": \"qwen3_5\", \"tie_word_embeddings\": true, \"text_config\": {\"head_dim\": 256,\n"
+      "\"hidden_size\": 1024, \"intermediate_size\": 3584, \"num_attention_heads\": 8, \"num_hidden_layers\": 24,\n"
+      "\"num_key_value_heads\": 2, \"vocab_size\": 248320, \"full_attention_interval\": 4, \"layer_types\": [" +
+          layers +
+          "],\n\"linear_conv_kernel_dim\": 4, \"linear_key_head_dim\": 128, \"linear_num_key_heads\": 16,\n"
+          "\"linear_num_value_heads\": 16, \"linear_value_head_dim\": 128, \"mtp_num_hidden_layers\": 1},\n"
+          "\"vision_config\": {\"depth\": 12, \"hidden_size\": 768, \"num_heads\": 12, \"intermediate_size\": 3072,\n"
+          "\"out_hidden_size\": 1024, \"patch_size\": 16, \"temporal_patch_size\": 2, \"spatial_merge_size\": 2,\n"
+          "\"in_channels\": 3}}\n");
+  const fs::path toml = dir_ / "imported.toml";
+  const result r = run({"import", config_json.string(), "-o", toml.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(read_file(toml).find("attn_output_gate = true                   # not in the config.json: Qwen3.5 "
+                                 "attention always has the output gate\n"),
+            std::string::npos)
+      << read_file(toml);
+  for (const fs::path& model : {config_json, toml}) {
+    const result c = run({"coefficients", model.string(), "--json"});
+    ASSERT_EQ(c.status, 0) << c.err;
+    EXPECT_EQ(parse_json(c.out)["dense_per_token"].get<std::int64_t>(), 4627267584) << model;
+  }
+}
+
+// Red-team F8: a plugin config where a model config is expected said only "unknown key 'logging'".
+TEST_F(CliTest, APluginConfigGivenAsTheModelSaysWhatItIs) {
+  const fs::path plugin = dir_ / "plugin.toml";
+  write_file(plugin, "[model]\nconfig = \"m.toml\"\n[logging]\nlog_interval_steps = 10\n");
+  const result r = run({"coefficients", plugin.string()});
+  EXPECT_EQ(r.status, 1);
+  // Line 3, the key's name inside "[logging]" at column 2.
+  EXPECT_EQ(r.err.rfind("flopmeter: error: " + plugin.string() +
+                            ":3:2: unknown key 'logging': this file looks like a flopmeter plugin config",
+                        0),
+            0u)
+      << r.err;
+}
+
 TEST_F(CliTest, ImportErrors) {
   const fs::path config_json = dir_ / "config.json";
   write_file(config_json, kQwen3Vl2bJson);

@@ -37,6 +37,7 @@ std::string error_of(const std::string& doc, const std::string& source_name = "b
 
 // A valid tiny Qwen3.5 document. Line numbers are in the comments: the bad-input tests replace text within
 // one line, so every expected line:col below is "line of the key here, column of the value in the new line".
+// clang-format off
 const std::string kBase =
     "[model]\n"                                     // 1
     "model_type = \"qwen3_5\"\n"                    // 2
@@ -67,11 +68,12 @@ const std::string kBase =
     "num_heads = 2\n"                               // 27
     "intermediate_size = 64\n"                      // 28
     "out_hidden_size = 64\n"                        // 29
-    "deepstack_visual_indexes = [1]\n"              // 30
+    "deepstack_visual_indexes = []\n"               // 30
     "patch_size = 4\n"                              // 31
     "temporal_patch_size = 2\n"                     // 32
     "spatial_merge_size = 2\n"                      // 33
     "in_channels = 3\n";                            // 34
+// clang-format on
 
 // A valid Qwen3-VL text-only document.
 const std::string kVlBase =
@@ -86,6 +88,21 @@ const std::string kVlBase =
     "intermediate_size = 128\n"                     // 9
     "vocab_size = 512\n"                            // 10
     "tie_word_embeddings = false\n";                // 11
+
+// A valid Qwen3-VL document with a vision tower and one DeepStack merger (lines 12 to 22 follow kVlBase's 11).
+const std::string kVlVisionTable =
+    "[vision_config]\n"                 // 12
+    "depth = 2\n"                       // 13
+    "hidden_size = 32\n"                // 14
+    "num_heads = 2\n"                   // 15
+    "intermediate_size = 64\n"          // 16
+    "out_hidden_size = 64\n"            // 17
+    "deepstack_visual_indexes = [1]\n"  // 18
+    "patch_size = 4\n"                  // 19
+    "temporal_patch_size = 2\n"         // 20
+    "spatial_merge_size = 2\n"          // 21
+    "in_channels = 3\n";                // 22
+const std::string kVlVision = kVlBase + kVlVisionTable;
 
 // ---------------------------------------------------------------------------------------------------------
 // The shipped configs equal the reference table.
@@ -247,6 +264,13 @@ TEST(model_config, base_document_parses_and_name_defaults_to_the_file_stem) {
   EXPECT_EQ(spec.name, "my_model");
   EXPECT_EQ(spec.source_path, "some/dir/my_model.toml");
   ASSERT_TRUE(spec.vision.has_value());
+  EXPECT_TRUE(spec.vision->deepstack_visual_indexes.empty());
+  EXPECT_EQ(spec.vision->num_mergers(), 1);
+}
+
+TEST(model_config, qwen3_vl_document_with_deepstack_parses) {
+  const model_spec spec = parse_model_spec(kVlVision, "vl.toml");
+  ASSERT_TRUE(spec.vision.has_value());
   EXPECT_EQ(spec.vision->deepstack_visual_indexes, std::vector<std::int64_t>{1});
   EXPECT_EQ(spec.vision->num_mergers(), 2);
 }
@@ -280,9 +304,55 @@ TEST(model_config, qwen3_vl_refuses_qwen3_5_fields) {
   // attn_output_gate = true would add the gate half of q_proj (+9% dense FLOPs on Qwen3-VL-2B). Column 20.
   EXPECT_EQ(error_of(kVlBase + "attn_output_gate = true\n", "vl.toml"),
             "vl.toml:12:20: key 'text_config.attn_output_gate': not allowed for model_type \"qwen3_vl\", which has "
-            "no Gated DeltaNet layers (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")");
-  const model_spec spec = parse_model_spec(kVlBase + "attn_output_gate = false\n", "vl.toml");
+            "no attention output gate (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")");
+  // Red-team F2: MTP layers on Qwen3-VL (transformers' Qwen3-VL has no MTP module) were accepted and billed
+  // as mtp_per_token. "mtp_num_hidden_layers = " is 24 characters -> column 25.
+  EXPECT_EQ(error_of(kVlBase + "mtp_num_hidden_layers = 1\n", "vl.toml"),
+            "vl.toml:12:25: key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", which "
+            "has no multi-token-prediction (MTP) layers (a field of the Qwen3.5 types \"qwen3_5\" and "
+            "\"qwen3_5_moe\")");
+  const model_spec spec =
+      parse_model_spec(kVlBase + "attn_output_gate = false\nmtp_num_hidden_layers = 0\n", "vl.toml");
   EXPECT_FALSE(spec.text.attn_output_gate);
+  EXPECT_EQ(spec.text.mtp_num_hidden_layers, 0);
+}
+
+// Red-team F2: DeepStack indexes on Qwen3.5 doubled the merger coefficient (transformers' Qwen3_5VisionModel
+// deletes the DeepStack mergers it inherits from Qwen3-VL). Line 30: "deepstack_visual_indexes = " is 27
+// characters -> the array at column 28. [] and an absent key are accepted (one merger).
+TEST(model_config, qwen3_5_refuses_deepstack_indexes) {
+  EXPECT_EQ(error_of(replace_once(kBase, "deepstack_visual_indexes = []", "deepstack_visual_indexes = [0, 1]")),
+            "bad.toml:30:28: key 'vision_config.deepstack_visual_indexes': not allowed for model_type \"qwen3_5\", "
+            "which has no DeepStack mergers (a field of the Qwen3-VL types \"qwen3_vl\" and \"qwen3_vl_moe\"); "
+            "write [] or leave it out");
+  EXPECT_EQ(
+      parse_model_spec(replace_once(kBase, "deepstack_visual_indexes = []\n", ""), "q.toml").vision->num_mergers(), 1);
+}
+
+// Red-team F1: transformers' Qwen3.5 attention (Qwen3NextAttention, which Qwen3_5Attention and
+// Qwen3_5MoeAttention subclass unchanged) always builds q_proj as hidden -> 2 x heads x head_dim and multiplies
+// the attention output by sigmoid(gate); Qwen3_5TextConfig has no attn_output_gate. A file without the key was
+// billed without the gate. Now absent means true, and false is refused.
+TEST(model_config, qwen3_5_output_gate_comes_with_the_model_type) {
+  const model_spec explicit_gate = parse_model_spec(kBase, "q.toml");
+  const model_spec absent = parse_model_spec(replace_once(kBase, "attn_output_gate = true\n", ""), "q.toml");
+  EXPECT_TRUE(absent.text.attn_output_gate);
+  // The gate half of q_proj is hidden -> heads x head_dim: 2*h*nh*hd FLOPs forward, x3 with the backward,
+  // per full attention layer: 6 * 64 * 4 * 16 = 24,576 per token, 2 full layers (interval 2 of 4) -> 49,152.
+  // kBase's full attention projections with the gate: q 64 -> 2 x 64 (query and gate), k and v 64 -> 32 each,
+  // o 64 -> 64, on 2 layers: 6 * 2 * 64 * (2*64 + 32 + 32 + 64) = 196,608 per token.
+  model_spec ungated = absent;
+  ungated.text.attn_output_gate = false;  // what the loader gave before: no gate
+  const std::int64_t with_gate = compute_coefficients(absent).dense.attention_projections;
+  EXPECT_EQ(with_gate, 196608);
+  EXPECT_EQ(compute_coefficients(explicit_gate).dense.attention_projections, 196608);
+  EXPECT_EQ(with_gate - compute_coefficients(ungated).dense.attention_projections, 49152);
+  // false describes a model transformers cannot build: refused. "attn_output_gate = " is 19 characters ->
+  // column 20, line 14.
+  EXPECT_EQ(error_of(replace_once(kBase, "attn_output_gate = true", "attn_output_gate = false")),
+            "bad.toml:14:20: key 'text_config.attn_output_gate': must be true for model_type \"qwen3_5\": Qwen3.5 "
+            "attention always has the sigmoid output gate (transformers builds q_proj as hidden -> 2 x heads x "
+            "head_dim, with no setting to turn it off); write true or leave the key out");
 }
 
 TEST(model_config, sizes_up_to_two_to_the_31_are_accepted) {
@@ -379,17 +449,6 @@ const edit_case kBadCases[] = {
     // Line 3 is inside [model]; a key unlike any schema key gets no hint.
     {"unknown_key_without_hint", "\n\n[text_config]", "\ncomment = \"x\"\n[text_config]",
      "bad.toml:3:1: unknown key 'model.comment' (not in the schema, see model_configs/SCHEMA.md)"},
-    // "deepstack_visual_indexes = [" is 28 characters -> column 29, line 30. depth is 2.
-    {"deepstack_index_out_of_range", "deepstack_visual_indexes = [1]", "deepstack_visual_indexes = [2]",
-     "bad.toml:30:29: key 'vision_config.deepstack_visual_indexes[0]': must be a ViT block index in "
-     "[0, vision_config.depth = 2) (got 2)"},
-    // Entry 1 starts at 29 + "0, " = column 32, line 30.
-    {"deepstack_index_negative", "deepstack_visual_indexes = [1]", "deepstack_visual_indexes = [0, -1]",
-     "bad.toml:30:32: key 'vision_config.deepstack_visual_indexes[1]': must be a ViT block index in "
-     "[0, vision_config.depth = 2) (got -1)"},
-    // Column 32, line 30.
-    {"deepstack_index_duplicate", "deepstack_visual_indexes = [1]", "deepstack_visual_indexes = [1, 1]",
-     "bad.toml:30:32: key 'vision_config.deepstack_visual_indexes[1]': duplicate DeepStack index 1"},
     // "out_hidden_size = " is 18 characters -> column 19, line 29.
     {"out_hidden_size_mismatch", "out_hidden_size = 64", "out_hidden_size = 32",
      "bad.toml:29:19: key 'vision_config.out_hidden_size': must equal text_config.hidden_size = 64 (got 32)"},
@@ -407,6 +466,29 @@ TEST_P(bad_input, message_names_file_location_key_and_problem) {
 }
 
 INSTANTIATE_TEST_SUITE_P(model_config, bad_input, ::testing::ValuesIn(kBadCases), testing::row_name<edit_case>);
+
+// The DeepStack index rules, on the Qwen3-VL document (Qwen3.5 has no DeepStack).
+const edit_case kBadVlCases[] = {
+    // "deepstack_visual_indexes = [" is 28 characters -> column 29, line 18. depth is 2.
+    {"deepstack_index_out_of_range", "deepstack_visual_indexes = [1]", "deepstack_visual_indexes = [2]",
+     "bad.toml:18:29: key 'vision_config.deepstack_visual_indexes[0]': must be a ViT block index in "
+     "[0, vision_config.depth = 2) (got 2)"},
+    // Entry 1 starts at 29 + "0, " = column 32, line 18.
+    {"deepstack_index_negative", "deepstack_visual_indexes = [1]", "deepstack_visual_indexes = [0, -1]",
+     "bad.toml:18:32: key 'vision_config.deepstack_visual_indexes[1]': must be a ViT block index in "
+     "[0, vision_config.depth = 2) (got -1)"},
+    // Column 32, line 18.
+    {"deepstack_index_duplicate", "deepstack_visual_indexes = [1]", "deepstack_visual_indexes = [1, 1]",
+     "bad.toml:18:32: key 'vision_config.deepstack_visual_indexes[1]': duplicate DeepStack index 1"},
+};
+
+class bad_vl_input : public testing::edit_table {};
+
+TEST_P(bad_vl_input, message_names_file_location_key_and_problem) {
+  EXPECT_EQ(error_of(edited(kVlVision)), expected_message());
+}
+
+INSTANTIATE_TEST_SUITE_P(model_config, bad_vl_input, ::testing::ValuesIn(kBadVlCases), testing::row_name<edit_case>);
 
 // Documents the kBase edits cannot express.
 
@@ -515,10 +597,35 @@ TEST(validate_model_spec, names_the_offending_field) {
               "model_spec 'tiny': key 'vision_config.out_hidden_size': must equal text_config.hidden_size = 64 (got 32)");
   }
   {
-    model_spec s = good;
+    model_spec s = parse_model_spec(kVlVision, "tiny.toml");
     s.vision->deepstack_visual_indexes = {2};
     EXPECT_EQ(validation_error(s),
               "model_spec 'tiny': key 'vision_config.deepstack_visual_indexes[0]': must be a ViT block index in [0, vision_config.depth = 2) (got 2)");
+  }
+  {
+    // The same type rules as the loaders (red-team F1, F2), for specs built in code.
+    model_spec s = good;
+    s.text.attn_output_gate = false;
+    EXPECT_EQ(validation_error(s),
+              "model_spec 'tiny': key 'text_config.attn_output_gate': must be true for model_type \"qwen3_5\": Qwen3.5 "
+              "attention always has the sigmoid output gate (transformers builds q_proj as hidden -> 2 x heads x "
+              "head_dim, with no setting to turn it off); write true or leave the key out");
+  }
+  {
+    model_spec s = good;
+    s.vision->deepstack_visual_indexes = {0};
+    EXPECT_EQ(validation_error(s),
+              "model_spec 'tiny': key 'vision_config.deepstack_visual_indexes': not allowed for model_type "
+              "\"qwen3_5\", which has no DeepStack mergers (a field of the Qwen3-VL types \"qwen3_vl\" and "
+              "\"qwen3_vl_moe\"); write [] or leave it out");
+  }
+  {
+    model_spec s = parse_model_spec(kVlVision, "tiny.toml");
+    s.text.mtp_num_hidden_layers = 1;
+    EXPECT_EQ(validation_error(s),
+              "model_spec 'tiny': key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", "
+              "which has no multi-token-prediction (MTP) layers (a field of the Qwen3.5 types \"qwen3_5\" and "
+              "\"qwen3_5_moe\")");
   }
   {
     model_spec s = good;
@@ -648,22 +755,33 @@ TEST(hf_config, qwen3_vl_2b_config_json_gives_the_shipped_toml_spec_and_coeffici
   EXPECT_EQ(compute_coefficients(json).dense_per_token, 10322706432);
 }
 
-TEST(hf_config, qwen3_5_config_json_with_layer_types_gives_the_shipped_toml_coefficients) {
-  // Qwen3.5-0.8B's FLOP fields (qwen-configs.md), written the way its config.json writes them: layer_types
-  // spelled out, mtp_num_hidden_layers, rope_parameters and other fields flopmeter ignores.
+// Qwen3.5-0.8B's FLOP fields (qwen-configs.md), written the way its config.json writes them: layer_types
+// spelled out, mtp_num_hidden_layers, rope_parameters and other fields flopmeter ignores. Line 2 starts with
+// "\"attn_output_gate\": true, " (the tests below edit it); line 8 is the vision_config line.
+std::string qwen3_5_0_8b_json() {
   std::string layers;
   for (int i = 0; i < 24; ++i) layers += std::string(i > 0 ? ", " : "") + ((i + 1) % 4 == 0 ? "\"full_attention\"" : "\"linear_attention\"");
-  const std::string json =
-      "{\"model_type\": \"qwen3_5\", \"tie_word_embeddings\": true, \"text_config\": {\"model_type\": \"qwen3_5_text\",\n"
-      "\"attn_output_gate\": true, \"full_attention_interval\": 4, \"head_dim\": 256, \"hidden_size\": 1024,\n"
-      "\"intermediate_size\": 3584, \"num_attention_heads\": 8, \"num_hidden_layers\": 24, \"num_key_value_heads\": 2,\n"
-      "\"vocab_size\": 248320, \"layer_types\": [" + layers + "], \"linear_conv_kernel_dim\": 4,\n"
-      "\"linear_key_head_dim\": 128, \"linear_num_key_heads\": 16, \"linear_num_value_heads\": 16,\n"
-      "\"linear_value_head_dim\": 128, \"mtp_num_hidden_layers\": 1, \"mtp_use_dedicated_embeddings\": false,\n"
-      "\"partial_rotary_factor\": 0.25, \"rope_parameters\": {\"rope_type\": \"default\", \"mrope_section\": [11, 11, 10]}},\n"
-      "\"vision_config\": {\"model_type\": \"qwen3_5\", \"deepstack_visual_indexes\": [], \"depth\": 12, \"hidden_size\": 768,\n"
-      "\"num_heads\": 12, \"intermediate_size\": 3072, \"out_hidden_size\": 1024, \"patch_size\": 16,\n"
-      "\"temporal_patch_size\": 2, \"spatial_merge_size\": 2, \"in_channels\": 3, \"num_position_embeddings\": 2304}}\n";
+  return "{\"model_type\": \"qwen3_5\", \"tie_word_embeddings\": true, \"text_config\": {\"model_type\": "
+         "\"qwen3_5_text\",\n"
+         "\"attn_output_gate\": true, \"full_attention_interval\": 4, \"head_dim\": 256, \"hidden_size\": 1024,\n"
+         "\"intermediate_size\": 3584, \"num_attention_heads\": 8, \"num_hidden_layers\": 24, \"num_key_value_heads\": "
+         "2,\n"
+         "\"vocab_size\": 248320, \"layer_types\": [" +
+         layers +
+         "], \"linear_conv_kernel_dim\": 4,\n"
+         "\"linear_key_head_dim\": 128, \"linear_num_key_heads\": 16, \"linear_num_value_heads\": 16,\n"
+         "\"linear_value_head_dim\": 128, \"mtp_num_hidden_layers\": 1, \"mtp_use_dedicated_embeddings\": false,\n"
+         "\"partial_rotary_factor\": 0.25, \"rope_parameters\": {\"rope_type\": \"default\", \"mrope_section\": [11, "
+         "11, 10]}},\n"
+         "\"vision_config\": {\"model_type\": \"qwen3_5\", \"deepstack_visual_indexes\": [], \"depth\": 12, "
+         "\"hidden_size\": 768,\n"
+         "\"num_heads\": 12, \"intermediate_size\": 3072, \"out_hidden_size\": 1024, \"patch_size\": 16,\n"
+         "\"temporal_patch_size\": 2, \"spatial_merge_size\": 2, \"in_channels\": 3, \"num_position_embeddings\": "
+         "2304}}\n";
+}
+
+TEST(hf_config, qwen3_5_config_json_with_layer_types_gives_the_shipped_toml_coefficients) {
+  const std::string json = qwen3_5_0_8b_json();
   const model_spec from_json = parse_hf_config(json, "Qwen3.5-0.8B/config.json");
   const model_spec toml = load_model_spec(config_path("qwen3_5_0_8b.toml"));
   EXPECT_EQ(from_json.text.full_attention_interval, 4);
@@ -755,6 +873,121 @@ TEST(hf_config, a_qwen3_vl_config_without_deepstack_indexes_is_refused_not_read_
   expect_same_coefficients(parse_model_spec(q35, "q.toml"), load_model_spec(config_path("qwen3_5_0_8b.toml")));
 }
 
+std::string hf_error(const std::string& json, const std::string& source = "ckpt/config.json") {
+  return error_message_of([&] { (void)parse_hf_config(json, source); }, json);
+}
+
+// Red-team F1 through config.json: without attn_output_gate (transformers has no such setting, and a config
+// may leave it out) the gate is on, as transformers runs it: the shipped TOML's coefficients exactly, where
+// before the dense coefficient lacked 6 * h * nh * hd = 6 * 1024 * 8 * 256 = 12,582,912 FLOPs per token on
+// each of the 6 full attention layers (75,497,472, 1.6% of 4,627,267,584).
+TEST(hf_config, qwen3_5_without_attn_output_gate_has_the_gate) {
+  std::string json = qwen3_5_0_8b_json();
+  json = replace_once(json, "\"attn_output_gate\": true, ", "");
+  const model_spec from_json = parse_hf_config(json, "Qwen3.5-0.8B/config.json");
+  EXPECT_TRUE(from_json.text.attn_output_gate);
+  const model_spec toml = load_model_spec(config_path("qwen3_5_0_8b.toml"));
+  expect_same_coefficients(from_json, toml);
+  model_spec ungated = from_json;
+  ungated.text.attn_output_gate = false;
+  EXPECT_EQ(compute_coefficients(from_json).dense_per_token - compute_coefficients(ungated).dense_per_token, 75497472);
+  EXPECT_EQ(compute_coefficients(from_json).dense_per_token, 4627267584);
+}
+
+// false, inside text_config or at the top level, is refused where it is written; a top-level value that
+// contradicts text_config's is refused too (one of them would be ignored). Line 2 starts with the key:
+// "\"attn_output_gate\": " is 20 characters -> column 21. At the top level, line 1: "{\"model_type\": \"qwen3_5\", "
+// is 26 characters, then "\"attn_output_gate\": " 20 more -> column 47.
+TEST(hf_config, qwen3_5_output_gate_false_is_refused_where_it_is_written) {
+  const std::string must_be_true =
+      "must be true for model_type \"qwen3_5\": Qwen3.5 attention always has the sigmoid output gate (transformers "
+      "builds q_proj as hidden -> 2 x heads x head_dim, with no setting to turn it off); write true or leave the "
+      "key out";
+  const std::string json = qwen3_5_0_8b_json();
+  EXPECT_EQ(hf_error(replace_once(json, "\"attn_output_gate\": true, ", "\"attn_output_gate\": false, ")),
+            "ckpt/config.json:2:21: key 'text_config.attn_output_gate': " + must_be_true);
+  const std::string top_level_false =
+      replace_once(replace_once(json, "\"attn_output_gate\": true, ", ""), "{\"model_type\": \"qwen3_5\", \"tie",
+                   "{\"model_type\": \"qwen3_5\", \"attn_output_gate\": false, \"tie");
+  EXPECT_EQ(hf_error(top_level_false), "ckpt/config.json:1:47: key 'attn_output_gate': " + must_be_true);
+  EXPECT_EQ(hf_error(replace_once(json, "{\"model_type\": \"qwen3_5\", \"tie",
+                                  "{\"model_type\": \"qwen3_5\", \"attn_output_gate\": false, \"tie")),
+            "ckpt/config.json:1:47: key 'attn_output_gate': contradicts text_config.attn_output_gate = true (write the "
+            "value once, in text_config)");
+  // true at the top level agrees with the type: read.
+  const model_spec top_level_true = parse_hf_config(
+      replace_once(replace_once(json, "\"attn_output_gate\": true, ", ""), "{\"model_type\": \"qwen3_5\", \"tie",
+                   "{\"model_type\": \"qwen3_5\", \"attn_output_gate\": true, \"tie"),
+      "c.json");
+  EXPECT_TRUE(top_level_true.text.attn_output_gate);
+}
+
+// A top-level attn_output_gate on Qwen3-VL is read like tie_word_embeddings, so true there is refused instead
+// of ignored. kQwen3Vl2bJson line 27: "  \"tie_word_embeddings\": true," then the inserted key on line 28:
+// "  \"attn_output_gate\": " is 22 characters -> 28:23.
+TEST(hf_config, qwen3_vl_top_level_output_gate_true_is_refused) {
+  EXPECT_EQ(hf_error(replace_once(kQwen3Vl2bJson, "  \"tie_word_embeddings\": true,\n",
+                                  "  \"tie_word_embeddings\": true,\n  \"attn_output_gate\": true,\n")),
+            "ckpt/config.json:28:23: key 'attn_output_gate': not allowed for model_type \"qwen3_vl\", which has no "
+            "attention output gate (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")");
+  EXPECT_FALSE(parse_hf_config(replace_once(kQwen3Vl2bJson, "  \"tie_word_embeddings\": true,\n",
+                                            "  \"tie_word_embeddings\": true,\n  \"attn_output_gate\": false,\n"),
+                               "c.json")
+                   .text.attn_output_gate);
+}
+
+// Red-team F2 through config.json: DeepStack indexes on Qwen3.5 (the merger coefficient doubled) and MTP
+// layers on Qwen3-VL (billed as mtp_per_token) are refused at the value. Line 8 of the Qwen3.5 JSON:
+// "\"vision_config\": {\"model_type\": \"qwen3_5\", \"deepstack_visual_indexes\": " is 71 characters -> 8:72.
+// kQwen3Vl2bJson line 24 "    \"use_cache\": true," becomes "    \"mtp_num_hidden_layers\": 1,": 4 + 25 -> 24:30.
+TEST(hf_config, fields_of_another_model_type_are_refused) {
+  EXPECT_EQ(hf_error(replace_once(qwen3_5_0_8b_json(), "\"deepstack_visual_indexes\": []",
+                                  "\"deepstack_visual_indexes\": [5, 11]")),
+            "ckpt/config.json:8:72: key 'vision_config.deepstack_visual_indexes': not allowed for model_type "
+            "\"qwen3_5\", which has no DeepStack mergers (a field of the Qwen3-VL types \"qwen3_vl\" and "
+            "\"qwen3_vl_moe\"); write [] or leave it out");
+  EXPECT_EQ(hf_error(replace_once(kQwen3Vl2bJson, "\"use_cache\": true", "\"mtp_num_hidden_layers\": 1")),
+            "ckpt/config.json:24:30: key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", "
+            "which has no multi-token-prediction (MTP) layers (a field of the Qwen3.5 types \"qwen3_5\" and "
+            "\"qwen3_5_moe\")");
+}
+
+// `flopmeter import` writes the gate the loader resolved, so the TOML states what it is billed with: a
+// Qwen3.5 config.json without the key gives "attn_output_gate = true" (the imported file had no line, and
+// read back as a TOML it meant no gate before the loader's fix; now it states it).
+TEST(hf_config, import_writes_the_resolved_output_gate) {
+  std::random_device random;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("flopmeter_import_gate_" + std::to_string(random()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json", std::ios::binary)
+      << replace_once(qwen3_5_0_8b_json(), "\"attn_output_gate\": true, ", "");
+  const std::string toml = import_hf_config((dir / "config.json").string());
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  EXPECT_NE(toml.find("attn_output_gate = true                   # not in the config.json: Qwen3.5 attention always "
+                      "has the output gate\n"),
+            std::string::npos)
+      << toml;
+  expect_same_coefficients(parse_model_spec(toml, "imported.toml"), load_model_spec(config_path("qwen3_5_0_8b.toml")));
+}
+
+// Red-team F8: a plugin config passed where a model config is expected said only "unknown key 'logging'".
+// The first plugin key in the model loader's key order ([logging] sorts first) is cited: line 3, the key's
+// name inside "[logging]" at column 2.
+TEST(model_config_errors, a_plugin_config_given_as_a_model_config_says_so) {
+  const std::string plugin =
+      "[model]\nconfig = \"m.toml\"\n[logging]\nlog_interval_steps = 10\n[peak]\ngpu = \"H100\"\n";
+  const std::string says =
+      "this file looks like a flopmeter plugin config (top-level keys model, peak, parallel, logging, sinks), but a "
+      "model config is expected here: a model TOML with [model], [text_config] and [vision_config] (see "
+      "model_configs/SCHEMA.md) or a Hugging Face config.json; a plugin config names its model in [model] config";
+  EXPECT_EQ(error_of(plugin, "plugin.toml"), "plugin.toml:3:2: unknown key 'logging': " + says);
+  // Only [model] config = ...: cited at that key, line 2.
+  EXPECT_EQ(error_of("[model]\nconfig = \"m.toml\"\n", "plugin.toml"),
+            "plugin.toml:2:1: unknown key 'model.config': " + says);
+}
+
 TEST(hf_config, import_writes_a_toml_that_round_trips_with_commented_sources) {
   std::random_device random;
   const std::filesystem::path dir =
@@ -779,6 +1012,10 @@ TEST(hf_config, import_writes_a_toml_that_round_trips_with_commented_sources) {
             std::string::npos) << toml;
   EXPECT_NE(toml.find("deepstack_visual_indexes = [5, 11, 17]    # config.json:31:33 vision_config.deepstack_visual_indexes\n"),
             std::string::npos) << toml;
+  EXPECT_NE(
+      toml.find("attn_output_gate = false                  # not in the config.json: Qwen3-VL has no output gate\n"),
+      std::string::npos)
+      << toml;
   // Nothing that does not change FLOPs is carried over.
   EXPECT_EQ(toml.find("rope_"), std::string::npos);
   EXPECT_EQ(toml.find("token_id"), std::string::npos);

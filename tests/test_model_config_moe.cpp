@@ -207,16 +207,24 @@ TEST(model_config_overflow, merger_with_a_large_spatial_merge_size_is_refused_no
 
 // MTP is counted as if trained: a plugin config can turn it on later, so dense + MTP must fit at load time.
 TEST(model_config_overflow, dense_plus_mtp_is_checked_even_when_not_trained) {
-  // h = 400,000,000, V = 2^31: dense 5.15e18 and MTP 7.07e18 each fit, together 1.22e19 > 2^63.
-  std::string doc = replace_once(kVlMoe, "hidden_size = 64", "hidden_size = 400000000");
+  // On Qwen3.5 MoE (Qwen3-VL has no MTP layers), every other size 1, 2 layers (one Gated DeltaNet, one full
+  // attention): h = 400,000,000, V = 2^31. Dense: logits 6*h*V = 5.15e18 plus a few dozen 6*h terms, fits.
+  // MTP: eh_proj 6*2*h^2 = 1.92e18 plus its own logits 5.15e18 = 7.07e18, fits; together 1.22e19 > 2^63.
+  std::string doc = replace_once(k35Moe, "hidden_size = 64", "hidden_size = 400000000");
   doc = replace_once(doc, "vocab_size = 512", "vocab_size = 2147483648");
+  doc = replace_once(doc, "num_hidden_layers = 4", "num_hidden_layers = 2");
   doc = replace_once(doc, "num_attention_heads = 4\nnum_key_value_heads = 2\nhead_dim = 16",
                      "num_attention_heads = 1\nnum_key_value_heads = 1\nhead_dim = 1");
-  doc = replace_once(doc, "num_experts = 8\nnum_experts_per_tok = 2\nmoe_intermediate_size = 32",
+  doc = replace_once(doc,
+                     "linear_key_head_dim = 16\nlinear_value_head_dim = 16\nlinear_num_key_heads = 2\n"
+                     "linear_num_value_heads = 4",
+                     "linear_key_head_dim = 1\nlinear_value_head_dim = 1\nlinear_num_key_heads = 1\n"
+                     "linear_num_value_heads = 1");
+  doc = replace_once(doc, "num_experts = 16\nnum_experts_per_tok = 4\nmoe_intermediate_size = 32",
                      "num_experts = 1\nnum_experts_per_tok = 1\nmoe_intermediate_size = 1");
-  doc = replace_once(doc, "intermediate_size = 128", "intermediate_size = 1");
-  EXPECT_NO_THROW((void)parse_model_spec(doc, "moe.toml"));
-  doc = replace_once(doc, "norm_topk_prob = true\n", "norm_topk_prob = true\nmtp_num_hidden_layers = 1\n");
+  doc = replace_once(doc, "shared_expert_intermediate_size = 48", "shared_expert_intermediate_size = 1");
+  EXPECT_NO_THROW(
+      (void)parse_model_spec(replace_once(doc, "mtp_num_hidden_layers = 1", "mtp_num_hidden_layers = 0"), "moe.toml"));
   EXPECT_EQ(error_of(doc), "moe.toml:5:15: key 'text_config.hidden_size': coefficient dense_per_token + "
                            "mtp_per_token would exceed 2^63 FLOPs: the product of text_config.hidden_size, "
                            "text_config.vocab_size is too large");

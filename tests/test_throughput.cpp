@@ -387,6 +387,7 @@ TEST(throughput, sanity_check_flag_refuses_a_mismatching_model) {
   hybrid.text.linear_num_key_heads = 2;
   hybrid.text.linear_num_value_heads = 2;
   hybrid.text.linear_conv_kernel_dim = 4;
+  hybrid.text.attn_output_gate = true;  // every Qwen3.5 has it (validate_model_spec refuses a qwen3_5 without)
   throughput_options o;
   o.model = hybrid;
   o.sanity_check = true;

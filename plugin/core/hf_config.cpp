@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <iterator>
 #include <limits>
 #include <optional>
@@ -319,11 +320,19 @@ class json_document final : public detail::field_reader {
     if (!value.is_array()) type_error(path, value, "an array");
     return value.size();
   }
-  // transformers keeps tie_word_embeddings at the top level of some checkpoints and in text_config of others;
-  // its default is false. It has no FLOP effect (the logits matmul runs either way).
+  // transformers' default for tie_word_embeddings is false (no FLOP effect: the logits matmul runs either way).
   std::optional<bool> default_bool(std::string_view path) const override {
     if (path != "text_config.tie_word_embeddings") return std::nullopt;
-    return has("tie_word_embeddings") ? boolean("tie_word_embeddings") : false;
+    return false;
+  }
+  // Checkpoints keep tie_word_embeddings at the top level of some config.json files and in text_config of
+  // others; a top-level attn_output_gate is read the same way, so that a value there is checked against the
+  // model type rather than ignored (transformers' composite configs accept both keyword arguments at the top).
+  std::optional<std::string> top_level_key(std::string_view path) const override {
+    for (const std::string_view key : {std::string_view("tie_word_embeddings"), std::string_view("attn_output_gate")}) {
+      if (path == "text_config." + std::string(key) && has(key)) return std::string(key);
+    }
+    return std::nullopt;
   }
   std::string model_type_path() const override { return "model_type"; }
   error_location where(std::string_view path) const override {
@@ -470,6 +479,14 @@ std::string import_hf_config(const std::string& path) {
       write_line(out, key + std::string(" = ") + (spec.text.tie_word_embeddings ? "true" : "false"),
                  doc.has("tie_word_embeddings") ? doc.position_text("tie_word_embeddings") + " tie_word_embeddings"
                                                 : std::string("not in the config.json: transformers' default"));
+    } else if (field_path == "text_config.attn_output_gate") {
+      // The value the loader resolved, so that the TOML states the gate it is billed with.
+      const bool gate = spec.text.attn_output_gate;
+      write_line(out, key + std::string(" = ") + (gate ? "true" : "false"),
+                 doc.has("attn_output_gate")
+                     ? doc.position_text("attn_output_gate") + " attn_output_gate"
+                     : std::string("not in the config.json: ") +
+                           (gate ? "Qwen3.5 attention always has the output gate" : "Qwen3-VL has no output gate"));
     }
   }
   return out;

@@ -99,6 +99,11 @@ constexpr detail::key_home kHomes[] = {{"model", kModelKeys},
 
 constexpr std::string_view kSchemaDoc = "model_configs/SCHEMA.md";
 
+// Keys that mark a flopmeter plugin config (plugin/accounting/throughput_config.cpp), which users pass where
+// a model config is expected: its top-level tables beside [model], and the keys of its [model] table.
+constexpr std::string_view kPluginRootKeys[] = {"peak", "parallel", "logging", "sinks"};
+constexpr std::string_view kPluginModelKeys[] = {"config", "scope", "sanity_check"};
+
 std::string in_quotes(std::string_view text) { return detail::quoted(text); }
 
 // A parsed model TOML seen through the rules' field paths ("text_config.layer_types[2]" is TOML++'s own
@@ -149,6 +154,7 @@ class spec_loader : private detail::toml_reader {
   explicit spec_loader(std::string source_name) : toml_reader(std::move(source_name)) {}
 
   model_spec load(const toml::table& root) const {
+    refuse_plugin_config(root);
     check_keys(root, "", kRootKeys, kSchemaDoc, kHomes);
     const toml::table* model = optional_table(root, "model");
     const toml::table* text = optional_table(root, "text_config");
@@ -176,6 +182,34 @@ class spec_loader : private detail::toml_reader {
       spec.train_mtp_layers = optional_bool(*options, "flopmeter", "train_mtp_layers", false);
     }
     return spec;
+  }
+
+ private:
+  // A plugin config given as a model config: said so, at its first plugin key, instead of "unknown key".
+  void refuse_plugin_config(const toml::table& root) const {
+    const auto refuse = [&](const toml::key& key, const std::string& path) {
+      const std::string shown = detail::quoted(path);
+      fail_at(key.source(), "unknown key '" + shown.substr(1, shown.size() - 2) +
+                                "': this file looks like a flopmeter plugin config (top-level keys model, peak, "
+                                "parallel, logging, sinks), but a model config is expected here: a model TOML with "
+                                "[model], [text_config] and [vision_config] (see " +
+                                std::string(kSchemaDoc) +
+                                ") or a Hugging Face config.json; a plugin config names its model in [model] config");
+    };
+    for (auto&& [key, node] : root) {
+      (void)node;
+      for (const std::string_view marker : kPluginRootKeys) {
+        if (key.str() == marker) refuse(key, std::string(marker));
+      }
+    }
+    const toml::table* model = root.get_as<toml::table>("model");
+    if (model == nullptr) return;
+    for (auto&& [key, node] : *model) {
+      (void)node;
+      for (const std::string_view marker : kPluginModelKeys) {
+        if (key.str() == marker) refuse(key, "model." + std::string(marker));
+      }
+    }
   }
 };
 

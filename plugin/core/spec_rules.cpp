@@ -28,15 +28,28 @@ constexpr std::string_view kFullAttention = "full_attention";
 constexpr std::string_view kLinearAttention = "linear_attention";
 constexpr std::string_view kText = "text_config";
 constexpr std::string_view kVision = "vision_config";
+constexpr std::string_view kDeltaNet = "Gated DeltaNet layers";
 
-// Which model types a field belongs to. A field of another type is accepted only at its neutral value (0,
-// false), which states that the model does not have the feature; any other value would change the work in
-// a way the model type does not have, so it is an error (a qwen3_vl with attn_output_gate = true is not a
-// Qwen3-VL).
+// Which model types a field belongs to (what transformers builds for each type). A field of another type is
+// accepted only at its neutral value (0, false, []), which states that the model does not have the feature;
+// any other value would change the work in a way the model type does not have, so it is an error (a qwen3_vl
+// with attn_output_gate = true is not a Qwen3-VL). Every field of the schema and its owners:
+//   all four types: text_config.{model_type, hidden_size, num_hidden_layers, num_attention_heads,
+//     num_key_value_heads, head_dim, intermediate_size, vocab_size, tie_word_embeddings, layer_types} and every
+//     vision_config size; [flopmeter].train_mtp_layers (no work without MTP layers)
+//   hybrid (qwen3_5, qwen3_5_moe): attn_output_gate (always true there), full_attention_interval, the five
+//     linear_* sizes, mtp_num_hidden_layers (Qwen3-VL has no MTP module)
+//   qwen3_vl types (qwen3_vl, qwen3_vl_moe): vision_config.deepstack_visual_indexes (transformers'
+//     Qwen3_5VisionModel deletes the DeepStack mergers it inherits from Qwen3VLVisionModel)
+//   moe (qwen3_vl_moe, qwen3_5_moe): num_experts, num_experts_per_tok, moe_intermediate_size,
+//     decoder_sparse_step, mlp_only_layers (empty on qwen3_5_moe), norm_topk_prob
+//   qwen3_5_moe only: shared_expert_intermediate_size
 enum class belongs {
   all,
-  hybrid,  // Qwen3.5 and Qwen3.5 MoE: Gated DeltaNet layers with a full attention layer every interval
-  moe,     // the mixture-of-experts types
+  hybrid,       // Qwen3.5 and Qwen3.5 MoE: Gated DeltaNet layers with a full attention layer every interval
+  qwen3_vl,     // Qwen3-VL and Qwen3-VL MoE: DeepStack mergers
+  moe,          // the mixture-of-experts types
+  qwen3_5_moe,  // Qwen3.5 MoE alone: the shared expert
 };
 
 enum class need {
@@ -52,7 +65,8 @@ struct text_int {
   std::int64_t text_spec::*member;
   std::int64_t minimum;  // 1 for sizes, 0 for counts
   belongs owner;
-  need presence;  // when the field belongs to the model type
+  need presence;             // when the field belongs to the model type
+  std::string_view feature;  // what a model of another type lacks, for its refusal ("Gated DeltaNet layers")
 };
 
 struct vision_int {
@@ -62,27 +76,32 @@ struct vision_int {
 
 // SCHEMA.md order.
 constexpr text_int kTextInts[] = {
-    {"hidden_size", &text_spec::hidden_size, 1, belongs::all, need::required},
-    {"num_hidden_layers", &text_spec::num_hidden_layers, 1, belongs::all, need::required},
-    {"num_attention_heads", &text_spec::num_attention_heads, 1, belongs::all, need::required},
-    {"num_key_value_heads", &text_spec::num_key_value_heads, 1, belongs::all, need::required},
-    {"head_dim", &text_spec::head_dim, 1, belongs::all, need::required},
-    {"intermediate_size", &text_spec::intermediate_size, 1, belongs::all, need::dense_mlp},
-    {"vocab_size", &text_spec::vocab_size, 1, belongs::all, need::required},
-    {"full_attention_interval", &text_spec::full_attention_interval, 1, belongs::hybrid, need::required},
-    {"linear_key_head_dim", &text_spec::linear_key_head_dim, 1, belongs::hybrid, need::required},
-    {"linear_value_head_dim", &text_spec::linear_value_head_dim, 1, belongs::hybrid, need::required},
-    {"linear_num_key_heads", &text_spec::linear_num_key_heads, 1, belongs::hybrid, need::required},
-    {"linear_num_value_heads", &text_spec::linear_num_value_heads, 1, belongs::hybrid, need::required},
-    {"linear_conv_kernel_dim", &text_spec::linear_conv_kernel_dim, 1, belongs::hybrid, need::required},
-    {"mtp_num_hidden_layers", &text_spec::mtp_num_hidden_layers, 0, belongs::all, need::optional},
-    {"num_experts", &text_spec::num_experts, 1, belongs::moe, need::required},
-    {"num_experts_per_tok", &text_spec::num_experts_per_tok, 1, belongs::moe, need::required},
-    {"moe_intermediate_size", &text_spec::moe_intermediate_size, 1, belongs::moe, need::required},
-    // Required on qwen3_5_moe, not allowed on qwen3_vl_moe (check_fields).
-    {"shared_expert_intermediate_size", &text_spec::shared_expert_intermediate_size, 1, belongs::moe,
-     need::required},
-    {"decoder_sparse_step", &text_spec::decoder_sparse_step, 1, belongs::moe, need::step},
+    {"hidden_size", &text_spec::hidden_size, 1, belongs::all, need::required, {}},
+    {"num_hidden_layers", &text_spec::num_hidden_layers, 1, belongs::all, need::required, {}},
+    {"num_attention_heads", &text_spec::num_attention_heads, 1, belongs::all, need::required, {}},
+    {"num_key_value_heads", &text_spec::num_key_value_heads, 1, belongs::all, need::required, {}},
+    {"head_dim", &text_spec::head_dim, 1, belongs::all, need::required, {}},
+    {"intermediate_size", &text_spec::intermediate_size, 1, belongs::all, need::dense_mlp, {}},
+    {"vocab_size", &text_spec::vocab_size, 1, belongs::all, need::required, {}},
+    {"full_attention_interval", &text_spec::full_attention_interval, 1, belongs::hybrid, need::required, kDeltaNet},
+    {"linear_key_head_dim", &text_spec::linear_key_head_dim, 1, belongs::hybrid, need::required, kDeltaNet},
+    {"linear_value_head_dim", &text_spec::linear_value_head_dim, 1, belongs::hybrid, need::required, kDeltaNet},
+    {"linear_num_key_heads", &text_spec::linear_num_key_heads, 1, belongs::hybrid, need::required, kDeltaNet},
+    {"linear_num_value_heads", &text_spec::linear_num_value_heads, 1, belongs::hybrid, need::required, kDeltaNet},
+    {"linear_conv_kernel_dim", &text_spec::linear_conv_kernel_dim, 1, belongs::hybrid, need::required, kDeltaNet},
+    // Qwen3.5's checkpoints carry an MTP module; transformers' Qwen3-VL has none (no such config attribute).
+    {"mtp_num_hidden_layers", &text_spec::mtp_num_hidden_layers, 0, belongs::hybrid, need::optional,
+     "multi-token-prediction (MTP) layers"},
+    {"num_experts", &text_spec::num_experts, 1, belongs::moe, need::required, {}},
+    {"num_experts_per_tok", &text_spec::num_experts_per_tok, 1, belongs::moe, need::required, {}},
+    {"moe_intermediate_size", &text_spec::moe_intermediate_size, 1, belongs::moe, need::required, {}},
+    {"shared_expert_intermediate_size",
+     &text_spec::shared_expert_intermediate_size,
+     1,
+     belongs::qwen3_5_moe,
+     need::required,
+     {}},
+    {"decoder_sparse_step", &text_spec::decoder_sparse_step, 1, belongs::moe, need::step, {}},
 };
 
 constexpr vision_int kVisionInts[] = {
@@ -113,16 +132,11 @@ bool applies(belongs owner, const model_spec& spec) {
   switch (owner) {
     case belongs::all: return true;
     case belongs::hybrid: return is_hybrid(spec);
+    case belongs::qwen3_vl: return !is_hybrid(spec);
     case belongs::moe: return is_moe(spec);
+    case belongs::qwen3_5_moe: return spec.model_type == kQwen35Moe;
   }
   return false;
-}
-
-// Whether the field is needed at all on this spec's type (the shared expert only on Qwen3.5 MoE).
-bool wanted(const text_int& field, const model_spec& spec) {
-  if (!applies(field.owner, spec)) return false;
-  if (field.member == &text_spec::shared_expert_intermediate_size) return spec.model_type == kQwen35Moe;
-  return true;
 }
 
 std::optional<spec_violation> check_bounds(std::string field, std::int64_t value, std::int64_t minimum) {
@@ -137,15 +151,21 @@ std::optional<spec_violation> check_bounds(std::string field, std::int64_t value
   return std::nullopt;
 }
 
-// A field of another model type with a value that would change the work.
-std::string not_this_type(const model_spec& spec, belongs owner) {
+// A field of another model type with a value that would change the work; `feature` is what the model type
+// lacks ("Gated DeltaNet layers").
+std::string not_this_type(const model_spec& spec, belongs owner, std::string_view feature) {
   const std::string type = in_quotes(spec.model_type);
-  if (owner == belongs::moe) {
+  if ((owner == belongs::moe || owner == belongs::qwen3_5_moe) && !is_moe(spec)) {
     return "not allowed for model_type " + type + ", a dense model (no experts); a mixture-of-experts model has "
            "model_type " + in_quotes(spec.model_type + "_moe");
   }
-  return "not allowed for model_type " + type + ", which has no Gated DeltaNet layers (a field of the Qwen3.5 "
-         "types \"qwen3_5\" and \"qwen3_5_moe\")";
+  if (owner == belongs::qwen3_5_moe) {
+    return "not allowed for model_type " + type + ": Qwen3-VL MoE has no shared expert";
+  }
+  const char* owners = owner == belongs::hybrid ? "the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\""
+                                                : "the Qwen3-VL types \"qwen3_vl\" and \"qwen3_vl_moe\"";
+  return "not allowed for model_type " + type + ", which has no " + std::string(feature) + " (a field of " + owners +
+         ")";
 }
 
 // in_channels * temporal_patch_size * patch_size^2, or std::nullopt when it exceeds kMaxSize. Each factor is
@@ -188,21 +208,31 @@ std::optional<spec_violation> check_fields(const model_spec& spec) {
     const std::int64_t value = t.*field.member;
     const std::string path = path_of(kText, field.key);
     if (!applies(field.owner, spec)) {
-      if (value != 0) return spec_violation{path, not_this_type(spec, field.owner)};
-    } else if (field.member == &text_spec::shared_expert_intermediate_size && !wanted(field, spec)) {
-      if (value != 0) return spec_violation{path, "not allowed for model_type " + type + ": Qwen3-VL MoE has no shared expert"};
+      if (value != 0) return spec_violation{path, not_this_type(spec, field.owner, field.feature)};
     } else if (field.presence == need::dense_mlp && is_moe(spec) && value == 0) {
       continue;  // checked below, once the MoE layout is known to be valid
     } else if (auto violation = check_bounds(path, value, field.minimum)) {
       return violation;
     }
   }
-  if (t.attn_output_gate && !is_hybrid(spec)) {
-    return spec_violation{"text_config.attn_output_gate", not_this_type(spec, belongs::hybrid)};
+  // transformers' Qwen3.5 attention (Qwen3NextAttention) always builds q_proj as hidden -> 2 x heads x
+  // head_dim, query and sigmoid gate; its configs have no switch for it. So the gate comes with the type.
+  if (is_hybrid(spec) && !t.attn_output_gate) {
+    return spec_violation{"text_config.attn_output_gate",
+                          "must be true for model_type " + type +
+                              ": Qwen3.5 attention always has the sigmoid output "
+                              "gate (transformers builds q_proj as hidden -> 2 x heads x head_dim, with no setting to "
+                              "turn it off); write true or leave the key out"};
+  }
+  if (!is_hybrid(spec) && t.attn_output_gate) {
+    return spec_violation{"text_config.attn_output_gate",
+                          not_this_type(spec, belongs::hybrid, "attention output gate")};
   }
   if (!is_moe(spec)) {
-    if (!t.mlp_only_layers.empty()) return spec_violation{"text_config.mlp_only_layers", not_this_type(spec, belongs::moe)};
-    if (t.norm_topk_prob) return spec_violation{"text_config.norm_topk_prob", not_this_type(spec, belongs::moe)};
+    if (!t.mlp_only_layers.empty()) {
+      return spec_violation{"text_config.mlp_only_layers", not_this_type(spec, belongs::moe, {})};
+    }
+    if (t.norm_topk_prob) return spec_violation{"text_config.norm_topk_prob", not_this_type(spec, belongs::moe, {})};
   } else {
     if (t.num_experts_per_tok > t.num_experts) {
       return spec_violation{"text_config.num_experts_per_tok", "must be <= text_config.num_experts = " +
@@ -243,6 +273,11 @@ std::optional<spec_violation> check_fields(const model_spec& spec) {
     const vision_spec& v = *spec.vision;
     for (const vision_int& field : kVisionInts) {
       if (auto violation = check_bounds(path_of(kVision, field.key), v.*field.member, 1)) return violation;
+    }
+    // Each index adds a merger (the largest vision term after the blocks); Qwen3.5 runs none.
+    if (!applies(belongs::qwen3_vl, spec) && !v.deepstack_visual_indexes.empty()) {
+      return spec_violation{"vision_config.deepstack_visual_indexes",
+                            not_this_type(spec, belongs::qwen3_vl, "DeepStack mergers") + "; write [] or leave it out"};
     }
     if (!bounded_patch_input_size(v)) {
       return spec_violation{"vision_config", "patch embedding input in_channels * temporal_patch_size * "
@@ -374,7 +409,7 @@ model_spec read_model_spec(const field_reader& reader, const std::string& model_
     const std::string path = path_of(kText, field.key);
     if (reader.has(path)) {
       t.*field.member = reader.integer(path);
-    } else if (wanted(field, spec)) {
+    } else if (applies(field.owner, spec)) {
       if (field.presence == need::required || (field.presence == need::dense_mlp && !is_moe(spec))) missing(path);
       if (field.presence == need::step) t.*field.member = 1;
     }
@@ -390,14 +425,39 @@ model_spec read_model_spec(const field_reader& reader, const std::string& model_
   } else {
     t.norm_topk_prob = is_moe(spec);  // transformers' default for the MoE types
   }
-  if (reader.has("text_config.tie_word_embeddings")) {
-    t.tie_word_embeddings = reader.boolean("text_config.tie_word_embeddings");
+  // Where the document sets each field a rule may refuse, when that is not the field's own path (a
+  // top-level key of config.json): a violation is cited there.
+  std::vector<std::pair<std::string, std::string>> written_at;
+  // A text field the document may write inside text_config or at the top level: the path it is read from
+  // (empty when neither has it); text_config's value wins. When `both_must_agree` (a field that changes the
+  // work), two different values are refused: the one ignored would be a silent change of the count.
+  const auto text_or_top_level = [&](const std::string& path, bool both_must_agree) -> std::string {
+    const std::optional<std::string> top = reader.top_level_key(path);
+    if (!top) return reader.has(path) ? path : std::string();
+    if (!reader.has(path)) {
+      written_at.emplace_back(path, *top);
+      return *top;
+    }
+    const bool inside = reader.boolean(path);
+    if (both_must_agree && reader.boolean(*top) != inside) {
+      reader.fail(*top, std::string("contradicts ") + path + " = " + (inside ? "true" : "false") +
+                            " (write the value once, in text_config)");
+    }
+    return path;
+  };
+  // No FLOP effect (the logits matmul runs either way): checkpoints that disagree load.
+  const std::string tie_at = text_or_top_level("text_config.tie_word_embeddings", false);
+  if (!tie_at.empty()) {
+    t.tie_word_embeddings = reader.boolean(tie_at);
   } else if (const std::optional<bool> fallback = reader.default_bool("text_config.tie_word_embeddings")) {
     t.tie_word_embeddings = *fallback;
   } else {
     throw error(reader.where_missing(kText), "required key 'text_config.tie_word_embeddings' is missing");
   }
-  if (reader.has("text_config.attn_output_gate")) t.attn_output_gate = reader.boolean("text_config.attn_output_gate");
+  // Absent, the output gate is what the model type has: always on Qwen3.5 (see check_fields), never on
+  // Qwen3-VL. A value written is checked against that, wherever it is written.
+  const std::string gate_at = text_or_top_level("text_config.attn_output_gate", true);
+  t.attn_output_gate = gate_at.empty() ? is_hybrid(spec) : reader.boolean(gate_at);
 
   // layer_types as written: type-checked here, compared with the interval by check_written_layer_types()
   // (the spec stores no per-layer list).
@@ -447,6 +507,9 @@ model_spec read_model_spec(const field_reader& reader, const std::string& model_
   if (auto violation = check_fields(spec)) {
     // An MoE model needs intermediate_size only for its dense layers: the rule finds it 0, the file left it out.
     if (violation->field == "text_config.intermediate_size" && !reader.has(violation->field)) missing(violation->field);
+    for (const auto& [field, at] : written_at) {
+      if (field == violation->field) reader.fail(at, violation->what);
+    }
     reader.fail(violation->field, violation->what);
   }
   if (auto violation = check_invariants(spec)) reader.fail(violation->field, violation->what);

@@ -68,9 +68,13 @@ class field_reader {
   virtual bool boolean(std::string_view path) const = 0;
   virtual std::string string(std::string_view path) const = 0;
   virtual std::size_t array_size(std::string_view path) const = 0;
-  // A required boolean the document may leave out (config.json keeps tie_word_embeddings at the top level
-  // or omits it); nullopt when the format requires it.
+  // A required boolean the document may leave out (config.json may omit tie_word_embeddings); nullopt when
+  // the format requires it.
   virtual std::optional<bool> default_bool(std::string_view /*path*/) const { return std::nullopt; }
+  // The path of a top-level key that carries the text_config field `path` when the document writes it
+  // outside text_config (config.json: "tie_word_embeddings", "attn_output_gate"; transformers' composite
+  // configs take those keyword arguments at the top level too); nullopt when the document has none.
+  virtual std::optional<std::string> top_level_key(std::string_view /*path*/) const { return std::nullopt; }
 
   // How the document names the model type, for messages: "model.model_type" (TOML), "model_type" (JSON).
   virtual std::string model_type_path() const = 0;
