@@ -517,6 +517,35 @@ TEST_F(c_api_plugin, a_null_array_with_a_count_is_refused_and_counted) {
   abi.destroy(plugin);
 }
 
+// train/loss is sum(loss_sum) / sum(label_tokens): a non-zero loss sum over 0 label tokens is refused (a sum
+// over no tokens is 0), so the interval's loss is that of the valid batch alone, 4 / 1 = 4 (before: (-4 + 4)
+// / 1 = 0). 0 over 0 (a batch whose labels are all masked) is accepted and changes nothing.
+TEST_F(c_api_plugin, a_loss_sum_over_zero_label_tokens_is_refused) {
+  captured out;
+  abi.set_metrics_callback(plugin, capture, &out);
+  const std::vector<int64_t> docs = {16};
+  flopmeter_microbatch m = microbatch(docs, {});
+  m.has_loss = 1;
+  m.loss_sum = -4.0;
+  m.label_tokens = 0;
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_REJECTED);
+  m.loss_sum = 0.0;
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_OK);
+  m.loss_sum = 4.0;
+  m.label_tokens = 1;
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_OK);
+  flopmeter_log l = log_at(1);
+  abi.on_log(plugin, &l);
+  abi.flush(plugin);
+  ASSERT_EQ(out.records.size(), 1u);
+  EXPECT_DOUBLE_EQ(json_number(out.records[0].second, "train/loss"), 4.0);
+  EXPECT_DOUBLE_EQ(json_number(out.records[0].second, "train/tokens_seen"), 32.0);  // the two accepted batches
+  flopmeter_health_counters health = health_struct();
+  abi.health(plugin, &health);
+  EXPECT_EQ(health.bad_microbatches, 1u);
+  abi.destroy(plugin);
+}
+
 TEST_F(c_api_plugin, a_struct_size_too_small_is_counted_and_logged) {
   const std::vector<int64_t> docs = {10};
   flopmeter_microbatch m = microbatch(docs, {});

@@ -31,7 +31,8 @@ struct text_spec {
   std::int64_t intermediate_size = 0;     // SwiGLU width: gate and up are hidden->I, down is I->hidden
   std::int64_t vocab_size = 0;
   bool tie_word_embeddings = false;       // no FLOP effect: the logits matmul runs either way
-  bool attn_output_gate = false;          // Qwen3.5: q_proj also produces a sigmoid gate (2x its width)
+  bool attn_output_gate = false;          // Qwen3.5: q_proj also produces a sigmoid gate (2x its width); the
+                                          // Qwen3.5 types require true (their attention always has it), others false
   // Layer layout. For Qwen3.5 layer i is full attention when (i+1) % full_attention_interval == 0 and Gated
   // DeltaNet otherwise; 0 means every layer is full attention (Qwen3-VL). Nothing is stored per layer:
   // layer_type(i) and the counts below are arithmetic, so a spec's size and cost do not grow with the layer count.

@@ -5,7 +5,9 @@
 // directly), fire on_microbatch / on_log, flush at the end. on_microbatch only adds integer counts
 // (no allocation, no collective, no device sync). on_log closes the interval, starts one asynchronous
 // all-gather of this rank's row and emits the *previous* interval's metrics after waiting for its collective
-// (perf/log_wait_ms is that wait). flush() waits for and emits the last interval. Destroying the plugin
+// (perf/log_wait_ms is that wait). The first interval starts when the plugin is created: create it just
+// before the training loop (or call on_log once before the first micro-batch and ignore that record) to keep
+// set-up time out of the first record's rates. flush() waits for and emits the last interval. Destroying the plugin
 // without flush() flushes it: the wait for the last collective is bounded by collective_timeout like any
 // on_log's (and is a poll while reporting is paused), so destruction never blocks longer than that.
 // Every rank must call on_log at the same steps with the same, increasing `step`: a rank whose step
