@@ -42,7 +42,7 @@ std::vector<double> job_rows(std::int64_t world) {
     n.vision_pairs_per_frame = 8 * 1024 * 1024;
     n.vision_pairs_whole = 8 * 1024 * 1024;
     counts_to_row(n, x);
-    x[row_samples] = 11;
+    x[row_samples_seen] = 11;
     x[row_loss_sum] = 2.5 * static_cast<double>(n.real_tokens);
     x[row_label_tokens] = static_cast<double>(n.real_tokens);
     x[row_microbatches] = 1;

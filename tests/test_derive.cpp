@@ -55,7 +55,6 @@ std::vector<double> rows_of(const std::vector<row_spec>& specs) {
     n.documents = s.tokens > 0 ? 1 : 0;
     n.causal_pairs = s.tokens * (s.tokens + 1) / 2;
     counts_to_row(n, x);
-    x[row_samples] = s.samples;
     x[row_loss_sum] = s.loss_sum;
     x[row_label_tokens] = s.label_tokens;
     x[row_microbatches] = s.microbatches;

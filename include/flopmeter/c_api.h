@@ -138,7 +138,7 @@ typedef struct flopmeter_comm {
   uint32_t struct_size;
   int rank;       /* in [0, world_size) */
   int world_size; /* in [1, FLOPMETER_MAX_WORLD_SIZE]; larger is a create error (the per-log buffer is
-                   * world_size rows of 23 doubles in this version: 184 MiB at the bound; use `count`) */
+                   * world_size rows of 22 doubles in this version: 176 MiB at the bound; use `count`) */
   void* user;
   void* (*start_allreduce_sum)(void* user, double* values, size_t count);
   int (*wait)(void* user, void* handle, int64_t timeout_ms);

@@ -142,13 +142,12 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   }
 
   // Additive figures: sums over this rank's DP group (TP/CP/PP ranks share micro-batches: not added).
-  double real = 0, device = 0, samples = 0, loss = 0, labels = 0, tokens_seen = 0, samples_seen = 0;
+  double real = 0, device = 0, loss = 0, labels = 0, tokens_seen = 0, samples_seen = 0;
   for (const std::int64_t r : setup_.dp_group) {
     const double* x = row(r);
     const batch_counts counts = counts_from_row(x);
     real += static_cast<double>(counts.real_tokens);
     device += static_cast<double>(counts.device_tokens());
-    samples += x[row_samples];
     loss += x[row_loss_sum];
     labels += x[row_label_tokens];
     tokens_seen += x[row_tokens_seen];

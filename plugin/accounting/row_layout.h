@@ -26,7 +26,6 @@ enum row_field : std::size_t {
   row_vision_pairs_per_frame,
   row_vision_pairs_whole,
   // the rest of the interval
-  row_samples,
   row_loss_sum,
   row_label_tokens,
   row_microbatches,      // micro-batches run (rejected descriptions included: they ran)

@@ -409,7 +409,6 @@ class throughput_plugin::impl {
     // The counts, not FLOPs: FLOPs are formed from the gathered counts (derive()), identically for counts
     // accumulated here and counts a tensor path adds on the device.
     counts_to_row(current_.counts, row);
-    row[row_samples] = static_cast<double>(current_.samples);
     row[row_loss_sum] = current_.loss_sum;
     row[row_label_tokens] = static_cast<double>(current_.label_tokens);
     row[row_microbatches] = static_cast<double>(current_.microbatches);

@@ -288,7 +288,6 @@ class tensor_throughput::impl {
     const auto at_field = [&](row_field field) { return buffer.select(0, row + static_cast<std::int64_t>(field)); };
     buffer.narrow(0, row, static_cast<std::int64_t>(kRowCountFields)).add_(accumulated_.slice(0, 0, kInvalid));
     at_field(row_device_rejected).add_(accumulated_.select(0, kInvalid));
-    at_field(row_samples).add_(accumulated_.select(0, kSamples));
     at_field(row_label_tokens).add_(accumulated_.select(0, kLabelTokens));
     at_field(row_loss_sum).add_(loss_sum_);
     end_interval(/*keep_rejections=*/false);
