@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -492,6 +493,40 @@ TEST_F(CliTest, EstimateReportsHowFarTheConstantIsOff) {
   EXPECT_DOUBLE_EQ(e.at("megatron_over_exact").get<double>(), constant / exact);
 }
 
+// In seed scope the exact count has no MTP layers (the reference trainer has none), so the constant it is
+// compared with leaves them out too. Qwen3.5-0.8B with train_mtp_layers = true (a copy of the shipped file with
+// that one line changed): its seed-scope constant must equal the shipped file's (MTP not trained), and its
+// complete-scope constant must be larger (it bills the MTP layer). Before, the seed scope took the MTP
+// constant and megatron_over_exact reported mostly the MTP layer.
+TEST_F(CliTest, EstimateSeedScopeComparesWithAConstantWithoutMtp) {
+  const std::string shipped = kConfigs + "/qwen3_5_0_8b.toml";
+  std::ifstream in(shipped);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string off = "train_mtp_layers = false";
+  ASSERT_NE(text.find(off), std::string::npos);
+  text.replace(text.find(off), off.size(), "train_mtp_layers = true");
+  const fs::path trained = dir_ / "qwen3_5_0_8b_mtp.toml";
+  write_file(trained, text);
+  const auto constant = [&](const std::string& model, const char* scope) {
+    const result r = run({"estimate", model, "--docs", "1000", "--seq-len", "4096", "--scope", scope, "--json"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    return parse_json(r.out).at("megatron_text_per_token").get<double>();
+  };
+  const double untrained = constant(shipped, "complete");
+  EXPECT_EQ(constant(trained.string(), "seed"), untrained);
+  EXPECT_GT(constant(trained.string(), "complete"), untrained);
+}
+
+// --json names the file a model name resolved to (a local directory or file may shadow a shipped name).
+TEST_F(CliTest, JsonOutputNamesTheModelFile) {
+  const result c = run({"coefficients", "qwen3_vl_2b", "--json"});
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(fs::path(parse_json(c.out).at("file").get<std::string>()).filename(), "qwen3_vl_2b.toml");
+  const result e = run({"estimate", kQwen3Vl2b, "--docs", "10", "--json"});
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_EQ(parse_json(e.out).at("file").get<std::string>(), kQwen3Vl2b);
+}
+
 TEST_F(CliTest, EstimateEmptyBatchHasNoRatio) {
   const result r = run({"estimate", kQwen3Vl2b, "--docs", "0", "--json"});
   ASSERT_EQ(r.status, 0) << r.err;
@@ -695,14 +730,21 @@ TEST_F(CliTest, ConfigJsonAndCheckpointDirectoryWorkWhereverAModelIsNamed) {
   write_file(ckpt / "config.json", kQwen3Vl2bJson);
   const result toml = run({"coefficients", kQwen3Vl2b, "--json"});
   ASSERT_EQ(toml.status, 0) << toml.err;
+  // The same numbers; only the model's name (the checkpoint directory) and its file differ.
+  const auto numbers_of = [](const std::string& out) {
+    json doc = parse_json(out);
+    doc.erase("model");
+    doc.erase("file");
+    return doc;
+  };
   for (const std::string& model : {(ckpt / "config.json").string(), ckpt.string()}) {
     const result from_json = run({"coefficients", model, "--json"});
     ASSERT_EQ(from_json.status, 0) << from_json.err;
-    // The same numbers; only the model's name (the checkpoint directory) differs.
-    EXPECT_EQ(replace_all(from_json.out, "Qwen3-VL-2B-Instruct", "qwen3_vl_2b"), toml.out);
+    EXPECT_EQ(parse_json(from_json.out).at("model").get<std::string>(), "Qwen3-VL-2B-Instruct");
+    EXPECT_EQ(parse_json(from_json.out).at("file").get<std::string>(), (ckpt / "config.json").string());
+    EXPECT_EQ(numbers_of(from_json.out), numbers_of(toml.out));
     const result estimate = run({"estimate", model, "--docs", "3,5", "--json"});
-    EXPECT_EQ(replace_all(estimate.out, "Qwen3-VL-2B-Instruct", "qwen3_vl_2b"),
-              run({"estimate", kQwen3Vl2b, "--docs", "3,5", "--json"}).out);
+    EXPECT_EQ(numbers_of(estimate.out), numbers_of(run({"estimate", kQwen3Vl2b, "--docs", "3,5", "--json"}).out));
     const result check = run({"check", model});
     EXPECT_EQ(check.status, 0) << check.out << check.err;
   }

@@ -19,11 +19,11 @@ const char* const kCoefficientsUsage =
     "  MODEL           a model TOML file, a Hugging Face config.json, a checkpoint directory that holds one,\n"
     "                  or the name of a shipped config (e.g. qwen3_vl_2b)\n"
     "options:\n"
-    "  --json          print one JSON object (keys: model, dense_per_token, text_attn_pair, vision_per_patch,\n"
-    "                  vision_attn_pair, patch_embed_per_patch, merger_per_merged_token, mtp_per_token,\n"
-    "                  mtp_attn_pair, patches_per_merged_token, and dense_per_token_breakdown: an object\n"
-    "                  whose parts sum to dense_per_token: attention_projections, linear_attention, dense_mlp,\n"
-    "                  moe_router, moe_routed_experts, moe_shared_expert, moe_shared_expert_gate, logits)\n"
+    "  --json          print one JSON object (keys: model, file, dense_per_token, text_attn_pair,\n"
+    "                  vision_per_patch, vision_attn_pair, patch_embed_per_patch, merger_per_merged_token,\n"
+    "                  mtp_per_token, mtp_attn_pair, patches_per_merged_token, and dense_per_token_breakdown:\n"
+    "                  an object whose parts sum to dense_per_token: attention_projections, linear_attention,\n"
+    "                  dense_mlp, moe_router, moe_routed_experts, moe_shared_expert, moe_shared_expert_gate, logits)\n"
     "  -h, --help      show this help\n"
     "\n"
     "exit status: 0 on success, 1 when the model file is invalid, 2 for a bad command line.\n";
@@ -76,6 +76,7 @@ int run_coefficients(const std::vector<std::string>& args) {
   if (parsed.has("--json")) {
     json_object object;
     object.string("model", spec.name);
+    if (!spec.source_path.empty()) object.string("file", spec.source_path);  // which file a name resolved to
     for (const entry& e : entries) object.integer(e.key, e.value);
     json_object breakdown;
     for (const entry& e : parts) breakdown.integer(e.key, e.value);

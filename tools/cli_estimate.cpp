@@ -36,8 +36,9 @@ const char* const kEstimateUsage =
     "  --scope S         seed: the reference trainer's four terms, ViT attention over the whole item;\n"
     "                    complete (default): + patch embedding, mergers, ViT attention per temporal patch,\n"
     "                    MTP layers when trained\n"
-    "  --seq-len S       row length of the constant (default: real + padding tokens)\n"
-    "  --json            print one JSON object (keys: model, scope, flops, text_dense, text_attention,\n"
+    "  --seq-len S       row length of the constant (default: real + padding tokens); with --scope seed the\n"
+    "                    constant leaves out MTP layers, as the seed scope does\n"
+    "  --json            print one JSON object (keys: model, file, scope, flops, text_dense, text_attention,\n"
     "                    vision_dense, vision_attention, patch_embed, merger, mtp, counts{real_tokens,\n"
     "                    padding_tokens, documents, causal_pairs, items, patches, merged_tokens,\n"
     "                    vision_pairs_per_frame, vision_pairs_whole}, row_length, megatron_text_per_token,\n"
@@ -145,7 +146,11 @@ estimate_result compute_estimate(const estimate_request& request) {
   // The constant's view of the same batch. With no tokens and no --seq-len there is no row length to take.
   r.row_length = request.seq_len > 0 ? request.seq_len : r.n.device_tokens();
   if (r.row_length >= 1) {
-    r.constant = compute_megatron_constant(r.spec, r.row_length);
+    // The seed scope bills no MTP layers (the reference trainer has none), so its constant is taken without
+    // them too: megatron_over_exact then compares like with like.
+    model_spec constant_spec = r.spec;
+    if (request.scope == flop_scope::seed) constant_spec.train_mtp_layers = false;
+    r.constant = compute_megatron_constant(constant_spec, r.row_length);
     r.megatron_flops = r.constant->text_per_token() * static_cast<double>(r.n.device_tokens()) +
                        r.constant->vision_per_token() * static_cast<double>(r.n.patches);
     if (r.exact > 0) r.over_exact = r.megatron_flops / r.exact;
@@ -156,8 +161,9 @@ estimate_result compute_estimate(const estimate_request& request) {
 void print_json(const estimate_request& request, const estimate_result& r) {
   const flop_breakdown& f = r.f;
   json_object object;
-  object.string("model", r.spec.name)
-      .string("scope", to_string(request.scope))
+  object.string("model", r.spec.name);
+  if (!r.spec.source_path.empty()) object.string("file", r.spec.source_path);  // which file a name resolved to
+  object.string("scope", to_string(request.scope))
       .number("flops", r.exact)
       .number("text_dense", f.text_dense)
       .number("text_attention", f.text_attention)
