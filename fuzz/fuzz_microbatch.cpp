@@ -255,6 +255,7 @@ struct interval {
   double seconds = 0;
   batch_counts counts;
   bool emittable = false;  // positive finite time and every count exactly representable in the row
+  __int128 running_real = 0;  // this rank's real tokens over every interval up to this one, emitted or not
 };
 
 // Every count below 2^53 is exact in the collective's double row; from 2^53 on the plugin skips the interval.
@@ -269,7 +270,8 @@ bool representable(const batch_counts& n) {
 // What a record must satisfy on its own; the figures the run checks against the mirror afterwards.
 struct emitted {
   std::int64_t step = 0;
-  double tokens_seen = 0, tokens_per_second = 0, tflops_per_second = 0;
+  std::optional<double> tokens_seen;  // absent once a rank's running total reaches 2^53
+  double tokens_per_second = 0, tflops_per_second = 0;
 };
 
 emitted check_record(const metrics_record& r) {
@@ -282,8 +284,8 @@ emitted check_record(const metrics_record& r) {
   const double* seen = r.find("train/tokens_seen");
   const double* tps = r.find("perf/tokens_per_second");
   const double* tflops = r.find("perf/tflops_per_second");
-  FUZZ_CHECK(seen && tps && tflops, "a record without its headline figures");
-  return {r.step, *seen, *tps, *tflops};
+  FUZZ_CHECK(tps && tflops, "a record without its headline figures");
+  return {r.step, seen ? std::optional<double>(*seen) : std::nullopt, *tps, *tflops};
 }
 
 bool near(double actual, double expected, double relative) {
@@ -344,6 +346,7 @@ void run_plugin(FuzzedDataProvider& in) {
   std::uint64_t bad = 0, after_flush = 0, logs = 0;
   std::map<std::int64_t, interval> intervals;  // by step (= log number)
   double last_clock = clock;
+  __int128 running_real = 0;  // this rank's real tokens over every closed interval (the row's running total)
   bool flushed = false;
 
   static constexpr double kClockSteps[] = {1.0, 0.5, 3.7, 1e-9, 1e6, 0.0, -1.0, std::numeric_limits<double>::quiet_NaN()};
@@ -405,8 +408,10 @@ void run_plugin(FuzzedDataProvider& in) {
       }
 
       // What the plugin must have decided.
+      // A loss sum needs label tokens to be a sum over, and a sum over 0 of them is 0 (check_loss_pair).
       bool rejected = (format == 3 && !values.empty()) || samples < 0 || (labels && *labels < 0) ||
-                      (loss && !std::isfinite(*loss));
+                      (loss && !std::isfinite(*loss)) || (loss && !labels) ||
+                      (loss && labels && *labels == 0 && *loss != 0);
       const std::optional<batch_counts> plugin_counts =
           format == 3 ? (values.empty() ? try_count(one, 1, padding, grids, g) : std::nullopt) : counted;
       rejected = rejected || !plugin_counts;
@@ -448,6 +453,8 @@ void run_plugin(FuzzedDataProvider& in) {
       }
       ++logs;
       interval& closed = intervals[l.step];
+      running_real += current.counts.real_tokens;
+      closed.running_real = running_real;
       closed.seconds = clock - last_clock;
       closed.counts = current.counts;
       closed.emittable = closed.seconds > 0 && std::isfinite(closed.seconds) && representable(current.counts);
@@ -468,8 +475,8 @@ void run_plugin(FuzzedDataProvider& in) {
   FUZZ_CHECK(health.events_after_flush == after_flush, "events after flush are miscounted");
   FUZZ_CHECK(health.bad_microbatches == bad, "bad micro-batches are miscounted");
 
-  // Every emitted value was finite and non-negative (check_record); tokens_seen adds up.
-  double tokens_seen = 0;
+  // Every emitted value was finite and non-negative (check_record); tokens_seen is every interval's tokens up
+  // to the record's log, skipped ones included, while each rank's running total is below 2^53.
   std::int64_t previous_step = 0;
   for (const emitted& r : records) {
     FUZZ_CHECK(r.step > previous_step, "records out of order or repeated");
@@ -477,8 +484,12 @@ void run_plugin(FuzzedDataProvider& in) {
     const interval& i = intervals.at(r.step);
     FUZZ_CHECK(i.emittable, "an interval with a non-positive time or unrepresentable counts was emitted");
     const double real = static_cast<double>(i.counts.real_tokens);
-    tokens_seen += dp * real;
-    FUZZ_CHECK(near(r.tokens_seen, tokens_seen, 1e-12), "train/tokens_seen does not add up");
+    if (i.running_real < (__int128{1} << 53)) {
+      FUZZ_CHECK(r.tokens_seen && near(*r.tokens_seen, dp * static_cast<double>(i.running_real), 1e-12),
+                 "train/tokens_seen does not add up");
+    } else {
+      FUZZ_CHECK(!r.tokens_seen, "train/tokens_seen reported past 2^53, where a row no longer carries it exactly");
+    }
     FUZZ_CHECK(near(r.tokens_per_second, dp * real / i.seconds, 1e-12), "perf/tokens_per_second");
     const double flops = compute_flops(coeffs, i.counts, o.scope).total();
     // Every rank's row is this rank's, so the per-GPU mean of the rows is this rank's own share:

@@ -203,6 +203,23 @@ TEST(derive, a_loss_sum_needs_label_tokens_to_be_a_sum_over) {
   }
 }
 
+// A running total of 2^53 or more is no longer exact in a row: that total is left out, with a warning, and
+// the interval's rates stay (before: the whole interval was refused, and every later one with it, since a
+// running total never shrinks). Rank 1 has seen 2^53 tokens; its samples are still exact.
+TEST(derive, a_running_total_past_2_53_is_left_out_and_the_rates_stay) {
+  std::vector<row_spec> specs(2);
+  for (row_spec& s : specs) s.tokens = 100;
+  specs[1].tokens_seen = 9007199254740992.0;  // 2^53
+  metrics_deriver deriver(setup_for(2));
+  const derive_result result = deriver.derive(rows_of(specs).data(), 2, derive_context{});
+  ASSERT_TRUE(result.derived) << result.why;
+  EXPECT_FALSE(find(result.record, m::kTokensSeen));
+  EXPECT_DOUBLE_EQ(value(result.record, m::kNumSamples), 2.0);
+  EXPECT_DOUBLE_EQ(value(result.record, m::kTokensPerSecond), 200.0);
+  EXPECT_EQ(result.warning,
+            "train/tokens_seen not reported: a rank's running total reached 2^53, beyond what a row carries exactly");
+}
+
 TEST(derive, tp2_sums_the_dp_group_and_splits_flops_between_tp_ranks) {
   // dp2 x tp2, rank = tp + 2*dp: replica 0 (ranks 0, 1) runs 400 tokens, replica 1 (ranks 2, 3) 600, in 1 s.
   // tokens/s = 400 + 600 (the DP group {0, 2}), not four rows' worth; each rank's row is T/(tp) / t:

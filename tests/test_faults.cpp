@@ -490,6 +490,9 @@ TEST(faults, clock_returning_nan_or_throwing_costs_the_intervals_around_it) {
   EXPECT_EQ(sink->records[2].step, 7);
   for (std::size_t i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(sink->value(i, "perf/tokens_per_second"), 100.0);
   EXPECT_EQ(plugin->health().skipped_intervals, 4u);
+  // The group is healthy: a NaN interval comes back from the collective as the NaN it was sent as, and is the
+  // clock's fault, not a failed collective (found by fuzz_microbatch's invariant).
+  EXPECT_EQ(plugin->health().failed_collectives, 0u);
 }
 
 // ---- events after flush, non-finite trainer figures ----------------------------------------------------

@@ -110,13 +110,6 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
         return result;
       }
     }
-    for (const row_field f : {row_tokens_seen, row_samples_seen}) {
-      if (!(x[f] >= 0 && x[f] < kExactIntegerLimit)) {
-        result.why = "rank " + std::to_string(r) + " reported a running total of " + format_number(x[f]) +
-                     ", beyond the 2^53 a row carries exactly";
-        return result;
-      }
-    }
     const std::size_t i = static_cast<std::size_t>(r);
     const batch_counts counts = counts_from_row(x);
     // Each rank of a TP group holds the same micro-batch and does 1/tp of its matmul work: its share.
@@ -143,6 +136,9 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
 
   // Additive figures: sums over this rank's DP group (TP/CP/PP ranks share micro-batches: not added).
   double real = 0, device = 0, loss = 0, labels = 0, tokens_seen = 0, samples_seen = 0;
+  // A running total of 2^53 or more is no longer exact in a row (9e15 tokens on one rank): that total is left
+  // out of the record, with a warning, and the interval's rates are reported as usual.
+  bool tokens_seen_exact = true, samples_seen_exact = true;
   for (const std::int64_t r : setup_.dp_group) {
     const double* x = row(r);
     const batch_counts counts = counts_from_row(x);
@@ -152,6 +148,8 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     labels += x[row_label_tokens];
     tokens_seen += x[row_tokens_seen];
     samples_seen += x[row_samples_seen];
+    tokens_seen_exact = tokens_seen_exact && x[row_tokens_seen] >= 0 && x[row_tokens_seen] < kExactIntegerLimit;
+    samples_seen_exact = samples_seen_exact && x[row_samples_seen] >= 0 && x[row_samples_seen] < kExactIntegerLimit;
   }
   // Running totals: each rank's own since it started (skipped intervals included), summed over the DP group
   // at this log. Not the sum of emitted intervals, which would lose every interval a failure skipped.
@@ -196,8 +194,15 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   if (max_mem > 0) v.emplace_back(m::kMemGib, max_mem / kGiB);
   // A DP sum of finite loss sums can still overflow the double range: then there is no loss to report.
   if (labels > 0 && std::isfinite(loss)) v.emplace_back(m::kLoss, loss / labels);
-  v.emplace_back(m::kTokensSeen, result.tokens_seen);
-  v.emplace_back(m::kNumSamples, result.samples_seen);
+  if (tokens_seen_exact) v.emplace_back(m::kTokensSeen, result.tokens_seen);
+  if (samples_seen_exact) v.emplace_back(m::kNumSamples, result.samples_seen);
+  if (!tokens_seen_exact || !samples_seen_exact) {
+    result.warning += std::string(result.warning.empty() ? "" : "; ") +
+                      (tokens_seen_exact    ? "train/num_samples"
+                       : samples_seen_exact ? "train/tokens_seen"
+                                            : "train/tokens_seen and train/num_samples") +
+                      " not reported: a rank's running total reached 2^53, beyond what a row carries exactly";
+  }
   if (context.learning_rate) v.emplace_back(m::kLearningRate, *context.learning_rate);
   if (context.grad_norm) v.emplace_back(m::kGradNorm, *context.grad_norm);
   if (max_data > 0) v.emplace_back(m::kDataTime, max_data);

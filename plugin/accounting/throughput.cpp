@@ -470,8 +470,11 @@ class throughput_plugin::impl {
     const std::string remedy = " (values no rank sent: the all-reduce or all-gather is broken, or world_size " +
                                std::to_string(world_) + " and rank " + std::to_string(rank_) +
                                " do not describe its group, every rank with its own index); the interval is discarded";
-    if (mine[row_step] != row_[row_step] || mine[row_present] != row_[row_present] ||
-        mine[row_interval_seconds] != row_[row_interval_seconds]) {
+    // NaN comes back as NaN (NaN + 0 is NaN): an interval a bad clock made NaN is the trainer's, skipped by
+    // derive(), not a sign of a broken collective.
+    const auto same = [](double got, double sent) { return got == sent || (std::isnan(got) && std::isnan(sent)); };
+    if (!same(mine[row_step], row_[row_step]) || !same(mine[row_present], row_[row_present]) ||
+        !same(mine[row_interval_seconds], row_[row_interval_seconds])) {
       return "the collective returned this rank's own row (rank " + std::to_string(rank_) + ") changed: step " +
              shown(mine[row_step]) + " and log " + shown(mine[row_present]) + " where step " + shown(row_[row_step]) +
              " and log " + shown(row_[row_present]) + " were sent" + remedy;
