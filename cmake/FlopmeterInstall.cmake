@@ -11,6 +11,7 @@
 #   <prefix>/share/flopmeter/model_configs/       model configs and SCHEMA.md
 #   <prefix>/share/flopmeter/plugin_configs/      example.toml and SCHEMA.md (its model path is relative:
 #                                                 ../model_configs/, which holds here too)
+#   <prefix>/share/flopmeter/examples/c10d_trainer/  the README's c10d trainer (source, CMakeLists, config)
 include(CMakePackageConfigHelpers)
 
 set(flopmeter_header_excludes "")
@@ -31,8 +32,7 @@ endif()
 install(TARGETS ${flopmeter_installed_targets} EXPORT flopmeterTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
-        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})  # include dirs: the targets' INSTALL_INTERFACE (once)
 install(EXPORT flopmeterTargets NAMESPACE flopmeter:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/flopmeter)
 
 # The package config knows which optional parts this build has (FLOPMETER_HAVE_TORCH, FLOPMETER_HAVE_NCCL).
@@ -67,3 +67,7 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/flopmeter.pc DESTINATION ${CMAKE_INSTA
 install(DIRECTORY model_configs/ DESTINATION ${CMAKE_INSTALL_DATADIR}/flopmeter/model_configs)
 install(FILES plugin_configs/example.toml plugin_configs/SCHEMA.md
         DESTINATION ${CMAKE_INSTALL_DATADIR}/flopmeter/plugin_configs)
+# The README's c10d path as a complete program, to copy from: its plugin config names
+# ../../model_configs/tiny_vlm.toml, which resolves to the model configs installed above.
+install(FILES examples/c10d_trainer/CMakeLists.txt examples/c10d_trainer/main.cpp examples/c10d_trainer/flopmeter.toml
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/flopmeter/examples/c10d_trainer)

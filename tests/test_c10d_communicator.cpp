@@ -360,8 +360,15 @@ TEST(GlooFromEnv, UnreachableStoreFailsWithinTheTimeout) {
   const auto start = steady_clock::now();
   flopmeter::gloo_env_options options;
   options.timeout = milliseconds(1500);
-  expect_env_error(options, "rank 1 could not reach the TCPStore at 127.0.0.1:" + std::to_string(port));
+  // Default options: the trainer's rank 0 should host the store, so the advice is about the trainer's.
+  expect_env_error(options, "rank 1 could not reach the TCPStore at 127.0.0.1:" + std::to_string(port) +
+                                " (does the trainer host one there? otherwise set start_store_server)");
   EXPECT_LT(steady_clock::now() - start, milliseconds(8000));
+  // start_store_server (what the C ABI always sets): flopmeter's own rank 0 should be serving it, and a C
+  // trainer has no start_store_server to set, so the advice is about rank 0.
+  options.start_store_server = true;
+  expect_env_error(options, "rank 1 could not reach the TCPStore at 127.0.0.1:" + std::to_string(port) +
+                                " (flopmeter's rank 0 serves it there: is rank 0 running");
 }
 
 // ---- Which group: one over the whole job ----

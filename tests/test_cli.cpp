@@ -641,6 +641,30 @@ TEST_F(CliTest, BadCommandLinesAreRejectedWithClearMessages) {
   }
 }
 
+// A bare model name that is neither a path here nor a shipped config: exit 1, and the error names the
+// directory it looked in and lists the names it holds (the *.toml files' stems, sorted; other files are not
+// models). A directory with two models and a README gives exactly those two names.
+TEST_F(CliTest, AnUnknownBareModelNameListsTheShippedNames) {
+  const fs::path configs = dir_ / "configs";
+  fs::create_directories(configs);
+  write_file(configs / "b_model.toml", "");
+  write_file(configs / "a_model.toml", "");
+  write_file(configs / "README.md", "");
+  for (const std::string name : {"c_model", "c_model.toml"}) {
+    const result r = run({"coefficients", name}, configs.string());
+    EXPECT_EQ(r.status, 1) << describe({"coefficients", name}, r);
+    EXPECT_EQ(r.err, "flopmeter: error: " + name + ": no such file, and no shipped config of that name in '" +
+                         configs.string() + "' (shipped: a_model, b_model)\n")
+        << describe({"coefficients", name}, r);
+  }
+  // The real shipped directory: sorted as strings, so qwen3_vl_2b comes before qwen3_vl_30b_a3b.
+  const result r = run({"estimate", "qwen3_vl_3b", "--docs", "1"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find(" qwen3_vl_2b, qwen3_vl_30b_a3b, qwen3_vl_32b, qwen3_vl_4b, qwen3_vl_8b, tiny_moe_vlm,"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(CliTest, BadTomlCitesFileLineAndColumn) {
   const fs::path bad = dir_ / "bad.toml";
   write_file(bad, "[model]\nname = \"bad\"\nmodel_type = = \"qwen3_vl\"\n");

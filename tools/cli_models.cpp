@@ -37,6 +37,20 @@ fs::path executable_dir() {
   return {};
 }
 
+// " (shipped: a, b, c)": the names a bare model argument may give, for the error when it names none of them.
+std::string shipped_names(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() == ".toml") names.push_back(it->path().stem().string());
+  }
+  if (names.empty()) return " (it holds no *.toml)";
+  std::sort(names.begin(), names.end());
+  std::string list = " (shipped:";
+  for (const std::string& name : names) list += " " + name + (&name == &names.back() ? ")" : ",");
+  return list;
+}
+
 }  // namespace
 
 void set_program_path(const char* argv0) { program_path() = argv0 != nullptr ? argv0 : ""; }
@@ -128,6 +142,8 @@ model_spec load_model_argument(const std::string& argument) {
       const fs::path shipped = fs::path(dir) / file;
       std::error_code shipped_ec;
       if (fs::is_regular_file(shipped, shipped_ec)) return load_model_spec(shipped.string());
+      throw error(error_location{argument, 0, 0, {}},
+                  "no such file, and no shipped config of that name in '" + dir + "'" + shipped_names(dir));
     }
   }
   // A model TOML, a config.json, or a checkpoint directory that holds one; errors cite file:line:col or the

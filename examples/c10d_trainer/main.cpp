@@ -87,7 +87,7 @@ int run_rank(int rank, int port, const std::string& plugin_config) {
       log.step = step;
       hooks.on_log(log);
     }
-    hooks.flush();  // emits the last step: without it the last interval would never be reported
+    hooks.flush();  // emits the last step now, while every rank is still here (destroying the plugin would too)
 
     // By hand: per step, replica 0 runs 2 x 150 = 300 tokens and replica 1 2 x 160 = 320 (the tp ranks of a
     // replica describe the same tokens, counted once): 620 per step, 620 * step seen after `step` steps.

@@ -159,8 +159,9 @@ FLOPMETER_EXPORT flopmeter_plugin* flopmeter_create(const char* config_path, con
                                                     size_t error_size);
 
 /* Builds flopmeter's own Gloo group from RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT + port_offset
- * (a separate TCPStore on that port, served by rank 0). Only in builds with LibTorch; otherwise NULL with
- * a message.
+ * (a separate TCPStore on that port, served by rank 0). port_offset must be >= 1 (0 is refused: that port
+ * is the trainer's own store); MASTER_PORT + port_offset must be a free port on rank 0's host. Only in builds
+ * with LibTorch; otherwise NULL with a message.
  * Rendezvous bound: on every rank this returns (a plugin, or NULL with a message) within the rendezvous
  * timeout + 0.5 s, even when rank 0, which serves the store, or another peer dies or hangs during the rendezvous;
  * the abandoned attempt is left to a helper thread that frees it when Gloo gives up. The timeout is the

@@ -289,7 +289,8 @@ std::shared_ptr<communicator> make_gloo_communicator_from_env(const gloo_env_opt
                 std::to_string(options.store_port_offset) + " = " + std::to_string(port) +
                 " is not a valid port (1..65535)");
   }
-  const bool serve = options.start_store_server && rank == 0;
+  const bool flopmeter_serves = options.start_store_server;  // else the trainer's rank 0 hosts the store
+  const bool serve = flopmeter_serves && rank == 0;
   const std::string where = address + ":" + std::to_string(port);
   const std::string prefix = options.store_key_prefix + "/" + std::to_string(env_generation.fetch_add(1));
   attempt a{who, static_cast<int>(rank), static_cast<int>(world), "store " + where + ", keys '" + prefix + "/'",
@@ -309,9 +310,16 @@ std::shared_ptr<communicator> make_gloo_communicator_from_env(const gloo_env_opt
       store_options.timeout = timeout;
       tcp = c10::make_intrusive<c10d::TCPStore>(address, store_options);
     } catch (...) {
-      throw error(std::string(serve ? "could not start a TCPStore server at " : "could not reach the TCPStore at ") +
-                  where + (serve ? "" : " (does the trainer host one there? otherwise set start_store_server)") +
-                  ": " + detail::describe_exception(std::current_exception()));
+      // Who should be serving the store decides the advice: the trainer (start_store_server false), or
+      // flopmeter's own rank 0 (true; always so through the C ABI, which has no start_store_server).
+      std::string what = serve ? "could not start a TCPStore server at " + where + " (is the port free on this host?)"
+                               : "could not reach the TCPStore at " + where;
+      if (!serve) {
+        what += flopmeter_serves
+                    ? " (flopmeter's rank 0 serves it there: is rank 0 running, and MASTER_ADDR reachable from here?)"
+                    : " (does the trainer host one there? otherwise set start_store_server)";
+      }
+      throw error(what + ": " + detail::describe_exception(std::current_exception()));
     }
     auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
     return build_gloo_group(store, static_cast<int>(rank), static_cast<int>(world), timeout, hostname);
