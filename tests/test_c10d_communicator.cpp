@@ -305,6 +305,10 @@ TEST(GlooFromEnv, MissingOrMalformedVariablesAreNamed) {
       {"1x", "4", "h", "29500", "RANK='1x' is not an integer"},
       {"4", "4", "h", "29500", "RANK=4 is out of range (must be in [0, WORLD_SIZE) = [0, 4))"},
       {"0", "0", "h", "29500", "WORLD_SIZE=0 is out of range"},
+      // Above FLOPMETER_MAX_WORLD_SIZE = 2^20 = 1048576: refused at once, naming the bound, instead of a
+      // rendezvous that waits out its timeout for 2,000,000 ranks and then blames a dead peer.
+      {"0", "2000000", "h", "29500", "WORLD_SIZE=2000000 is out of range (must be in [1, 1048576], the most ranks"},
+      {"0", "99999999999", "h", "29500", "WORLD_SIZE=99999999999 is out of range (must be in [1, 1048576]"},
       {"0", "1", "h", "70000", "MASTER_PORT=70000 is out of range (must be in [1, 65535])"},
   };
   for (const env_case& c : cases) {

@@ -870,6 +870,15 @@ TEST_F(CliTest, ImportErrors) {
   r = run({"import", config_json.string()});
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err.rfind("flopmeter: error: " + config_json.string() + ":1:27: JSON syntax error: ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find("looks like a TOML file"), std::string::npos) << r.err;  // it starts with '{': JSON
+  // A model TOML given to import: still a JSON syntax error at 1:1 (its first '#'), plus what the file is.
+  r = run({"import", kQwen3Vl2b});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.rfind("flopmeter: error: " + kQwen3Vl2b + ":1:1: JSON syntax error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("(this looks like a TOML file: import reads a Hugging Face config.json, and a model TOML "
+                       "needs no import"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(CliTest, SymlinkLoopAndEscapeSequencesInErrors) {

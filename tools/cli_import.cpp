@@ -1,9 +1,11 @@
 // `flopmeter import`: the model TOML equivalent to a Hugging Face config.json, each value commented with
 // where it came from (import_hf_config in the library does the work; this file is the command line and the
 // output file).
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -34,6 +36,22 @@ const char* const kImportUsage =
     "itself (refused, nothing written), 2 for a bad command line.\n";
 
 namespace {
+
+// Whether the file's first non-blank character starts a TOML comment, table header or key (a config.json
+// starts with '{'). Reads at most 4 KiB: only called for a file that just failed to parse as JSON.
+bool looks_like_toml(const std::string& path) {
+  std::error_code ec;
+  if (path.empty() || !std::filesystem::is_regular_file(path, ec)) return false;  // never open a FIFO
+  std::ifstream in(path, std::ios::binary);
+  char buffer[4096];
+  in.read(buffer, sizeof buffer);
+  for (std::streamsize i = 0; i < in.gcount(); ++i) {
+    const char c = buffer[i];
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
+    return c == '#' || c == '[' || std::isalpha(static_cast<unsigned char>(c)) != 0;
+  }
+  return false;
+}
 
 // Writes `text` to `path`; every failure (open, write, close) is an error naming the path and the cause.
 void write_file(const std::string& path, const std::string& text) {
@@ -86,7 +104,18 @@ int run_import(const std::vector<std::string>& args) {
   if (output && output->empty()) throw usage_error(cmd, "-o: the output file name is empty");
   // The file import reads (a checkpoint directory's config.json), checked against -o before anything is read.
   if (output) refuse_overwriting_input(detail::resolve_model_path(parsed.positionals[0]), *output);
-  const std::string toml = import_hf_config(parsed.positionals[0]);
+  std::string toml;
+  try {
+    toml = import_hf_config(parsed.positionals[0]);
+  } catch (const error& e) {
+    // A model TOML given to import fails as JSON at its first '#' or '['; say what the file is instead.
+    if (e.description().rfind("JSON syntax error", 0) == 0 && looks_like_toml(e.where().file)) {
+      throw error(e.where(), e.description() +
+                                 " (this looks like a TOML file: import reads a Hugging Face config.json, and a "
+                                 "model TOML needs no import: every command reads it as it is)");
+    }
+    throw;
+  }
   if (output) {
     write_file(*output, toml);
   } else {

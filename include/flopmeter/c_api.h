@@ -44,7 +44,10 @@
  *    FLOPMETER_E_REENTRANT and do nothing but count it (reentrant_calls) and log it (once a minute): they
  *    would otherwise deadlock, and destroy would free the plugin under the call that is running it. Make
  *    those calls after the outer call returns. Calls on a different plugin, and calls from other threads,
- *    are not affected.
+ *    are not affected, with one rule for two plugins: plugin A's callback may call plugin B, but B's
+ *    callback must not call A at the same time from another thread (each would wait, forever, for the lock
+ *    the other holds while its callback runs). Keep such calls one-way, or make them after the outer call
+ *    returns.
  */
 #ifndef FLOPMETER_C_API_H_
 #define FLOPMETER_C_API_H_

@@ -30,6 +30,9 @@
 // refused instead of deadlocking: they do nothing, are counted in health().reentrant_calls and logged once a
 // minute. Call them after the outer hook returns. Other threads are not affected: they wait for the lock as
 // usual. Do not drop the last shared_ptr to the plugin from inside one of its call-outs.
+// Two plugins: a call-out of plugin A may call plugin B, but not in both directions at once: if B's call-out
+// (on another thread) calls A while A's calls B, each waits for the lock the other holds, forever. Keep such
+// calls one-way (A's sinks may feed B; B's must not feed A), or make them after the outer hook returns.
 #pragma once
 
 #include <chrono>

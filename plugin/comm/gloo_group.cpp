@@ -35,6 +35,7 @@
 #include <c10/util/Exception.h>
 
 #include "flopmeter/c10d.h"
+#include "flopmeter/c_api.h"  // FLOPMETER_MAX_WORLD_SIZE
 #include "comm/c10d_internal.h"
 
 #if __has_include(<gloo/algorithm.h>)
@@ -209,7 +210,8 @@ void check_group_covers_job(const std::string& who, int group_size, int stated_j
     job = stated_job_world_size;
     source = "job_world_size=" + std::to_string(job);
   } else if (const char* env = std::getenv("WORLD_SIZE"); env != nullptr && *env != '\0') {
-    job = parse_integer(who, "WORLD_SIZE", env, 1, std::numeric_limits<int>::max(), "must be >= 1");
+    job = parse_integer(who, "WORLD_SIZE", env, 1, std::numeric_limits<int>::max(),
+                        "must be in [1, " + std::to_string(std::numeric_limits<int>::max()) + "]");
     source = "WORLD_SIZE=" + std::to_string(job);
   } else {
     return;  // the job's size is not known here
@@ -276,8 +278,11 @@ std::shared_ptr<communicator> make_gloo_communicator_from_env(const gloo_env_opt
       options.timeout > std::chrono::milliseconds(setting_range::max_timeout_ms)) {
     throw error(who + ": timeout must be in (0, 3600000] ms, got " + std::to_string(options.timeout.count()));
   }
-  const long long world = parse_integer(who, "WORLD_SIZE", require_env("WORLD_SIZE"), 1,
-                                        std::numeric_limits<int>::max(), "must be >= 1");
+  // Refused up front, not after a rendezvous timeout that would blame a dead peer: a job larger than
+  // flopmeter's per-log buffer allows (the C ABI's bound) can never finish a rendezvous worth having.
+  const long long world = parse_integer(who, "WORLD_SIZE", require_env("WORLD_SIZE"), 1, FLOPMETER_MAX_WORLD_SIZE,
+                                        "must be in [1, " + std::to_string(FLOPMETER_MAX_WORLD_SIZE) +
+                                            "], the most ranks flopmeter supports (FLOPMETER_MAX_WORLD_SIZE)");
   const long long rank = parse_integer(who, "RANK", require_env("RANK"), 0, world - 1,
                                        "must be in [0, WORLD_SIZE) = [0, " + std::to_string(world) + ")");
   const std::string address = require_env("MASTER_ADDR");
