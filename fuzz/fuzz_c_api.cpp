@@ -381,7 +381,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         flopmeter_microbatch& m = buffer.value;
         // Sometimes the struct of version 1, from a header without positions_int32: those fields are not read.
         m.struct_size = in.ConsumeIntegralInRange<int>(0, 7) == 0 ? static_cast<uint32_t>(kMicrobatchV1Size)
-                                                                 : pick_struct_size(in, sizeof(flopmeter_microbatch));
+                                                                  : pick_struct_size(in, sizeof(flopmeter_microbatch));
         m.positions_int32 = positions32.pointer();
         m.num_positions_int32 = positions32.size();
         m.document_lengths = lengths.pointer();

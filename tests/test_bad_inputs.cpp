@@ -146,7 +146,8 @@ TEST(bad_inputs, plugin_file_layout_not_dividing_the_world_names_the_file) {
 // The new user's case: [parallel] tp = 2 in a one-rank run. The table is on line 3 (after [model] and its
 // config line), so the error is at 3:1, key 'parallel'; tp*cp*pp = 2*1*1 (tp 2, cp and pp defaulting to 1).
 TEST(bad_inputs, plugin_file_layout_larger_than_the_world_is_located) {
-  const fs::path path = fs::temp_directory_path() / ("flopmeter_bad_inputs_tp2_" + std::to_string(::getpid()) + ".toml");
+  const fs::path path =
+      fs::temp_directory_path() / ("flopmeter_bad_inputs_tp2_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(path) << "[model]\nconfig = \"" FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml\"\n"
                       << "[parallel]\ntp = 2\n[sinks]\nconsole = false\n";
   EXPECT_EQ(testing::error_message_of([&] { (void)create_throughput_plugin(path.string(), make_local_communicator()); },

@@ -335,7 +335,7 @@ TEST(throughput, a_warm_up_log_before_any_microbatch_writes_no_record) {
   job.log_all(1);  // would emit the warm-up's record (step 0) here
   for (const auto& s : job.sinks) EXPECT_TRUE(s->records.empty());
   job.advance(1.0);
-  job.log_all(2);  // emits step 1
+  job.log_all(2);   // emits step 1
   job.flush_all();  // emits step 2
   for (int r = 0; r < 2; ++r) {
     const capture_sink& s = *job.sinks[static_cast<std::size_t>(r)];

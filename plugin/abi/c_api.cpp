@@ -139,7 +139,8 @@ std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm*
 // The smallest struct_size accepted for each struct: the end of its last field in its first version.
 constexpr std::size_t kMicrobatchV1Size = offsetof(flopmeter_microbatch, label_tokens) + sizeof(int64_t);
 // The end of positions_int32 / num_positions_int32, added later in version 2.
-constexpr std::size_t kMicrobatchPositionsInt32Size = offsetof(flopmeter_microbatch, num_positions_int32) + sizeof(size_t);
+constexpr std::size_t kMicrobatchPositionsInt32Size =
+    offsetof(flopmeter_microbatch, num_positions_int32) + sizeof(size_t);
 constexpr std::size_t kLogV1Size = offsetof(flopmeter_log, peak_memory_bytes) + sizeof(int64_t);
 constexpr std::size_t kHealthV2Size = offsetof(flopmeter_health_counters, rejected_logs) + sizeof(uint64_t);
 
