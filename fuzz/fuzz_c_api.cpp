@@ -198,6 +198,11 @@ void check_code(int code) {
   FUZZ_CHECK(name.rfind("FLOPMETER_", 0) == 0, "status string without its name: " + name);
 }
 
+// The struct_size of flopmeter_microbatch in version 1 (up to label_tokens), and the one that covers
+// positions_int32 (added later in version 2).
+constexpr std::size_t kMicrobatchV1Size = offsetof(flopmeter_microbatch, label_tokens) + sizeof(int64_t);
+constexpr std::size_t kMicrobatchInt32Size = offsetof(flopmeter_microbatch, num_positions_int32) + sizeof(size_t);
+
 constexpr std::int64_t kInteresting[] = {0,
                                          1,
                                          2,
@@ -255,8 +260,10 @@ struct array_arg {
   bool null_with_count() const { return null && count != 0; }
 };
 
-array_arg<std::int64_t> pick_values(FuzzedDataProvider& in) {
-  array_arg<std::int64_t> a;
+// int64 lengths, cu_seqlens or positions, or int32 positions (the same picks, converted: small ones stay).
+template <class T = std::int64_t>
+array_arg<T> pick_values(FuzzedDataProvider& in) {
+  array_arg<T> a;
   const int kind = in.ConsumeIntegralInRange<int>(0, 7);
   if (kind == 0) {
     a.null = true;
@@ -265,7 +272,7 @@ array_arg<std::int64_t> pick_values(FuzzedDataProvider& in) {
   }
   if (kind <= 3) return a;  // absent
   const std::size_t n = in.ConsumeIntegralInRange<std::size_t>(1, 8);
-  for (std::size_t i = 0; i < n; ++i) a.data.push_back(pick(in));
+  for (std::size_t i = 0; i < n; ++i) a.data.push_back(static_cast<T>(pick(in)));
   return a;
 }
 
@@ -367,10 +374,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             in.ConsumeIntegralInRange<int>(0, 3) == 0 ? pick_values(in) : array_arg<std::int64_t>{};
         const array_arg<std::int64_t> positions =
             in.ConsumeIntegralInRange<int>(0, 3) == 0 ? pick_values(in) : array_arg<std::int64_t>{};
+        const array_arg<std::int32_t> positions32 =
+            in.ConsumeIntegralInRange<int>(0, 3) == 0 ? pick_values<std::int32_t>(in) : array_arg<std::int32_t>{};
         const array_arg<flopmeter_grid> grids = pick_grids(in);
         padded<flopmeter_microbatch> buffer{};
         flopmeter_microbatch& m = buffer.value;
-        m.struct_size = pick_struct_size(in, sizeof(flopmeter_microbatch));
+        // Sometimes the struct of version 1, from a header without positions_int32: those fields are not read.
+        m.struct_size = in.ConsumeIntegralInRange<int>(0, 7) == 0 ? static_cast<uint32_t>(kMicrobatchV1Size)
+                                                                  : pick_struct_size(in, sizeof(flopmeter_microbatch));
+        m.positions_int32 = positions32.pointer();
+        m.num_positions_int32 = positions32.size();
         m.document_lengths = lengths.pointer();
         m.num_document_lengths = lengths.size();
         m.cu_seqlens = cu.pointer();
@@ -389,16 +402,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         check_code(code);
         const flopmeter_health_counters now = read_health(plugin);
         check_monotone(last, now);
-        const bool null_array =
-            lengths.null_with_count() || cu.null_with_count() || positions.null_with_count() || grids.null_with_count();
+        const bool int32_read = m.struct_size >= kMicrobatchInt32Size;  // else positions_int32 is not there
+        const bool null_array = lengths.null_with_count() || cu.null_with_count() || positions.null_with_count() ||
+                                (int32_read && positions32.null_with_count()) || grids.null_with_count();
+        const int formats = (lengths.size() != 0) + (cu.size() != 0) + (positions.size() != 0) +
+                            (int32_read && positions32.size() != 0);
         if (null_event) {
           FUZZ_CHECK(code == FLOPMETER_E_NULL_ARGUMENT, "a NULL micro-batch was not refused");
-        } else if (m.struct_size < sizeof(flopmeter_microbatch)) {
+        } else if (m.struct_size < kMicrobatchV1Size) {
           FUZZ_CHECK(code == FLOPMETER_E_STRUCT_SIZE, "a short struct_size was not refused");
         } else if (null_array) {
           FUZZ_CHECK(code == FLOPMETER_E_REJECTED, "a NULL array with a count was not refused");
         } else if (flushed) {
           FUZZ_CHECK(code == FLOPMETER_E_AFTER_FLUSH, "a micro-batch after flush got " + std::to_string(code));
+        } else if (formats > 1) {
+          FUZZ_CHECK(code == FLOPMETER_E_REJECTED, "a micro-batch with two document formats was not refused");
         } else {
           FUZZ_CHECK(code == FLOPMETER_OK || code == FLOPMETER_E_REJECTED, "on_microbatch: " + std::to_string(code));
         }
@@ -412,6 +430,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                      "a refused batch not counted once (code " + std::to_string(code) + ")");
         }
         last = now;
+        // int32 positions are the same entries as int64 ones: a description refused with them is refused
+        // widened too (the refusal changed nothing, so the plugin's state is the same for the second call).
+        if (code == FLOPMETER_E_REJECTED && int32_read && formats == 1 && positions32.size() != 0 && !null_array) {
+          const std::vector<std::int64_t> widened(positions32.data.begin(), positions32.data.end());
+          flopmeter_microbatch wide = m;
+          wide.struct_size = sizeof(wide);
+          wide.positions = widened.data();
+          wide.num_positions = widened.size();
+          wide.positions_int32 = nullptr;
+          wide.num_positions_int32 = 0;
+          const int wide_code = flopmeter_on_microbatch(plugin, &wide);
+          FUZZ_CHECK(wide_code == FLOPMETER_E_REJECTED,
+                     "int32 positions refused, the same as int64 got " + std::to_string(wide_code));
+          last = read_health(plugin);
+        }
         break;
       }
       case 4:

@@ -14,7 +14,8 @@
 //     it rejects exactly the micro-batches a mirror of its accounting rejects (health().bad_microbatches);
 //     every emitted value is finite and the counts behind them are non-negative; train/tokens_seen is the
 //     sum of the emitted intervals' DP-group tokens; with a collective that always succeeds every interval
-//     with a positive time and exactly representable counts is emitted, with the expected tokens/s and
+//     with a positive time and exactly representable counts, warm-ups aside (no micro-batch in it and nothing
+//     seen before it: throughput.h), is emitted, with the expected tokens/s and
 //     TFLOP/s, and exactly one collective is started per log; events after flush() are counted, not
 //     reported.
 #include <fuzzer/FuzzedDataProvider.h>
@@ -249,6 +250,7 @@ struct mirror {
   std::int64_t samples = 0;
   double loss_sum = 0;
   std::int64_t label_tokens = 0;
+  std::int64_t microbatches = 0;  // on_microbatch calls before flush, rejected ones included (they ran)
 };
 
 struct interval {
@@ -347,6 +349,7 @@ void run_plugin(FuzzedDataProvider& in) {
   std::map<std::int64_t, interval> intervals;  // by step (= log number)
   double last_clock = clock;
   __int128 running_real = 0;  // this rank's real tokens over every closed interval (the row's running total)
+  __int128 running_samples = 0;  // and its samples (the row's other running total)
   bool flushed = false;
 
   static constexpr double kClockSteps[] = {1.0, 0.5, 3.7, 1e-9, 1e6, 0.0, -1.0, std::numeric_limits<double>::quiet_NaN()};
@@ -406,6 +409,7 @@ void run_plugin(FuzzedDataProvider& in) {
         ++after_flush;
         continue;
       }
+      ++current.microbatches;
 
       // What the plugin must have decided.
       // A loss sum needs label tokens to be a sum over, and a sum over 0 of them is 0 (check_loss_pair).
@@ -454,10 +458,14 @@ void run_plugin(FuzzedDataProvider& in) {
       ++logs;
       interval& closed = intervals[l.step];
       running_real += current.counts.real_tokens;
+      running_samples += current.samples;
       closed.running_real = running_real;
       closed.seconds = clock - last_clock;
       closed.counts = current.counts;
-      closed.emittable = closed.seconds > 0 && std::isfinite(closed.seconds) && representable(current.counts);
+      // An interval before any micro-batch, with nothing seen before it, is a warm-up: never written.
+      const bool warm_up = current.microbatches == 0 && running_real == 0 && running_samples == 0;
+      closed.emittable =
+          closed.seconds > 0 && std::isfinite(closed.seconds) && representable(current.counts) && !warm_up;
       last_clock = clock;
       current = mirror{};
     } else {

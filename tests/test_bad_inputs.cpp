@@ -127,7 +127,8 @@ TEST(bad_inputs, other_options_the_plugin_refuses) {
 }
 
 // A plugin file whose layout does not fit the communicator's world: only known at start, but the message
-// still names the file the layout came from.
+// still names the file the layout came from, at the [parallel] table (line 3, column 1: after [model] and
+// its config line). Before, it named the file alone ("path: key 'parallel': ...").
 TEST(bad_inputs, plugin_file_layout_not_dividing_the_world_names_the_file) {
   const fs::path path = fs::temp_directory_path() / ("flopmeter_bad_inputs_" + std::to_string(::getpid()) + ".toml");
   std::ofstream(path) << "[model]\nconfig = \"" FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml\"\n"
@@ -137,9 +138,100 @@ TEST(bad_inputs, plugin_file_layout_not_dividing_the_world_names_the_file) {
     (void)create_throughput_plugin(path.string(), group->rank(0));
     ADD_FAILURE() << "no error";
   } catch (const error& e) {
-    EXPECT_EQ(std::string(e.what()), path.string() + ": key 'parallel': tp*cp*pp = 4 does not divide world_size 6");
+    EXPECT_EQ(std::string(e.what()), path.string() + ":3:1: key 'parallel': tp*cp*pp = 4 does not divide world_size 6");
   }
   fs::remove(path);
+}
+
+// The new user's case: [parallel] tp = 2 in a one-rank run. The table is on line 3 (after [model] and its
+// config line), so the error is at 3:1, key 'parallel'; tp*cp*pp = 2*1*1 (tp 2, cp and pp defaulting to 1).
+TEST(bad_inputs, plugin_file_layout_larger_than_the_world_is_located) {
+  const fs::path path =
+      fs::temp_directory_path() / ("flopmeter_bad_inputs_tp2_" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(path) << "[model]\nconfig = \"" FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml\"\n"
+                      << "[parallel]\ntp = 2\n[sinks]\nconsole = false\n";
+  EXPECT_EQ(testing::error_message_of([&] { (void)create_throughput_plugin(path.string(), make_local_communicator()); },
+                                      "create_throughput_plugin"),
+            path.string() + ":3:1: key 'parallel': tp*cp*pp = 2*1*1 exceeds world_size 1");
+  fs::remove(path);
+}
+
+// ---- [sinks] across ranks ----------------------------------------------------------------------------------
+
+// A fresh directory for the sink files of one test, and a plugin file there with the given [logging] emit
+// and [sinks] lines (the sink paths relative to the working directory, so the tests give absolute ones).
+struct sink_files {
+  fs::path dir;
+  fs::path config;
+  sink_files(const std::string& name, const std::string& emit, const std::string& sinks) {
+    dir = fs::temp_directory_path() / ("flopmeter_sink_files_" + name + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    config = dir / "plugin.toml";
+    std::ofstream(config) << "[model]\nconfig = \"" FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml\"\n"
+                          << "[logging]\nemit = \"" << emit << "\"\n"
+                          << "[sinks]\nconsole = false\n"
+                          << sinks;
+  }
+  ~sink_files() { fs::remove_all(dir); }
+  std::string create_error(const std::shared_ptr<communicator>& comm) const {
+    return testing::error_message_of([&] { (void)create_throughput_plugin(config.string(), comm); },
+                                     "create_throughput_plugin");
+  }
+};
+
+// emit = "all" with 2 ranks and a JSONL path without {rank}: both ranks would append to one file. Refused at
+// the key: line 7 (after 2 lines of [model], 2 of [logging], [sinks] and console), column 9 (after `jsonl = `),
+// before any file is made; the suggestion puts _{rank} before the extension. With one rank it is accepted.
+TEST(bad_inputs, emit_all_with_a_jsonl_path_shared_by_the_ranks_is_refused_at_the_key) {
+  const fs::path file = fs::temp_directory_path() / ("flopmeter_shared_" + std::to_string(::getpid()) + ".jsonl");
+  fs::remove(file);
+  const sink_files files("jsonl", "all", "jsonl = \"" + file.string() + "\"\n");
+  auto group = std::make_shared<fake_group>(2);
+  const std::string suggestion =
+      (file.parent_path() / ("flopmeter_shared_" + std::to_string(::getpid()) + "_{rank}.jsonl")).string();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(files.create_error(group->rank(r)),
+              files.config.string() +
+                  ":7:9: key 'sinks.jsonl': has no {rank}, and with [logging] emit = \"all\" each of the 2 ranks "
+                  "writes its records there: they would all append to this one file, each record once per rank, "
+                  "with no rank in it. Add {rank} to the path (e.g. \"" +
+                  suggestion + "\"), or set emit = \"rank0\"")
+        << "rank " << r;
+  }
+  EXPECT_FALSE(fs::exists(file));
+  EXPECT_NO_THROW((void)create_throughput_plugin(files.config.string(), make_local_communicator()));
+  EXPECT_TRUE(fs::exists(file));  // one rank: its own file
+  fs::remove(file);
+}
+
+// The same for TensorBoard: event file names carry the host and process id, so the files would not collide,
+// but TensorBoard shows every event file of a directory as one run. Refused at sinks.tensorboard (7:15).
+TEST(bad_inputs, emit_all_with_a_tensorboard_dir_shared_by_the_ranks_is_refused_at_the_key) {
+  const sink_files files("tensorboard", "all", "tensorboard = \"tb\"\n");
+  auto group = std::make_shared<fake_group>(3);
+  const std::string message = files.create_error(group->rank(1));
+  EXPECT_EQ(message.rfind(files.config.string() + ":7:15: key 'sinks.tensorboard': has no {rank}, and with [logging] "
+                                                  "emit = \"all\" each of the 3 ranks",
+                          0),
+            0u)
+      << message;
+  EXPECT_NE(message.find("(e.g. \"tb/rank{rank}\")"), std::string::npos) << message;
+}
+
+// With the default emit = "rank0" only rank 0 writes records, so only rank 0 makes the [sinks] files: rank 1
+// of 2 used to create its own, empty, m_1.jsonl.
+TEST(bad_inputs, ranks_that_do_not_emit_create_no_sink_files) {
+  const fs::path dir = fs::temp_directory_path() / ("flopmeter_rank0_files_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const sink_files files("rank0", "rank0", "jsonl = \"" + (dir / "m_{rank}.jsonl").string() + "\"\n");
+  auto group = std::make_shared<fake_group>(2);
+  auto rank0 = create_throughput_plugin(files.config.string(), group->rank(0));
+  auto rank1 = create_throughput_plugin(files.config.string(), group->rank(1));
+  EXPECT_TRUE(fs::exists(dir / "m_0.jsonl"));
+  EXPECT_FALSE(fs::exists(dir / "m_1.jsonl"));
+  fs::remove_all(dir);
 }
 
 // A config path that names something huge by mistake is refused after 16 MiB, not read whole.
@@ -191,7 +283,12 @@ TEST(bad_inputs, peaks_without_a_number_give_no_mfu_and_one_warning) {
     testing::clocked_plugin run(o, make_local_communicator());
     auto& [sink, now, plugin] = run;
     EXPECT_FALSE(plugin->peak_tflops_per_gpu().has_value()) << c.name;
+    // A micro-batch per interval: intervals before the first one would be warm-ups, written nowhere.
+    const std::vector<std::int64_t> lengths = {16};
+    microbatch_event batch;
+    batch.document_lengths = lengths;
     for (int step = 1; step <= 3; ++step) {
+      plugin->on_microbatch(batch);
       now += 1;
       plugin->on_log(log_event{});
     }

@@ -517,6 +517,76 @@ TEST_F(c_api_plugin, a_null_array_with_a_count_is_refused_and_counted) {
   abi.destroy(plugin);
 }
 
+// Positions as int32 (added to flopmeter_microbatch later in version 2) count as the same positions in int64
+// and as the lengths they describe. Documents of 3 and 5 tokens: lengths {3, 5}, positions
+// {0,1,2, 0,1,2,3,4}: 8 real tokens, 2 documents, 3*4/2 + 5*6/2 = 21 causal pairs in every form, so each
+// interval adds 8 to train/tokens_seen (8, 16, 24) and has the same FLOPs per token: tflops/tps is the
+// interval's FLOPs / tokens / 1e12 (the interval's time cancels), equal in all three records.
+TEST_F(c_api_plugin, int32_positions_count_as_the_int64_ones) {
+  captured out;
+  abi.set_metrics_callback(plugin, capture, &out);
+  const std::vector<int64_t> lengths = {3, 5};
+  const std::vector<int64_t> positions64 = {0, 1, 2, 0, 1, 2, 3, 4};
+  const std::vector<int32_t> positions32 = {0, 1, 2, 0, 1, 2, 3, 4};
+  flopmeter_microbatch by_lengths = microbatch(lengths, {});
+  flopmeter_microbatch by_positions64 = microbatch({}, {});
+  by_positions64.positions = positions64.data();
+  by_positions64.num_positions = positions64.size();
+  flopmeter_microbatch by_positions32 = microbatch({}, {});
+  by_positions32.positions_int32 = positions32.data();
+  by_positions32.num_positions_int32 = positions32.size();
+  const flopmeter_microbatch* forms[] = {&by_lengths, &by_positions64, &by_positions32};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(abi.on_microbatch(plugin, forms[i]), FLOPMETER_OK) << i;
+    flopmeter_log l = log_at(i + 1);
+    abi.on_log(plugin, &l);
+  }
+  abi.flush(plugin);
+  ASSERT_EQ(out.records.size(), 3u);
+  double flops_per_token[3];
+  for (int i = 0; i < 3; ++i) {
+    const std::string& json = out.records[static_cast<std::size_t>(i)].second;
+    EXPECT_DOUBLE_EQ(json_number(json, "train/tokens_seen"), 8.0 * (i + 1)) << i;
+    flops_per_token[i] = json_number(json, "perf/tflops_per_second") / json_number(json, "perf/tokens_per_second");
+  }
+  EXPECT_NEAR(flops_per_token[1] / flops_per_token[0], 1.0, 1e-12);
+  EXPECT_NEAR(flops_per_token[2] / flops_per_token[0], 1.0, 1e-12);
+  abi.destroy(plugin);
+}
+
+// The int32 positions follow the rules of the other arrays: with the int64 ones (two descriptions) or NULL
+// with a count, the batch is refused and counted; a struct from a header older than positions_int32
+// (struct_size up to label_tokens) is read without them, whatever lies in memory after it.
+TEST_F(c_api_plugin, int32_positions_follow_the_array_rules_and_struct_size) {
+  captured out;
+  abi.set_metrics_callback(plugin, capture, &out);
+  const std::vector<int64_t> positions64 = {0, 1, 2};
+  const std::vector<int32_t> positions32 = {0, 1, 2};
+  flopmeter_microbatch both = microbatch({}, {});
+  both.positions = positions64.data();
+  both.num_positions = positions64.size();
+  both.positions_int32 = positions32.data();
+  both.num_positions_int32 = positions32.size();
+  EXPECT_EQ(abi.on_microbatch(plugin, &both), FLOPMETER_E_REJECTED);
+  flopmeter_microbatch null_with_count = microbatch({}, {});
+  null_with_count.num_positions_int32 = 3;
+  EXPECT_EQ(abi.on_microbatch(plugin, &null_with_count), FLOPMETER_E_REJECTED);
+  // Version 1's struct_size: the int32 fields lie beyond it and are not read, so this is the int64
+  // positions alone (3 tokens), not two descriptions.
+  flopmeter_microbatch old = both;
+  old.struct_size = offsetof(flopmeter_microbatch, label_tokens) + sizeof(int64_t);
+  EXPECT_EQ(abi.on_microbatch(plugin, &old), FLOPMETER_OK);
+  flopmeter_log l = log_at(1);
+  abi.on_log(plugin, &l);
+  abi.flush(plugin);
+  ASSERT_EQ(out.records.size(), 1u);
+  EXPECT_DOUBLE_EQ(json_number(out.records[0].second, "train/tokens_seen"), 3.0);
+  flopmeter_health_counters health = health_struct();
+  abi.health(plugin, &health);
+  EXPECT_EQ(health.bad_microbatches, 2u);
+  abi.destroy(plugin);
+}
+
 // train/loss is sum(loss_sum) / sum(label_tokens): a non-zero loss sum over 0 label tokens is refused (a sum
 // over no tokens is 0), so the interval's loss is that of the valid batch alone, 4 / 1 = 4 (before: (-4 + 4)
 // / 1 = 0). 0 over 0 (a batch whose labels are all masked) is accepted and changes nothing.
@@ -549,7 +619,7 @@ TEST_F(c_api_plugin, a_loss_sum_over_zero_label_tokens_is_refused) {
 TEST_F(c_api_plugin, a_struct_size_too_small_is_counted_and_logged) {
   const std::vector<int64_t> docs = {10};
   flopmeter_microbatch m = microbatch(docs, {});
-  m.struct_size = sizeof(m) - 8;  // a caller whose struct lacks label_tokens
+  m.struct_size = offsetof(flopmeter_microbatch, label_tokens);  // a caller whose struct lacks label_tokens
   flopmeter_log l = log_at(1);
   l.struct_size = 8;
   testing::internal::CaptureStderr();

@@ -415,7 +415,7 @@ TEST(ConsoleSink, OneLineWithEveryKnownValue) {
   EXPECT_EQ(sink->failures(), 0u);
   ASSERT_EQ(log.lines().size(), 1u);
   EXPECT_EQ(log.lines()[0],
-            "info|step 20 | tok/s 12345.6 | tok/s/gpu 3086.4 | TFLOP/s/gpu 123.4 | MFU 41.2% | step 0.512s | "
+            "info|step 20 | tok/s 12345.6 | tok/s/gpu 3086.4 | TFLOP/s/gpu 123.4 | MFU 41.2% | mb_time 0.512s | "
             "eff 0.93 | mem 41.2GiB | loss 2.3456 | wait 0.01ms");
 }
 

@@ -319,6 +319,54 @@ TEST(throughput, stalled_peer_times_out_and_the_loop_carries_on) {
   EXPECT_EQ(h.collectives_started, 3u);
 }
 
+// The warm-up on_log that throughput.h recommends (once before the first micro-batch) closes an interval
+// that no rank recorded anything in: its record would be all zeros (0 tok/s, 0% MFU), so no sink gets it and
+// no health counter moves. Hand derivation, 2 ranks, peak 1e-3 TFLOP/s (MFU is reported):
+//   step 0: warm-up, 5 s of set-up, no micro-batch anywhere -> no record;
+//   step 1: 100 tokens per rank in 1 s -> the first record, step 1, (100 + 100) / 1 s = 200 tok/s;
+//   step 2: no micro-batch anywhere in 1 s, but 200 tokens were seen before -> emitted as before: 0 tok/s,
+//           train/tokens_seen 200.
+TEST(throughput, a_warm_up_log_before_any_microbatch_writes_no_record) {
+  simulated_job job(2, parallel_sizes{}, /*peak_tflops=*/1e-3);
+  job.advance(5.0);
+  job.log_all(0);  // warm-up
+  for (int r = 0; r < 2; ++r) job.microbatch(r, {100});
+  job.advance(1.0);
+  job.log_all(1);  // would emit the warm-up's record (step 0) here
+  for (const auto& s : job.sinks) EXPECT_TRUE(s->records.empty());
+  job.advance(1.0);
+  job.log_all(2);   // emits step 1
+  job.flush_all();  // emits step 2
+  for (int r = 0; r < 2; ++r) {
+    const capture_sink& s = *job.sinks[static_cast<std::size_t>(r)];
+    ASSERT_EQ(s.records.size(), 2u) << "rank " << r;
+    EXPECT_EQ(s.records[0].step, 1);
+    EXPECT_DOUBLE_EQ(s.value(0, "perf/tokens_per_second"), 200.0);
+    EXPECT_EQ(s.records[1].step, 2);
+    EXPECT_DOUBLE_EQ(s.value(1, "perf/tokens_per_second"), 0.0);
+    EXPECT_DOUBLE_EQ(s.value(1, "train/tokens_seen"), 200.0);
+    const throughput_health h = job.ranks[static_cast<std::size_t>(r)]->health();
+    EXPECT_EQ(h.skipped_intervals, 0u);
+    EXPECT_EQ(h.failed_collectives, 0u);
+    EXPECT_EQ(h.collectives_started, 3u);  // one per log, the warm-up's included
+  }
+}
+
+// Only when no rank of the world recorded anything: a warm-up log on rank 1 while rank 0 already ran a
+// micro-batch (50 tokens in 1 s) is an ordinary interval: (50 + 0) / 1 s = 50 tok/s at step 0.
+TEST(throughput, an_interval_with_a_microbatch_on_any_rank_is_no_warm_up) {
+  simulated_job job(2, parallel_sizes{}, 0);
+  job.microbatch(0, {50});
+  job.advance(1.0);
+  job.log_all(0);
+  job.flush_all();
+  for (const auto& s : job.sinks) {
+    ASSERT_EQ(s->records.size(), 1u);
+    EXPECT_EQ(s->records[0].step, 0);
+    EXPECT_DOUBLE_EQ(s->value(0, "perf/tokens_per_second"), 50.0);
+  }
+}
+
 TEST(throughput, zero_interval_is_skipped) {
   simulated_job job(1, parallel_sizes{}, 0);
   job.microbatch(0, {100});
@@ -353,6 +401,11 @@ TEST(throughput, emits_on_rank0_only_by_default) {
     sinks.push_back(sink);
     plugins.push_back(throughput_plugin::create(std::move(o), group->rank(r)));
   }
+  // A micro-batch on each rank: an interval without any would be a warm-up, written by no rank.
+  const std::vector<std::int64_t> lengths = {10};
+  microbatch_event batch;
+  batch.document_lengths = lengths;
+  for (auto& p : plugins) p->on_microbatch(batch);
   for (auto& p : plugins) p->on_log(log_event{});
   for (auto& p : plugins) p->flush();
   EXPECT_EQ(sinks[0]->records.size(), 1u);

@@ -13,7 +13,11 @@
  *    starts the next. Its record reaches the metrics callback one log later (during on_log of step k+1, or
  *    during flush / destroy for the last one), with `step` = k: the collective runs while you train. To keep
  *    set-up time (loading the model, the first compilation) out of the first record, create the plugin just
- *    before the training loop, or call on_log once before the first micro-batch and ignore that record.
+ *    before the training loop, or call on_log once before the first micro-batch. That warm-up interval (it
+ *    ends before any rank of the world has recorded a micro-batch) is never delivered: neither the metrics
+ *    callback nor the sinks get a record for it, its on_log returns FLOPMETER_OK as usual and no health
+ *    counter changes. The first record is then that of the first interval with micro-batches; later
+ *    intervals without micro-batches are delivered as usual.
  *  - Every rank calls on_log at the same steps, with the same, increasing `step`: the ranks' rows are
  *    matched by it (METRICS.md, "When things go wrong", for what a skipped or extra on_log costs).
  *  - Every rank of a tensor-, context- or pipeline-parallel group passes the WHOLE micro-batch its replica
@@ -88,8 +92,9 @@ typedef struct flopmeter_grid {
   int64_t t, h, w; /* patches: temporal x height x width (Qwen's grid_thw) */
 } flopmeter_grid;
 
-/* One micro-batch: give exactly one of document_lengths, cu_seqlens, positions (count 0 = absent). An array
- * pointer may be NULL only with a count of 0; NULL with a non-zero count is FLOPMETER_E_REJECTED. */
+/* One micro-batch: give exactly one of document_lengths, cu_seqlens, positions, positions_int32 (count 0 =
+ * absent; two of them is FLOPMETER_E_REJECTED). An array pointer may be NULL only with a count of 0; NULL with
+ * a non-zero count is FLOPMETER_E_REJECTED. */
 typedef struct flopmeter_microbatch {
   uint32_t struct_size;
   const int64_t* document_lengths;
@@ -107,6 +112,11 @@ typedef struct flopmeter_microbatch {
   int64_t label_tokens; /* the tokens that carry a label: train/loss = sum(loss_sum) / sum(label_tokens) over
                          * the interval and the data-parallel group. A non-zero loss_sum over 0 label tokens is
                          * FLOPMETER_E_REJECTED (a sum over no tokens is 0) */
+  /* Added later in version 2; read only when struct_size covers both (a struct from an older header gives no
+   * int32 positions). */
+  const int32_t* positions_int32; /* positions as int32, for a trainer that holds them so: the same rules and
+                                   * counts as `positions`, entries compared in 64 bits (METRICS.md, section 1) */
+  size_t num_positions_int32;
 } flopmeter_microbatch;
 
 /* Which optional fields of flopmeter_log are set. */
@@ -236,7 +246,8 @@ FLOPMETER_EXPORT const char* flopmeter_status_string(int code);
  * error; flopmeter_status_string added.
  * Later in version 2 (additions only; a caller built against an older header is unaffected):
  * flopmeter_health_counters gained out_of_step_intervals, dropped_records, then reentrant_calls (written only
- * when struct_size covers them); FLOPMETER_E_REENTRANT (-6) added: on_microbatch, on_log, flush and destroy
+ * when struct_size covers them); flopmeter_microbatch gained positions_int32 and num_positions_int32 (read
+ * only when struct_size covers them); FLOPMETER_E_REENTRANT (-6) added: on_microbatch, on_log, flush and destroy
  * called from inside the same plugin's callback used to deadlock and are now refused with it, while health
  * called from there, which also deadlocked, now returns FLOPMETER_OK with the counters. */
 

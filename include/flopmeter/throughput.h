@@ -6,8 +6,12 @@
 // (no allocation, no collective, no device sync). on_log closes the interval, starts one asynchronous
 // all-gather of this rank's row and emits the *previous* interval's metrics after waiting for its collective
 // (perf/log_wait_ms is that wait). The first interval starts when the plugin is created: create it just
-// before the training loop (or call on_log once before the first micro-batch and ignore that record) to keep
-// set-up time out of the first record's rates. flush() waits for and emits the last interval. Destroying the plugin
+// before the training loop (or call on_log once before the first micro-batch) to keep set-up time out of the
+// first record's rates. Such a warm-up interval, which ends before any rank of the world has recorded a
+// micro-batch (every rank's running totals and interval counts are 0), is not written to the sinks and is not
+// counted in health(): its on_log starts the next interval as any on_log does, and the first record the sinks
+// see is the first interval with micro-batches. Later intervals without micro-batches are emitted as usual.
+// flush() waits for and emits the last interval. Destroying the plugin
 // without flush() flushes it: the wait for the last collective is bounded by collective_timeout like any
 // on_log's (and is a poll while reporting is paused), so destruction never blocks longer than that.
 // Every rank must call on_log at the same steps with the same, increasing `step`: a rank whose step
@@ -161,6 +165,10 @@ struct plugin_config {
   // [logging] rendezvous_timeout_ms: only for the Gloo group flopmeter builds itself from a plugin file (C ABI
   // flopmeter_create_gloo_from_env): the bound on the rendezvous on every rank, and Gloo's collective timeout.
   std::chrono::milliseconds rendezvous_timeout{60000};
+  // Where the [parallel] table was written (the plugin file, its line and column, key "parallel"), so that a
+  // layout that does not fit the world (tp*cp*pp above or not dividing world_size, known only at create) is
+  // reported there. The loader fills it when the file has a [parallel] table; otherwise it stays empty.
+  error_location parallel_at;
 };
 
 // Reads a plugin TOML file (see docs in plugin_configs/SCHEMA.md): the model config path (relative to the
@@ -171,7 +179,11 @@ throughput_options load_throughput_options(const std::string& path);
 
 // Loads a plugin TOML (load_plugin_config), builds its sinks (make_sinks for comm->rank() through
 // `logger`), appends `extra_sinks` and creates the plugin. Throws flopmeter::error on any configuration
-// problem.
+// problem, located at file:line:col and key, among them those only the world reveals: a [parallel] layout
+// that does not fit comm->world_size(), and, with [logging] emit = "all" in a world of more than one rank, a
+// [sinks] jsonl or tensorboard path without "{rank}" (every rank would write into the same file or run).
+// The [sinks] table's sinks are made only on the ranks that emit (rank 0 with the default emit = "rank0"):
+// the other ranks create no files. `extra_sinks` are added on every rank.
 std::shared_ptr<throughput_plugin> create_throughput_plugin(const std::string& config_path,
                                                             std::shared_ptr<communicator> comm,
                                                             std::shared_ptr<spdlog::logger> logger = nullptr,

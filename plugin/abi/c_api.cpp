@@ -138,6 +138,9 @@ std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm*
 
 // The smallest struct_size accepted for each struct: the end of its last field in its first version.
 constexpr std::size_t kMicrobatchV1Size = offsetof(flopmeter_microbatch, label_tokens) + sizeof(int64_t);
+// The end of positions_int32 / num_positions_int32, added later in version 2.
+constexpr std::size_t kMicrobatchPositionsInt32Size =
+    offsetof(flopmeter_microbatch, num_positions_int32) + sizeof(size_t);
 constexpr std::size_t kLogV1Size = offsetof(flopmeter_log, peak_memory_bytes) + sizeof(int64_t);
 constexpr std::size_t kHealthV2Size = offsetof(flopmeter_health_counters, rejected_logs) + sizeof(uint64_t);
 
@@ -333,14 +336,21 @@ int flopmeter_on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch
     return refuse_microbatch(*state, FLOPMETER_E_STRUCT_SIZE,
                              "flopmeter_microbatch.struct_size is below sizeof(flopmeter_microbatch) of ABI version 1");
   }
+  // Fields added after version 1 are read only when struct_size covers them: a caller built against an older
+  // header has memory of its own (or none) there.
+  const bool has_positions_int32 = m->struct_size >= kMicrobatchPositionsInt32Size;
+  const int32_t* positions_int32 = has_positions_int32 ? m->positions_int32 : nullptr;
+  const size_t num_positions_int32 = has_positions_int32 ? m->num_positions_int32 : 0;
   if (!array_given(m->document_lengths, m->num_document_lengths) || !array_given(m->cu_seqlens, m->num_cu_seqlens) ||
-      !array_given(m->positions, m->num_positions) || !array_given(m->grids, m->num_grids)) {
+      !array_given(m->positions, m->num_positions) || !array_given(positions_int32, num_positions_int32) ||
+      !array_given(m->grids, m->num_grids)) {
     return refuse_microbatch(*state, FLOPMETER_E_REJECTED, "an array pointer is NULL with a non-zero count");
   }
   flopmeter::microbatch_event e;
   e.document_lengths = {m->document_lengths, m->num_document_lengths};
   e.cu_seqlens = {m->cu_seqlens, m->num_cu_seqlens};
   e.positions = {m->positions, m->num_positions};
+  e.positions_int32 = {positions_int32, num_positions_int32};  // two formats given: rejected by the plugin
   e.padding_tokens = m->padding_tokens;
   static_assert(sizeof(flopmeter_grid) == sizeof(flopmeter::image_grid), "grid layouts must match");
   e.image_grids = {reinterpret_cast<const flopmeter::image_grid*>(m->grids), m->num_grids};

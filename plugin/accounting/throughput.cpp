@@ -491,6 +491,27 @@ class throughput_plugin::impl {
     return "";
   }
 
+  // True when the gathered interval comes before any rank has recorded a micro-batch: every rank's running
+  // totals (tokens and samples seen) are 0, and so are its interval's micro-batches and counts. That is the
+  // warm-up on_log throughput.h recommends (called before the first micro-batch to start the first interval
+  // after set-up): its record would be all zeros (0 tok/s, 0% MFU), a point that is no measurement, so it is
+  // not written to the sinks and not counted in health() (nothing went wrong). Decided from the rows alone, so
+  // every rank decides the same. A later interval without micro-batches has a rank with a token or sample seen
+  // and is emitted as usual.
+  bool is_warm_up_interval() const {
+    for (std::int64_t r = 0; r < world_; ++r) {
+      const double* x = row(r);
+      if (x[row_tokens_seen] != 0 || x[row_samples_seen] != 0 || x[row_microbatches] != 0 ||
+          x[row_device_rejected] != 0) {
+        return false;
+      }
+      for (std::size_t field = 0; field < kRowCountFields; ++field) {
+        if (x[field] != 0) return false;
+      }
+    }
+    return true;
+  }
+
   // The outcome of comparing the gathered rows' log identities.
   struct step_check {
     bool match = true;
@@ -584,6 +605,7 @@ class throughput_plugin::impl {
     if (device_rejected > 0 && device_rejected < kExactIntegerLimit) {
       health_.bad_microbatches += static_cast<std::uint64_t>(device_rejected);
     }
+    if (is_warm_up_interval()) return;  // the warm-up on_log: nothing to report, nothing went wrong
     const double emit_start = seconds_now();
     derive_context context;
     context.step = in_flight_.event.step;

@@ -118,7 +118,11 @@ class options_loader : private detail::toml_reader {
     options.sanity_check = optional_bool(*model, "model", "sanity_check", false);
     const std::optional<bool> train_mtp_layers = optional_bool(*model, "model", "train_mtp_layers");
     if (peak != nullptr) read_peak(*peak, options);
-    if (parallel != nullptr) read_parallel(*parallel, options);
+    if (parallel != nullptr) {
+      read_parallel(*parallel, options);
+      // The layout is checked against the world at create (plugin_factory.cpp), which reports it here.
+      config.parallel_at = location(parallel->source(), "parallel");
+    }
     if (logging != nullptr) read_logging(*logging, options);
     if (logging != nullptr) {
       config.rendezvous_timeout = std::chrono::milliseconds(optional_int(

@@ -79,7 +79,8 @@ constexpr console_field kConsoleFields[] = {
     {metric::kTokensPerSecondPerGpu, "tok/s/gpu", 1, ""},
     {metric::kTflopsPerSecond, "TFLOP/s/gpu", 1, "", true},
     {metric::kMfu, "MFU", 1, "%", true},
-    {metric::kStepTime, "step", 3, "s"},
+    // perf/step_time is per micro-batch: labelled "step" right after "step N" it read as the optimizer step.
+    {metric::kStepTime, "mb_time", 3, "s"},
     {metric::kBatchEfficiency, "eff", 2, ""},
     {metric::kMemGib, "mem", 1, "GiB"},
     {metric::kLoss, "loss", 4, ""},

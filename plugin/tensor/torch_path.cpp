@@ -22,6 +22,7 @@
 #include "flopmeter/error.h"
 #include "accounting/derive.h"  // check_loss_pair
 #include "accounting/owned_mutex.h"
+#include "accounting/plugin_factory.h"  // check_layout_fits, make_emitting_sinks
 #include "accounting/row_layout.h"
 #include "core/exact_double.h"
 #include "tensor/torch_path_log.h"  // spdlog stays out of this file: see there
@@ -339,9 +340,12 @@ std::shared_ptr<tensor_throughput> create_tensor_throughput(const std::string& c
   if (!group) throw error("create_tensor_throughput: the process group is null");
   plugin_config config = load_plugin_config(config_path);
   try {
+    detail::check_layout_fits(config, group->getSize());
+    std::vector<std::shared_ptr<sink>> sinks =
+        detail::make_emitting_sinks(config, group->getRank(), group->getSize(), logger);
     throughput_options options = std::move(config.options);
     options.logger = logger;
-    options.sinks = make_sinks(config.sinks, group->getRank(), logger);
+    options.sinks = std::move(sinks);
     for (auto& s : extra_sinks) options.sinks.push_back(std::move(s));
     return tensor_throughput::create(std::move(options), std::move(group), device, checks);
   } catch (const error& e) {
