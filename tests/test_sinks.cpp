@@ -566,7 +566,7 @@ TEST(JsonlSink, APathReplacedByAFifoAfterCreateCostsTheRecordNotTheRun) {
   ASSERT_TRUE(returns_within_10s([sink] { sink->write(record_at(1, 40.0)); })) << "the first record blocked";
   EXPECT_EQ(sink->failures(), 1u);  // dropped and counted, as for a missing directory
   char byte = 0;
-  EXPECT_EQ(::read(reader, &byte, 1), -1) << "a record went into the FIFO";  // EAGAIN: nothing was written
+  EXPECT_LE(::read(reader, &byte, 1), 0) << "a record went into the FIFO";  // EOF or EAGAIN: nothing written
   ::close(reader);
   ASSERT_EQ(log.lines().size(), 1u);
   EXPECT_NE(log.lines()[0].find("the path is a FIFO (named pipe), not a regular file"), std::string::npos)
