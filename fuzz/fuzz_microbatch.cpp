@@ -419,6 +419,8 @@ void run_plugin(FuzzedDataProvider& in) {
       const std::optional<batch_counts> plugin_counts =
           format == 3 ? (values.empty() ? try_count(one, 1, padding, grids, g) : std::nullopt) : counted;
       rejected = rejected || !plugin_counts;
+      // A loss over more label tokens than the batch's real tokens (check_label_tokens_within).
+      rejected = rejected || (loss && labels && *labels > plugin_counts->real_tokens);
       mirror next = current;
       if (!rejected) {
         try {

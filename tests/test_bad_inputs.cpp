@@ -342,6 +342,9 @@ TEST(bad_inputs, rejected_microbatch_warning_names_the_entry_and_the_batch_is_no
       {"negative_samples", {4}, {}, {}, {}, 0, -2, {}, {}, "samples must be >= 0 (got -2)"},
       {"negative_label_tokens", {4}, {}, {}, {}, 0, 1, 2.0, -4, "label_tokens must be >= 0"},
       {"loss_not_finite", {4}, {}, {}, {}, 0, 1, kNaN, 4, "loss_sum is not finite"},
+      // 4 real tokens, 1000 label tokens: counted, train/loss would read 2/1000 = 0.002 instead of at least 2/4.
+      {"label_tokens_beyond_real_tokens", {4}, {}, {}, {}, 0, 1, 2.0, 1000,
+       "label_tokens 1000 exceeds the micro-batch's 4 real tokens (a loss is averaged over at most every token)"},
   };
   // clang-format on
   for (const batch_case& c : cases) {
@@ -376,10 +379,45 @@ TEST(bad_inputs, rejected_microbatch_warning_names_the_entry_and_the_batch_is_no
   }
 }
 
+// A custom clock reading 0, then 5e-324 s: a positive, finite interval, but 10 tokens over it is ~2e324
+// tokens/s, beyond the largest double (1.8e308). Before, the record said tokens_per_second = inf (JSONL null)
+// and nothing was counted; now the interval is skipped like a zero one. The next interval, 1 - 5e-324 = 1 s
+// with 10 tokens, reads 10 tokens/s.
+TEST(bad_inputs, an_interval_too_short_for_finite_rates_is_skipped_and_counted) {
+  captured_log log;
+  throughput_options o = base_options();
+  o.logger = log.logger;
+  o.peak_tflops_per_gpu = 1.0;
+  testing::clocked_plugin run(o, make_local_communicator());
+  auto& [sink, now, plugin] = run;
+  const std::vector<std::int64_t> ten = {10};
+  microbatch_event e;
+  e.document_lengths = ten;
+  plugin->on_microbatch(e);
+  now = 5e-324;
+  log_event l;
+  l.step = 1;
+  plugin->on_log(l);
+  plugin->on_microbatch(e);
+  now = 1;
+  l.step = 2;
+  plugin->on_log(l);
+  plugin->flush();
+  ASSERT_EQ(sink->records.size(), 1u);
+  EXPECT_EQ(sink->records[0].step, 2);
+  EXPECT_EQ(sink->value(0, "perf/tokens_per_second"), 10.0);
+  EXPECT_EQ(plugin->health().skipped_intervals, 1u);
+  EXPECT_NE(log.text().find("rank 0 reported an interval of 4.94066e-324 s, too short for its rates to be finite "
+                            "numbers"),
+            std::string::npos)
+      << log.text();
+}
+
 TEST(bad_inputs, interval_sums_that_would_overflow_reject_the_batch_that_overflows) {
-  // Each batch is valid, but the second would push the interval's sample (or label-token) count past int64:
-  // it is rejected, not wrapped; the first stays counted.
-  for (const bool labels : {false, true}) {
+  // Each batch is valid, but the second would push the interval's sample count past int64: it is rejected,
+  // not wrapped; the first stays counted. (The label-token count cannot get there any more: a batch's label
+  // tokens are at most its real tokens, below 2^34 by the causal-pair bound, so it would take 2^29 batches.)
+  for (const bool labels : {false}) {
     captured_log log;
     throughput_options o = base_options();
     o.logger = log.logger;

@@ -399,8 +399,15 @@ TEST(derive, intervals_and_counts_that_are_not_numbers_skip_the_interval) {
       {"negative interval", row_interval_seconds, -1.0, "rank 1 reported an interval of -1 s"},
       {"NaN interval", row_interval_seconds, nan, "rank 1 reported an interval of nan s"},
       {"count at 2^53", row_real_tokens, 9007199254740992.0, "rank 1 reported a count of 9.0072e+15"},
-      {"negative count", row_causal_pairs, -1.0, "rank 1 reported a count of -1"},
-      {"NaN count", row_patches, nan, "rank 1 reported a count of nan"},
+      // What is wrong with a count that is not one (a corrupt peer row) is said as such, not "beyond 2^53".
+      {"negative count", row_causal_pairs, -1.0,
+       "rank 1 reported a count of -1 in one interval, not a finite non-negative integer (a corrupt row)"},
+      {"NaN count", row_patches, nan,
+       "rank 1 reported a count of nan in one interval, not a finite non-negative integer (a corrupt row)"},
+      {"fractional count", row_documents, 2.5,
+       "rank 1 reported a count of 2.5 in one interval, not a finite non-negative integer (a corrupt row)"},
+      {"count at 2^53, said as such", row_real_tokens, 9007199254740992.0,
+       "rank 1 reported a count of 9.0072e+15 in one interval, beyond the 2^53 a row carries exactly"},
   };
   for (const bad_case& c : cases) {
     std::vector<double> rows = rows_of(std::vector<row_spec>(2));
@@ -414,6 +421,38 @@ TEST(derive, intervals_and_counts_that_are_not_numbers_skip_the_interval) {
   std::vector<double> rows = rows_of(std::vector<row_spec>(2));
   rows[kRowFields + row_padding_tokens] = 9007199254740991.0;
   EXPECT_TRUE(deriver.derive(rows.data(), 2, derive_context{}).derived);
+}
+
+// A positive finite interval can be too short for a rate to be a number: 10 tokens over the smallest
+// subnormal, 5e-324 s, is 10 / 4.94e-324 ~ 2e324 tokens/s, beyond the largest double (1.8e308): inf, which JSONL
+// would write as null. Skipped like a zero interval, with the reason, never emitted.
+TEST(derive, an_interval_too_short_for_finite_rates_skips_the_interval) {
+  metrics_deriver deriver(setup_for(2));
+  std::vector<row_spec> specs(2);
+  specs[0].tokens = specs[1].tokens = 10;
+  specs[1].seconds = 5e-324;
+  const derive_result result = deriver.derive(rows_of(specs).data(), 2, derive_context{});
+  EXPECT_FALSE(result.derived);
+  EXPECT_EQ(result.why, "rank 1 reported an interval of 4.94066e-324 s, too short for its rates to be finite numbers");
+  EXPECT_TRUE(result.record.values.empty());
+  // 1e-300 s is short but its rates are finite (10 / 1e-300 = 1e301 tokens/s): derived.
+  specs[1].seconds = 1e-300;
+  EXPECT_TRUE(deriver.derive(rows_of(specs).data(), 2, derive_context{}).derived);
+}
+
+// A loss over more label tokens than the batch holds real tokens is refused (the loss would read smaller):
+// 10 tokens with 1000 label tokens and loss_sum 5 would give train/loss 5/1000 = 0.005 instead of 5/10 = 0.5.
+TEST(derive, label_tokens_beyond_the_real_tokens_are_refused) {
+  EXPECT_NO_THROW(check_label_tokens_within(5.0, 10, 10));             // every token a label: fine
+  EXPECT_NO_THROW(check_label_tokens_within(std::nullopt, 1000, 10));  // no loss: nothing is divided by them
+  try {
+    check_label_tokens_within(5.0, 1000, 10);
+    ADD_FAILURE() << "no error";
+  } catch (const error& e) {
+    EXPECT_STREQ(e.what(),
+                 "label_tokens 1000 exceeds the micro-batch's 10 real tokens (a loss is averaged over at most every "
+                 "token)");
+  }
 }
 
 TEST(derive, the_same_rows_give_the_same_record) {

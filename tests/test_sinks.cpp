@@ -5,6 +5,8 @@
 #include <spdlog/logger.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,6 +15,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -501,6 +505,132 @@ TEST(Sink, WritesFromSeveralThreadsAreSerialised) {
   b.join();
   EXPECT_EQ(total, 2 * kPerThread);
   EXPECT_FALSE(overlapped);
+}
+
+// ---- paths a sink must not write (red-team pass 3): FIFOs, devices, the configuration's own files -----------
+
+// Runs `call` on its own thread and says whether it returned within 10 s: a call that blocks (opening a FIFO
+// without a reader waits forever) fails its test instead of hanging the suite. The thread is left behind.
+bool returns_within_10s(std::function<void()> call) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  std::thread([call = std::move(call), done] {
+    call();
+    done->set_value();
+  }).detach();
+  return finished.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+}
+
+TEST(MakeSinks, AJsonlPathThatIsAFifoIsRefusedAtCreateWithoutBlocking) {
+  temp_dir dir;
+  const fs::path fifo = dir.path / "metrics.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  sink_config config;
+  config.console = false;
+  config.jsonl_path = fifo.string();
+  config.jsonl_at = error_location{"p.toml", 5, 9, "sinks.jsonl"};
+  const std::string expected = "p.toml:5:9: key 'sinks.jsonl': \"" + fifo.string() +
+                               "\" is a FIFO (named pipe): a JSONL sink writes only to a regular file (or /dev/null "
+                               "to discard its records), never to anything that could block the trainer; change "
+                               "[sinks] jsonl";
+  // With a reader (so that opening it for writing would not block): before, create succeeded and the first
+  // record then blocked forever, opening the FIFO for reading to check its last byte.
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  EXPECT_EQ(make_sinks_error(config), expected);
+  // The C++ API refuses it at create too, naming the function.
+  try {
+    (void)make_jsonl_sink(fifo.string());
+    ADD_FAILURE() << "make_jsonl_sink accepted a FIFO";
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("make_jsonl_sink: \"" + fifo.string() + "\" is a FIFO (named pipe): ", 0), 0u)
+        << e.what();
+  }
+  ::close(reader);
+  if (::testing::Test::HasFailure()) return;  // the old code would now block below, not fail
+  // Without a reader: before, create blocked forever in open(O_WRONLY).
+  std::string message;
+  ASSERT_TRUE(returns_within_10s([config, &message] { message = make_sinks_error(config); }))
+      << "make_sinks blocked on a FIFO without a reader";
+  EXPECT_EQ(message, expected);
+}
+
+TEST(JsonlSink, APathReplacedByAFifoAfterCreateCostsTheRecordNotTheRun) {
+  temp_dir dir;
+  const fs::path path = dir.path / "metrics.jsonl";
+  captured_logger log;
+  auto sink = make_jsonl_sink(path.string(), log.logger);  // a regular file (not there yet): accepted
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);              // swapped in before the first record
+  const int reader = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  ASSERT_TRUE(returns_within_10s([sink] { sink->write(record_at(1, 40.0)); })) << "the first record blocked";
+  EXPECT_EQ(sink->failures(), 1u);  // dropped and counted, as for a missing directory
+  char byte = 0;
+  EXPECT_LE(::read(reader, &byte, 1), 0) << "a record went into the FIFO";  // EOF or EAGAIN: nothing written
+  ::close(reader);
+  ASSERT_EQ(log.lines().size(), 1u);
+  EXPECT_NE(log.lines()[0].find("the path is a FIFO (named pipe), not a regular file"), std::string::npos)
+      << log.lines()[0];
+}
+
+TEST(MakeSinks, DevNullIsAcceptedAndNeverRead) {
+  // /dev/null discards the records (SCHEMA.md); it is a character device, so it is never opened for reading.
+  if (!fs::exists("/dev/null")) GTEST_SKIP() << "no /dev/null on this system";
+  sink_config config;
+  config.console = false;
+  config.jsonl_path = "/dev/null";
+  const auto sinks = make_sinks(config, 0);
+  ASSERT_EQ(sinks.size(), 1u);
+  sinks[0]->write(record_at(1, 40.0));
+  sinks[0]->write(record_at(2, 40.0));
+  EXPECT_EQ(sinks[0]->failures(), 0u);
+}
+
+TEST(MakeSinks, AJsonlPathThatIsTheConfigurationItselfIsRefusedWhateverTheSpelling) {
+  temp_dir dir;
+  const fs::path model = dir.path / "model.toml";
+  std::ofstream(model) << "[text_config]\n";
+  fs::create_directory(dir.path / "sub");
+  fs::create_hard_link(model, dir.path / "hard.toml");
+  fs::create_symlink(model, dir.path / "soft.toml");
+  sink_config config;
+  config.console = false;
+  config.jsonl_at = error_location{"p.toml", 6, 9, "sinks.jsonl"};
+  config.config_files = {(dir.path / "plugin.toml").string(), model.string()};  // plugin.toml: missing, ignored
+  for (const fs::path& spelling :
+       {model, dir.path / "sub" / ".." / "model.toml", dir.path / "hard.toml", dir.path / "soft.toml"}) {
+    config.jsonl_path = spelling.string();
+    EXPECT_EQ(make_sinks_error(config), "p.toml:6:9: key 'sinks.jsonl': the JSONL file \"" + spelling.string() +
+                                            "\" is the configuration file \"" + model.string() +
+                                            "\" itself; records appended to it would corrupt it: name another file");
+  }
+  EXPECT_EQ(read_file(model), "[text_config]\n");  // untouched
+  // Another file in the same directory is fine.
+  config.jsonl_path = (dir.path / "metrics.jsonl").string();
+  EXPECT_EQ(make_sinks(config, 0).size(), 1u);
+}
+
+TEST(MakeSinks, ATensorboardPathThatIsNotADirectorySaysWhatItIs) {
+  // Before, a FIFO or /dev/null got "a part of the path that must be a directory is a file": the path itself
+  // is the problem, and it is no file.
+  temp_dir dir;
+  const fs::path fifo = dir.path / "tb.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::ofstream(dir.path / "file") << "x";
+  sink_config config;
+  config.console = false;
+  config.tensorboard_at = error_location{"p.toml", 4, 15, "sinks.tensorboard"};
+  const std::pair<std::string, const char*> cases[] = {{fifo.string(), "a FIFO (named pipe)"},
+                                                       {"/dev/null", "a character device"},
+                                                       {(dir.path / "file").string(), "a regular file"}};
+  for (const auto& [path, what] : cases) {
+    config.tensorboard_dir = path;
+    const std::string message = make_sinks_error(config);
+    if (message.find("built without TensorBoard support") != std::string::npos) GTEST_SKIP() << message;
+    EXPECT_EQ(message, "p.toml:4:15: key 'sinks.tensorboard': cannot use \"" + path +
+                           "\" for TensorBoard event files: it is " + what +
+                           ", not a directory ([sinks] tensorboard names a directory, e.g. \"tensorboard\")");
+  }
 }
 
 }  // namespace

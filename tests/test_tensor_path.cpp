@@ -477,9 +477,11 @@ TEST(tensor_path, a_sink_calling_back_into_the_tensor_plugin_is_answered_not_dea
 
 TEST(tensor_path, a_rejected_batch_adds_no_loss_labels_or_samples) {
   // Per rank: one good batch (loss 10 over 3 labels, 2 samples), one rejected on the device (cu_seqlens
-  // decreasing) and one rejected on the host (float cu_seqlens), each claiming a large loss and labels.
+  // decreasing) and one rejected on the host (float cu_seqlens), each claiming a large loss and labels, and one
+  // valid description whose 9 label tokens exceed its 4 real tokens (masked on the device).
   // By hand: train/loss = (10 + 10) / (3 + 3) = 3.333...; samples 2 + 2 = 4; tokens 128 + 129 = 257.
-  // Counting the rejected ones would give (20 + 2 * (1000 + 500)) / (6 + 2 * (7 + 5)) = 101.
+  // Counting the rejected ones would give (20 + 2 * (1000 + 500)) / (6 + 2 * (7 + 5)) = 101; counting only the
+  // one with too many labels (20 + 2 * 300) / (6 + 2 * 9) = 25.83, tokens 257 + 2 * 4 = 265.
   std::vector<rank_run> out(2);
   flopmeter_test::run_gloo_ranks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
     auto sink = std::make_shared<capture_sink>();
@@ -498,6 +500,12 @@ TEST(tensor_path, a_rejected_batch_adds_no_loss_labels_or_samples) {
     host_rejected.loss_sum = 500.0;
     host_rejected.label_tokens = 5;
     plugin->on_microbatch(host_rejected);
+    tensor_microbatch too_many_labels;
+    too_many_labels.cu_seqlens = longs({0, 4});
+    too_many_labels.samples = 5;
+    too_many_labels.loss_sum = 300.0;
+    too_many_labels.label_tokens = 9;
+    plugin->on_microbatch(too_many_labels);
     out[static_cast<std::size_t>(rank)] = end_of_step_one(*plugin, *sink, *clock);
   });
   for (const rank_run& run : out) {
@@ -505,7 +513,7 @@ TEST(tensor_path, a_rejected_batch_adds_no_loss_labels_or_samples) {
     EXPECT_DOUBLE_EQ(*run.records[0].find("train/loss"), 20.0 / 6.0);
     EXPECT_EQ(*run.records[0].find("train/num_samples"), 4.0);
     EXPECT_EQ(*run.records[0].find("train/tokens_seen"), 257.0);
-    EXPECT_EQ(run.health.bad_microbatches, 2u);
+    EXPECT_EQ(run.health.bad_microbatches, 3u);
   }
 }
 

@@ -4,16 +4,19 @@
 // sink of the same run: the same tags, steps and values (as float32, TensorBoard's scalar type).
 // Only where PyPI cannot be reached is that last test skipped, and it says so.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -27,6 +30,7 @@
 #include "flopmeter/tensorboard.h"
 #include "flopmeter/throughput.h"
 #include "output/tensorboard_records.h"
+#include "support/captured_log.h"
 
 namespace {
 
@@ -103,6 +107,117 @@ TEST(TensorboardSink, PluginConfigKey) {
     EXPECT_NE(what.find("must not be empty"), std::string::npos) << what;
   }
   fs::remove(config);
+}
+
+// ---- files removed mid-run, a full disk (red-team pass 3) -------------------------------------------------
+
+std::vector<fs::path> event_files(const fs::path& directory) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(directory)) files.push_back(entry.path());
+  return files;
+}
+
+// The number of whole TFRecords in `file` (8-byte little-endian length, 4-byte CRC, data, 4-byte CRC), or -1
+// when it ends inside one (a torn record, where TensorBoard's reader stops).
+int whole_records(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t at = 0;
+  int records = 0;
+  while (at < bytes.size()) {
+    if (bytes.size() - at < 12) return -1;
+    std::uint64_t length = 0;
+    for (int i = 7; i >= 0; --i) length = (length << 8) | static_cast<unsigned char>(bytes[at + i]);
+    at += 12;
+    if (bytes.size() - at < length + 4) return -1;
+    at += length + 4;
+    ++records;
+  }
+  return records;
+}
+
+fs::path fresh_directory(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("flopmeter_tb_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  return dir;
+}
+
+flopmeter::metrics_record record_at(std::int64_t step) { return {step, {{"perf/tokens_per_second", 100.0}}}; }
+
+TEST(TensorboardSink, ARemovedEventFileOrDirectoryIsReplacedWithAWarningNotWrittenIntoTheVoid) {
+  const fs::path dir = fresh_directory("removed");
+  flopmeter::testing::captured_log log;
+  auto sink = flopmeter::make_tensorboard_sink(dir.string(), log.logger);
+  sink->write(record_at(1));
+  ASSERT_EQ(event_files(dir).size(), 1u);
+  // The file removed: before, records 2.. went on into the unlinked file, with no warning and nothing counted.
+  fs::remove(event_files(dir)[0]);
+  sink->write(record_at(2));
+  EXPECT_EQ(sink->failures(), 0u);
+  ASSERT_EQ(event_files(dir).size(), 1u);
+  EXPECT_EQ(whole_records(event_files(dir)[0]), 2);  // a new file: its header, then step 2
+  EXPECT_NE(log.text().find("was removed or replaced while open; starting a new one"), std::string::npos) << log.text();
+  // The whole directory removed: recreated, with a new file.
+  fs::remove_all(dir);
+  sink->write(record_at(3));
+  sink->write(record_at(4));
+  EXPECT_EQ(sink->failures(), 0u);
+  ASSERT_TRUE(fs::is_directory(dir));
+  ASSERT_EQ(event_files(dir).size(), 1u);
+  EXPECT_EQ(whole_records(event_files(dir)[0]), 3);  // header, steps 3 and 4
+  fs::remove_all(dir);
+}
+
+// A file size limit (RLIMIT_FSIZE) stands in for a full disk: a write past it fails with EFBIG, as one past
+// the end of a full disk fails with ENOSPC, and the test needs no privileges or special file system.
+struct file_size_limit {
+  rlimit saved{};
+  void (*saved_handler)(int) = nullptr;
+  explicit file_size_limit(rlim_t bytes) {
+    saved_handler = std::signal(SIGXFSZ, SIG_IGN);  // the write fails instead of killing the process
+    ::getrlimit(RLIMIT_FSIZE, &saved);
+    rlimit limit = saved;
+    limit.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~file_size_limit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved);
+    std::signal(SIGXFSZ, saved_handler);
+  }
+};
+
+TEST(TensorboardSink, AFullDiskCostsRecordsInOneFileNotANewFilePerRecord) {
+  const fs::path dir = fresh_directory("full");
+  flopmeter::testing::captured_log log;
+  auto sink = flopmeter::make_tensorboard_sink(dir.string(), log.logger);
+  const fs::path file = event_files(dir).at(0);
+  const std::uintmax_t header_size = fs::file_size(file);
+  sink->write(record_at(1));
+  const std::uintmax_t size = fs::file_size(file);  // header + step 1
+  {
+    // Room for 10 more bytes: step 2 is written in part and fails; the part is cut off again, so the file
+    // still ends on a whole record (a torn one would end TensorBoard's reading of it).
+    file_size_limit limit(size + 10);
+    sink->write(record_at(2));
+    EXPECT_EQ(sink->failures(), 1u);
+    EXPECT_EQ(fs::file_size(file), size);
+  }
+  {
+    // No room at all beyond a new file's header: steps 3..29 (27 records) fail. Before, each failure closed
+    // the file and the next record opened a new one, whose header fitted and whose record did not: 27 files
+    // holding a header each. Now they all fail on the one file.
+    file_size_limit limit(header_size);
+    for (std::int64_t step = 3; step <= 29; ++step) sink->write(record_at(step));
+    EXPECT_EQ(sink->failures(), 28u);  // 1 + 27
+    EXPECT_EQ(event_files(dir).size(), 1u);
+  }
+  // Room again: the same file resumes, and says so.
+  sink->write(record_at(30));
+  EXPECT_EQ(sink->failures(), 28u);
+  ASSERT_EQ(event_files(dir).size(), 1u);
+  EXPECT_EQ(whole_records(file), 3);  // header, steps 1 and 30
+  EXPECT_NE(log.text().find("writing again"), std::string::npos) << log.text();
+  fs::remove_all(dir);
 }
 
 // ---- the real reader ------------------------------------------------------------------------------------

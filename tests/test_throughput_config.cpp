@@ -513,6 +513,27 @@ TEST_F(throughput_config, sink_paths_carry_their_location_into_open_errors) {
                          "directory is a file)");
 }
 
+// A JSONL path naming the plugin file or the model config it loads would append records to it, and the next
+// run would fail on a TOML syntax error: refused at the key (22:9, as above), whatever the spelling.
+TEST_F(throughput_config, a_jsonl_path_naming_the_configuration_is_refused_at_its_key) {
+  const std::string model = write("model.toml", read_text(kTinyVlm));
+  const std::string base = replace_once(kBase, "config = \"" + kTinyVlm + "\"", "config = \"model.toml\"");
+  // The model config, spelt through a directory and back; the plugin file itself, through a symbolic link.
+  fs::create_directories(dir_ / "sub");
+  fs::create_symlink(dir_ / "plugin.toml", dir_ / "link.toml");
+  const std::pair<std::string, std::string> cases[] = {{(dir_ / "sub" / ".." / "model.toml").string(), model},
+                                                       {(dir_ / "link.toml").string(), plugin_path()}};
+  for (const auto& [jsonl, config_file] : cases) {
+    const std::string doc = replace_once(base, "jsonl = \"out/metrics_{rank}.jsonl\"", "jsonl = \"" + jsonl + "\"");
+    const plugin_config config = load_plugin_config(write("plugin.toml", doc));
+    EXPECT_EQ(testing::error_message_of([&] { (void)make_sinks(config.sinks, 0); }),
+              plugin_path() + ":22:9: key 'sinks.jsonl': the JSONL file \"" + jsonl +
+                  "\" is the configuration file \"" + config_file +
+                  "\" itself; records appended to it would corrupt it: name another file");
+    EXPECT_EQ(read_text(config_file == model ? model : plugin_path()).find("{\"step\""), std::string::npos);
+  }
+}
+
 // A NUL in a string would cut the path short where it is opened (`config = "m.toml\u0000junk"` loaded m.toml):
 // refused at its key, whatever the key ("config = " is 9 characters -> 2:10; "jsonl = " 8 -> 22:9).
 TEST_F(throughput_config, nul_characters_in_strings_are_refused_at_their_key) {

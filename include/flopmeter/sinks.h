@@ -61,6 +61,8 @@ std::shared_ptr<sink> make_console_sink(std::shared_ptr<spdlog::logger> logger =
 // A relative path is resolved against the working directory now, so a later chdir() does not move the file.
 // A path holding a NUL character throws flopmeter::error (the file system would cut it short).
 // A path containing "{rank}" needs the rank: this overload throws flopmeter::error for it (use the next).
+// A path that exists and is not a regular file (a FIFO, socket, device; /dev/null and /dev/full are
+// accepted) throws flopmeter::error: a sink never opens anything that could block the trainer.
 std::shared_ptr<sink> make_jsonl_sink(const std::string& path, std::shared_ptr<spdlog::logger> logger = nullptr);
 
 // Same, with every "{rank}" in `path` replaced by `rank` (>= 0; the rank in flopmeter's group, comm->rank()),
@@ -83,12 +85,18 @@ struct sink_config {
   // fills them; a config built in code may leave them empty (errors then name the key alone).
   error_location jsonl_at;
   error_location tensorboard_at;
+  // Files no sink may write into: the plugin file and the model config it names (the plugin TOML loader fills
+  // them). make_sinks refuses a JSONL path that is one of them, compared by device and inode (so a link or
+  // another spelling of the same file is caught): appending records would corrupt the next run's config.
+  std::vector<std::string> config_files;
 };
 
 // The sinks `config` names, for the process of rank `rank`, logging through `logger` (a private one when
 // null): the console sink first, then the JSONL sink, then the TensorBoard sink. Throws flopmeter::error when
 // a sink cannot be made: a path holding a NUL character, a JSONL path that cannot be opened for append now,
-// or a TensorBoard directory that cannot be created or written. The error is located at jsonl_at /
+// that exists and is not a regular file (a FIFO, socket, device or directory; /dev/null and /dev/full are
+// accepted: writing to them never blocks), or that is one of config_files, or a TensorBoard directory that
+// cannot be created or written, or that exists and is not a directory. The error is located at jsonl_at /
 // tensorboard_at (file:line:col and key), and its text names the path (with the working directory a
 // relative path is resolved against), the system's reason and, where the reason implies one, what to do:
 //   p.toml:4:9: key 'sinks.jsonl': cannot open "out/m_0.jsonl" (relative to the working directory "/w") for

@@ -8,8 +8,10 @@
 //
 // Ownership and threads: the sink owns its file; it is a `sink` (sinks.h), so write() locks and never throws.
 // Files: DIR (created with its parents) gets a new file events.out.tfevents.<unix seconds>.<host>.<pid>.<n>
-// per sink; a failed write closes it and the next record starts a new file, so a full disk or a removed
-// directory costs records, never the run.
+// per sink. A failed write (a full disk) drops that record, counted, and cuts off any part of it, so the file
+// stays readable and the next record tries the same file again (no new file per failure). A file or directory
+// removed during the run is noticed before the next record, which goes to a new file (the directory is
+// recreated) after one warning: never into the deleted file. Costs records, never the run.
 #pragma once
 
 #include <memory>
@@ -20,7 +22,8 @@
 
 namespace flopmeter FLOPMETER_EXPORT {
 
-// Throws flopmeter::error when `directory` is empty or cannot be created, or the first file cannot be
+// Throws flopmeter::error when `directory` is empty, exists and is not a directory (a FIFO, /dev/null, a
+// file), or cannot be created, or the first file cannot be
 // opened, or when this build of flopmeter has no TensorBoard support (built without protobuf).
 // Failures after that are logged through `logger` (the trainer's, or a private one) when the file stops
 // and when it resumes.

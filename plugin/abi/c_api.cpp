@@ -129,7 +129,10 @@ std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm*
                            std::to_string(FLOPMETER_MAX_WORLD_SIZE) +
                            " ranks, the largest flopmeter supports (FLOPMETER_MAX_WORLD_SIZE)");
   }
-  if (comm->world_size < 1 || comm->rank < 0 || comm->rank >= comm->world_size) {
+  if (comm->world_size < 1) {  // before the rank: "rank 0 is outside [0, 0)" would blame the wrong field
+    throw flopmeter::error("flopmeter_comm: world_size must be >= 1, got " + std::to_string(comm->world_size));
+  }
+  if (comm->rank < 0 || comm->rank >= comm->world_size) {
     throw flopmeter::error("flopmeter_comm: rank " + std::to_string(comm->rank) + " is outside [0, " +
                            std::to_string(comm->world_size) + ")");
   }

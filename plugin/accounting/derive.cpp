@@ -76,6 +76,13 @@ void check_loss_pair(const std::optional<double>& loss_sum, const std::optional<
   }
 }
 
+void check_label_tokens_within(const std::optional<double>& loss_sum, const std::optional<std::int64_t>& label_tokens,
+                               std::int64_t real_tokens) {
+  if (!loss_sum || !label_tokens || *label_tokens <= real_tokens) return;
+  throw error("label_tokens " + std::to_string(*label_tokens) + " exceeds the micro-batch's " +
+              std::to_string(real_tokens) + " real tokens (a loss is averaged over at most every token)");
+}
+
 metrics_deriver::metrics_deriver(derive_setup setup) : setup_(std::move(setup)) {}
 
 derive_result metrics_deriver::derive(const double* rows, std::int64_t world, const derive_context& context) {
@@ -104,7 +111,14 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
       return result;
     }
     for (std::size_t f = 0; f < kRowCountFields; ++f) {
-      if (!(x[f] >= 0 && x[f] < kExactIntegerLimit)) {
+      // NaN, negative or fractional: a corrupt row, not a count (a peer's row comes from the trainer's
+      // collective); a whole number of 2^53 or more: a count, but no longer exact.
+      if (!(x[f] >= 0 && x[f] == std::floor(x[f]))) {
+        result.why = "rank " + std::to_string(r) + " reported a count of " + format_number(x[f]) +
+                     " in one interval, not a finite non-negative integer (a corrupt row)";
+        return result;
+      }
+      if (!(x[f] < kExactIntegerLimit)) {
         result.why = "rank " + std::to_string(r) + " reported a count of " + format_number(x[f]) +
                      " in one interval, beyond the 2^53 a row carries exactly";
         return result;
@@ -118,6 +132,13 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     // of them to each makes the rows sum to the job's tokens/s.
     tps_[i] = static_cast<double>(counts.real_tokens) / ranks_per_replica / t;
     tflops_[i] = batch_flops / tflops_divisor / t;
+    // A positive finite interval can still be too short for a rate to be a number (5e-324 s: 1 token over it
+    // is inf): skipped like an interval of 0 s, never emitted as inf (JSONL null).
+    if (!std::isfinite(tps_[i]) || !std::isfinite(tflops_[i])) {
+      result.why = "rank " + std::to_string(r) + " reported an interval of " + format_number(t) +
+                   " s, too short for its rates to be finite numbers";
+      return result;
+    }
     step_time_[i] = x[row_microbatches] > 0 ? t / x[row_microbatches] : std::numeric_limits<double>::quiet_NaN();
     mem_gib_[i] = x[row_peak_memory_bytes] * kInverseGiB;  // exact: a power of two
     forward_backward_[i] = reported(x[row_forward_backward_seconds]);
@@ -132,6 +153,11 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     max_data = std::max(max_data, x[row_data_seconds]);
     max_fwd_bwd = std::max(max_fwd_bwd, x[row_forward_backward_seconds]);
     max_wait = std::max(max_wait, log_wait_[i]);
+  }
+  // Finite per-rank rates can still sum past the double range (many ranks at ~1e308 tokens/s).
+  if (!std::isfinite(sum_tps) || !std::isfinite(sum_tflops)) {
+    result.why = "the ranks' rates sum beyond the double range (intervals too short for their counts)";
+    return result;
   }
 
   // Additive figures: sums over this rank's DP group (TP/CP/PP ranks share micro-batches: not added).

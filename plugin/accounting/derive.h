@@ -54,6 +54,12 @@ struct derive_result {
 // flopmeter::error saying which, and the batch is refused like any bad description.
 void check_loss_pair(const std::optional<double>& loss_sum, const std::optional<std::int64_t>& label_tokens);
 
+// Once the batch is counted: a loss over more label tokens than the batch's real tokens (10 tokens, 1000 label
+// tokens) would divide its loss_sum by tokens that do not exist (train/loss 0.005 instead of 0.5): throws
+// flopmeter::error, and the batch is refused like check_loss_pair's. Only when both loss fields are given.
+void check_label_tokens_within(const std::optional<double>& loss_sum, const std::optional<std::int64_t>& label_tokens,
+                               std::int64_t real_tokens);
+
 // The trainer's optional log fields that pass into a record, each checked by one rule: learning_rate and
 // grad_norm finite and >= 0; data_time and forward_backward_time finite, >= 0 and at most kMaxLogSeconds;
 // peak_memory_bytes >= 0 and below 2^53 (exact in a row). A field that breaks its rule is left out of the

@@ -200,6 +200,7 @@ class throughput_plugin::impl {
       } else {
         counts = count_from_lengths(event.document_lengths, event.padding_tokens, event.image_grids, geometry_);
       }
+      check_label_tokens_within(event.loss_sum, event.label_tokens, counts.real_tokens);
       interval_counters next = current_;
       next.counts += counts;
       // Checked like the counts: samples or label tokens summed past int64 (a trainer passing garbage) were

@@ -129,6 +129,14 @@ class options_loader : private detail::toml_reader {
           *logging, "logging", "rendezvous_timeout_ms", kRendezvousTimeoutMs, config.rendezvous_timeout.count()));
     }
     if (sinks != nullptr) read_sinks(*sinks, config.sinks);
+    // The files this configuration comes from, which no sink may write into (make_sinks refuses them): this
+    // file, and the model config (a file, or a checkpoint directory's config.json). Absolute now, like the
+    // sink paths, so a later chdir() changes nothing.
+    for (const std::string& file : {source_name(), model_path, model_path + "/config.json"}) {
+      std::error_code ec;
+      const std::filesystem::path absolute = std::filesystem::absolute(file, ec);
+      config.sinks.config_files.push_back(ec ? file : absolute.string());
+    }
 
     options.model = load_model(*model->get("config"), model_path);
     if (train_mtp_layers) options.model.train_mtp_layers = *train_mtp_layers;

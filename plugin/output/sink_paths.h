@@ -4,6 +4,10 @@
 // where the reason implies it. Not installed. Thread-safety: reentrant (reads the working directory).
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <filesystem>
 #include <string>
@@ -84,6 +88,73 @@ inline std::string open_failure_reason(int code, const std::string& path, std::s
     case ENOTDIR: return reason + " (a part of the path that must be a directory is a file)";
     default: return reason;
   }
+}
+
+// What `mode` names, for "is a FIFO (named pipe), not a regular file": "a FIFO (named pipe)", "a socket", ...
+inline const char* file_type_text(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISREG(mode)) return "a regular file";
+  return "not a regular file";
+}
+
+// True for /dev/null and /dev/full (the same device numbers): character devices whose open() and write()
+// never block, so a JSONL sink may write to them (to discard its records, or to test a full disk).
+inline bool is_null_or_full_device(const struct stat& info) {
+  if (!S_ISCHR(info.st_mode)) return false;
+  for (const char* device : {"/dev/null", "/dev/full"}) {
+    struct stat known {};
+    if (::stat(device, &known) == 0 && S_ISCHR(known.st_mode) && known.st_rdev == info.st_rdev) return true;
+  }
+  return false;
+}
+
+// A JSONL sink writes only to a regular file (or /dev/null, /dev/full): anything else can block the trainer
+// (open() of a FIFO without a reader waits for one; a terminal's write() waits while its output is paused)
+// or is not a file at all. A directory is left to open(), whose EISDIR says the same (open_failure_reason).
+inline bool jsonl_may_write(const struct stat& info) {
+  return S_ISREG(info.st_mode) || S_ISDIR(info.st_mode) || is_null_or_full_device(info);
+}
+
+// `path` opened for a JSONL sink to append to, never blocking: refused before open() when it names something
+// jsonl_may_write refuses, opened with O_NONBLOCK (a FIFO swapped in after the check then fails with ENXIO
+// instead of waiting for a reader) and O_CLOEXEC, and what was opened checked again (the path may have been
+// replaced in between). `fd` is -1 on failure, with `error` (errno) or `wrong_type` (file_type_text) set.
+struct opened_sink_file {
+  int fd = -1;
+  int error = 0;
+  const char* wrong_type = nullptr;
+};
+inline opened_sink_file open_jsonl_for_append(const std::string& path) {
+  opened_sink_file out;
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && !jsonl_may_write(info)) {
+    out.wrong_type = file_type_text(info.st_mode);
+    return out;
+  }
+  out.fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0666);
+  if (out.fd < 0) {
+    out.error = errno;
+    return out;
+  }
+  if (::fstat(out.fd, &info) == 0 && !jsonl_may_write(info)) {
+    out.wrong_type = file_type_text(info.st_mode);
+    ::close(out.fd);
+    out.fd = -1;
+  }
+  return out;
+}
+
+// What a JSONL sink says of a path that names something it must not write, after `shown_path` (sink_path_text):
+// `"p" is a FIFO (named pipe): a JSONL sink writes only to a regular file (or /dev/null to discard its
+// records), never to anything that could block the trainer; change [sinks] jsonl` for `setting` "[sinks] jsonl".
+inline std::string jsonl_wrong_type_text(const std::string& shown_path, const char* wrong_type,
+                                         std::string_view setting) {
+  return shown_path + " is " + wrong_type + ": a JSONL sink writes only to a regular file (or /dev/null to " +
+         "discard its records), never to anything that could block the trainer; change " + std::string(setting);
 }
 
 }  // namespace flopmeter::detail

@@ -33,7 +33,9 @@
 #include "output/sink_paths.h"
 
 #if defined(__unix__) || defined(__APPLE__)
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #define FLOPMETER_HAVE_STAT 1
 #endif
 
@@ -136,11 +138,10 @@ class jsonl_sink final : public sink {
       report(spdlog::level::warn, "was removed or replaced while open; reopening it");
     }
     if (file_ == nullptr) {
+      open_file();
       // A previous run (or a failed write) may have left a partial last line; start on a fresh one so that
       // every complete line stays valid JSON.
       if (ends_without_newline()) line.insert(line.begin(), '\n');
-      file_ = std::fopen(path_.c_str(), "a");
-      if (file_ == nullptr) fail("cannot open for append", errno);
       // Unbuffered: each record is one write(2) on an O_APPEND file, so a failure belongs to this record
       // (no bytes linger in a buffer to surface later) and lines from several writers do not interleave.
       std::setvbuf(file_, nullptr, _IONBF, 0);
@@ -175,18 +176,42 @@ class jsonl_sink final : public sink {
 #endif
   }
 
+  // Opens file_ without ever blocking (detail::open_jsonl_for_append): a path replaced by a FIFO, a socket or
+  // a device since create fails like a missing directory: the record is dropped and counted.
+  void open_file() {
+    const detail::opened_sink_file opened = detail::open_jsonl_for_append(path_);
+    if (opened.wrong_type != nullptr) {
+      fail_because("cannot open for append", std::string("the path is ") + opened.wrong_type + ", not a regular file");
+    }
+    if (opened.fd < 0) fail("cannot open for append", opened.error);
+    file_ = ::fdopen(opened.fd, "a");
+    if (file_ == nullptr) {
+      const int code = errno;
+      ::close(opened.fd);
+      fail("cannot open for append", code);
+    }
+  }
+
+  // Reads the open file's last byte, never anything else: only a regular file, and only the one file_ names
+  // (opened again for reading without blocking, and checked to be the same file).
   bool ends_without_newline() const {
-    std::ifstream in(path_, std::ios::binary | std::ios::ate);
-    if (!in) return false;
-    const std::streamoff size = in.tellg();
-    if (size <= 0) return false;  // empty, missing, or a device such as /dev/full
-    in.seekg(-1, std::ios::end);
+    struct stat written {};
+    if (::fstat(fileno(file_), &written) != 0 || !S_ISREG(written.st_mode) || written.st_size <= 0) return false;
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return false;  // e.g. a write-only file: then the line is not checked
+    struct stat read {};
     char last = '\n';
-    return in.get(last) && last != '\n';
+    const bool same = ::fstat(fd, &read) == 0 && read.st_dev == written.st_dev && read.st_ino == written.st_ino;
+    const bool got = same && ::pread(fd, &last, 1, written.st_size - 1) == 1;
+    ::close(fd);
+    return got && last != '\n';
   }
 
   [[noreturn]] void fail(const char* what, int code) {
-    const std::string reason = code != 0 ? std::error_code(code, std::generic_category()).message() : "I/O error";
+    fail_because(what, code != 0 ? std::error_code(code, std::generic_category()).message() : "I/O error");
+  }
+
+  [[noreturn]] void fail_because(const char* what, const std::string& reason) {
     report(spdlog::level::err, std::string(what) + ": " + reason + "; the record is dropped and the file is " +
                                    "reopened for the next one");
     throw error("jsonl sink " + path_ + ": " + what + ": " + reason);
@@ -223,6 +248,16 @@ class callback_sink final : public sink {
   std::function<void(const metrics_record&)> callback_;
 };
 
+// A JSONL path that exists and is something a sink must not write (detail::jsonl_may_write): refused when the
+// sink is made, not at its first record (where opening a FIFO would block).
+void refuse_non_regular_jsonl(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && (S_ISDIR(info.st_mode) || !detail::jsonl_may_write(info))) {
+    throw error("make_jsonl_sink: " + detail::jsonl_wrong_type_text(detail::sink_path_text(path),
+                                                                    detail::file_type_text(info.st_mode), "the path"));
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<sink> make_console_sink(std::shared_ptr<spdlog::logger> logger) {
@@ -238,6 +273,7 @@ std::shared_ptr<sink> make_jsonl_sink(const std::string& path, std::shared_ptr<s
     throw error("jsonl sink: the path '" + path + "' contains {rank} but no rank was given; call "
                 "make_jsonl_sink(path, rank, logger) with this process's rank in flopmeter's group (comm->rank())");
   }
+  refuse_non_regular_jsonl(path);
   return std::make_shared<jsonl_sink>(detail::absolute_sink_path(path), logger_or_private(std::move(logger)));
 }
 
@@ -285,6 +321,23 @@ void refuse_nul(const std::string& path, const error_location& at) {
   if (path.find('\0') != std::string::npos) throw error(at, "contains a NUL character (\\u0000)");
 }
 
+// A JSONL path that is the same file (device and inode: any spelling, any hard or symbolic link) as one of the
+// files the configuration came from: appending records to the plugin or model config would make the next run
+// fail on a TOML syntax error. Missing files match nothing.
+void refuse_config_file(const std::string& path, const std::vector<std::string>& config_files,
+                        const error_location& at) {
+  struct stat sink_file {};
+  if (::stat(path.c_str(), &sink_file) != 0) return;
+  for (const std::string& config_file : config_files) {
+    struct stat info {};
+    if (::stat(config_file.c_str(), &info) == 0 && info.st_dev == sink_file.st_dev && info.st_ino == sink_file.st_ino) {
+      throw error(at, "the JSONL file " + detail::sink_path_text(path) + " is the configuration file " +
+                          detail::quoted(config_file) +
+                          " itself; records appended to it would corrupt it: name another file");
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
@@ -297,13 +350,16 @@ std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int ran
     const std::string path = expand_rank(config.jsonl_path, rank);
     // Checked here, where the trainer can still act on it: a missing or unwritable directory would otherwise
     // drop every record of the run (each one counted in health().dropped_records, but no file at all).
-    std::FILE* probe = std::fopen(path.c_str(), "a");
-    if (probe == nullptr) {
-      const int code = errno;
-      throw error(at, "cannot open " + detail::sink_path_text(path) +
-                          " for append: " + detail::open_failure_reason(code, path, "[sinks] jsonl", "metrics.jsonl"));
+    refuse_config_file(path, config.config_files, at);
+    const detail::opened_sink_file probe = detail::open_jsonl_for_append(path);
+    if (probe.wrong_type != nullptr) {
+      throw error(at, detail::jsonl_wrong_type_text(detail::sink_path_text(path), probe.wrong_type, "[sinks] jsonl"));
     }
-    std::fclose(probe);
+    if (probe.fd < 0) {
+      throw error(at, "cannot open " + detail::sink_path_text(path) + " for append: " +
+                          detail::open_failure_reason(probe.error, path, "[sinks] jsonl", "metrics.jsonl"));
+    }
+    ::close(probe.fd);
     sinks.push_back(make_jsonl_sink(path, logger));
   }
   if (!config.tensorboard_dir.empty()) {

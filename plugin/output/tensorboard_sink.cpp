@@ -1,15 +1,18 @@
 // The TensorBoard sink (flopmeter/tensorboard.h): Event protos (tensorboard_event.proto) in TFRecord framing
-// (tensorboard_records.h), one file per sink, flushed after every record so TensorBoard sees each step as
-// soon as it is logged.
+// (tensorboard_records.h), one file per sink, written with one write(2) per record (no buffer) so TensorBoard
+// sees each step as soon as it is logged.
 #include "flopmeter/tensorboard.h"
 
+#include <fcntl.h>
 #include <spdlog/logger.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -49,13 +52,33 @@ class tensorboard_sink final : public sink {
   // goes where the first one went even if the trainer changes directory.
   tensorboard_sink(const std::string& directory, std::shared_ptr<spdlog::logger> logger)
       : written_(directory), directory_(detail::absolute_sink_path(directory)), logger_(std::move(logger)) {
-    open_new_file();  // throws: a directory that cannot be written is a setup error, reported at create
+    try {
+      open_new_file();  // throws: a directory that cannot be written is a setup error, reported at create
+    } catch (...) {
+      close_file();
+      throw;
+    }
   }
+  ~tensorboard_sink() override { close_file(); }
+  tensorboard_sink(const tensorboard_sink&) = delete;
+  tensorboard_sink& operator=(const tensorboard_sink&) = delete;
 
  protected:
   void write_(const metrics_record& record) override {
     try {
-      if (!out_.is_open()) open_new_file();
+      if (fd_ >= 0 && replaced()) {
+        // Writes to an unlinked file succeed and vanish: start a new file (recreating the directory) instead.
+        logger_->warn(
+            "flopmeter tensorboard sink {}: the event file {} was removed or replaced while open; "
+            "starting a new one",
+            printable_text(directory_), printable_text(path_));
+        close_file();
+      }
+      if (fd_ < 0) {
+        open_new_file();
+      } else if (written_bytes_ == 0) {
+        append(header());  // the file's first record failed (a full disk): it goes first, in the same file
+      }
       pb::Event event;
       event.set_wall_time(unix_seconds());
       event.set_step(record.step);
@@ -73,7 +96,8 @@ class tensorboard_sink final : public sink {
         failing_ = false;
       }
     } catch (const error& e) {
-      out_.close();  // the next record starts a new file
+      // The file stays open (append() cut it back to its last whole record), so a full disk costs records,
+      // not one new empty file per record; only a file that could not be opened is tried again.
       if (!failing_) {
         logger_->error(
             "flopmeter tensorboard sink {}: {}; records are dropped (and counted) until a new file "
@@ -87,6 +111,12 @@ class tensorboard_sink final : public sink {
 
  private:
   void open_new_file() {
+    struct stat info {};
+    if (::stat(directory_.c_str(), &info) == 0 && !S_ISDIR(info.st_mode)) {
+      fail("cannot use " + detail::sink_path_text(written_) + " for TensorBoard event files: it is " +
+           detail::file_type_text(info.st_mode) +
+           ", not a directory ([sinks] tensorboard names a directory, e.g. \"tensorboard\")");
+    }
     std::error_code ec;
     fs::create_directories(directory_, ec);
     if (ec) {
@@ -98,16 +128,36 @@ class tensorboard_sink final : public sink {
                                       "." + host_name() + "." + std::to_string(::getpid()) + "." +
                                       std::to_string(sequence.fetch_add(1))))
                 .string();
-    errno = 0;
-    out_.open(path_, std::ios::binary | std::ios::trunc);
-    if (!out_) {
+    // A new file (O_EXCL: never one that exists, which could be a FIFO), never blocking, not inherited.
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NONBLOCK | O_CLOEXEC, 0666);
+    if (fd_ < 0) {
       fail("cannot open the TensorBoard event file " + detail::quoted(path_) +
            " for writing: " + detail::open_failure_reason(errno, path_, "[sinks] tensorboard"));
     }
-    pb::Event header;
-    header.set_wall_time(unix_seconds());
-    header.set_file_version(kFileVersion);
-    append(header);
+    written_bytes_ = 0;
+    append(header());
+  }
+
+  static pb::Event header() {
+    pb::Event event;
+    event.set_wall_time(unix_seconds());
+    event.set_file_version(kFileVersion);
+    return event;
+  }
+
+  void close_file() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  // True when the path no longer names the open file (the file or its directory removed, or the file
+  // replaced): as the JSONL sink checks before each record.
+  bool replaced() const {
+    struct stat by_path {};
+    struct stat by_handle {};
+    if (::stat(path_.c_str(), &by_path) != 0) return true;
+    if (::fstat(fd_, &by_handle) != 0) return false;
+    return by_path.st_dev != by_handle.st_dev || by_path.st_ino != by_handle.st_ino;
   }
 
   void append(const pb::Event& event) {
@@ -115,13 +165,21 @@ class tensorboard_sink final : public sink {
     if (!event.SerializeToString(&data)) fail("cannot encode an event: protobuf serialization failed");
     std::string record;
     detail::append_tfrecord(record, data);
-    errno = 0;
-    out_.write(record.data(), static_cast<std::streamsize>(record.size()));
-    out_.flush();
-    if (!out_) {
+    std::size_t done = 0;
+    while (done < record.size()) {
+      const ssize_t n = ::write(fd_, record.data() + done, record.size() - done);
+      if (n > 0) {
+        done += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      const int code = n < 0 ? errno : 0;
+      // A torn record would end TensorBoard's reading of the file: cut it back to the last whole record.
+      if (done > 0 && ::ftruncate(fd_, static_cast<off_t>(written_bytes_)) != 0) close_file();
       fail("cannot write the TensorBoard event file " + detail::quoted(path_) + ": " +
-           (errno != 0 ? std::strerror(errno) : "unknown error"));
+           (code != 0 ? std::strerror(code) : "no bytes written"));
     }
+    written_bytes_ += record.size();
   }
 
   // The message says which sink and path: make_sinks reports it at [sinks] tensorboard as it is, and the
@@ -132,7 +190,8 @@ class tensorboard_sink final : public sink {
   std::string directory_;  // absolute
   std::shared_ptr<spdlog::logger> logger_;
   std::string path_;
-  std::ofstream out_;
+  int fd_ = -1;                      // the event file, O_APPEND
+  std::uint64_t written_bytes_ = 0;  // its whole records (the header first); a failed write is cut back to it
   bool failing_ = false;
 };
 

@@ -193,7 +193,12 @@ class tensor_throughput::impl {
       const at::Tensor counts = tensor_batch_counts(batch, geometry_).to(device_, /*non_blocking=*/true);
       // 1 when the device found nothing wrong, else 0: everything the batch contributes is multiplied by it,
       // so a rejected batch adds nothing (as on the host path) and nothing waits for the verdict.
-      const at::Tensor valid = (counts.select(0, kInvalid) == 0).to(at::kDouble);
+      at::Tensor valid = (counts.select(0, kInvalid) == 0).to(at::kDouble);
+      if (batch.loss_sum && batch.label_tokens) {
+        // More label tokens than real tokens is refused (check_label_tokens_within on the host path); here the
+        // real tokens are on the device, so the comparison is too, folded into the verdict.
+        valid = valid * (counts.select(0, row_real_tokens) >= static_cast<double>(*batch.label_tokens)).to(at::kDouble);
+      }
       accumulated_.slice(0, 0, kInvalid).add_(counts.slice(0, 0, kInvalid) * valid);
       accumulated_.select(0, kInvalid).add_(1 - valid);
       accumulated_.select(0, kSamples).add_(valid * static_cast<double>(batch.samples));
