@@ -144,6 +144,14 @@ inline opened_sink_file open_jsonl_for_append(const std::string& path) {
     out.wrong_type = file_type_text(info.st_mode);
     ::close(out.fd);
     out.fd = -1;
+    return out;
+  }
+  // Seek to the end, as fopen(path, "a") does: a file that opens for writing but cannot be appended to
+  // (procfs's /proc/self/status: EINVAL) is refused here, at create, not by every later record.
+  if (::lseek(out.fd, 0, SEEK_END) < 0) {
+    out.error = errno;
+    ::close(out.fd);
+    out.fd = -1;
   }
   return out;
 }
