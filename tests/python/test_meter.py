@@ -232,3 +232,18 @@ def test_health_and_repr():
                                      "out_of_step_intervals", "dropped_records", "reentrant_calls"}
         assert all(v == 0 for v in meter.health.values())
         assert "tiny_vlm" in repr(meter) and "rank 0 of 1" in repr(meter)
+
+
+def test_a_tensor_on_another_device_than_the_meters_is_refused(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
+    with flopmeter.Meter(model="tiny_vlm", sinks=QUIET, peak={"tflops_per_gpu": 1.0}) as meter:
+        assert meter.on_microbatch(cu_seqlens=torch.tensor([0, 5]))  # the meter now counts on the CPU
+        with pytest.raises(ValueError, match="the batch is on meta, this meter counts on cpu"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 5], device="meta"))
+        with pytest.raises(ValueError, match="image_grid_thw is on meta, the batch's other tensors on cpu"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 5]), image_grid_thw=torch.ones(1, 3, dtype=torch.int64,
+                                                                                           device="meta"))
+        meter.on_log(1)
+        assert meter.flush()["train/tokens_seen"] == 5
