@@ -423,10 +423,11 @@ flopmeter_plugin* flopmeter_create_from_text(const char* toml_text, size_t lengt
     flopmeter::plugin_config config = flopmeter::detail::parse_plugin_config(
         std::string(toml_text != nullptr ? toml_text : "", length), name, base_dir != nullptr ? base_dir : "");
     std::shared_ptr<flopmeter::communicator> communicator = communicator_from(comm);
-    return register_plugin([&](const std::shared_ptr<spdlog::logger>& logger, std::shared_ptr<flopmeter::sink> callback) {
-      return flopmeter::detail::create_configured_plugin(name, std::move(config), std::move(communicator), logger,
-                                                         {std::move(callback)});
-    });
+    return register_plugin(
+        [&](const std::shared_ptr<spdlog::logger>& logger, std::shared_ptr<flopmeter::sink> callback) {
+          return flopmeter::detail::create_configured_plugin(name, std::move(config), std::move(communicator), logger,
+                                                             {std::move(callback)});
+        });
   });
 }
 

@@ -205,8 +205,8 @@ int flopmeter_model_destroy(flopmeter_model* model) {
   return model_registry::instance().remove(model) ? FLOPMETER_OK : FLOPMETER_E_INVALID_HANDLE;
 }
 
-int flopmeter_model_count(const flopmeter_model* model, const flopmeter_microbatch* microbatch,
-                          flopmeter_counts* out, char* error, size_t error_size) {
+int flopmeter_model_count(const flopmeter_model* model, const flopmeter_microbatch* microbatch, flopmeter_counts* out,
+                          char* error, size_t error_size) {
   if (model == nullptr || out == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
   const auto state = model_registry::instance().find(model);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;

@@ -535,7 +535,8 @@ flop_breakdown compute_flops(const coefficients& c, const batch_counts& n, flop_
   flop_product products[kMaxFlopProducts];
   const std::size_t count = flop_products(c, n, scope, products);
   flop_breakdown f;
-  for (std::size_t i = 0; i < count; ++i) f.*products[i].term += exact_product(products[i].coefficient, products[i].count);
+  for (std::size_t i = 0; i < count; ++i)
+    f.*products[i].term += exact_product(products[i].coefficient, products[i].count);
   return f;
 }
 
@@ -558,7 +559,7 @@ std::string exact_total_flops(const coefficients& c, const batch_counts& n, flop
     // (carries * 2^128 + low) / 10: carries < 10 here, so carries * 2^128 = q * 10 + r with the division done
     // on (r * 2^128 + low) via 2^128 = 10 * 34028236692093846346337460743176821145 + 6.
     const uint128 kTwo128Div10 = (~static_cast<uint128>(0)) / 10;  // floor((2^128 - 1) / 10)
-    const unsigned kTwo128Mod10 = 6;                                // 2^128 mod 10
+    const unsigned kTwo128Mod10 = 6;                               // 2^128 mod 10
     const uint128 high_quotient = static_cast<uint128>(carries) * kTwo128Div10;
     const unsigned high_remainder = carries * kTwo128Mod10;  // < 60
     const uint128 low_quotient = low / 10;
