@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "abi/abi_common.h"
 #include "accounting/count_event.h"
@@ -96,27 +97,34 @@ bool scope_from(int value, flop_scope& scope) {
   return true;
 }
 
+// The nine counts, field by field: the C struct's and batch_counts' (one table for both directions).
+constexpr std::pair<int64_t flopmeter_counts::*, std::int64_t batch_counts::*> kCountFields[] = {
+    {&flopmeter_counts::real_tokens, &batch_counts::real_tokens},
+    {&flopmeter_counts::padding_tokens, &batch_counts::padding_tokens},
+    {&flopmeter_counts::documents, &batch_counts::documents},
+    {&flopmeter_counts::causal_pairs, &batch_counts::causal_pairs},
+    {&flopmeter_counts::items, &batch_counts::items},
+    {&flopmeter_counts::patches, &batch_counts::patches},
+    {&flopmeter_counts::merged_tokens, &batch_counts::merged_tokens},
+    {&flopmeter_counts::vision_pairs_per_frame, &batch_counts::vision_pairs_per_frame},
+    {&flopmeter_counts::vision_pairs_whole, &batch_counts::vision_pairs_whole},
+};
+
 batch_counts counts_from(const flopmeter_counts& c) {
   batch_counts n;
-  n.real_tokens = c.real_tokens;
-  n.padding_tokens = c.padding_tokens;
-  n.documents = c.documents;
-  n.causal_pairs = c.causal_pairs;
-  n.items = c.items;
-  n.patches = c.patches;
-  n.merged_tokens = c.merged_tokens;
-  n.vision_pairs_per_frame = c.vision_pairs_per_frame;
-  n.vision_pairs_whole = c.vision_pairs_whole;
+  for (const auto& [c_field, field] : kCountFields) n.*field = c.*c_field;
   return n;
+}
+
+void counts_to(const batch_counts& n, flopmeter_counts& c) {
+  for (const auto& [c_field, field] : kCountFields) c.*c_field = n.*field;
 }
 
 // Counts must be >= 0: the FLOP model's products are exact only for the counts a batch can have.
 bool counts_valid(const flopmeter_counts* c) {
   if (c == nullptr || c->struct_size < sizeof(flopmeter_counts)) return false;
-  const batch_counts n = counts_from(*c);
-  for (const std::int64_t v : {n.real_tokens, n.padding_tokens, n.documents, n.causal_pairs, n.items, n.patches,
-                               n.merged_tokens, n.vision_pairs_per_frame, n.vision_pairs_whole}) {
-    if (v < 0) return false;
+  for (const auto& entry : kCountFields) {
+    if (c->*entry.first < 0) return false;
   }
   return true;
 }
@@ -219,16 +227,7 @@ int flopmeter_model_count(const flopmeter_model* model, const flopmeter_microbat
     return code;
   }
   try {
-    const flopmeter::batch_counts n = flopmeter::detail::count_event(event, state->geometry);
-    out->real_tokens = n.real_tokens;
-    out->padding_tokens = n.padding_tokens;
-    out->documents = n.documents;
-    out->causal_pairs = n.causal_pairs;
-    out->items = n.items;
-    out->patches = n.patches;
-    out->merged_tokens = n.merged_tokens;
-    out->vision_pairs_per_frame = n.vision_pairs_per_frame;
-    out->vision_pairs_whole = n.vision_pairs_whole;
+    flopmeter::detail::counts_to(flopmeter::detail::count_event(event, state->geometry), *out);
     return FLOPMETER_OK;
   } catch (const std::exception& e) {
     flopmeter::detail::write_abi_error(error, error_size, e.what());

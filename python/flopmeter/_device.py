@@ -49,25 +49,20 @@ def batch_counts(torch: Any, fmt: Optional[str], batch: Any, grids: Any, padding
     f64 = torch.float64
     zero = torch.zeros((), dtype=f64, device=device)
     real = documents = pairs = invalid = zero
+    lengths = None
     if fmt == "cu_seqlens" and batch.numel() > 0:
         cu = batch.to(torch.int64)
-        n = cu.numel()
-        documents = torch.full((), n - 1, dtype=f64, device=device)
         invalid = invalid + (cu[0] != 0).to(f64)
-        if n > 1:
-            lengths = cu[1:] - cu[:-1]
-            invalid = invalid + (lengths < 0).sum().to(f64) + (lengths > MAX_DOCUMENT_TOKENS).sum().to(f64)
-            safe = lengths.clamp(0, MAX_DOCUMENT_TOKENS)
-            real = safe.to(f64).sum()
-            pairs = _causal_pairs(torch, safe).to(f64).sum()
+        lengths = cu[1:] - cu[:-1]
     elif fmt == "document_lengths" and batch.numel() > 0:
         lengths = batch.to(torch.int64)
+    if lengths is not None:
         documents = torch.full((), lengths.numel(), dtype=f64, device=device)
         invalid = invalid + (lengths < 0).sum().to(f64) + (lengths > MAX_DOCUMENT_TOKENS).sum().to(f64)
         safe = lengths.clamp(0, MAX_DOCUMENT_TOKENS)
         real = safe.to(f64).sum()
         pairs = _causal_pairs(torch, safe).to(f64).sum()
-    elif fmt == "position_ids" and batch.numel() > 0:
+    if fmt == "position_ids" and batch.numel() > 0:
         p = batch.to(torch.int64)
         n = p.numel()
         real = torch.full((), n, dtype=f64, device=device)

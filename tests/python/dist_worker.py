@@ -33,29 +33,23 @@ def main() -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     records = {}
     result = {"rank": rank}
-    if scenario == "dp2_tp2":
-        meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, parallel={"tp": 2},
-                                logging={"emit": "all", "topk": 4}, sinks={"console": False})
-        replica = rank // 2  # order tp-cp-dp-pp: ranks 0, 1 form replica 0, ranks 2, 3 replica 1
-        for step in range(1, LOGS + 1):
-            for batch in REPLICA_BATCHES[replica]:
+    if scenario in ("dp2_tp2", "skip_one_log"):
+        if scenario == "dp2_tp2":
+            meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, parallel={"tp": 2},
+                                    logging={"emit": "all", "topk": 4}, sinks={"console": False})
+            replica = rank // 2  # order tp-cp-dp-pp: ranks 0, 1 form replica 0, ranks 2, 3 replica 1
+            batches, logs, skipped = REPLICA_BATCHES[replica], LOGS, None
+        else:
+            meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0},
+                                    logging={"emit": "all", "collective_timeout_ms": 20000}, sinks={"console": False})
+            batches, logs = [dict(cu_seqlens=[0, 10 * (rank + 1)], samples=1)], 8
+            skipped = 4 if rank == 1 else None  # rank 1 skips the on_log of step 4
+        for step in range(1, logs + 1):
+            for batch in batches:
                 assert meter.on_microbatch(**batch)
             time.sleep(0.02)
-            record = meter.on_log(step)
-            if record is not None:
-                records[record["step"]] = record
-        record = meter.flush()
-        if record is not None:
-            records[record["step"]] = record
-        result["health"] = meter.health
-    elif scenario == "skip_one_log":
-        meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0},
-                                logging={"emit": "all", "collective_timeout_ms": 20000}, sinks={"console": False})
-        for step in range(1, 9):
-            meter.on_microbatch(cu_seqlens=[0, 10 * (rank + 1)], samples=1)
-            time.sleep(0.01)
-            if rank == 1 and step == 4:
-                continue  # this rank skips one on_log
+            if step == skipped:
+                continue
             record = meter.on_log(step)
             if record is not None:
                 records[record["step"]] = record
