@@ -246,8 +246,13 @@ TEST_F(CliTest, CheckOverShippedConfigsPasses) {
     }
   }
   EXPECT_EQ(per_model.size(), models);
-  // Files are taken in name order: qwen3_5_0_8b first, tiny_vlm last.
-  EXPECT_EQ(doc.front().at("model").get<std::string>(), "qwen3_5_0_8b");
+  // The text-only decoders are checked like the vision-language models, at every S.
+  for (const char* text_only : {"qwen3_1_7b", "qwen3_8b", "qwen3_32b", "qwen3_30b_a3b", "qwen3_235b_a22b",
+                                "qwen3_next_80b_a3b"}) {
+    EXPECT_EQ(per_model[text_only], 3) << text_only;
+  }
+  // Files are taken in name order: qwen3_1_7b first, tiny_vlm last.
+  EXPECT_EQ(doc.front().at("model").get<std::string>(), "qwen3_1_7b");
   EXPECT_EQ(doc.back().at("model").get<std::string>(), "tiny_vlm");
 }
 
