@@ -846,6 +846,54 @@ TEST_F(CliTest, ImportOfAQwen35ConfigWithoutTheGateWritesTheGate) {
   }
 }
 
+// Text-only decoders from the command line: Qwen3-Next-80B-A3B's config.json (its decoder's fields at the top
+// level, written as the checkpoint writes them, without the gate and without MTP fields) is imported with
+// comments that name the top-level JSON paths; the TOML, the config.json and the shipped file by its bare name
+// give dense_per_token 21,834,301,440 (test_model_config_text derives it term by term).
+TEST_F(CliTest, ImportAndCoefficientsOfATextOnlyQwen3NextConfig) {
+  const fs::path checkpoint = dir_ / "Qwen3-Next-80B-A3B-Instruct";
+  fs::create_directories(checkpoint);
+  const fs::path config_json = checkpoint / "config.json";
+  const std::string next_json =
+             "{\"architectures\": [\"Qwen3NextForCausalLM\"], \"model_type\": \"qwen3_next\",\n"
+             "\"hidden_size\": 2048, \"num_hidden_layers\": 48, \"num_attention_heads\": 16, \"num_key_value_heads\": 2,\n"
+             "\"head_dim\": 256, \"intermediate_size\": 5120, \"vocab_size\": 151936, \"full_attention_interval\": 4,\n"
+             "\"linear_conv_kernel_dim\": 4, \"linear_key_head_dim\": 128, \"linear_num_key_heads\": 16,\n"
+             "\"linear_num_value_heads\": 32, \"linear_value_head_dim\": 128, \"num_experts\": 512,\n"
+             "\"num_experts_per_tok\": 10, \"moe_intermediate_size\": 512, \"shared_expert_intermediate_size\": 512,\n"
+             "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"norm_topk_prob\": true, \"rope_theta\": 10000000,\n"
+             "\"partial_rotary_factor\": 0.25, \"use_sliding_window\": false, \"tie_word_embeddings\": false}\n";
+  write_file(config_json, next_json);
+  const fs::path toml = dir_ / "next.toml";
+  const result r = run({"import", checkpoint.string(), "-o", toml.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string text = read_file(toml);
+  // Line 2: "\"hidden_size\": " is 15 characters -> 2:16; the JSON path is the top-level key.
+  EXPECT_NE(text.find("hidden_size = 2048                        # config.json:2:16 hidden_size\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("model_type = \"qwen3_next\""), std::string::npos) << text;
+  EXPECT_NE(text.find("attn_output_gate = true                   # not in the config.json: Qwen3-Next attention "
+                      "always has the output gate\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("text_config."), std::string::npos) << text;
+  for (const std::string& model : {config_json.string(), toml.string(), std::string("qwen3_next_80b_a3b")}) {
+    const result c = run({"coefficients", model, "--json"});
+    ASSERT_EQ(c.status, 0) << c.err;
+    const json doc = parse_json(c.out);
+    EXPECT_EQ(doc.at("dense_per_token").get<std::int64_t>(), 21834301440) << model;
+    EXPECT_EQ(doc.at("text_attn_pair").get<std::int64_t>(), 589824) << model;
+    EXPECT_EQ(doc.at("dense_per_token_breakdown").at("moe_shared_expert_gate").get<std::int64_t>(), 589824) << model;
+  }
+  // An error names the file, line, column and the top-level path.
+  std::string broken = next_json;
+  broken.replace(broken.find("2048"), 4, "-1");
+  write_file(config_json, broken);
+  const result bad = run({"coefficients", config_json.string()});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_EQ(bad.err, "flopmeter: error: " + config_json.string() + ":2:16: key 'hidden_size': must be > 0 (got -1)\n");
+}
+
 // Red-team F8: a plugin config where a model config is expected said only "unknown key 'logging'".
 TEST_F(CliTest, APluginConfigGivenAsTheModelSaysWhatItIs) {
   const fs::path plugin = dir_ / "plugin.toml";
