@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "flopmeter/peak_table.h"
+
 extern char** environ;
 
 namespace {
@@ -39,6 +41,10 @@ const std::string kQwen3Vl2b = kConfigs + "/qwen3_vl_2b.toml";
 // JSON output is read with nlohmann-json: parse() is strict (RFC 8259) and throws on malformed text, and
 // at() throws on a missing key or index, so a malformed document or a missing field fails the test.
 using json = nlohmann::json;
+using flopmeter::peak_alias;
+using flopmeter::peak_aliases;
+using flopmeter::peak_entry;
+using flopmeter::peak_table;
 
 json parse_json(const std::string& text) { return json::parse(text); }
 
@@ -163,12 +169,13 @@ TEST_F(CliTest, TopLevelHelpListsCommands) {
     EXPECT_NE(r.out.find("check"), std::string::npos);
     EXPECT_NE(r.out.find("coefficients"), std::string::npos);
     EXPECT_NE(r.out.find("estimate"), std::string::npos);
+    EXPECT_NE(r.out.find("peaks"), std::string::npos);
     EXPECT_EQ(r.err, "");
   }
 }
 
 TEST_F(CliTest, EveryCommandHasHelp) {
-  for (const std::string command : {"check", "coefficients", "estimate", "import"}) {
+  for (const std::string command : {"check", "coefficients", "estimate", "import", "peaks"}) {
     const std::vector<std::vector<std::string>> variants = {
         {command, "--help"}, {command, "-h"}, {"help", command},
         {command, "--bogus", "--help"}};  // --help wins over otherwise bad arguments
@@ -743,6 +750,60 @@ TEST_F(CliTest, JsonBeforeTheCommandIsTheSameAsAfter) {
   const result alone = run({"--json"});
   EXPECT_EQ(alone.status, 2);
   EXPECT_NE(alone.err.find("missing command after --json"), std::string::npos) << alone.err;
+}
+
+// `flopmeter peaks`: every row of the library's table with its figures and source, in text and JSON, and the
+// lookup of one device name. Figures by hand (test_peak_table derives each): H800 SXM 3958 FP8 sparse / 2 =
+// 1978.9; L4 242 BF16 sparse / 2 = 121; MI250X 383 per module / 2 GCDs = 191.5, no FP8.
+TEST_F(CliTest, PeaksListsTheTableWithSources) {
+  const result text = run({"peaks"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  for (const peak_entry& row : peak_table()) {
+    EXPECT_NE(text.out.find(row.name), std::string::npos) << row.name;
+    EXPECT_NE(text.out.find(row.source), std::string::npos) << row.name;
+  }
+  EXPECT_NE(text.out.find("H800 80GB HBM3                       -> H800 SXM"), std::string::npos) << text.out;
+
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"peaks", "--json"}, {"--json", "peaks"}}) {
+    const result r = run(args);
+    ASSERT_EQ(r.status, 0) << describe(args, r);
+    const json doc = parse_json(r.out);
+    ASSERT_EQ(doc.at("rows").size(), peak_table().size());
+    std::map<std::string, json> rows;
+    for (const json& row : doc.at("rows")) {
+      EXPECT_FALSE(row.at("source").get<std::string>().empty());
+      rows[row.at("name").get<std::string>()] = row;
+    }
+    EXPECT_EQ(rows.at("H800 SXM").at("fp8_dense_tflops").get<double>(), 1978.9);
+    EXPECT_EQ(rows.at("L4").at("bf16_dense_tflops").get<double>(), 121.0);
+    EXPECT_EQ(rows.at("MI250X").at("bf16_dense_tflops").get<double>(), 191.5);
+    EXPECT_TRUE(rows.at("MI250X").at("fp8_dense_tflops").is_null());  // no FP8: null, not 0
+    ASSERT_EQ(doc.at("aliases").size(), peak_aliases().size());
+    EXPECT_EQ(doc.at("aliases").at(2).at("row").get<std::string>(), "H800 SXM");
+  }
+}
+
+TEST_F(CliTest, PeaksLooksUpOneDeviceName) {
+  result r = run({"peaks", "NVIDIA RTX 6000 Ada Generation", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  json doc = parse_json(r.out);
+  EXPECT_EQ(doc.at("device").get<std::string>(), "NVIDIA RTX 6000 Ada Generation");
+  EXPECT_EQ(doc.at("row").get<std::string>(), "RTX 6000 Ada");
+  EXPECT_EQ(doc.at("bf16_dense_tflops").get<double>(), 364.25);  // 1457 FP8 sparse / 2 / 2
+  EXPECT_EQ(doc.at("fp8_dense_tflops").get<double>(), 728.5);
+  r = run({"peaks", "NVIDIA L40"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("NVIDIA L40 -> L40: bf16 181.05, fp8 362 dense TFLOP/s\n", 0), 0u) << r.out;
+  // "NVIDIA A100" names no row (SXM or PCIe?), and is not taken for an A10: exit 1, MFU would not be reported.
+  r = run({"peaks", "NVIDIA A100"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "flopmeter: error: no peak for GPU 'NVIDIA A100': MFU would not be reported (set [peak] "
+                   "tflops_per_gpu, or gpu to a name that `flopmeter peaks` lists)\n");
+  r = run({"peaks", "A100 SXM", "H100 SXM"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("unexpected argument 'H100 SXM'"), std::string::npos) << r.err;
 }
 
 TEST_F(CliTest, VersionTakesNoFurtherArguments) {
