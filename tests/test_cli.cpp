@@ -254,8 +254,8 @@ TEST_F(CliTest, CheckOverShippedConfigsPasses) {
   }
   EXPECT_EQ(per_model.size(), models);
   // The text-only decoders are checked like the vision-language models, at every S.
-  for (const char* text_only : {"qwen3_1_7b", "qwen3_8b", "qwen3_32b", "qwen3_30b_a3b", "qwen3_235b_a22b",
-                                "qwen3_next_80b_a3b"}) {
+  for (const char* text_only :
+       {"qwen3_1_7b", "qwen3_8b", "qwen3_32b", "qwen3_30b_a3b", "qwen3_235b_a22b", "qwen3_next_80b_a3b"}) {
     EXPECT_EQ(per_model[text_only], 3) << text_only;
   }
   // Files are taken in name order: qwen3_1_7b first, tiny_vlm last.
@@ -799,8 +799,9 @@ TEST_F(CliTest, PeaksLooksUpOneDeviceName) {
   r = run({"peaks", "NVIDIA A100"});
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err, "flopmeter: error: no peak for GPU 'NVIDIA A100': MFU would not be reported (set [peak] "
-                   "tflops_per_gpu, or gpu to a name that `flopmeter peaks` lists)\n");
+  EXPECT_EQ(r.err,
+            "flopmeter: error: no peak for GPU 'NVIDIA A100': MFU would not be reported (set [peak] "
+            "tflops_per_gpu, or gpu to a name that `flopmeter peaks` lists)\n");
   r = run({"peaks", "A100 SXM", "H100 SXM"});
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("unexpected argument 'H100 SXM'"), std::string::npos) << r.err;
@@ -916,14 +917,14 @@ TEST_F(CliTest, ImportAndCoefficientsOfATextOnlyQwen3NextConfig) {
   fs::create_directories(checkpoint);
   const fs::path config_json = checkpoint / "config.json";
   const std::string next_json =
-             "{\"architectures\": [\"Qwen3NextForCausalLM\"], \"model_type\": \"qwen3_next\",\n"
-             "\"hidden_size\": 2048, \"num_hidden_layers\": 48, \"num_attention_heads\": 16, \"num_key_value_heads\": 2,\n"
-             "\"head_dim\": 256, \"intermediate_size\": 5120, \"vocab_size\": 151936, \"full_attention_interval\": 4,\n"
-             "\"linear_conv_kernel_dim\": 4, \"linear_key_head_dim\": 128, \"linear_num_key_heads\": 16,\n"
-             "\"linear_num_value_heads\": 32, \"linear_value_head_dim\": 128, \"num_experts\": 512,\n"
-             "\"num_experts_per_tok\": 10, \"moe_intermediate_size\": 512, \"shared_expert_intermediate_size\": 512,\n"
-             "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"norm_topk_prob\": true, \"rope_theta\": 10000000,\n"
-             "\"partial_rotary_factor\": 0.25, \"use_sliding_window\": false, \"tie_word_embeddings\": false}\n";
+      "{\"architectures\": [\"Qwen3NextForCausalLM\"], \"model_type\": \"qwen3_next\",\n"
+      "\"hidden_size\": 2048, \"num_hidden_layers\": 48, \"num_attention_heads\": 16, \"num_key_value_heads\": 2,\n"
+      "\"head_dim\": 256, \"intermediate_size\": 5120, \"vocab_size\": 151936, \"full_attention_interval\": 4,\n"
+      "\"linear_conv_kernel_dim\": 4, \"linear_key_head_dim\": 128, \"linear_num_key_heads\": 16,\n"
+      "\"linear_num_value_heads\": 32, \"linear_value_head_dim\": 128, \"num_experts\": 512,\n"
+      "\"num_experts_per_tok\": 10, \"moe_intermediate_size\": 512, \"shared_expert_intermediate_size\": 512,\n"
+      "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"norm_topk_prob\": true, \"rope_theta\": 10000000,\n"
+      "\"partial_rotary_factor\": 0.25, \"use_sliding_window\": false, \"tie_word_embeddings\": false}\n";
   write_file(config_json, next_json);
   const fs::path toml = dir_ / "next.toml";
   const result r = run({"import", checkpoint.string(), "-o", toml.string()});

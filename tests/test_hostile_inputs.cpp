@@ -235,9 +235,10 @@ TEST(hostile_toml, empty_and_comment_only_documents_lack_the_model_table) {
 TEST(hostile_toml, field_of_another_model_type_is_refused) {
   // Issue 9 item 10: full_attention_interval is a Qwen3.5 field; on qwen3_vl it would make Gated DeltaNet
   // layers. Line 12, "full_attention_interval = " + 26 -> column 27.
-  EXPECT_EQ(toml_error(kVl + "full_attention_interval = 4\n"),
-            "h.toml:12:27: key 'text_config.full_attention_interval': not allowed for model_type \"qwen3_vl\", which "
-            "has no Gated DeltaNet layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")");
+  EXPECT_EQ(
+      toml_error(kVl + "full_attention_interval = 4\n"),
+      "h.toml:12:27: key 'text_config.full_attention_interval': not allowed for model_type \"qwen3_vl\", which "
+      "has no Gated DeltaNet layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")");
   // Experts on a dense type. "num_experts = " + 14 -> column 15.
   EXPECT_EQ(toml_error(kVl + "num_experts = 8\n"),
             "h.toml:12:15: key 'text_config.num_experts': not allowed for model_type \"qwen3_vl\", a dense model (no "
@@ -449,7 +450,8 @@ const hostile_edit kJsonEdits[] = {
     // Red-team F2: MTP layers on Qwen3-VL were billed. "    \"mtp_num_hidden_layers\": " + 29 -> 11:30.
     {document::json, "mtp_layers_on_qwen3_vl_are_refused", "\"rope_theta\": 5000000", "\"mtp_num_hidden_layers\": 2",
      "config.json:11:30: key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", which "
-     "has no multi-token-prediction (MTP) layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")"},
+     "has no multi-token-prediction (MTP) layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and "
+     "\"qwen3_next\")"},
     // text_config opens on line 3: "  \"text_config\": " + 17 -> 3:18.
     {document::json, "missing_required_field_is_cited_at_its_object", "    \"head_dim\": 16,\n", "",
      "config.json:3:18: required key 'text_config.head_dim' is missing"},

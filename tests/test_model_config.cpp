@@ -580,9 +580,10 @@ TEST(validate_model_spec, names_the_offending_field) {
   {
     model_spec s = good;
     s.model_type = "llama";
-    EXPECT_EQ(validation_error(s),
-              "model_spec 'tiny': key 'model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", "
-              "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")");
+    EXPECT_EQ(
+        validation_error(s),
+        "model_spec 'tiny': key 'model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", "
+        "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")");
   }
   {
     model_spec s = good;
@@ -624,7 +625,8 @@ TEST(validate_model_spec, names_the_offending_field) {
     s.text.mtp_num_hidden_layers = 1;
     EXPECT_EQ(validation_error(s),
               "model_spec 'tiny': key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", "
-              "which has no multi-token-prediction (MTP) layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and "
+              "which has no multi-token-prediction (MTP) layers (a field of the hybrid types \"qwen3_5\", "
+              "\"qwen3_5_moe\" and "
               "\"qwen3_next\")");
   }
   {
@@ -647,9 +649,10 @@ TEST(validate_model_spec, qwen3_vl_spec_built_in_code) {
   EXPECT_NO_THROW(validate_model_spec(s));
   EXPECT_EQ(s.text.num_full_attention_layers(), 2);
   s.text.full_attention_interval = 2;
-  EXPECT_EQ(validation_error(s), "model_spec: key 'text_config.full_attention_interval': not allowed for model_type "
-                                 "\"qwen3_vl\", which has no Gated DeltaNet layers (a field of the hybrid types "
-                                 "\"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")");
+  EXPECT_EQ(validation_error(s),
+            "model_spec: key 'text_config.full_attention_interval': not allowed for model_type "
+            "\"qwen3_vl\", which has no Gated DeltaNet layers (a field of the hybrid types "
+            "\"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -946,10 +949,11 @@ TEST(hf_config, fields_of_another_model_type_are_refused) {
             "ckpt/config.json:8:72: key 'vision_config.deepstack_visual_indexes': not allowed for model_type "
             "\"qwen3_5\", which has no DeepStack mergers (a field of the Qwen3-VL types \"qwen3_vl\" and "
             "\"qwen3_vl_moe\"); write [] or leave it out");
-  EXPECT_EQ(hf_error(replace_once(kQwen3Vl2bJson, "\"use_cache\": true", "\"mtp_num_hidden_layers\": 1")),
-            "ckpt/config.json:24:30: key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", "
-            "which has no multi-token-prediction (MTP) layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and "
-            "\"qwen3_next\")");
+  EXPECT_EQ(
+      hf_error(replace_once(kQwen3Vl2bJson, "\"use_cache\": true", "\"mtp_num_hidden_layers\": 1")),
+      "ckpt/config.json:24:30: key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", "
+      "which has no multi-token-prediction (MTP) layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and "
+      "\"qwen3_next\")");
 }
 
 // `flopmeter import` writes the gate the loader resolved, so the TOML states what it is billed with: a

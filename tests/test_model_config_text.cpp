@@ -41,8 +41,8 @@ std::string seed_path(const std::string& file) {
 struct text_row {
   const char* stem;
   const char* model_type;
-  std::int64_t hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
-      intermediate_size, vocab_size;
+  std::int64_t hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
+      vocab_size;
   bool tie_word_embeddings, attn_output_gate;
   std::int64_t full_attention_interval;  // 0: every layer full attention
   std::int64_t linear_key_head_dim, linear_value_head_dim, linear_num_key_heads, linear_num_value_heads,
@@ -54,12 +54,72 @@ const text_row kShippedText[] = {
     {"qwen3_1_7b", "qwen3", 2048, 28, 16, 8, 128, 6144, 151936, true, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"qwen3_8b", "qwen3", 4096, 36, 32, 8, 128, 12288, 151936, false, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"qwen3_32b", "qwen3", 5120, 64, 64, 8, 128, 25600, 151936, false, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"qwen3_30b_a3b", "qwen3_moe", 2048, 48, 32, 4, 128, 6144, 151936, false, false, 0, 0, 0, 0, 0, 0, 0, 128, 8,
-     768, 0},
-    {"qwen3_235b_a22b", "qwen3_moe", 4096, 94, 64, 4, 128, 12288, 151936, false, false, 0, 0, 0, 0, 0, 0, 0, 128,
-     8, 1536, 0},
-    {"qwen3_next_80b_a3b", "qwen3_next", 2048, 48, 16, 2, 256, 5120, 151936, false, true, 4, 128, 128, 16, 32, 4, 1,
-     512, 10, 512, 512},
+    {"qwen3_30b_a3b",
+     "qwen3_moe",
+     2048,
+     48,
+     32,
+     4,
+     128,
+     6144,
+     151936,
+     false,
+     false,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     128,
+     8,
+     768,
+     0},
+    {"qwen3_235b_a22b",
+     "qwen3_moe",
+     4096,
+     94,
+     64,
+     4,
+     128,
+     12288,
+     151936,
+     false,
+     false,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     128,
+     8,
+     1536,
+     0},
+    {"qwen3_next_80b_a3b",
+     "qwen3_next",
+     2048,
+     48,
+     16,
+     2,
+     256,
+     5120,
+     151936,
+     false,
+     true,
+     4,
+     128,
+     128,
+     16,
+     32,
+     4,
+     1,
+     512,
+     10,
+     512,
+     512},
 };
 
 class shipped_text_config : public ::testing::TestWithParam<text_row> {};
@@ -102,7 +162,9 @@ TEST_P(shipped_text_config, every_field_equals_its_sources) {
 }
 
 INSTANTIATE_TEST_SUITE_P(model_configs, shipped_text_config, ::testing::ValuesIn(kShippedText),
-                         [](const ::testing::TestParamInfo<text_row>& param_info) { return std::string(param_info.param.stem); });
+                         [](const ::testing::TestParamInfo<text_row>& param_info) {
+                           return std::string(param_info.param.stem);
+                         });
 
 // ---------------------------------------------------------------------------------------------------------
 // The coefficients, by hand (6 = 3 passes x 2 FLOPs per multiply-add; counts are multiply-adds per token).
@@ -234,7 +296,8 @@ TEST(text_only_config_json, gives_the_shipped_tomls_spec) {
   const model_spec dense = load_model_spec(seed_path("seed-qwen3.json"));
   EXPECT_EQ(dense.name, "seed-qwen3");
   expect_same_spec(dense, load_model_spec(config_path("qwen3_8b.toml")));
-  expect_same_spec(load_model_spec(seed_path("seed-qwen3_moe.json")), load_model_spec(config_path("qwen3_30b_a3b.toml")));
+  expect_same_spec(load_model_spec(seed_path("seed-qwen3_moe.json")),
+                   load_model_spec(config_path("qwen3_30b_a3b.toml")));
   const model_spec next = load_model_spec(seed_path("seed-qwen3_next.json"));
   EXPECT_TRUE(next.text.attn_output_gate);  // absent: Qwen3-Next attention always has it
   EXPECT_EQ(next.text.mtp_num_hidden_layers, 0);
@@ -245,19 +308,19 @@ TEST(text_only_config_json, gives_the_shipped_tomls_spec) {
 
 // A small Qwen3 config.json, line numbers in the comments for the location tests.
 const std::string kQwen3Json =
-    "{\n"                                        // 1
-    "  \"model_type\": \"qwen3\",\n"             // 2
-    "  \"hidden_size\": 64,\n"                   // 3
-    "  \"num_hidden_layers\": 4,\n"              // 4
-    "  \"num_attention_heads\": 4,\n"            // 5
-    "  \"num_key_value_heads\": 2,\n"            // 6
-    "  \"head_dim\": 16,\n"                      // 7
-    "  \"intermediate_size\": 128,\n"            // 8
-    "  \"vocab_size\": 512,\n"                   // 9
-    "  \"rope_theta\": 1000000,\n"               // 10
-    "  \"use_sliding_window\": false,\n"         // 11
-    "  \"tie_word_embeddings\": true\n"          // 12
-    "}\n";                                       // 13
+    "{\n"                                 // 1
+    "  \"model_type\": \"qwen3\",\n"      // 2
+    "  \"hidden_size\": 64,\n"            // 3
+    "  \"num_hidden_layers\": 4,\n"       // 4
+    "  \"num_attention_heads\": 4,\n"     // 5
+    "  \"num_key_value_heads\": 2,\n"     // 6
+    "  \"head_dim\": 16,\n"               // 7
+    "  \"intermediate_size\": 128,\n"     // 8
+    "  \"vocab_size\": 512,\n"            // 9
+    "  \"rope_theta\": 1000000,\n"        // 10
+    "  \"use_sliding_window\": false,\n"  // 11
+    "  \"tie_word_embeddings\": true\n"   // 12
+    "}\n";                                // 13
 
 std::string replaced(std::string text, const std::string& from, const std::string& to) {
   const std::size_t at = text.find(from);
@@ -347,21 +410,21 @@ TEST(text_only_config_json, fields_of_other_types_and_sliding_windows_are_refuse
 
 // A small Qwen3-MoE config.json: 4 layers, every second one an MoE block, layer 3 forced dense.
 const std::string kQwen3MoeJson =
-    "{\n"                                        // 1
-    "  \"model_type\": \"qwen3_moe\",\n"         // 2
-    "  \"hidden_size\": 64,\n"                   // 3
-    "  \"num_hidden_layers\": 4,\n"              // 4
-    "  \"num_attention_heads\": 4,\n"            // 5
-    "  \"num_key_value_heads\": 2,\n"            // 6
-    "  \"head_dim\": 16,\n"                      // 7
-    "  \"intermediate_size\": 128,\n"            // 8
-    "  \"vocab_size\": 512,\n"                   // 9
-    "  \"num_experts\": 8,\n"                    // 10
-    "  \"num_experts_per_tok\": 2,\n"            // 11
-    "  \"moe_intermediate_size\": 32,\n"         // 12
-    "  \"decoder_sparse_step\": 2,\n"            // 13
-    "  \"mlp_only_layers\": [3]\n"               // 14
-    "}\n";                                       // 15
+    "{\n"                                 // 1
+    "  \"model_type\": \"qwen3_moe\",\n"  // 2
+    "  \"hidden_size\": 64,\n"            // 3
+    "  \"num_hidden_layers\": 4,\n"       // 4
+    "  \"num_attention_heads\": 4,\n"     // 5
+    "  \"num_key_value_heads\": 2,\n"     // 6
+    "  \"head_dim\": 16,\n"               // 7
+    "  \"intermediate_size\": 128,\n"     // 8
+    "  \"vocab_size\": 512,\n"            // 9
+    "  \"num_experts\": 8,\n"             // 10
+    "  \"num_experts_per_tok\": 2,\n"     // 11
+    "  \"moe_intermediate_size\": 32,\n"  // 12
+    "  \"decoder_sparse_step\": 2,\n"     // 13
+    "  \"mlp_only_layers\": [3]\n"        // 14
+    "}\n";                                // 15
 
 TEST(text_only_config_json, qwen3_moe_honours_the_sparse_step_and_has_no_shared_expert) {
   const model_spec spec = parse_hf_config(kQwen3MoeJson, "ckpt/config.json");
@@ -386,26 +449,26 @@ TEST(text_only_config_json, qwen3_moe_honours_the_sparse_step_and_has_no_shared_
 
 // A small Qwen3-Next config.json: 4 layers (full attention at 1 and 3), MoE with the gated shared expert.
 const std::string kQwen3NextJson =
-    "{\n"                                        // 1
-    "  \"model_type\": \"qwen3_next\",\n"        // 2
-    "  \"hidden_size\": 64,\n"                   // 3
-    "  \"num_hidden_layers\": 4,\n"              // 4
-    "  \"num_attention_heads\": 4,\n"            // 5
-    "  \"num_key_value_heads\": 2,\n"            // 6
-    "  \"head_dim\": 16,\n"                      // 7
-    "  \"intermediate_size\": 128,\n"            // 8
-    "  \"vocab_size\": 512,\n"                   // 9
-    "  \"full_attention_interval\": 2,\n"        // 10
-    "  \"linear_key_head_dim\": 16,\n"           // 11
-    "  \"linear_value_head_dim\": 16,\n"         // 12
-    "  \"linear_num_key_heads\": 2,\n"           // 13
-    "  \"linear_num_value_heads\": 4,\n"         // 14
-    "  \"linear_conv_kernel_dim\": 4,\n"         // 15
-    "  \"num_experts\": 8,\n"                    // 16
-    "  \"num_experts_per_tok\": 2,\n"            // 17
-    "  \"moe_intermediate_size\": 32,\n"         // 18
+    "{\n"                                          // 1
+    "  \"model_type\": \"qwen3_next\",\n"          // 2
+    "  \"hidden_size\": 64,\n"                     // 3
+    "  \"num_hidden_layers\": 4,\n"                // 4
+    "  \"num_attention_heads\": 4,\n"              // 5
+    "  \"num_key_value_heads\": 2,\n"              // 6
+    "  \"head_dim\": 16,\n"                        // 7
+    "  \"intermediate_size\": 128,\n"              // 8
+    "  \"vocab_size\": 512,\n"                     // 9
+    "  \"full_attention_interval\": 2,\n"          // 10
+    "  \"linear_key_head_dim\": 16,\n"             // 11
+    "  \"linear_value_head_dim\": 16,\n"           // 12
+    "  \"linear_num_key_heads\": 2,\n"             // 13
+    "  \"linear_num_value_heads\": 4,\n"           // 14
+    "  \"linear_conv_kernel_dim\": 4,\n"           // 15
+    "  \"num_experts\": 8,\n"                      // 16
+    "  \"num_experts_per_tok\": 2,\n"              // 17
+    "  \"moe_intermediate_size\": 32,\n"           // 18
     "  \"shared_expert_intermediate_size\": 32\n"  // 19
-    "}\n";                                       // 20
+    "}\n";                                         // 20
 
 TEST(text_only_config_json, qwen3_next_is_the_hybrid_decoder_with_a_gated_shared_expert) {
   const model_spec spec = parse_hf_config(kQwen3NextJson, "ckpt/config.json");
@@ -437,10 +500,11 @@ TEST(text_only_config_json, qwen3_next_is_the_hybrid_decoder_with_a_gated_shared
 
 TEST(text_only_config_json, qwen3_next_rules) {
   // The gate comes with the type.
-  EXPECT_EQ(json_error(replaced(kQwen3NextJson, "\"vocab_size\": 512", "\"vocab_size\": 512, \"attn_output_gate\": false")),
-            "ckpt/config.json:9:42: key 'attn_output_gate': must be true for model_type \"qwen3_next\": Qwen3-Next "
-            "attention always has the sigmoid output gate (transformers builds q_proj as hidden -> 2 x heads x "
-            "head_dim, with no setting to turn it off); write true or leave the key out");
+  EXPECT_EQ(
+      json_error(replaced(kQwen3NextJson, "\"vocab_size\": 512", "\"vocab_size\": 512, \"attn_output_gate\": false")),
+      "ckpt/config.json:9:42: key 'attn_output_gate': must be true for model_type \"qwen3_next\": Qwen3-Next "
+      "attention always has the sigmoid output gate (transformers builds q_proj as hidden -> 2 x heads x "
+      "head_dim, with no setting to turn it off); write true or leave the key out");
   // The shared expert is required.
   EXPECT_EQ(json_error(replaced(kQwen3NextJson, ",\n  \"shared_expert_intermediate_size\": 32", "")),
             "ckpt/config.json:1:1: required key 'shared_expert_intermediate_size' is missing");
@@ -461,26 +525,27 @@ TEST(text_only_config_json, qwen3_next_rules) {
 
 TEST(text_only_toml, text_model_type_and_vision_table) {
   const std::string toml =
-      "[model]\n"                       // 1
-      "model_type = \"qwen3\"\n"        // 2
-      "[text_config]\n"                 // 3
-      "model_type = \"qwen3\"\n"        // 4
-      "hidden_size = 64\n"              // 5
-      "num_hidden_layers = 4\n"         // 6
-      "num_attention_heads = 4\n"       // 7
-      "num_key_value_heads = 2\n"       // 8
-      "head_dim = 16\n"                 // 9
-      "intermediate_size = 128\n"       // 10
-      "vocab_size = 512\n"              // 11
-      "tie_word_embeddings = true\n";   // 12
+      "[model]\n"                                                                              // 1
+      "model_type = \"qwen3\"\n"                                                               // 2
+      "[text_config]\n"                                                                        // 3
+      "model_type = \"qwen3\"\n"                                                               // 4
+      "hidden_size = 64\n"                                                                     // 5
+      "num_hidden_layers = 4\n"                                                                // 6
+      "num_attention_heads = 4\n"                                                              // 7
+      "num_key_value_heads = 2\n"                                                              // 8
+      "head_dim = 16\n"                                                                        // 9
+      "intermediate_size = 128\n"                                                              // 10
+      "vocab_size = 512\n"                                                                     // 11
+      "tie_word_embeddings = true\n";                                                          // 12
   EXPECT_EQ(compute_coefficients(parse_model_spec(toml, "m.toml")).dense_per_token, 1081344);  // as the JSON above
   const auto toml_error = [](const std::string& doc) {
     return error_message_of([&] { (void)parse_model_spec(doc, "m.toml"); }, doc);
   };
   // A text-only type's text_config.model_type is the type itself (there is no "qwen3_text").
-  EXPECT_EQ(toml_error(replaced(toml, "[text_config]\nmodel_type = \"qwen3\"", "[text_config]\nmodel_type = \"qwen3_text\"")),
-            "m.toml:4:14: key 'text_config.model_type': must be \"qwen3\" for model.model_type \"qwen3\" (got "
-            "\"qwen3_text\")");
+  EXPECT_EQ(
+      toml_error(replaced(toml, "[text_config]\nmodel_type = \"qwen3\"", "[text_config]\nmodel_type = \"qwen3_text\"")),
+      "m.toml:4:14: key 'text_config.model_type': must be \"qwen3\" for model.model_type \"qwen3\" (got "
+      "\"qwen3_text\")");
   EXPECT_EQ(toml_error(toml + "[vision_config]\ndepth = 2\n"),
             "m.toml:13:1: key 'vision_config': not allowed for model_type \"qwen3\", a text-only Qwen3 decoder (no "
             "vision tower); a vision-language model has model_type \"qwen3_vl\", \"qwen3_5\" or their \"_moe\" types");
@@ -519,7 +584,8 @@ std::string flat_config_json(const model_spec& s) {
     field("num_experts", t.num_experts);
     field("num_experts_per_tok", t.num_experts_per_tok);
     field("moe_intermediate_size", t.moe_intermediate_size);
-    if (t.shared_expert_intermediate_size > 0) field("shared_expert_intermediate_size", t.shared_expert_intermediate_size);
+    if (t.shared_expert_intermediate_size > 0)
+      field("shared_expert_intermediate_size", t.shared_expert_intermediate_size);
     field("decoder_sparse_step", t.decoder_sparse_step);
     j += "  \"mlp_only_layers\": [],\n  \"norm_topk_prob\": true,\n";
   }

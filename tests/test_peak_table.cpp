@@ -35,21 +35,34 @@ struct peak_case {
 //   RTX PRO 6000 Blackwell Workstation  FP4 sparse 4030.4 -> FP4 dense 2015.2 -> FP8 1007.6 -> BF16 503.8
 //   MI250X     383.0 dense BF16 per module of 2 GCDs -> 191.5 per GCD (one device); no FP8
 const peak_case kByTableName[] = {
-    {"A100 SXM", "A100 SXM", 312.0, 0.0},       {"A100 PCIe", "A100 PCIe", 312.0, 0.0},
-    {"H100 SXM", "H100 SXM", 989.4, 1978.9},    {"H100 PCIe", "H100 PCIe", 756.5, 1513.0},
-    {"H100 NVL", "H100 NVL", 835.5, 1670.5},    {"H200", "H200", 989.4, 1978.9},
-    {"H200 NVL", "H200 NVL", 835.5, 1670.5},    {"GH200", "GH200", 989.4, 1978.9},
-    {"B200", "B200", 2250.0, 4500.0},           {"B300", "B300", 2250.0, 4500.0},
-    {"GB200", "GB200", 2500.0, 5000.0},         {"MI300X", "MI300X", 1307.4, 2614.9},
-    {"MI325X", "MI325X", 1307.4, 2614.9},       {"MI355X", "MI355X", 2516.6, 5033.2},
-    {"L40S", "L40S", 362.05, 733.0},           {"A800", "A800", 312.0, 0.0},
-    {"H800 SXM", "H800 SXM", 989.4, 1978.9},    {"H800 PCIe", "H800 PCIe", 756.5, 1513.0},
-    {"H20", "H20", 148.0, 296.0},               {"L20", "L20", 119.5, 239.0},
-    {"L40", "L40", 181.05, 362.0},              {"L4", "L4", 121.0, 242.5},
-    {"A10", "A10", 125.0, 0.0},                 {"A40", "A40", 149.7, 0.0},
+    {"A100 SXM", "A100 SXM", 312.0, 0.0},
+    {"A100 PCIe", "A100 PCIe", 312.0, 0.0},
+    {"H100 SXM", "H100 SXM", 989.4, 1978.9},
+    {"H100 PCIe", "H100 PCIe", 756.5, 1513.0},
+    {"H100 NVL", "H100 NVL", 835.5, 1670.5},
+    {"H200", "H200", 989.4, 1978.9},
+    {"H200 NVL", "H200 NVL", 835.5, 1670.5},
+    {"GH200", "GH200", 989.4, 1978.9},
+    {"B200", "B200", 2250.0, 4500.0},
+    {"B300", "B300", 2250.0, 4500.0},
+    {"GB200", "GB200", 2500.0, 5000.0},
+    {"MI300X", "MI300X", 1307.4, 2614.9},
+    {"MI325X", "MI325X", 1307.4, 2614.9},
+    {"MI355X", "MI355X", 2516.6, 5033.2},
+    {"L40S", "L40S", 362.05, 733.0},
+    {"A800", "A800", 312.0, 0.0},
+    {"H800 SXM", "H800 SXM", 989.4, 1978.9},
+    {"H800 PCIe", "H800 PCIe", 756.5, 1513.0},
+    {"H20", "H20", 148.0, 296.0},
+    {"L20", "L20", 119.5, 239.0},
+    {"L40", "L40", 181.05, 362.0},
+    {"L4", "L4", 121.0, 242.5},
+    {"A10", "A10", 125.0, 0.0},
+    {"A40", "A40", 149.7, 0.0},
     {"RTX 6000 Ada", "RTX 6000 Ada", 364.25, 728.5},
     {"RTX PRO 6000 Blackwell Workstation", "RTX PRO 6000 Blackwell Workstation", 503.8, 1007.6},
-    {"MI250X", "MI250X", 191.5, 0.0},           {"GB300", "GB300", 2500.0, 5000.0},
+    {"MI250X", "MI250X", 191.5, 0.0},
+    {"GB300", "GB300", 2500.0, 5000.0},
 };
 
 // Names as torch.cuda.get_device_name() / hipDeviceProp_t::name report them.
@@ -57,7 +70,7 @@ const peak_case kByDeviceName[] = {
     {"NVIDIA A100-SXM4-80GB", "A100 SXM", 312.0, 0.0},
     {"NVIDIA A100-SXM4-40GB", "A100 SXM", 312.0, 0.0},
     {"NVIDIA A100-PCIE-40GB", "A100 PCIe", 312.0, 0.0},
-    {"NVIDIA A100 80GB PCIe", "A100 PCIe", 312.0, 0.0},  // alias: name does not contain "A100 PCIe"
+    {"NVIDIA A100 80GB PCIe", "A100 PCIe", 312.0, 0.0},    // alias: name does not contain "A100 PCIe"
     {"NVIDIA H100 80GB HBM3", "H100 SXM", 989.4, 1978.9},  // alias: the SXM5's CUDA name
     {"NVIDIA H100 PCIe", "H100 PCIe", 756.5, 1513.0},
     {"NVIDIA H100 NVL", "H100 NVL", 835.5, 1670.5},
@@ -136,13 +149,13 @@ TEST(PeakTable, LongestNameWins) {
 // letter or digit after it. Without the rule, each of these would take a short row's figure (A10 125, A40 149.7,
 // L4 121, H20 148) for a GPU with a different peak, or guess between variants.
 TEST(PeakTable, ShortModelNumbersMatchOnlyAsWholeNumbers) {
-  for (const char* device : {"NVIDIA A100",        // SXM or PCIe: ambiguous, not an A10
-                             "A100",               //
-                             "NVIDIA A10G",        // AWS's A10G: another clock and peak
-                             "NVIDIA RTX A4000",   // not an A40
-                             "NVIDIA RTX A1000",   // not an A10
-                             "NVIDIA L40G",        // not an L40 (hypothetical suffix)
-                             "NVIDIA H20X",        //
+  for (const char* device : {"NVIDIA A100",       // SXM or PCIe: ambiguous, not an A10
+                             "A100",              //
+                             "NVIDIA A10G",       // AWS's A10G: another clock and peak
+                             "NVIDIA RTX A4000",  // not an A40
+                             "NVIDIA RTX A1000",  // not an A10
+                             "NVIDIA L40G",       // not an L40 (hypothetical suffix)
+                             "NVIDIA H20X",       //
                              "NVIDIA H2000"}) {
     SCOPED_TRACE(device);
     EXPECT_FALSE(find_peak(device, peak_precision::bf16).has_value());
@@ -249,8 +262,7 @@ TEST(PeakTable, ResolveWithoutANumberSaysWhyInOneWarning) {
   const peak_resolution none = resolve_peak("auto", "", peak_precision::bf16, "no CUDA driver");
   EXPECT_FALSE(none.match.has_value());
   EXPECT_EQ(none.device, "");
-  EXPECT_EQ(none.warning.rfind("gpu = \"auto\" found no GPU (no CUDA driver); perf/mfu will not be reported.", 0),
-            0u)
+  EXPECT_EQ(none.warning.rfind("gpu = \"auto\" found no GPU (no CUDA driver); perf/mfu will not be reported.", 0), 0u)
       << none.warning;
   // A configured name without the precision: the precision is named.
   const peak_resolution a10 = resolve_peak("NVIDIA A10", "", peak_precision::fp8);

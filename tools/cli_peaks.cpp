@@ -58,7 +58,8 @@ std::string figure_text(const peak_entry& row, peak_precision precision) {
 int print_device(const std::string& device, bool json) {
   const std::optional<peak_match> match = find_peak(device, peak_precision::bf16);
   if (!match) {
-    throw error("no peak for GPU '" + device + "': MFU would not be reported (set [peak] tflops_per_gpu, or gpu "
+    throw error("no peak for GPU '" + device +
+                "': MFU would not be reported (set [peak] tflops_per_gpu, or gpu "
                 "to a name that `flopmeter peaks` lists)");
   }
   const peak_entry& row = *match->entry;

@@ -210,7 +210,8 @@ peak_resolution resolve_peak(const std::string& gpu, const std::string& device_n
   // The known names, so the message says how to fix it.
   std::string known;
   for (const peak_entry& entry : peak_table()) known += std::string(known.empty() ? "" : ", ") + entry.name;
-  const std::string fix = "Set peak_tflops_per_gpu, or gpu to one of: " + known + " (`flopmeter peaks` lists them "
+  const std::string fix = "Set peak_tflops_per_gpu, or gpu to one of: " + known +
+                          " (`flopmeter peaks` lists them "
                           "with their sources).";
   if (detect && device_name.empty()) {
     out.warning = "gpu = \"auto\" found no GPU" + (no_device_reason.empty() ? "" : " (" + no_device_reason + ")") +

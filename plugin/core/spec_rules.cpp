@@ -187,9 +187,8 @@ std::string not_this_type(const model_spec& spec, belongs owner, std::string_vie
   if (owner == belongs::shared_expert) {
     return "not allowed for model_type " + type + ": " + family_name(spec) + " MoE has no shared expert";
   }
-  const char* owners = owner == belongs::hybrid
-                           ? "the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\""
-                           : "the Qwen3-VL types \"qwen3_vl\" and \"qwen3_vl_moe\"";
+  const char* owners = owner == belongs::hybrid ? "the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\""
+                                                : "the Qwen3-VL types \"qwen3_vl\" and \"qwen3_vl_moe\"";
   return "not allowed for model_type " + type + ", which has no " + std::string(feature) + " (a field of " + owners +
          ")";
 }
@@ -312,9 +311,10 @@ std::optional<spec_violation> check_fields(const model_spec& spec) {
     }
   }
   if (spec.vision && is_text_only_model_type(spec.model_type)) {
-    return spec_violation{"vision_config", "not allowed for model_type " + type + ", a text-only " +
-                                               family_name(spec) + " decoder (no vision tower); a vision-language " +
-                                               "model has model_type \"qwen3_vl\", \"qwen3_5\" or their \"_moe\" types"};
+    return spec_violation{"vision_config",
+                          "not allowed for model_type " + type + ", a text-only " + family_name(spec) +
+                              " decoder (no vision tower); a vision-language " +
+                              "model has model_type \"qwen3_vl\", \"qwen3_5\" or their \"_moe\" types"};
   }
   if (spec.vision) {
     const vision_spec& v = *spec.vision;
