@@ -38,88 +38,90 @@ std::string seed_path(const std::string& file) {
 // Megatron arguments, the Qwen3 technical report; for Qwen3-Next a copy of its config.json, slime and
 // transformers' Qwen3NextConfig).
 
+// Every field of a text_spec that the loaders read, compared one by one (the spec, the coefficients).
+void expect_same_text(const text_spec& x, const text_spec& y) {
+  for (const auto& [p, q] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {x.hidden_size, y.hidden_size},
+           {x.num_hidden_layers, y.num_hidden_layers},
+           {x.num_attention_heads, y.num_attention_heads},
+           {x.num_key_value_heads, y.num_key_value_heads},
+           {x.head_dim, y.head_dim},
+           {x.intermediate_size, y.intermediate_size},
+           {x.vocab_size, y.vocab_size},
+           {x.full_attention_interval, y.full_attention_interval},
+           {x.linear_key_head_dim, y.linear_key_head_dim},
+           {x.linear_value_head_dim, y.linear_value_head_dim},
+           {x.linear_num_key_heads, y.linear_num_key_heads},
+           {x.linear_num_value_heads, y.linear_num_value_heads},
+           {x.linear_conv_kernel_dim, y.linear_conv_kernel_dim},
+           {x.mtp_num_hidden_layers, y.mtp_num_hidden_layers},
+           {x.num_experts, y.num_experts},
+           {x.num_experts_per_tok, y.num_experts_per_tok},
+           {x.moe_intermediate_size, y.moe_intermediate_size},
+           {x.shared_expert_intermediate_size, y.shared_expert_intermediate_size},
+           {x.decoder_sparse_step, y.decoder_sparse_step},
+       }) {
+    EXPECT_EQ(p, q);
+  }
+  EXPECT_EQ(x.tie_word_embeddings, y.tie_word_embeddings);
+  EXPECT_EQ(x.attn_output_gate, y.attn_output_gate);
+  EXPECT_EQ(x.mlp_only_layers, y.mlp_only_layers);
+  EXPECT_EQ(x.norm_topk_prob, y.norm_topk_prob);
+}
+
+// The decoder sizes every shipped text-only model has (vocab 151936, no output gate, all full attention) ...
+text_spec decoder(std::int64_t hidden, std::int64_t layers, std::int64_t heads, std::int64_t kv_heads,
+                  std::int64_t head_dim, std::int64_t intermediate, bool tie) {
+  text_spec t;
+  t.hidden_size = hidden;
+  t.num_hidden_layers = layers;
+  t.num_attention_heads = heads;
+  t.num_key_value_heads = kv_heads;
+  t.head_dim = head_dim;
+  t.intermediate_size = intermediate;
+  t.vocab_size = 151936;
+  t.tie_word_embeddings = tie;
+  return t;
+}
+// ... with MoE blocks in every layer (decoder_sparse_step 1, mlp_only_layers [], norm_topk_prob true) ...
+text_spec with_moe(text_spec t, std::int64_t experts, std::int64_t top_k, std::int64_t expert_size,
+                   std::int64_t shared_size) {
+  t.num_experts = experts;
+  t.num_experts_per_tok = top_k;
+  t.moe_intermediate_size = expert_size;
+  t.shared_expert_intermediate_size = shared_size;
+  t.decoder_sparse_step = 1;
+  t.norm_topk_prob = true;
+  return t;
+}
+// ... and Qwen3-Next's Gated DeltaNet layout (gated attention every `interval` layers, kernel 4, one MTP layer).
+text_spec with_deltanet(text_spec t, std::int64_t interval, std::int64_t key_dim, std::int64_t value_dim,
+                        std::int64_t key_heads, std::int64_t value_heads) {
+  t.attn_output_gate = true;
+  t.full_attention_interval = interval;
+  t.linear_key_head_dim = key_dim;
+  t.linear_value_head_dim = value_dim;
+  t.linear_num_key_heads = key_heads;
+  t.linear_num_value_heads = value_heads;
+  t.linear_conv_kernel_dim = 4;
+  t.mtp_num_hidden_layers = 1;
+  return t;
+}
+
 struct text_row {
   const char* stem;
   const char* model_type;
-  std::int64_t hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
-      vocab_size;
-  bool tie_word_embeddings, attn_output_gate;
-  std::int64_t full_attention_interval;  // 0: every layer full attention
-  std::int64_t linear_key_head_dim, linear_value_head_dim, linear_num_key_heads, linear_num_value_heads,
-      linear_conv_kernel_dim, mtp_num_hidden_layers;
-  std::int64_t num_experts, num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size;
+  text_spec text;
 };
 
-const text_row kShippedText[] = {
-    {"qwen3_1_7b", "qwen3", 2048, 28, 16, 8, 128, 6144, 151936, true, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"qwen3_8b", "qwen3", 4096, 36, 32, 8, 128, 12288, 151936, false, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"qwen3_32b", "qwen3", 5120, 64, 64, 8, 128, 25600, 151936, false, false, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"qwen3_30b_a3b",
-     "qwen3_moe",
-     2048,
-     48,
-     32,
-     4,
-     128,
-     6144,
-     151936,
-     false,
-     false,
-     0,
-     0,
-     0,
-     0,
-     0,
-     0,
-     0,
-     128,
-     8,
-     768,
-     0},
-    {"qwen3_235b_a22b",
-     "qwen3_moe",
-     4096,
-     94,
-     64,
-     4,
-     128,
-     12288,
-     151936,
-     false,
-     false,
-     0,
-     0,
-     0,
-     0,
-     0,
-     0,
-     0,
-     128,
-     8,
-     1536,
-     0},
-    {"qwen3_next_80b_a3b",
-     "qwen3_next",
-     2048,
-     48,
-     16,
-     2,
-     256,
-     5120,
-     151936,
-     false,
-     true,
-     4,
-     128,
-     128,
-     16,
-     32,
-     4,
-     1,
-     512,
-     10,
-     512,
-     512},
+const std::vector<text_row> kShippedText = {
+    {"qwen3_1_7b", "qwen3", decoder(2048, 28, 16, 8, 128, 6144, true)},
+    {"qwen3_8b", "qwen3", decoder(4096, 36, 32, 8, 128, 12288, false)},
+    {"qwen3_32b", "qwen3", decoder(5120, 64, 64, 8, 128, 25600, false)},
+    {"qwen3_30b_a3b", "qwen3_moe", with_moe(decoder(2048, 48, 32, 4, 128, 6144, false), 128, 8, 768, 0)},
+    {"qwen3_235b_a22b", "qwen3_moe", with_moe(decoder(4096, 94, 64, 4, 128, 12288, false), 128, 8, 1536, 0)},
+    {"qwen3_next_80b_a3b", "qwen3_next",
+     with_deltanet(with_moe(decoder(2048, 48, 16, 2, 256, 5120, false), 512, 10, 512, 512), 4, 128, 128, 16, 32)},
 };
 
 class shipped_text_config : public ::testing::TestWithParam<text_row> {};
@@ -131,33 +133,14 @@ TEST_P(shipped_text_config, every_field_equals_its_sources) {
   EXPECT_EQ(spec.model_type, r.model_type);
   EXPECT_FALSE(spec.vision.has_value());  // text only
   EXPECT_FALSE(spec.train_mtp_layers);
-  const text_spec& t = spec.text;
-  EXPECT_EQ(t.hidden_size, r.hidden_size);
-  EXPECT_EQ(t.num_hidden_layers, r.num_hidden_layers);
-  EXPECT_EQ(t.num_attention_heads, r.num_attention_heads);
-  EXPECT_EQ(t.num_key_value_heads, r.num_key_value_heads);
-  EXPECT_EQ(t.head_dim, r.head_dim);
-  EXPECT_EQ(t.intermediate_size, r.intermediate_size);
-  EXPECT_EQ(t.vocab_size, r.vocab_size);
-  EXPECT_EQ(t.tie_word_embeddings, r.tie_word_embeddings);
-  EXPECT_EQ(t.attn_output_gate, r.attn_output_gate);
-  EXPECT_EQ(t.full_attention_interval, r.full_attention_interval);
-  EXPECT_EQ(t.linear_key_head_dim, r.linear_key_head_dim);
-  EXPECT_EQ(t.linear_value_head_dim, r.linear_value_head_dim);
-  EXPECT_EQ(t.linear_num_key_heads, r.linear_num_key_heads);
-  EXPECT_EQ(t.linear_num_value_heads, r.linear_num_value_heads);
-  EXPECT_EQ(t.linear_conv_kernel_dim, r.linear_conv_kernel_dim);
-  EXPECT_EQ(t.mtp_num_hidden_layers, r.mtp_num_hidden_layers);
-  EXPECT_EQ(t.num_experts, r.num_experts);
-  EXPECT_EQ(t.num_experts_per_tok, r.num_experts_per_tok);
-  EXPECT_EQ(t.moe_intermediate_size, r.moe_intermediate_size);
-  EXPECT_EQ(t.shared_expert_intermediate_size, r.shared_expert_intermediate_size);
+  expect_same_text(spec.text, r.text);
   // Layout: Qwen3 and Qwen3-MoE all full attention; Qwen3-Next one full attention layer in every 4; the MoE
   // models an MoE block in every layer.
+  const text_spec& t = r.text;
   const std::int64_t full =
-      r.full_attention_interval == 0 ? r.num_hidden_layers : r.num_hidden_layers / r.full_attention_interval;
-  EXPECT_EQ(t.num_full_attention_layers(), full);
-  EXPECT_EQ(t.num_moe_layers(), r.num_experts > 0 ? r.num_hidden_layers : 0);
+      t.full_attention_interval == 0 ? t.num_hidden_layers : t.num_hidden_layers / t.full_attention_interval;
+  EXPECT_EQ(spec.text.num_full_attention_layers(), full);
+  EXPECT_EQ(spec.text.num_moe_layers(), t.num_experts > 0 ? t.num_hidden_layers : 0);
   EXPECT_NO_THROW(validate_model_spec(spec));
 }
 
@@ -253,34 +236,7 @@ TEST(text_only_coefficients, qwen3_next_80b_a3b) {
 
 void expect_same_spec(const model_spec& a, const model_spec& b) {
   EXPECT_EQ(a.model_type, b.model_type);
-  const text_spec& x = a.text;
-  const text_spec& y = b.text;
-  for (const auto& [p, q] : std::vector<std::pair<std::int64_t, std::int64_t>>{
-           {x.hidden_size, y.hidden_size},
-           {x.num_hidden_layers, y.num_hidden_layers},
-           {x.num_attention_heads, y.num_attention_heads},
-           {x.num_key_value_heads, y.num_key_value_heads},
-           {x.head_dim, y.head_dim},
-           {x.intermediate_size, y.intermediate_size},
-           {x.vocab_size, y.vocab_size},
-           {x.full_attention_interval, y.full_attention_interval},
-           {x.linear_key_head_dim, y.linear_key_head_dim},
-           {x.linear_value_head_dim, y.linear_value_head_dim},
-           {x.linear_num_key_heads, y.linear_num_key_heads},
-           {x.linear_num_value_heads, y.linear_num_value_heads},
-           {x.linear_conv_kernel_dim, y.linear_conv_kernel_dim},
-           {x.num_experts, y.num_experts},
-           {x.num_experts_per_tok, y.num_experts_per_tok},
-           {x.moe_intermediate_size, y.moe_intermediate_size},
-           {x.shared_expert_intermediate_size, y.shared_expert_intermediate_size},
-           {x.decoder_sparse_step, y.decoder_sparse_step},
-       }) {
-    EXPECT_EQ(p, q);
-  }
-  EXPECT_EQ(x.tie_word_embeddings, y.tie_word_embeddings);
-  EXPECT_EQ(x.attn_output_gate, y.attn_output_gate);
-  EXPECT_EQ(x.mlp_only_layers, y.mlp_only_layers);
-  EXPECT_EQ(x.norm_topk_prob, y.norm_topk_prob);
+  expect_same_text(a.text, b.text);
   EXPECT_EQ(a.vision.has_value(), b.vision.has_value());
   const coefficients c = compute_coefficients(a);
   const coefficients d = compute_coefficients(b);
@@ -558,37 +514,43 @@ TEST(text_only_toml, text_model_type_and_vision_table) {
 // import round trips: every shipped text-only TOML, written as its checkpoint's config.json (the decoder's
 // fields at the top level, with fields flopmeter ignores), imported, gives a TOML with the same spec.
 
+// The fields a config.json of `s`'s type writes, by name (every one that is not 0: a dense Qwen3 has no
+// Gated DeltaNet or expert field, Qwen3-MoE no shared expert; MTP layers are written as Qwen3.5 writes them).
+struct json_field {
+  const char* key;
+  std::int64_t text_spec::*member;
+};
+constexpr json_field kJsonFields[] = {
+    {"hidden_size", &text_spec::hidden_size},
+    {"num_hidden_layers", &text_spec::num_hidden_layers},
+    {"num_attention_heads", &text_spec::num_attention_heads},
+    {"num_key_value_heads", &text_spec::num_key_value_heads},
+    {"head_dim", &text_spec::head_dim},
+    {"intermediate_size", &text_spec::intermediate_size},
+    {"vocab_size", &text_spec::vocab_size},
+    {"full_attention_interval", &text_spec::full_attention_interval},
+    {"linear_key_head_dim", &text_spec::linear_key_head_dim},
+    {"linear_value_head_dim", &text_spec::linear_value_head_dim},
+    {"linear_num_key_heads", &text_spec::linear_num_key_heads},
+    {"linear_num_value_heads", &text_spec::linear_num_value_heads},
+    {"linear_conv_kernel_dim", &text_spec::linear_conv_kernel_dim},
+    {"mtp_num_hidden_layers", &text_spec::mtp_num_hidden_layers},
+    {"num_experts", &text_spec::num_experts},
+    {"num_experts_per_tok", &text_spec::num_experts_per_tok},
+    {"moe_intermediate_size", &text_spec::moe_intermediate_size},
+    {"shared_expert_intermediate_size", &text_spec::shared_expert_intermediate_size},
+    {"decoder_sparse_step", &text_spec::decoder_sparse_step},
+};
+
 std::string flat_config_json(const model_spec& s) {
   const text_spec& t = s.text;
+  // hidden_size is the first field, on line 4 at column 18 ("  \"hidden_size\": " is 17 characters).
   std::string j = "{\n  \"architectures\": [\"X\"],\n  \"model_type\": \"" + s.model_type + "\",\n";
-  const auto field = [&](const char* key, std::int64_t value) {
-    j += "  \"" + std::string(key) + "\": " + std::to_string(value) + ",\n";
-  };
-  field("hidden_size", t.hidden_size);
-  field("num_hidden_layers", t.num_hidden_layers);
-  field("num_attention_heads", t.num_attention_heads);
-  field("num_key_value_heads", t.num_key_value_heads);
-  field("head_dim", t.head_dim);
-  field("intermediate_size", t.intermediate_size);
-  field("vocab_size", t.vocab_size);
-  if (t.full_attention_interval > 0) {
-    field("full_attention_interval", t.full_attention_interval);
-    field("linear_key_head_dim", t.linear_key_head_dim);
-    field("linear_value_head_dim", t.linear_value_head_dim);
-    field("linear_num_key_heads", t.linear_num_key_heads);
-    field("linear_num_value_heads", t.linear_num_value_heads);
-    field("linear_conv_kernel_dim", t.linear_conv_kernel_dim);
-    field("mtp_num_hidden_layers", t.mtp_num_hidden_layers);
+  for (const json_field& field : kJsonFields) {
+    if (t.*field.member == 0) continue;
+    j += "  \"" + std::string(field.key) + "\": " + std::to_string(t.*field.member) + ",\n";
   }
-  if (t.num_experts > 0) {
-    field("num_experts", t.num_experts);
-    field("num_experts_per_tok", t.num_experts_per_tok);
-    field("moe_intermediate_size", t.moe_intermediate_size);
-    if (t.shared_expert_intermediate_size > 0)
-      field("shared_expert_intermediate_size", t.shared_expert_intermediate_size);
-    field("decoder_sparse_step", t.decoder_sparse_step);
-    j += "  \"mlp_only_layers\": [],\n  \"norm_topk_prob\": true,\n";
-  }
+  if (t.num_experts > 0) j += "  \"mlp_only_layers\": [],\n  \"norm_topk_prob\": true,\n";
   j += "  \"rope_theta\": 1000000,\n  \"use_sliding_window\": false,\n  \"torch_dtype\": \"bfloat16\",\n";
   j += std::string("  \"tie_word_embeddings\": ") + (t.tie_word_embeddings ? "true" : "false") + "\n}\n";
   return j;
@@ -605,7 +567,7 @@ TEST(text_only_import, every_shipped_text_config_round_trips) {
     std::ofstream(checkpoint / "config.json") << flat_config_json(shipped);
     const std::string toml = import_hf_config(checkpoint.string());
     // Each value's comment names its top-level JSON path, not text_config's.
-    EXPECT_NE(toml.find("hidden_size = " + std::to_string(row.hidden_size)), std::string::npos);
+    EXPECT_NE(toml.find("hidden_size = " + std::to_string(row.text.hidden_size)), std::string::npos);
     EXPECT_NE(toml.find(":4:18 hidden_size"), std::string::npos) << toml;
     EXPECT_EQ(toml.find("text_config.hidden_size"), std::string::npos) << toml;
     const model_spec imported = parse_model_spec(toml, "imported.toml");
