@@ -46,6 +46,7 @@
 #include "flopmeter/model_config.h"
 #include "accounting/derive.h"
 #include "accounting/owned_mutex.h"
+#include "accounting/count_event.h"
 #include "accounting/row_layout.h"
 #include "core/device_name.h"
 #include "core/exact_double.h"
@@ -183,23 +184,11 @@ class throughput_plugin::impl {
     }
     current_.microbatches += 1;
     try {
-      const std::size_t formats = (event.document_lengths.empty() ? 0 : 1) + (event.cu_seqlens.empty() ? 0 : 1) +
-                                  (event.positions.empty() ? 0 : 1) + (event.positions_int32.empty() ? 0 : 1);
-      if (formats > 1) throw error("a micro-batch gives more than one of document_lengths, cu_seqlens, positions");
       if (event.samples < 0) throw error("samples must be >= 0 (got " + std::to_string(event.samples) + ")");
       if (event.label_tokens && *event.label_tokens < 0) throw error("label_tokens must be >= 0");
       if (event.loss_sum && !std::isfinite(*event.loss_sum)) throw error("loss_sum is not finite");
       check_loss_pair(event.loss_sum, event.label_tokens);
-      batch_counts counts;
-      if (!event.cu_seqlens.empty()) {
-        counts = count_from_cu_seqlens(event.cu_seqlens, event.padding_tokens, event.image_grids, geometry_);
-      } else if (!event.positions.empty()) {
-        counts = count_from_positions(event.positions, event.padding_tokens, event.image_grids, geometry_);
-      } else if (!event.positions_int32.empty()) {
-        counts = count_from_positions(event.positions_int32, event.padding_tokens, event.image_grids, geometry_);
-      } else {
-        counts = count_from_lengths(event.document_lengths, event.padding_tokens, event.image_grids, geometry_);
-      }
+      const batch_counts counts = detail::count_event(event, geometry_);
       check_label_tokens_within(event.loss_sum, event.label_tokens, counts.real_tokens);
       interval_counters next = current_;
       next.counts += counts;
@@ -301,6 +290,7 @@ class throughput_plugin::impl {
   }
   bool in_callout() const noexcept { return mutex_.held_by_this_thread(); }
   const coefficients& flop_coefficients() const { return coefficients_; }
+  const model_spec& model() const { return options_.model; }
   std::optional<double> peak() const { return peak_; }
 
  private:
@@ -703,6 +693,7 @@ void throughput_plugin::flush() noexcept { impl_->flush(); }
 throughput_health throughput_plugin::health() const { return impl_->health(); }
 bool throughput_plugin::in_callout() const noexcept { return impl_->in_callout(); }
 const coefficients& throughput_plugin::flop_coefficients() const { return impl_->flop_coefficients(); }
+const model_spec& throughput_plugin::model() const { return impl_->model(); }
 std::optional<double> throughput_plugin::peak_tflops_per_gpu() const { return impl_->peak(); }
 
 std::vector<std::int64_t> accumulation_schedule(double m) {
