@@ -48,6 +48,7 @@
 #include "accounting/owned_mutex.h"
 #include "accounting/count_event.h"
 #include "accounting/row_layout.h"
+#include "core/device_name.h"
 #include "core/exact_double.h"
 #include "output/logging.h"
 
@@ -141,19 +142,18 @@ class throughput_plugin::impl {
         throw error(std::string("peak_tflops_per_gpu must be in [0.001, 100000] TFLOP/s (got ") + shown + ")");
       }
       peak_ = options_.peak_tflops_per_gpu;
-    } else if (!options_.gpu.empty()) {
-      if (const auto match = find_peak(options_.gpu, options_.precision)) peak_ = match->tflops;
+    }
+    peak_resolution resolution;  // gpu = "auto": the device this process runs on, read once, here
+    if (!options_.peak_tflops_per_gpu && !options_.gpu.empty()) {
+      const detail::detected_device device =
+          is_auto_gpu(options_.gpu) ? detail::detect_cuda_device() : detail::detected_device{};
+      resolution = resolve_peak(options_.gpu, device.name, options_.precision, device.why);
+      if (resolution.match) peak_ = resolution.match->tflops;
     }
     if (!peak_ && rank_ == 0 && options_.gpu.empty()) {
       logger_->warn("flopmeter: neither peak_tflops_per_gpu nor gpu is configured; perf/mfu will not be reported");
     } else if (!peak_ && rank_ == 0) {
-      // The known names, so the message says how to fix it (the tool has no command that lists them).
-      std::string known;
-      for (const peak_entry& entry : peak_table()) known += std::string(known.empty() ? "" : ", ") + entry.name;
-      logger_->warn(
-          "flopmeter: no {} peak FLOP/s for GPU '{}'; perf/mfu will not be reported. Set "
-          "peak_tflops_per_gpu, or gpu to one of: {}.",
-          to_string(options_.precision), printable_text(options_.gpu), known);
+      logger_->warn("flopmeter: {}", resolution.warning);
     }
     buffer_.assign(static_cast<std::size_t>(world_) * kRowFields, 0.0);
     row_.assign(kRowFields, 0.0);
