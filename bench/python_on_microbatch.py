@@ -13,7 +13,9 @@ shared machine hits all of them; the report is the median over rounds of the cal
 call (wall time beside it) and the ratios reference / flopmeter (goals: >= 20x for cu_seqlens, >= 5x for position_ids). `--breakdown` also times the
 stages of the Python path one by one (flopmeter's private helpers: it says where a call's time goes).
 
-Usage: python bench/python_on_microbatch.py [--rounds 15] [--calls 2000] [--breakdown] [--json FILE]
+Usage: python bench/python_on_microbatch.py [--rounds 15] [--calls 2000] [--breakdown] [--cold] [--json FILE]
+(--cold: every call after a 32 MiB write, untimed, as in a training loop where the forward and backward passes
+have evicted the caches; both sides get the same treatment.)
 Speed goals are reported here, never asserted in tests: timings depend on the machine and its load.
 """
 
@@ -73,7 +75,20 @@ def per_call_us(fn: Callable[[], None], calls: int) -> tuple:
     return cpu / calls / 1e3, wall / calls / 1e3
 
 
-def run(rounds: int, calls: int) -> Dict[str, List[tuple]]:
+def per_call_cold_us(fn: Callable[[], None], calls: int, scratch: torch.Tensor) -> tuple:
+    """Like per_call_us, but each call runs after `scratch` (larger than the caches) was written, as a hook in
+    a training loop runs after the forward and backward passes; only the call itself is timed."""
+    cpu = wall = 0
+    for _ in range(calls):
+        scratch.add_(1)
+        w, c = time.perf_counter_ns(), time.thread_time_ns()
+        fn()
+        cpu += time.thread_time_ns() - c
+        wall += time.perf_counter_ns() - w
+    return cpu / calls / 1e3, wall / calls / 1e3
+
+
+def run(rounds: int, calls: int, cold: bool = False) -> Dict[str, List[tuple]]:
     batch = make_batch()
     cu, positions, grids = batch["cu_seqlens"], batch["position_ids"], batch["image_grid_thw"]
     positions32 = positions.to(torch.int32)
@@ -93,6 +108,8 @@ def run(rounds: int, calls: int) -> Dict[str, List[tuple]]:
     reference.on_microbatch(positions, grids)
     if int(reference.flops.item()) != seed_flops:
         raise SystemExit(f"reference counts {reference.flops.item()} FLOPs, flopmeter's seed scope {seed_flops}")
+    scratch = torch.zeros(8 << 20, dtype=torch.float32) if cold else None  # 32 MiB
+    measure = (lambda fn: per_call_cold_us(fn, calls, scratch)) if cold else (lambda fn: per_call_us(fn, calls))
     for fn in variants.values():  # warm-up
         per_call_us(fn, calls // 10 + 1)
     names = list(variants)
@@ -100,7 +117,7 @@ def run(rounds: int, calls: int) -> Dict[str, List[tuple]]:
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
-            times[name].append(per_call_us(variants[name], calls))
+            times[name].append(measure(variants[name]))
         meter.on_log(r + 1)  # end the interval between rounds, outside the timing
     if meter.health["bad_microbatches"]:
         raise SystemExit("the benchmark batch was rejected")
@@ -156,15 +173,19 @@ def main(argv: List[str]) -> int:
     p.add_argument("--rounds", type=int, default=15, help="rounds; the median is reported (default 15)")
     p.add_argument("--calls", type=int, default=2000, help="calls per variant and round (default 2000)")
     p.add_argument("--breakdown", action="store_true", help="also time each stage of the Python path")
+    p.add_argument("--cold", action="store_true",
+                   help="write a 32 MiB buffer before every call (untimed), as a training loop's forward and "
+                        "backward evict the caches before the hook runs; use fewer --calls")
     p.add_argument("--json", help="write the per-round times and the summary there")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
 
-    times = run(args.rounds, args.calls)
+    times = run(args.rounds, args.calls, args.cold)
     cpu = {name: statistics.median(t[0] for t in values) for name, values in times.items()}
     wall = {name: statistics.median(t[1] for t in values) for name, values in times.items()}
     print(f"Python on_microbatch, 32,768-token row of 11 documents and 8 images (qwen3_vl_2b), CPU tensors; "
-          f"median of {args.rounds} rounds x {args.calls} calls, flopmeter {flopmeter.__version__} "
+          f"median of {args.rounds} rounds x {args.calls} calls{', cold caches' if args.cold else ''}, "
+          f"flopmeter {flopmeter.__version__} "
           f"({flopmeter.__file__}), torch {torch.__version__}")
     print("  (CPU time of the calling thread per call; wall time, which a shared machine inflates, in brackets)")
     summary: Dict[str, object] = {}

@@ -292,7 +292,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--output-dir", type=Path, required=True, help="JSONL and TensorBoard go here")
     p.add_argument("--steps", type=int, default=30, help="optimizer steps (default 30)")
     p.add_argument("--microbatches", type=int, default=2, help="micro-batches per optimizer step (default 2)")
-    p.add_argument("--log-interval", type=int, default=2, help="steps between on_log calls (default 2)")
+    p.add_argument("--log-interval", type=int, default=1, help="steps between on_log calls (default 1: every step)")
     p.add_argument("--lr", type=float, default=1e-2, help="peak learning rate (default 1e-2)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
@@ -349,7 +349,8 @@ def main(argv: Sequence[str]) -> int:
             print(f"flopmeter record ({label}): {json.dumps(record, sort_keys=True)}", flush=True)
 
     losses: List[float] = []
-    meter_seconds = 0.0
+    microbatch_seconds = log_seconds = 0.0  # time inside the Meter's calls
+    log_calls = 0
     data_time = forward_backward_time = 0.0
     samples_fed = 0
     start = time.perf_counter()
@@ -377,7 +378,7 @@ def main(argv: Sequence[str]) -> int:
                 meter.on_microbatch(cu_seqlens=row["cu_seqlens"], image_grid_thw=row["image_grid_thw"],
                                     padding_tokens=row["padding_tokens"], samples=row["samples"],
                                     loss_sum=loss_sum.detach(), label_tokens=row["label_tokens"])
-                meter_seconds += time.perf_counter() - tm
+                microbatch_seconds += time.perf_counter() - tm
                 samples_fed += row["samples"]
                 step_loss += float(loss_sum.detach())
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
@@ -389,20 +390,25 @@ def main(argv: Sequence[str]) -> int:
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the CPU's "device" memory
                 record = meter.on_log(step, learning_rate=lr, grad_norm=grad_norm, data_time=data_time,
                                       forward_backward_time=forward_backward_time, peak_memory_bytes=peak)
-                meter_seconds += time.perf_counter() - tm
+                log_seconds += time.perf_counter() - tm
+                log_calls += 1
                 data_time = forward_backward_time = 0.0
                 report(f"on_log step {step}", record)
         tm = time.perf_counter()
         record = meter.flush()  # the last interval, still waiting for its collective
-        meter_seconds += time.perf_counter() - tm
+        log_seconds += time.perf_counter() - tm
         report("flush", record)
         health = meter.health
     wall = time.perf_counter() - start
 
     if rank == 0:
+        microbatches = args.steps * args.microbatches
+        inside = microbatch_seconds + log_seconds
         print(f"rank 0: loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps; fed {samples_fed} "
-              f"samples; wall {wall:.2f} s, inside flopmeter {meter_seconds * 1e3:.2f} ms "
-              f"({100 * meter_seconds / wall:.3f}%); health {json.dumps(health, sort_keys=True)}", flush=True)
+              f"samples; wall {wall:.2f} s, inside flopmeter {inside * 1e3:.2f} ms ({100 * inside / wall:.3f}%): "
+              f"on_microbatch {1e6 * microbatch_seconds / microbatches:.1f} us/call, on_log + flush "
+              f"{1e3 * log_seconds / (log_calls + 1):.2f} ms/call; health {json.dumps(health, sort_keys=True)}",
+              flush=True)
         print(f"JSONL: {out / 'flopmeter.jsonl'}\nTensorBoard: {out / 'tensorboard'}", flush=True)
     if distributed:
         dist.barrier()
