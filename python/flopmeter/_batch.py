@@ -14,11 +14,30 @@ from __future__ import annotations
 import array
 import math
 import numbers
+import sys
 from typing import Any, Optional, Tuple
 
 from . import _native
 
 BATCH_ARGUMENTS = ("document_lengths", "cu_seqlens", "position_ids")
+INT64_MAX = 2**63 - 1
+# Meter.on_microbatch's fast path for plain CPU tensors (the same counts as the general path, which the tests
+# check by turning it off; they also turn it off to run the device path on CPU tensors).
+FAST_PATH = True
+
+# (torch.Tensor, torch.int64, torch.int32, torch.strided) once the trainer has imported torch: what Meter's fast path
+# compares against (looked up in sys.modules, so that flopmeter never imports torch itself).
+torch_facts: Optional[Tuple[Any, Any, Any, Any]] = None
+
+
+def load_torch_facts() -> Optional[Tuple[Any, Any, Any, Any]]:
+    """Sets and returns `torch_facts`, or None while torch is not imported."""
+    global torch_facts
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "int32"):  # not imported, or still importing
+        return None
+    torch_facts = (torch.Tensor, torch.int64, torch.int32, torch.strided)
+    return torch_facts
 
 
 class HostArray:
@@ -57,6 +76,8 @@ def _torch_array(name: str, t: Any, want_rows: bool, allow_int32: bool) -> HostA
 
     if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
         raise TypeError(f"{name} must have an integer dtype, got {t.dtype}")
+    if t.layout != torch.strided:  # a sparse tensor has no data pointer to read
+        raise TypeError(f"{name} must be a dense tensor, got layout {t.layout}")
     if want_rows:
         if t.dim() != 2 or t.shape[1] != 3:
             raise ValueError(f"{name} must have shape [items, 3], got shape {_shape_text(t.shape)}")

@@ -100,6 +100,15 @@ def batch_counts(torch: Any, fmt: Optional[str], batch: Any, grids: Any, padding
     return torch.stack([real, padding, documents, pairs, items, patches, merged, per_frame, whole, invalid])
 
 
+def _device_scalar(torch: Any, value: Any, device: Any) -> Any:
+    """`value` (a tensor on `device`, or a Python number) as a 0-d float64 tensor there, without a sync:
+    torch.as_tensor(3.5, device="cuda") copies from the host and waits for the copy (a sync that
+    set_sync_debug_mode("error") refuses); torch.full writes the number with a fill kernel instead."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype=torch.float64).reshape(())
+    return torch.full((), float(value), dtype=torch.float64, device=device)
+
+
 class DeviceCounts:
     """This rank's interval accumulators on one device, and its running totals there."""
 
@@ -117,10 +126,10 @@ class DeviceCounts:
         counts = batch_counts(torch, fmt, batch, grids, padding_tokens, self.merge_size, self.device)
         valid = (counts[INVALID] == 0).to(torch.float64)
         if label_tokens is not None:
-            labels = torch.as_tensor(label_tokens, dtype=torch.float64, device=self.device)
+            labels = _device_scalar(torch, label_tokens, self.device)
             # More label tokens than real tokens is refused on the host path; here both are on the device.
             valid = valid * (counts[0] >= labels).to(torch.float64)
-            loss = torch.as_tensor(loss_sum, dtype=torch.float64, device=self.device)
+            loss = _device_scalar(torch, loss_sum, self.device)
             valid = valid * torch.isfinite(loss).to(torch.float64)
             self.accumulated[LABEL_TOKENS] += valid * labels
             self.accumulated[LOSS_SUM] += torch.where(valid > 0, loss, torch.zeros_like(loss))

@@ -86,6 +86,7 @@ def device_path(monkeypatch):
 
         monkeypatch.setattr(_batch, "is_device_tensor",
                             lambda v: v is not None and _batch._is_torch_tensor(v))
+        monkeypatch.setattr(_batch, "FAST_PATH", False)
     return DEVICE
 
 

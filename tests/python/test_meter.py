@@ -105,6 +105,7 @@ def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkey
     ]
     host_records, host_health = run(batches)
     monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
+    monkeypatch.setattr(_batch, "FAST_PATH", False)
     device_records, device_health = run(batches)
     assert len(device_records) == len(host_records) == 3
     for d, h in zip(device_records, host_records):
@@ -117,6 +118,7 @@ def test_the_device_path_masks_a_malformed_batch_and_counts_it(monkeypatch):
     import torch
 
     monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
+    monkeypatch.setattr(_batch, "FAST_PATH", False)
     good = dict(cu_seqlens=torch.tensor([0, 100]), samples=1)
     bad = dict(cu_seqlens=torch.tensor([0, 100, 50]), samples=5)  # decreasing: found on the device, not raised
     records, health = run([good, bad], steps=2)
@@ -238,6 +240,7 @@ def test_a_tensor_on_another_device_than_the_meters_is_refused(monkeypatch):
     import torch
 
     monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
+    monkeypatch.setattr(_batch, "FAST_PATH", False)
     with flopmeter.Meter(model="tiny_vlm", sinks=QUIET, peak={"tflops_per_gpu": 1.0}) as meter:
         assert meter.on_microbatch(cu_seqlens=torch.tensor([0, 5]))  # the meter now counts on the CPU
         with pytest.raises(ValueError, match="the batch is on meta, this meter counts on cpu"):
@@ -247,3 +250,37 @@ def test_a_tensor_on_another_device_than_the_meters_is_refused(monkeypatch):
                                                                                            device="meta"))
         meter.on_log(1)
         assert meter.flush()["train/tokens_seen"] == 5
+
+
+def test_the_fast_path_for_cpu_tensors_gives_the_general_paths_records(monkeypatch):
+    import torch
+
+    batches = [
+        dict(cu_seqlens=torch.tensor([0, 700, 2000]), image_grid_thw=torch.tensor([[1, 8, 8], [3, 4, 6]]), samples=2,
+             loss_sum=7.0, label_tokens=70),
+        dict(position_ids=torch.cat([torch.arange(50), torch.arange(10)]), padding_tokens=4, samples=1),
+        dict(position_ids=torch.arange(33, dtype=torch.int32), samples=1),
+    ]
+    fast_records, fast_health = run(batches)
+    monkeypatch.setattr(_batch, "FAST_PATH", False)
+    general_records, general_health = run(batches)
+    for f, g in zip(fast_records, general_records):
+        assert {k: f.get(k) for k in EXACT_FIELDS} == {k: g.get(k) for k in EXACT_FIELDS}
+        assert flops_per_token(f) == pytest.approx(flops_per_token(g), rel=1e-12)
+    assert fast_records[0]["train/tokens_seen"] == 2000 + 60 + 33
+    assert fast_health == general_health
+
+
+def test_the_fast_path_refuses_what_the_general_path_refuses():
+    import torch
+
+    with flopmeter.Meter(model="qwen3_vl_2b", sinks=QUIET, peak={"gpu": "H100 SXM"}) as meter:
+        with pytest.raises(ValueError, match="invalid micro-batch"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 9, 4]))
+        with pytest.raises(ValueError, match="invalid micro-batch"):
+            meter.on_microbatch(position_ids=torch.tensor([0, 1, 5]))
+        with pytest.raises(ValueError, match="label_tokens 9 exceed"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), loss_sum=1.0, label_tokens=9)
+        with pytest.raises(TypeError, match="must be a dense tensor"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]).to_sparse())
+        assert meter.health["bad_microbatches"] == 3
