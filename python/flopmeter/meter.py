@@ -54,6 +54,20 @@ def _release_plugin(handle: int, keep_alive: Any) -> None:
     _native.lib().flopmeter_destroy(handle)
 
 
+def _resolve_auto_gpu(tables: Dict[str, Any]) -> None:
+    """[peak] gpu = "auto": the name of the trainer's current CUDA device, through torch when the trainer has
+    imported it (the library would otherwise ask the CUDA driver itself, and warn when there is no device)."""
+    peak = tables.get("peak")
+    if not isinstance(peak, dict) or not isinstance(peak.get("gpu"), str) or peak["gpu"].strip().lower() != "auto":
+        return
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available():
+            peak["gpu"] = torch.cuda.get_device_name(torch.cuda.current_device())
+    except Exception:  # noqa: BLE001 - no usable device: leave "auto" to the library, which says so
+        pass
+
+
 def _seconds(name: str, value: Any) -> float:
     if isinstance(value, datetime.timedelta):
         value = value.total_seconds()
@@ -115,6 +129,7 @@ class Meter:
             handle = lib.flopmeter_create(os.fsencode(path), comm, error, len(error))
         else:
             merged = _config.merge_tables(config or {}, given_tables)
+            _resolve_auto_gpu(merged)
             if "model" not in merged or merged["model"] is None:
                 raise TypeError("Meter needs a model: Meter(model='qwen3_vl_2b', ...) or a plugin TOML path")
             text = _config.plugin_toml(merged).encode("utf-8")

@@ -284,3 +284,25 @@ def test_the_fast_path_refuses_what_the_general_path_refuses():
         with pytest.raises(TypeError, match="must be a dense tensor"):
             meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]).to_sparse())
         assert meter.health["bad_microbatches"] == 3
+
+
+def test_peak_gpu_auto_reads_the_device_name_through_torch(monkeypatch):
+    import torch
+
+    batch = dict(cu_seqlens=[0, 64], samples=1)  # 64 x ~1e10 FLOPs: below the peak over the 20 ms slept
+    # No CUDA device here: "auto" finds none, and MFU is not reported (the library warns once).
+    with flopmeter.Meter(model="qwen3_vl_2b", peak={"gpu": "auto"}, sinks=QUIET) as meter:
+        meter.on_microbatch(**batch)
+        meter.on_log(1)
+        record = meter.flush()
+    assert "perf/mfu" not in record and record["perf/tflops_per_second"] > 0
+    # A trainer on an H100: the name torch reports selects the H100 SXM row (989.4 dense bf16 TFLOP/s).
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    with flopmeter.Meter(model="qwen3_vl_2b", peak={"gpu": "auto"}, sinks=QUIET) as meter:
+        meter.on_microbatch(**batch)
+        time.sleep(0.02)
+        meter.on_log(1)
+        record = meter.flush()
+    assert record["perf/mfu"] == pytest.approx(record["perf/tflops_per_second"] / 989.4 * 100, rel=1e-12)
