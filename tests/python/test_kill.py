@@ -122,12 +122,12 @@ def test_a_writer_killed_at_any_moment_leaves_whole_records(tmp_path):
         if previous_torn and len(text) > offset:
             assert text[offset:offset + 1] == b"\n", f"kill {kill}: the run after a torn line did not start afresh"
         run_lines = [line for line in text[offset:].split(b"\n") if line]
-        if run_lines:
+        if run_lines:  # a run killed before its first record leaves the file as it was
             previous_torn = not text.endswith(b"\n")
-        if previous_torn:
-            torn_lines += 1
-            assert run_lines[-1].startswith(b'{"step":'), f"kill {kill}: a torn line that is not a record's start"
-            run_lines = run_lines[:-1]
+            if previous_torn:
+                torn_lines += 1
+                assert run_lines[-1].startswith(b'{"step":'), f"kill {kill}: a torn line that is not a record's start"
+                run_lines = run_lines[:-1]
         steps = [json.loads(line)["step"] for line in run_lines]
         assert steps == sorted(steps) and set(reported) <= set(steps), f"kill {kill}: {reported} not in {steps}"
         # TensorBoard: this run's event file holds whole records (and at most one torn one at its end), and
