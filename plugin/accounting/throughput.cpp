@@ -89,6 +89,7 @@ struct interval_counters {
   double loss_sum = 0;
   std::int64_t label_tokens = 0;
   std::int64_t microbatches = 0;
+  double megatron_flops = 0;  // what the Megatron constant bills for the same micro-batches (row_megatron_flops)
 };
 
 }  // namespace
@@ -112,7 +113,9 @@ class throughput_plugin::impl {
                   std::to_string(options_.collective_timeout.count()) + " ms)");
     }
     validate_model_spec(options_.model);
-    coefficients_ = compute_coefficients(options_.model);
+    regime_coefficients_ = compute_coefficients(options_.model, options_.training);
+    coefficients_ = regime_coefficients_.with_items;
+    megatron_ = megatron_billing::of(options_.model, options_.scope);
     geometry_ = geometry_of(options_.model);
     rank_ = comm_->rank();
     world_ = comm_->world_size();
@@ -157,7 +160,8 @@ class throughput_plugin::impl {
     buffer_.assign(static_cast<std::size_t>(world_) * kRowFields, 0.0);
     row_.assign(kRowFields, 0.0);
     derive_setup setup;
-    setup.flop_coefficients = coefficients_;
+    setup.flop_coefficients = regime_coefficients_;
+    setup.regime = options_.training;
     setup.scope = options_.scope;
     setup.tp = layout_.tp();
     setup.cp = layout_.cp();
@@ -203,6 +207,8 @@ class throughput_plugin::impl {
       check_label_tokens_within(event.loss_sum, event.label_tokens, counts.real_tokens);
       interval_counters next = current_;
       next.counts += counts;
+      next.megatron_flops +=
+          megatron_.flops(static_cast<double>(counts.device_tokens()), static_cast<double>(counts.patches));
       // Checked like the counts: samples or label tokens summed past int64 (a trainer passing garbage) were
       // signed overflow, and a loss sum past the double range an infinite train/loss.
       if (__builtin_add_overflow(next.samples, event.samples, &next.samples)) {
@@ -413,6 +419,7 @@ class throughput_plugin::impl {
     row[row_loss_sum] = current_.loss_sum;
     row[row_label_tokens] = static_cast<double>(current_.label_tokens);
     row[row_microbatches] = static_cast<double>(current_.microbatches);
+    row[row_megatron_flops] = current_.megatron_flops;
     row[row_interval_seconds] = interval_seconds;
     row[row_peak_memory_bytes] = event.peak_memory_bytes ? static_cast<double>(*event.peak_memory_bytes) : 0.0;
     row[row_data_seconds] = seconds_or_zero(event.data_time);
@@ -653,7 +660,9 @@ class throughput_plugin::impl {
   std::shared_ptr<communicator> comm_;
   parallel_layout layout_;
   std::shared_ptr<spdlog::logger> logger_;
-  coefficients coefficients_;
+  coefficients coefficients_;  // of a micro-batch with images (the regime's)
+  regime_coefficients regime_coefficients_;
+  detail::megatron_billing megatron_;
   vision_geometry geometry_;
   std::optional<double> peak_;
   std::int64_t rank_ = 0;
