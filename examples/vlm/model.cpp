@@ -473,6 +473,20 @@ class vision_tower_impl : public torch::nn::Module {
     }
   }
 
+  void freeze(bool vision, bool merger) {
+    const auto stop = [](torch::nn::Module& m) {
+      for (torch::Tensor& p : m.parameters()) p.requires_grad_(false);
+    };
+    if (vision) {
+      stop(*patch_embed_);
+      for (auto& block : blocks_) stop(*block);
+    }
+    if (merger) {
+      stop(*merger_);
+      for (auto& d : deepstack_) stop(*d);
+    }
+  }
+
   // Returns the merged tokens [merged, out_hidden] followed by one DeepStack feature per index.
   std::vector<torch::Tensor> forward(const torch::Tensor& pixel_patches, const std::vector<image_item>& images) {
     torch::Tensor x;
@@ -570,6 +584,17 @@ vlm_model_impl::vlm_model_impl(const flopmeter::model_spec& spec) : spec_(spec) 
 }
 
 vlm_model_impl::~vlm_model_impl() = default;
+
+void vlm_model_impl::freeze(bool vision, bool merger, bool text) {
+  if (vision_) vision_->freeze(vision, merger);
+  if (!text) return;
+  embed_tokens_.requires_grad_(false);
+  lm_head_.requires_grad_(false);
+  for (auto& layer : layers_) {
+    for (torch::Tensor& p : layer->parameters()) p.requires_grad_(false);
+  }
+  for (torch::Tensor& p : final_norm_->parameters()) p.requires_grad_(false);
+}
 
 torch::Tensor vlm_model_impl::forward(const model_batch& batch) {
   const std::vector<segment> segments = segments_of(batch);

@@ -99,6 +99,12 @@ class vlm_model_impl : public torch::nn::Module {
 
   const flopmeter::model_spec& spec() const { return spec_; }
 
+  // Stops the named parts' weights from training (requires_grad false): vision = patch embedding and ViT
+  // blocks, merger = the patch merger and the DeepStack mergers, text = embeddings, decoder layers and norms,
+  // the LM head. Autograd then computes no gradient for them, and only the input gradients something
+  // trainable upstream needs: the training regime flopmeter bills (flopmeter::training_regime).
+  void freeze(bool vision, bool merger, bool text);
+
  private:
   flopmeter::model_spec spec_;
   torch::Tensor embed_tokens_;  // [vocab, h]
