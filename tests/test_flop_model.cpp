@@ -530,9 +530,6 @@ TEST(printable, error_messages_escape_every_part) {
   expect_error([] { parse_flop_scope("\x1b[2J", "cfg.toml:3:9"); }, "cfg.toml:3:9: unknown FLOP scope '\\u001b[2J'");
 }
 
-}  // namespace
-}  // namespace flopmeter
-
 // ---- what trains: frozen parts and LoRA ---------------------------------------------------------------------
 // small_vlm: h 8, 2 full-attention layers (q 8, k 4, v 4, o 8 wide), SwiGLU I 16, vocab 10; ViT hv 4, depth 1,
 // Iv 8, merger width 16 -> 8, patch input 4. Per token in multiply-adds: attention projections 8*(8+4+4) + 8*8
@@ -669,3 +666,6 @@ TEST(regime, refused_regimes_say_why) {
   EXPECT_THROW(parse_lora_target("qkv", "--lora-targets"), error);
   EXPECT_EQ(frozen_list(frozen_parts({"text", "vision"})), "vision,text");
 }
+
+}  // namespace
+}  // namespace flopmeter
