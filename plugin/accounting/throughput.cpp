@@ -5,7 +5,7 @@
 // as a SUM all-reduce of that buffer with the other rows zeroed (communicator.h), which every backend
 // supports. From the rows each rank derives DP-group sums, world maxima and the per-rank top-k breakdown
 // locally (derive.h), so one collective serves every metric. At 16,384 ranks the buffer is 16,384 x
-// kRowFields (22) x 8 B = 2.75 MiB per log; METRICS.md gives the bytes each rank moves.
+// kRowFields (25) x 8 B = 3.125 MiB per log; METRICS.md gives the bytes each rank moves.
 //
 // Every row carries what identifies its log: the step (row_step) and the log's sequence number
 // (row_present: every rank counts its on_log calls). The rows of one collective agree unless collectives
