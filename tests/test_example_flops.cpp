@@ -286,7 +286,7 @@ measurement measure(const flopmeter::model_spec& spec, const vlm::packed_row& ro
   {
     flop_observer observer;
     torch::Tensor loss = model->forward(batch);
-    if (loss.requires_grad()) loss.backward();  // nothing trainable upstream of the loss: forward only
+    if (loss.requires_grad()) loss.backward();        // nothing trainable upstream of the loss: forward only
     if (device.is_cuda()) (void)loss.item<double>();  // every kernel has been launched (and has run)
     m.flops = observer.by_category();
     m.uncounted = observer.uncounted_ops();
@@ -738,7 +738,8 @@ void check_regime(const flopmeter::model_spec& spec, const vlm::packed_row& row,
   const flopmeter::coefficients& c = items ? both.with_items : both.without_items;
   const auto tokens = static_cast<double>(f.counts.device_tokens());
   const auto per_token = [&](std::int64_t full_value, std::int64_t regime_value) {
-    return std::pair<double, double>{static_cast<double>(full_value) * tokens, static_cast<double>(regime_value) * tokens};
+    return std::pair<double, double>{static_cast<double>(full_value) * tokens,
+                                     static_cast<double>(regime_value) * tokens};
   };
   std::vector<term_check> checks;
   const auto add = [&](const char* term, std::vector<const char*> categories, std::pair<double, double> billed,
@@ -772,20 +773,23 @@ void check_regime(const flopmeter::model_spec& spec, const vlm::packed_row& row,
         rc.decoder_gemm);
     const category_flops& delta_full = full_run.flops.at(vlm::kGdnDeltaRule);
     EXPECT_EQ(delta->second.forward, delta_full.forward) << rc.name << ": delta rule forward";
-    EXPECT_EQ(delta->second.backward, rc.decoder_core > 0 ? delta_full.backward : 0.0) << rc.name << ": delta rule backward";
+    EXPECT_EQ(delta->second.backward, rc.decoder_core > 0 ? delta_full.backward : 0.0)
+        << rc.name << ": delta rule backward";
   }
   const double square_share = static_cast<double>(f.sum_l_squared) / static_cast<double>(f.counts.causal_pairs);
   const auto pairs = static_cast<double>(f.counts.causal_pairs);
   add("text attention core", {vlm::kTextAttnCore},
-      {static_cast<double>(full.text_attn_pair) * pairs, static_cast<double>(c.text_attn_pair) * pairs}, rc.decoder_core,
-      square_share);
+      {static_cast<double>(full.text_attn_pair) * pairs, static_cast<double>(c.text_attn_pair) * pairs},
+      rc.decoder_core, square_share);
   if (items) {
     const auto patches = static_cast<double>(f.counts.patches);
     add("vision dense", {vlm::kVisionDense},
-        {static_cast<double>(full.vision_per_patch) * patches, static_cast<double>(c.vision_per_patch) * patches}, rc.vit);
+        {static_cast<double>(full.vision_per_patch) * patches, static_cast<double>(c.vision_per_patch) * patches},
+        rc.vit);
     const auto vision_pairs = static_cast<double>(f.counts.vision_pairs_per_frame);
     add("vision attention core", {vlm::kVisionAttnCore},
-        {static_cast<double>(full.vision_attn_pair) * vision_pairs, static_cast<double>(c.vision_attn_pair) * vision_pairs},
+        {static_cast<double>(full.vision_attn_pair) * vision_pairs,
+         static_cast<double>(c.vision_attn_pair) * vision_pairs},
         rc.vit);
     // The patch embedding's full-training coefficient is already forward + weight gradient (x4, not x6): its
     // forward is half of it.
@@ -795,7 +799,8 @@ void check_regime(const flopmeter::model_spec& spec, const vlm::packed_row& row,
         rc.patch);
     const auto merged = static_cast<double>(f.counts.merged_tokens);
     add("merger", {vlm::kMerger},
-        {static_cast<double>(full.merger_per_merged_token) * merged, static_cast<double>(c.merger_per_merged_token) * merged},
+        {static_cast<double>(full.merger_per_merged_token) * merged,
+         static_cast<double>(c.merger_per_merged_token) * merged},
         rc.merger);
   } else {
     for (const char* vision : {vlm::kVisionDense, vlm::kVisionAttnCore, vlm::kPatchEmbed, vlm::kMerger}) {
@@ -821,7 +826,8 @@ void check_every_regime(const flopmeter::model_spec& spec, const vlm::data_optio
   // A frozen decoder under a trainable vision side: a row without images runs its text forward only.
   const vlm::packed_row text_row = row_without_items(options, spec);
   const measurement text_full_run = measure(spec, text_row);
-  check_regime(spec, text_row, {"text (a row without images)", frozen(false, false, true), 0, 0, 0, 0, 0}, text_full_run);
+  check_regime(spec, text_row, {"text (a row without images)", frozen(false, false, true), 0, 0, 0, 0, 0},
+               text_full_run);
 }
 
 // Qwen3.5-type (Gated DeltaNet + gated attention, tiny_vlm.toml).

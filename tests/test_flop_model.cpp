@@ -650,7 +650,8 @@ TEST(regime, refused_regimes_say_why) {
     compute_coefficients(load_shipped("qwen3_vl_30b_a3b"), moe);
     ADD_FAILURE() << "LoRA on MoE experts was accepted";
   } catch (const error& e) {
-    EXPECT_NE(std::string(e.what()).find("mixture-of-experts model; LoRA on MoE experts is not billed"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("mixture-of-experts model; LoRA on MoE experts is not billed"),
+              std::string::npos)
         << e.what();
   }
   training_regime missing;

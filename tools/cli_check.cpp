@@ -211,7 +211,8 @@ int run_check(const std::vector<std::string>& args) {
     std::string out = "[";
     for (std::size_t i = 0; i < reports.size(); ++i) {
       std::string one = report_json(reports[i]);
-      if (with_regime) one = one.substr(0, one.size() - 1) + ", \"regime\": " + regime_factors_json(regime, factors[i]) + "}";
+      if (with_regime)
+        one = one.substr(0, one.size() - 1) + ", \"regime\": " + regime_factors_json(regime, factors[i]) + "}";
       out += (i == 0 ? "\n  " : ",\n  ") + one;
     }
     out += reports.empty() ? "]\n" : "\n]\n";

@@ -44,7 +44,8 @@ const char* const kEstimateUsage =
     "                    LoRA adapters of rank R on the named decoder projections (base decoder frozen)\n"
     "  --seq-len S       row length of the constant (default: real + padding tokens); with --scope seed the\n"
     "                    constant leaves out MTP layers, as the seed scope does\n"
-    "  --json            print one JSON object (keys: model, file, scope, frozen, lora_rank, flops, text_dense, text_attention,\n"
+    "  --json            print one JSON object (keys: model, file, scope, frozen, lora_rank, flops, text_dense, "
+    "text_attention,\n"
     "                    vision_dense, vision_attention, patch_embed, merger, mtp, counts{real_tokens,\n"
     "                    padding_tokens, documents, causal_pairs, items, patches, merged_tokens,\n"
     "                    vision_pairs_per_frame, vision_pairs_whole}, row_length, megatron_text_per_token,\n"
@@ -198,7 +199,8 @@ void print_text(const estimate_request& request, const estimate_result& r) {
   const batch_counts& n = r.n;
   const flop_breakdown& f = r.f;
   const char* scope = to_string(request.scope);
-  std::printf("%s, scope %s: training FLOPs (forward + backward) of this micro-batch\n", printable(r.spec.name).c_str(), scope);
+  std::printf("%s, scope %s: training FLOPs (forward + backward) of this micro-batch\n", printable(r.spec.name).c_str(),
+              scope);
   if (!request.regime.full_training()) {
     std::printf("regime: frozen [%s], LoRA rank %lld (the Megatron constant below stays full training)\n",
                 frozen_list(request.regime).c_str(), static_cast<long long>(request.regime.lora_rank));

@@ -26,7 +26,7 @@ inline constexpr char kLogEmitMs[] = "perf/log_emit_ms";
 // What the Megatron per-token constant at each micro-batch's row length would report for the same interval,
 // in full-training form, beside the exact figures (METRICS.md says when and why they differ)
 inline constexpr char kTflopsPerSecondMegatron[] = "perf/tflops_per_second_megatron";  // per GPU
-inline constexpr char kMfuMegatron[] = "perf/mfu_megatron";                             // percent
+inline constexpr char kMfuMegatron[] = "perf/mfu_megatron";                            // percent
 
 // Training (train/...)
 inline constexpr char kBatchEfficiency[] = "train/batch_efficiency";

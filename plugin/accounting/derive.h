@@ -36,8 +36,8 @@ struct megatron_billing {
 
 // What does not change from log to log: fixed when the plugin starts.
 struct derive_setup {
-  regime_coefficients flop_coefficients;        // the training regime's (one set for full training)
-  training_regime regime;                       // what trains: carried into every record (train/frozen_*)
+  regime_coefficients flop_coefficients;  // the training regime's (one set for full training)
+  training_regime regime;                 // what trains: carried into every record (train/frozen_*)
   flop_scope scope = flop_scope::complete;
   std::int64_t tp = 1, cp = 1, pp = 1;          // the parallel sizes (dp = world / (tp*cp*pp))
   std::vector<std::int64_t> dp_group;           // the ranks whose additive counts are summed (this rank's DP group)

@@ -49,12 +49,8 @@ constexpr std::string_view kLoggingKeys[] = {"log_interval_steps", "tpi_multipli
 constexpr std::string_view kSinksKeys[] = {"console", "jsonl", "tensorboard"};
 
 // Where a key written at the top level belongs (for "did you mean 'parallel.tp' in table [parallel]?").
-constexpr detail::key_home kHomes[] = {{"model", kModelKeys},
-                                       {"training", kTrainingKeys},
-                                       {"peak", kPeakKeys},
-                                       {"parallel", kParallelKeys},
-                                       {"logging", kLoggingKeys},
-                                       {"sinks", kSinksKeys}};
+constexpr detail::key_home kHomes[] = {{"model", kModelKeys},       {"training", kTrainingKeys}, {"peak", kPeakKeys},
+                                       {"parallel", kParallelKeys}, {"logging", kLoggingKeys},   {"sinks", kSinksKeys}};
 
 constexpr std::string_view kSchemaDoc = "plugin_configs/SCHEMA.md";
 
@@ -203,7 +199,9 @@ class options_loader : private detail::toml_reader {
       if (part != "vision" && part != "merger" && part != "text") {
         fail_key(element, path, "unknown part '" + escaped(part) + "' (expected \"vision\", \"merger\" or \"text\")");
       }
-      const bool named = part == "vision" ? regime.vision_frozen : part == "merger" ? regime.merger_frozen : regime.text_frozen;
+      const bool named = part == "vision"   ? regime.vision_frozen
+                         : part == "merger" ? regime.merger_frozen
+                                            : regime.text_frozen;
       if (named) fail_key(element, path, "part '" + part + "' is named twice");
       add_frozen_part(regime, part, path);
     });

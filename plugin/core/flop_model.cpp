@@ -524,7 +524,6 @@ flop_breakdown compute_flops(const coefficients& c, const batch_counts& n, flop_
   return f;
 }
 
-
 // ---------------------------------------------------------------------------------------------------------
 // What trains: frozen parts and LoRA adapters.
 //
@@ -592,12 +591,13 @@ struct text_rule {
 
   // One projection d_in -> d_out over `layers` layers into `family`: the base GEMM and, when adapted, its A and
   // B. Returns whether its output needs a gradient.
-  bool projection(text_work& w, term& family, const factor& d_in, const factor& d_out, std::optional<lora_target> target,
-                  bool input_gradient, const factor& layers) const {
+  bool projection(text_work& w, term& family, const factor& d_in, const factor& d_out,
+                  std::optional<lora_target> target, bool input_gradient, const factor& layers) const {
     const bool adapted = target && regime.adapts(*target);
     family = family + product({d_in, d_out, layers}) * factor{gemm_passes(input_gradient, weights_train), nullptr};
     if (adapted) {
-      w.lora_adapters = w.lora_adapters + product({d_in, rank(), layers}) * factor{gemm_passes(input_gradient, true), nullptr} +
+      w.lora_adapters = w.lora_adapters +
+                        product({d_in, rank(), layers}) * factor{gemm_passes(input_gradient, true), nullptr} +
                         product({rank(), d_out, layers}) * factor{gemm_passes(true, true), nullptr};
     }
     return input_gradient || weights_train || adapted;
@@ -623,8 +623,8 @@ struct text_rule {
   // A Gated DeltaNet mixer (the same parts as gated_deltanet_macs).
   bool gated_deltanet(text_work& w, bool g, const factor& layers) const {
     const factor h{t.hidden_size, "text.hidden_size"};
-    const term qk = product({{t.linear_num_key_heads, "text.linear_num_key_heads"},
-                             {t.linear_key_head_dim, "text.linear_key_head_dim"}});
+    const term qk = product(
+        {{t.linear_num_key_heads, "text.linear_num_key_heads"}, {t.linear_key_head_dim, "text.linear_key_head_dim"}});
     const term v = product({{t.linear_num_value_heads, "text.linear_num_value_heads"},
                             {t.linear_value_head_dim, "text.linear_value_head_dim"}});
     const term qkv = qk * factor{2, nullptr} + v;
@@ -674,7 +674,9 @@ struct text_rule {
     return moe_block ? moe(w, g, layers) : swiglu(w, g, layers);
   }
 
-  static factor as_factor(const term& width) { return {width.value, width.fields.empty() ? nullptr : width.fields.front()}; }
+  static factor as_factor(const term& width) {
+    return {width.value, width.fields.empty() ? nullptr : width.fields.front()};
+  }
 };
 
 // Layers [0, k) of each kind, counted as text_spec counts them.
@@ -798,8 +800,8 @@ void text_coefficients(const model_spec& spec, const training_regime& regime, bo
   }
 }
 
-const char* const kLoraTargetNames[] = {"q_proj",    "k_proj",  "v_proj",      "o_proj",    "gate_proj",
-                                        "up_proj",   "down_proj", "in_proj_qkv", "in_proj_z", "out_proj"};
+const char* const kLoraTargetNames[] = {"q_proj",  "k_proj",    "v_proj",      "o_proj",    "gate_proj",
+                                        "up_proj", "down_proj", "in_proj_qkv", "in_proj_z", "out_proj"};
 
 }  // namespace
 
@@ -830,7 +832,7 @@ std::string frozen_list(const training_regime& regime) {
 }
 
 void add_frozen_part(training_regime& regime, const std::string& part, const std::string& where) {
-  bool* flag = part == "vision" ? &regime.vision_frozen
+  bool* flag = part == "vision"   ? &regime.vision_frozen
                : part == "merger" ? &regime.merger_frozen
                : part == "text"   ? &regime.text_frozen
                                   : nullptr;
@@ -862,14 +864,16 @@ void validate_training_regime(const model_spec& spec, const training_regime& reg
   }
   if (t.is_moe() && adapts_any(regime, {lora_target::gate_proj, lora_target::up_proj, lora_target::down_proj})) {
     throw error("training.lora_targets: gate_proj, up_proj and down_proj would adapt the experts of model '" +
-                spec.name + "', a mixture-of-experts model; LoRA on MoE experts is not billed (out of scope): "
+                spec.name +
+                "', a mixture-of-experts model; LoRA on MoE experts is not billed (out of scope): "
                 "adapt the attention projections only");
   }
   if (regime.lora_rank > 0 && first_adapted_layer(t, regime) >= t.num_hidden_layers) {
     throw error("training.lora_targets: model '" + spec.name + "' has none of these projections (" +
                 [&] {
                   std::string names;
-                  for (const lora_target target : regime.lora_targets) names += (names.empty() ? "" : ", ") + std::string(to_string(target));
+                  for (const lora_target target : regime.lora_targets)
+                    names += (names.empty() ? "" : ", ") + std::string(to_string(target));
                   return names;
                 }() +
                 "); in_proj_qkv, in_proj_z and out_proj exist only in Gated DeltaNet layers, q_proj, k_proj, v_proj "
@@ -877,12 +881,15 @@ void validate_training_regime(const model_spec& spec, const training_regime& reg
   }
   const bool vision_side_trains = spec.vision && (!regime.vision_frozen || !regime.merger_frozen);
   if (regime.text_frozen && regime.lora_rank == 0 && !vision_side_trains) {
-    throw error("training.frozen = [\"" + [&] {
-      std::string list = frozen_list(regime);
-      std::string quoted;
-      for (const char c : list) quoted += c == ',' ? std::string("\", \"") : std::string(1, c);
-      return quoted;
-    }() + "\"] freezes every part of model '" + spec.name + "': nothing trains, so there is no training work to report");
+    throw error("training.frozen = [\"" +
+                [&] {
+                  std::string list = frozen_list(regime);
+                  std::string quoted;
+                  for (const char c : list) quoted += c == ',' ? std::string("\", \"") : std::string(1, c);
+                  return quoted;
+                }() +
+                "\"] freezes every part of model '" + spec.name +
+                "': nothing trains, so there is no training work to report");
   }
 }
 
@@ -924,8 +931,10 @@ flop_breakdown compute_flops(const regime_coefficients& rc, const batch_counts& 
   // Text terms: with_items over the tokens and pairs of micro-batches with items, without_items over the rest.
   const std::int64_t device = n.device_tokens() - n.itemless_device_tokens;
   const std::int64_t pairs = n.causal_pairs - n.itemless_causal_pairs;
-  f.text_dense = exact_product(with.dense_per_token, device) + exact_product(without.dense_per_token, n.itemless_device_tokens);
-  f.text_attention = exact_product(with.text_attn_pair, pairs) + exact_product(without.text_attn_pair, n.itemless_causal_pairs);
+  f.text_dense =
+      exact_product(with.dense_per_token, device) + exact_product(without.dense_per_token, n.itemless_device_tokens);
+  f.text_attention =
+      exact_product(with.text_attn_pair, pairs) + exact_product(without.text_attn_pair, n.itemless_causal_pairs);
   if (scope == flop_scope::complete) {
     f.mtp = exact_product(with.mtp_per_token, device) + exact_product(with.mtp_attn_pair, pairs) +
             exact_product(without.mtp_per_token, n.itemless_device_tokens) +

@@ -165,7 +165,9 @@ class tensor_throughput::impl {
  public:
   impl(throughput_options options, c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device,
        const c10d_options& checks)
-      : geometry_(geometry_of(options.model)), megatron_(megatron_billing::of(options.model, options.scope)), device_(device) {
+      : geometry_(geometry_of(options.model)),
+        megatron_(megatron_billing::of(options.model, options.scope)),
+        device_(device) {
     if (!group) throw error("tensor_throughput: the process group is null");
     detail::check_group_covers_job("tensor_throughput", group->getSize(), checks.job_world_size);
     const std::string backend = group->getBackendName();
