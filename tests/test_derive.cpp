@@ -481,7 +481,9 @@ TEST(derive, records_carry_the_regime_and_the_megatron_figures) {
   setup.regime.vision_frozen = true;
   setup.regime.lora_rank = 8;
   metrics_deriver deriver(setup);
-  std::vector<double> rows = rows_of({{100}, {100}});
+  std::vector<row_spec> specs(2);
+  specs[0].tokens = specs[1].tokens = 100;
+  std::vector<double> rows = rows_of(specs);
   rows[row_megatron_flops] = 3e12;
   rows[kRowFields + row_megatron_flops] = 1e12;
   const derive_result r = deriver.derive(rows.data(), 2, derive_context{});
