@@ -186,7 +186,10 @@ void build_model_and_optimizer(trainer_run& r) {
   const auto frozen = [&r](const char* part) {
     return std::find(r.config.frozen.begin(), r.config.frozen.end(), part) != r.config.frozen.end();
   };
-  r.model->freeze(frozen("vision"), frozen("merger"), frozen("text"));
+  r.model->freeze(frozen("vision"), frozen("merger"), frozen("text") || r.config.lora_rank > 0);
+  if (r.config.lora_rank > 0 && r.model->add_lora(r.config.lora_rank, r.config.lora_targets) == 0) {
+    throw std::runtime_error("--lora-targets: the model has none of these projections");
+  }
   r.params = r.model->parameters();
   for (const torch::Tensor& p : r.params) r.parameter_count += p.numel();
 
