@@ -29,8 +29,13 @@ struct megatron_billing {
   double text_linear = 0, text_attention_slope = 0, vision_linear = 0, vision_attention_slope = 0;
   static megatron_billing of(const model_spec& spec, flop_scope scope);
   double flops(double row_tokens, double patches) const {
-    return row_tokens * (text_linear + text_attention_slope * row_tokens) +
-           patches * (vision_linear + vision_attention_slope * row_tokens);
+    return interval_flops(row_tokens, row_tokens * row_tokens, patches, row_tokens * patches);
+  }
+  // The same summed over an interval's micro-batches, from the sums of S, S^2, patches and S x patches (the
+  // attention parts grow with S^2 and S x patches): what row_megatron_flops carries.
+  double interval_flops(double tokens, double tokens_squared, double patches, double tokens_times_patches) const {
+    return text_linear * tokens + text_attention_slope * tokens_squared + vision_linear * patches +
+           vision_attention_slope * tokens_times_patches;
   }
 };
 

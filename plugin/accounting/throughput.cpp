@@ -89,7 +89,10 @@ struct interval_counters {
   double loss_sum = 0;
   std::int64_t label_tokens = 0;
   std::int64_t microbatches = 0;
-  double megatron_flops = 0;  // what the Megatron constant bills for the same micro-batches (row_megatron_flops)
+  // Per micro-batch of S device tokens and P patches: sums of S^2 and S*P, what the Megatron constant's
+  // attention parts grow with (megatron_billing::interval_flops forms row_megatron_flops from them at the log).
+  double row_tokens_squared = 0;
+  double row_tokens_times_patches = 0;
 };
 
 }  // namespace
@@ -207,8 +210,9 @@ class throughput_plugin::impl {
       check_label_tokens_within(event.loss_sum, event.label_tokens, counts.real_tokens);
       interval_counters next = current_;
       next.counts += counts;
-      next.megatron_flops +=
-          megatron_.flops(static_cast<double>(counts.device_tokens()), static_cast<double>(counts.patches));
+      const double row_tokens = static_cast<double>(counts.device_tokens());
+      next.row_tokens_squared += row_tokens * row_tokens;
+      next.row_tokens_times_patches += row_tokens * static_cast<double>(counts.patches);
       // Checked like the counts: samples or label tokens summed past int64 (a trainer passing garbage) were
       // signed overflow, and a loss sum past the double range an infinite train/loss.
       if (__builtin_add_overflow(next.samples, event.samples, &next.samples)) {
@@ -419,7 +423,10 @@ class throughput_plugin::impl {
     row[row_loss_sum] = current_.loss_sum;
     row[row_label_tokens] = static_cast<double>(current_.label_tokens);
     row[row_microbatches] = static_cast<double>(current_.microbatches);
-    row[row_megatron_flops] = current_.megatron_flops;
+    row[row_megatron_flops] = megatron_.interval_flops(static_cast<double>(current_.counts.device_tokens()),
+                                                       current_.row_tokens_squared,
+                                                       static_cast<double>(current_.counts.patches),
+                                                       current_.row_tokens_times_patches);
     row[row_interval_seconds] = interval_seconds;
     row[row_peak_memory_bytes] = event.peak_memory_bytes ? static_cast<double>(*event.peak_memory_bytes) : 0.0;
     row[row_data_seconds] = seconds_or_zero(event.data_time);
@@ -661,8 +668,6 @@ class throughput_plugin::impl {
   parallel_layout layout_;
   std::shared_ptr<spdlog::logger> logger_;
   coefficients coefficients_;  // of a micro-batch with images (the regime's)
-  regime_coefficients regime_coefficients_;
-  detail::megatron_billing megatron_;
   vision_geometry geometry_;
   std::optional<double> peak_;
   std::int64_t rank_ = 0;
@@ -692,6 +697,9 @@ class throughput_plugin::impl {
   detail::rate_limiter last_derive_warning_;  // what an emitted record leaves out (derive_result::warning)
   detail::rate_limiter last_log_field_warning_;  // log fields left out (detail::check_log_fields)
   detail::rate_limiter reentrant_warning_;  // hooks refused from inside our own call-outs (refuse_reentrant)
+  // Last: on_microbatch reads only megatron_ of these, and the members it uses most keep their places.
+  detail::megatron_billing megatron_;
+  regime_coefficients regime_coefficients_;
 };
 
 std::shared_ptr<throughput_plugin> throughput_plugin::create(throughput_options options,

@@ -328,21 +328,51 @@ coefficients compute_coefficients(const model_spec& spec) {
   return c;
 }
 
+namespace {
+
+// The slow path of batch_counts::operator+=: which count overflows, in a fixed order (the first checked_add
+// that overflows throws, naming it).
+[[noreturn]] void throw_count_overflow(const batch_counts& a, const batch_counts& o) {
+  const std::int64_t real = checked_add(a.real_tokens, o.real_tokens, "real token count");
+  const std::int64_t padding = checked_add(a.padding_tokens, o.padding_tokens, "padding token count");
+  checked_add(real, padding, "device token count");
+  checked_add(a.documents, o.documents, "document count");
+  checked_add(a.causal_pairs, o.causal_pairs, "causal pair count");
+  checked_add(a.items, o.items, "image count");
+  checked_add(a.patches, o.patches, "patch count");
+  checked_add(a.merged_tokens, o.merged_tokens, "merged token count");
+  checked_add(a.vision_pairs_per_frame, o.vision_pairs_per_frame, "vision pair count");
+  checked_add(a.vision_pairs_whole, o.vision_pairs_whole, "vision pair count");
+  checked_add(a.itemless_device_tokens, o.itemless_device_tokens, "device token count");
+  checked_add(a.itemless_causal_pairs, o.itemless_causal_pairs, "causal pair count");
+  throw error("a batch count overflows a 64-bit count");  // not reached: one of the sums above overflows
+}
+
+}  // namespace
+
 batch_counts& batch_counts::operator+=(const batch_counts& o) {
-  real_tokens = checked_add(real_tokens, o.real_tokens, "real token count");
-  padding_tokens = checked_add(padding_tokens, o.padding_tokens, "padding token count");
-  checked_add(real_tokens, padding_tokens, "device token count");
-  documents = checked_add(documents, o.documents, "document count");
-  causal_pairs = checked_add(causal_pairs, o.causal_pairs, "causal pair count");
-  items = checked_add(items, o.items, "image count");
-  patches = checked_add(patches, o.patches, "patch count");
-  merged_tokens = checked_add(merged_tokens, o.merged_tokens, "merged token count");
-  vision_pairs_per_frame = checked_add(vision_pairs_per_frame, o.vision_pairs_per_frame, "vision pair count");
-  vision_pairs_whole = checked_add(vision_pairs_whole, o.vision_pairs_whole, "vision pair count");
-  itemless_device_tokens = checked_add(itemless_device_tokens, o.itemless_device_tokens, "device token count");
-  itemless_causal_pairs = checked_add(itemless_causal_pairs, o.itemless_causal_pairs, "causal pair count");
+  // The hot path (on_microbatch adds every batch): the sums into a copy, leaving at the first overflow for the
+  // slow path, which names the count; *this is unchanged then.
+  batch_counts sum = *this;
+  std::int64_t device = 0;
+  if (__builtin_add_overflow(sum.real_tokens, o.real_tokens, &sum.real_tokens) ||
+      __builtin_add_overflow(sum.padding_tokens, o.padding_tokens, &sum.padding_tokens) ||
+      __builtin_add_overflow(sum.real_tokens, sum.padding_tokens, &device) ||
+      __builtin_add_overflow(sum.documents, o.documents, &sum.documents) ||
+      __builtin_add_overflow(sum.causal_pairs, o.causal_pairs, &sum.causal_pairs) ||
+      __builtin_add_overflow(sum.items, o.items, &sum.items) ||
+      __builtin_add_overflow(sum.patches, o.patches, &sum.patches) ||
+      __builtin_add_overflow(sum.merged_tokens, o.merged_tokens, &sum.merged_tokens) ||
+      __builtin_add_overflow(sum.vision_pairs_per_frame, o.vision_pairs_per_frame, &sum.vision_pairs_per_frame) ||
+      __builtin_add_overflow(sum.vision_pairs_whole, o.vision_pairs_whole, &sum.vision_pairs_whole) ||
+      __builtin_add_overflow(sum.itemless_device_tokens, o.itemless_device_tokens, &sum.itemless_device_tokens) ||
+      __builtin_add_overflow(sum.itemless_causal_pairs, o.itemless_causal_pairs, &sum.itemless_causal_pairs)) {
+    throw_count_overflow(*this, o);
+  }
+  *this = sum;
   return *this;
 }
+
 
 bool operator==(const batch_counts& a, const batch_counts& b) {
   return a.real_tokens == b.real_tokens && a.padding_tokens == b.padding_tokens && a.documents == b.documents &&
