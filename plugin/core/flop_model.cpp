@@ -957,7 +957,11 @@ flop_breakdown compute_flops(const regime_coefficients& rc, const batch_counts& 
   flop_breakdown f = compute_flops(rc.with_items, n, scope);
   const coefficients& with = rc.with_items;
   const coefficients& without = rc.without_items;
-  if (n.itemless_device_tokens == 0 && n.itemless_causal_pairs == 0) return f;
+  // One set for every micro-batch (every regime but a frozen decoder): exactly compute_flops(with_items, ...),
+  // bit for bit (two rounded products would not always sum to the one rounded product above 2^53).
+  const bool same = with.dense_per_token == without.dense_per_token && with.text_attn_pair == without.text_attn_pair &&
+                    with.mtp_per_token == without.mtp_per_token && with.mtp_attn_pair == without.mtp_attn_pair;
+  if (same || (n.itemless_device_tokens == 0 && n.itemless_causal_pairs == 0)) return f;
   // Text terms: with_items over the tokens and pairs of micro-batches with items, without_items over the rest.
   const std::int64_t device = n.device_tokens() - n.itemless_device_tokens;
   const std::int64_t pairs = n.causal_pairs - n.itemless_causal_pairs;
