@@ -243,13 +243,4 @@ training_regime parse_regime_options(const parsed_args& parsed) {
   return regime;
 }
 
-std::string regime_json(const training_regime& regime) {
-  std::string list = "[";
-  const std::string parts = frozen_list(regime);
-  for (const std::string& part : parts.empty() ? std::vector<std::string>{} : split(parts, ',')) {
-    list += (list.size() > 1 ? ", " : "") + json_string(part);
-  }
-  return list + "]";
-}
-
 }  // namespace flopmeter::cli

@@ -10,6 +10,7 @@
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/megatron.h"
+#include "output/model_report.h"
 
 namespace flopmeter::cli {
 
@@ -73,7 +74,7 @@ std::string regime_factors_json(const training_regime& regime, const std::vector
     without.number(f.term, f.without_items);
   }
   json_object object;
-  object.raw("frozen", regime_json(regime)).raw("factors", with.str()).raw("factors_without_items", without.str());
+  object.raw("frozen", detail::frozen_json(regime)).raw("factors", with.str()).raw("factors_without_items", without.str());
   return object.str();
 }
 

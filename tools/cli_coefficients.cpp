@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "flopmeter/flop_model.h"
+#include "output/model_report.h"
 
 namespace flopmeter::cli {
 
@@ -46,70 +47,10 @@ int run_coefficients(const std::vector<std::string>& args) {
   const training_regime regime = parse_regime_options(parsed);
   const model_spec spec = load_model_argument(parsed.positionals[0]);
   const regime_coefficients rc = compute_coefficients(spec, regime);
-  const coefficients& c = rc.with_items;
-  const coefficients& without = rc.without_items;
-  const bool split = without.dense_per_token != c.dense_per_token || without.text_attn_pair != c.text_attn_pair ||
-                     without.mtp_per_token != c.mtp_per_token || without.mtp_attn_pair != c.mtp_attn_pair;
-  std::string targets = "[";
-  for (const lora_target target : regime.lora_targets) {
-    targets += (targets.size() > 1 ? ", " : "") + json_string(to_string(target));
-  }
-  targets += "]";
 
-  struct entry {
-    const char* key;
-    std::int64_t value;
-    const char* meaning;
-  };
-  const entry entries[] = {
-      {"dense_per_token", c.dense_per_token,
-       "decoder projections (incl. output gate), Gated DeltaNet, SwiGLU MLP or MoE block, logits, per device token"},
-      {"text_attn_pair", c.text_attn_pair, "causal attention per (query, key) pair, summed over full-attention layers"},
-      {"vision_per_patch", c.vision_per_patch, "ViT blocks' projections and MLP, per patch"},
-      {"vision_attn_pair", c.vision_attn_pair, "ViT attention per (query, key) pair, summed over blocks"},
-      {"patch_embed_per_patch", c.patch_embed_per_patch, "patch-embedding linear map, per patch (complete scope)"},
-      {"merger_per_merged_token", c.merger_per_merged_token,
-       "patch merger + DeepStack mergers, per merged token (complete scope)"},
-      {"mtp_per_token", c.mtp_per_token, "MTP layers' dense work per device token (0 unless MTP layers are trained)"},
-      {"mtp_attn_pair", c.mtp_attn_pair, "MTP layers' attention per causal pair (0 unless MTP layers are trained)"},
-      {"patches_per_merged_token", c.patches_per_merged_token, "spatial_merge_size^2 (a count, not FLOPs)"},
-  };
-
-  // dense_per_token by GEMM family; the parts sum to it exactly.
-  const dense_terms& d = c.dense;
-  const entry parts[] = {
-      {"attention_projections", d.attention_projections, "full-attention q, k, v, o (+ output gate) projections"},
-      {"linear_attention", d.linear_attention, "Gated DeltaNet layers"},
-      {"dense_mlp", d.dense_mlp, "SwiGLU MLP of the dense layers"},
-      {"moe_router", d.moe_router, "MoE router, hidden x num_experts per MoE layer"},
-      {"moe_routed_experts", d.moe_routed_experts, "top-k routed SwiGLU experts (dropless: exactly k per token)"},
-      {"moe_shared_expert", d.moe_shared_expert, "shared SwiGLU expert"},
-      {"moe_shared_expert_gate", d.moe_shared_expert_gate, "shared expert's sigmoid gate, hidden x 1"},
-      {"logits", d.logits, "LM head, hidden x vocab"},
-      {"lora_adapters", d.lora_adapters, "LoRA A and B of every adapted projection"},
-  };
-  const entry without_entries[] = {
-      {"dense_per_token", without.dense_per_token, "per device token of a micro-batch without images or videos"},
-      {"text_attn_pair", without.text_attn_pair, "per causal pair of such a micro-batch"},
-      {"mtp_per_token", without.mtp_per_token, "MTP layers, per device token of such a micro-batch"},
-      {"mtp_attn_pair", without.mtp_attn_pair, "MTP attention, per causal pair of such a micro-batch"},
-  };
-
+  const detail::coefficient_table table = detail::coefficient_entries(rc.with_items);
   if (parsed.has("--json")) {
-    json_object object;
-    object.string("model", spec.name);
-    if (!spec.source_path.empty()) object.string("file", spec.source_path);  // which file a name resolved to
-    object.raw("frozen", regime_json(regime)).integer("lora_rank", regime.lora_rank).raw("lora_targets", targets);
-    for (const entry& e : entries) object.integer(e.key, e.value);
-    json_object breakdown;
-    for (const entry& e : parts) breakdown.integer(e.key, e.value);
-    object.raw("dense_per_token_breakdown", breakdown.str());
-    if (split) {
-      json_object itemless;
-      for (const entry& e : without_entries) itemless.integer(e.key, e.value);
-      object.raw("without_items", itemless.str());
-    }
-    std::printf("%s\n", object.str().c_str());
+    std::printf("%s\n", detail::coefficients_json(spec, rc, regime).c_str());
     return kExitOk;
   }
   std::printf("%s: training FLOPs (forward + backward) per unit\n", printable(spec.name).c_str());
@@ -117,26 +58,28 @@ int run_coefficients(const std::vector<std::string>& args) {
   if (!spec.vision) std::printf("text-only model: the vision coefficients are 0\n");
   if (!regime.full_training()) {
     std::string adapters;
-    for (const lora_target target : regime.lora_targets)
+    for (const lora_target target : regime.lora_targets) {
       adapters += (adapters.empty() ? "" : ",") + std::string(to_string(target));
-    std::printf(
-        "regime: frozen [%s]%s\n", frozen_list(regime).c_str(),
-        regime.lora_rank > 0
-            ? (", LoRA rank " + std::to_string(regime.lora_rank) + " on " + adapters + " (base decoder frozen)").c_str()
-            : "");
+    }
+    std::printf("regime: frozen [%s]%s\n", frozen_list(regime).c_str(),
+                regime.lora_rank > 0 ? (", LoRA rank " + std::to_string(regime.lora_rank) + " on " + adapters +
+                                        " (base decoder frozen)")
+                                           .c_str()
+                                     : "");
   }
   std::printf("\n  %-25s %22s  %s\n", "coefficient", "value", "meaning");
-  for (const entry& e : entries) {
+  for (const detail::coefficient_entry& e : table.entries) {
     std::printf("  %-25s %22s  %s\n", e.key, group_digits(e.value).c_str(), e.meaning);
-    if (&e != &entries[0]) continue;
-    for (const entry& part : parts) {
+    if (&e != &table.entries[0]) continue;
+    for (const detail::coefficient_entry& part : table.dense_parts) {
       if (part.value == 0) continue;  // a family the model does not have
       std::printf("    %-23s %22s  %s\n", part.key, group_digits(part.value).c_str(), part.meaning);
     }
   }
-  if (split) {
+  const detail::itemless_table itemless = detail::itemless_entries(rc);
+  if (itemless.differs) {
     std::printf("\n  micro-batches without images or videos: the frozen decoder gets no gradient, forward only\n");
-    for (const entry& e : without_entries) {
+    for (const detail::coefficient_entry& e : itemless.entries) {
       std::printf("  %-25s %22s  %s\n", e.key, group_digits(e.value).c_str(), e.meaning);
     }
   }

@@ -151,6 +151,8 @@ class throughput_plugin : public plugin {
   // The coefficients of a micro-batch with images or videos, in options.training's regime (with full
   // training, compute_coefficients(model)).
   const coefficients& flop_coefficients() const;
+  // The model the plugin counts with (options.model).
+  const model_spec& model() const;
   // The peak used for MFU, when known.
   std::optional<double> peak_tflops_per_gpu() const;
 
