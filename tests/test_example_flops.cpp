@@ -607,10 +607,8 @@ mlp_only_layers = [3]
   EXPECT_NEAR(relative_difference(text_dense, f.billed.text_dense), 0.0, kDenseTolerance);
 }
 
-// The model is built from the spec: a Qwen3-VL-style variant (every layer full attention, no output gate,
-// untied LM head, one DeepStack merger) agrees the same way, the DeepStack merger billed as a second merger.
-TEST(ExampleFlops, Qwen3VlStyleVariantMatchesFlopmeter) {
-  const std::string toml = R"(
+// A Qwen3-VL-style variant: every layer full attention, no output gate, untied LM head, one DeepStack merger.
+const char* const kTinyVlDeepstackToml = R"(
 [model]
 name = "tiny_vl_deepstack"
 model_type = "qwen3_vl"
@@ -637,6 +635,11 @@ temporal_patch_size = 2
 spatial_merge_size = 2
 in_channels = 3
 )";
+
+// The model is built from the spec: a Qwen3-VL-style variant (every layer full attention, no output gate,
+// untied LM head, one DeepStack merger) agrees the same way, the DeepStack merger billed as a second merger.
+TEST(ExampleFlops, Qwen3VlStyleVariantMatchesFlopmeter) {
+  const std::string toml = kTinyVlDeepstackToml;
   const flopmeter::model_spec spec = flopmeter::parse_model_spec(toml, "tiny_vl_deepstack.toml");
   vlm::data_options options;
   options.row_length = 160;
@@ -920,34 +923,7 @@ TEST(ExampleFlops, FrozenPartsQwen35TypeEveryTermMatchesForwardAndBackward) {
 // MLP projections, where layer 0's q, k, v, gate and up run without an input gradient.
 TEST(ExampleFlops, FrozenPartsAndLoraQwen3VlTypeEveryTermMatchesForwardAndBackward) {
   using flopmeter::lora_target;
-  const flopmeter::model_spec spec = flopmeter::parse_model_spec(R"(
-[model]
-name = "tiny_vl_deepstack"
-model_type = "qwen3_vl"
-
-[text_config]
-hidden_size = 48
-num_hidden_layers = 2
-num_attention_heads = 4
-num_key_value_heads = 1
-head_dim = 16
-intermediate_size = 96
-vocab_size = 256
-tie_word_embeddings = false
-
-[vision_config]
-depth = 2
-hidden_size = 32
-num_heads = 4
-intermediate_size = 48
-out_hidden_size = 48
-deepstack_visual_indexes = [0]
-patch_size = 4
-temporal_patch_size = 2
-spatial_merge_size = 2
-in_channels = 3
-)",
-                                                                 "tiny_vl_deepstack.toml");
+  const flopmeter::model_spec spec = flopmeter::parse_model_spec(kTinyVlDeepstackToml, "tiny_vl_deepstack.toml");
   vlm::data_options options;
   options.row_length = 160;
   check_every_regime(spec, options);

@@ -122,11 +122,12 @@ TEST(ExampleTrainer, FrozenAndLoraRunsReportTheirRegime) {
     const char* training;
     const char* flag_field;
   };
-  for (const run_case& c : {run_case{"frozen_text", "--frozen text", "frozen = [\"text\"]\n", "train/frozen_text"},
-                            run_case{"lora", "--frozen vision,merger --lora-rank 4 --lora-targets q_proj,v_proj,in_proj_qkv",
-                                     "frozen = [\"vision\", \"merger\"]\nlora_rank = 4\nlora_targets = [\"q_proj\", "
-                                     "\"v_proj\", \"in_proj_qkv\"]\n",
-                                     "train/frozen_vision"}}) {
+  for (const run_case& c :
+       {run_case{"frozen_text", "--frozen text", "frozen = [\"text\"]\n", "train/frozen_text"},
+        run_case{"lora", "--frozen vision,merger --lora-rank 4 --lora-targets q_proj,v_proj,in_proj_qkv",
+                 "frozen = [\"vision\", \"merger\"]\nlora_rank = 4\nlora_targets = [\"q_proj\", "
+                 "\"v_proj\", \"in_proj_qkv\"]\n",
+                 "train/frozen_vision"}}) {
     const fs::path out = fresh_dir(c.name);
     std::string plugin = read_file(fs::path(FLOPMETER_SOURCE_DIR) / "examples/flopmeter_plugin.toml");
     const std::string relative = "\"../model_configs/tiny_vlm.toml\"";

@@ -268,9 +268,9 @@ TEST(tensor_path, bit_identical_flops_to_the_host_path) {
     ASSERT_EQ(by_host[static_cast<std::size_t>(r)].records.size(), 1u);
     const metrics_record& t = by_tensor[static_cast<std::size_t>(r)].records[0];
     const metrics_record& h = by_host[static_cast<std::size_t>(r)].records[0];
-    for (const char* name : {"perf/tflops_per_second", "perf/mfu", "perf/tflops_per_second_megatron",
-                             "perf/mfu_megatron", "perf/tokens_per_second", "train/batch_efficiency",
-                             "train/tokens_seen", "train/num_samples"}) {
+    for (const char* name :
+         {"perf/tflops_per_second", "perf/mfu", "perf/tflops_per_second_megatron", "perf/mfu_megatron",
+          "perf/tokens_per_second", "train/batch_efficiency", "train/tokens_seen", "train/num_samples"}) {
       ASSERT_NE(t.find(name), nullptr) << name;
       EXPECT_EQ(*t.find(name), *h.find(name)) << name;  // bit-identical, not merely close
     }

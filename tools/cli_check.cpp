@@ -74,7 +74,9 @@ std::string regime_factors_json(const training_regime& regime, const std::vector
     without.number(f.term, f.without_items);
   }
   json_object object;
-  object.raw("frozen", detail::frozen_json(regime)).raw("factors", with.str()).raw("factors_without_items", without.str());
+  object.raw("frozen", detail::frozen_json(regime))
+      .raw("factors", with.str())
+      .raw("factors_without_items", without.str());
   return object.str();
 }
 

@@ -61,11 +61,11 @@ int run_coefficients(const std::vector<std::string>& args) {
     for (const lora_target target : regime.lora_targets) {
       adapters += (adapters.empty() ? "" : ",") + std::string(to_string(target));
     }
-    std::printf("regime: frozen [%s]%s\n", frozen_list(regime).c_str(),
-                regime.lora_rank > 0 ? (", LoRA rank " + std::to_string(regime.lora_rank) + " on " + adapters +
-                                        " (base decoder frozen)")
-                                           .c_str()
-                                     : "");
+    std::printf(
+        "regime: frozen [%s]%s\n", frozen_list(regime).c_str(),
+        regime.lora_rank > 0
+            ? (", LoRA rank " + std::to_string(regime.lora_rank) + " on " + adapters + " (base decoder frozen)").c_str()
+            : "");
   }
   std::printf("\n  %-25s %22s  %s\n", "coefficient", "value", "meaning");
   for (const detail::coefficient_entry& e : table.entries) {

@@ -213,7 +213,8 @@ class full_attention_impl : public token_mixer {
         kv_heads_(t.num_key_value_heads),
         head_dim_(t.head_dim),
         gated_(t.attn_output_gate),
-        q_proj_(adaptable_projection("q_proj", linear(t.hidden_size, t.num_attention_heads * t.head_dim * (gated_ ? 2 : 1), false))),
+        q_proj_(adaptable_projection(
+            "q_proj", linear(t.hidden_size, t.num_attention_heads * t.head_dim * (gated_ ? 2 : 1), false))),
         k_proj_(adaptable_projection("k_proj", linear(t.hidden_size, t.num_key_value_heads * t.head_dim, false))),
         v_proj_(adaptable_projection("v_proj", linear(t.hidden_size, t.num_key_value_heads * t.head_dim, false))),
         o_proj_(adaptable_projection("o_proj", linear(t.num_attention_heads * t.head_dim, t.hidden_size, false))),
@@ -401,7 +402,8 @@ class decoder_layer_impl : public torch::nn::Module {
   // Adapters on the named projections of this layer's mixer and dense MLP (an MoE block has none); the count.
   int add_lora(const std::vector<std::string>& targets, std::int64_t rank) {
     int added = 0;
-    for (const std::string& name : targets) added += (mixer_->add_lora(name, rank) ? 1 : 0) + (mlp_->add_lora(name, rank) ? 1 : 0);
+    for (const std::string& name : targets)
+      added += (mixer_->add_lora(name, rank) ? 1 : 0) + (mlp_->add_lora(name, rank) ? 1 : 0);
     return added;
   }
   torch::Tensor forward(torch::Tensor x, const std::vector<segment>& segments) {

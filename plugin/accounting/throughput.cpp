@@ -413,10 +413,9 @@ class throughput_plugin::impl {
     row[row_loss_sum] = current_.loss_sum;
     row[row_label_tokens] = static_cast<double>(current_.label_tokens);
     row[row_microbatches] = static_cast<double>(current_.microbatches);
-    row[row_megatron_flops] = megatron_.interval_flops(static_cast<double>(current_.counts.device_tokens()),
-                                                       current_.row_tokens_squared,
-                                                       static_cast<double>(current_.counts.patches),
-                                                       current_.row_tokens_times_patches);
+    row[row_megatron_flops] =
+        megatron_.interval_flops(static_cast<double>(current_.counts.device_tokens()), current_.row_tokens_squared,
+                                 static_cast<double>(current_.counts.patches), current_.row_tokens_times_patches);
     row[row_interval_seconds] = interval_seconds;
     row[row_peak_memory_bytes] = event.peak_memory_bytes ? static_cast<double>(*event.peak_memory_bytes) : 0.0;
     row[row_data_seconds] = seconds_or_zero(event.data_time);

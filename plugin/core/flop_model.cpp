@@ -374,7 +374,6 @@ batch_counts& batch_counts::operator+=(const batch_counts& o) {
   return *this;
 }
 
-
 bool operator==(const batch_counts& a, const batch_counts& b) {
   return a.real_tokens == b.real_tokens && a.padding_tokens == b.padding_tokens && a.documents == b.documents &&
          a.causal_pairs == b.causal_pairs && a.items == b.items && a.patches == b.patches &&

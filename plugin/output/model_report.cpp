@@ -64,7 +64,8 @@ std::string frozen_json(const training_regime& regime) {
 
 std::string lora_targets_json(const training_regime& regime) {
   std::string list = "[";
-  for (const lora_target target : regime.lora_targets) list += (list.size() > 1 ? ", " : "") + json_string(to_string(target));
+  for (const lora_target target : regime.lora_targets)
+    list += (list.size() > 1 ? ", " : "") + json_string(to_string(target));
   return list + "]";
 }
 
