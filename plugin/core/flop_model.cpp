@@ -898,6 +898,23 @@ void add_frozen_part(training_regime& regime, const std::string& part, const std
   *flag = true;
 }
 
+namespace {
+
+// "q_proj, v_proj" and "vision\", \"text" (inside the quotes of a TOML array), for messages.
+std::string target_names(const training_regime& regime) {
+  std::string names;
+  for (const lora_target target : regime.lora_targets)
+    names += (names.empty() ? "" : ", ") + std::string(to_string(target));
+  return names;
+}
+std::string quoted_parts(const training_regime& regime) {
+  std::string quoted;
+  for (const char c : frozen_list(regime)) quoted += c == ',' ? std::string("\", \"") : std::string(1, c);
+  return quoted;
+}
+
+}  // namespace
+
 void validate_training_regime(const model_spec& spec, const training_regime& regime) {
   const text_spec& t = spec.text;
   if (regime.lora_rank < 0 || regime.lora_rank > (std::int64_t{1} << 20)) {
@@ -925,25 +942,13 @@ void validate_training_regime(const model_spec& spec, const training_regime& reg
   }
   if (regime.lora_rank > 0 && first_adapted_layer(t, regime) >= t.num_hidden_layers) {
     throw error("training.lora_targets: model '" + spec.name + "' has none of these projections (" +
-                [&] {
-                  std::string names;
-                  for (const lora_target target : regime.lora_targets)
-                    names += (names.empty() ? "" : ", ") + std::string(to_string(target));
-                  return names;
-                }() +
+                target_names(regime) +
                 "); in_proj_qkv, in_proj_z and out_proj exist only in Gated DeltaNet layers, q_proj, k_proj, v_proj "
                 "and o_proj only in full-attention layers");
   }
   const bool vision_side_trains = spec.vision && (!regime.vision_frozen || !regime.merger_frozen);
   if (regime.text_frozen && regime.lora_rank == 0 && !vision_side_trains) {
-    throw error("training.frozen = [\"" +
-                [&] {
-                  std::string list = frozen_list(regime);
-                  std::string quoted;
-                  for (const char c : list) quoted += c == ',' ? std::string("\", \"") : std::string(1, c);
-                  return quoted;
-                }() +
-                "\"] freezes every part of model '" + spec.name +
+    throw error("training.frozen = [\"" + quoted_parts(regime) + "\"] freezes every part of model '" + spec.name +
                 "': nothing trains, so there is no training work to report");
   }
 }
