@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# scripts/plot_metrics.sh METRICS.jsonl OUT.png — plots perf/tokens_per_second and perf/mfu over steps from
-# flopmeter's JSONL with gnuplot (Debian: gnuplot-nox). MFU is drawn only when the file has it.
+# scripts/plot_metrics.sh METRICS.jsonl OUT.png — plots perf/tokens_per_second, perf/mfu and perf/mfu_megatron (what
+# Megatron's per-token constant would report for the same intervals) over steps from flopmeter's JSONL with gnuplot
+# (Debian: gnuplot-nox). An MFU is drawn only when the file has it.
 set -euo pipefail
 if [ $# -ne 2 ]; then
   echo "usage: $0 METRICS.jsonl OUT.png" >&2
@@ -10,7 +11,7 @@ jsonl=$1
 png=$2
 data=$(mktemp)
 trap 'rm -f "$data"' EXIT
-# One "step tok/s mfu" line per record; a missing field becomes NaN (gnuplot skips it).
+# One "step tok/s mfu mfu_megatron" line per record; a missing field becomes NaN (gnuplot skips it).
 awk '
   function field(name,   pattern, rest) {
     pattern = "\"" name "\":"
@@ -19,7 +20,7 @@ awk '
     sub(/[,}].*/, "", rest)
     return rest == "null" ? "NaN" : rest
   }
-  { print field("step"), field("perf/tokens_per_second"), field("perf/mfu") }
+  { print field("step"), field("perf/tokens_per_second"), field("perf/mfu"), field("perf/mfu_megatron") }
 ' "$jsonl" > "$data"
 if [ ! -s "$data" ]; then
   echo "plot_metrics: $jsonl has no records" >&2
@@ -39,6 +40,7 @@ set y2range [0:*]
 set grid
 set key bottom right
 plot "$data" using 1:2 with linespoints lw 2 pt 7 title "perf/tokens_per_second", \
-     "$data" using 1:3 axes x1y2 with linespoints lw 2 pt 5 title "perf/mfu"
+     "$data" using 1:3 axes x1y2 with linespoints lw 2 pt 5 title "perf/mfu (exact)", \
+     "$data" using 1:4 axes x1y2 with linespoints lw 2 pt 9 dt 2 title "perf/mfu_megatron (per-token constant)"
 GNUPLOT
 echo "$png"

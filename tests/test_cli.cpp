@@ -402,6 +402,40 @@ TEST_F(CliTest, CoefficientsOfAnMoeModelCarryABreakdownThatSumsToTheTotal) {
   EXPECT_EQ(sum, c.at("dense_per_token").get<double>());
 }
 
+// --frozen: the regime's coefficients and the frozen list. qwen3_vl_2b's full-training dense_per_token
+// 10,322,706,432 and text_attn_pair 688,128 (test_flop_model.cpp): with text frozen a micro-batch with images
+// runs the decoder's GEMMs forward + input gradient (4 of 6): 6,881,804,288, its attention core in full (688,128);
+// one without images forward only (2 of 6): 3,440,902,144 and 229,376. The vision side trains: unchanged.
+TEST_F(CliTest, CoefficientsWithFrozenPartsAreTheRegimesAndSayWhichParts) {
+  const result r = run({"coefficients", "qwen3_vl_2b", "--frozen", "text", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json c = parse_json(r.out);
+  EXPECT_EQ(c.at("frozen"), json::array({"text"}));
+  EXPECT_EQ(c.at("dense_per_token").get<double>(), 6881804288.0);
+  EXPECT_EQ(c.at("text_attn_pair").get<double>(), 688128.0);
+  EXPECT_EQ(c.at("vision_per_patch").get<double>(), 1811939328.0);
+  EXPECT_EQ(c.at("without_items").at("dense_per_token").get<double>(), 3440902144.0);
+  EXPECT_EQ(c.at("without_items").at("text_attn_pair").get<double>(), 229376.0);
+  // estimate: one 100-token document with a 1x4x4 image (16 patches, 4 merged tokens) under the same regime.
+  const result e = run({"estimate", "qwen3_vl_2b", "--docs", "100", "--images", "1x4x4", "--frozen", "text", "--json"});
+  ASSERT_EQ(e.status, 0) << e.err;
+  const json x = parse_json(e.out);
+  EXPECT_EQ(x.at("frozen"), json::array({"text"}));
+  EXPECT_EQ(x.at("text_dense").get<double>(), 6881804288.0 * 100);
+  EXPECT_EQ(x.at("text_attention").get<double>(), 688128.0 * 5050);
+  // Bad parts are a usage error; a regime where nothing trains is a model error.
+  EXPECT_EQ(run({"coefficients", "qwen3_vl_2b", "--frozen", "decoder"}).status, 2);
+  EXPECT_EQ(run({"coefficients", "qwen3_vl_2b", "--frozen", "vision,merger,text"}).status, 1);
+  EXPECT_EQ(run({"coefficients", "qwen3_vl_2b", "--lora-rank", "8"}).status, 2);
+  // check stays full training and passes, printing the regime's factor per term.
+  const result k = run({"check", "qwen3_vl_2b", "--seq-len", "4096", "--frozen", "vision", "--json"});
+  ASSERT_EQ(k.status, 0) << k.err;
+  const json f = parse_json(k.out).at(0).at("regime").at("factors");
+  EXPECT_DOUBLE_EQ(f.at("vision_per_patch").get<double>(), 1.0 / 3);
+  EXPECT_DOUBLE_EQ(f.at("patch_embed_per_patch").get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(f.at("dense_per_token").get<double>(), 1.0);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // estimate
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "flopmeter/error.h"
+#include "flopmeter/megatron.h"
 #include "flopmeter/metric_names.h"
 #include "accounting/row_layout.h"
 #include "support/small_models.h"
@@ -471,4 +472,39 @@ TEST(derive, the_same_rows_give_the_same_record) {
 }
 
 }  // namespace
+
+// Every record carries the regime, and the Megatron constant's view of the same interval beside the exact one:
+// two ranks (dp 2) of 1 s each with 3e12 and 1e12 Megatron FLOPs in their rows give (3 + 1) / 2 = 2 TFLOP/s per
+// GPU, 20% of a 10 TFLOP/s peak.
+TEST(derive, records_carry_the_regime_and_the_megatron_figures) {
+  derive_setup setup = setup_for(2, 1, 10.0);
+  setup.regime.vision_frozen = true;
+  setup.regime.lora_rank = 8;
+  metrics_deriver deriver(setup);
+  std::vector<row_spec> specs(2);
+  specs[0].tokens = specs[1].tokens = 100;
+  std::vector<double> rows = rows_of(specs);
+  rows[row_megatron_flops] = 3e12;
+  rows[kRowFields + row_megatron_flops] = 1e12;
+  const derive_result r = deriver.derive(rows.data(), 2, derive_context{});
+  ASSERT_TRUE(r.derived) << r.why;
+  EXPECT_EQ(value(r.record, m::kFrozenVision), 1.0);
+  EXPECT_EQ(value(r.record, m::kFrozenMerger), 0.0);
+  EXPECT_EQ(value(r.record, m::kFrozenText), 0.0);
+  EXPECT_EQ(value(r.record, m::kLoraRank), 8.0);
+  EXPECT_DOUBLE_EQ(value(r.record, m::kTflopsPerSecondMegatron), 2.0);
+  EXPECT_DOUBLE_EQ(value(r.record, m::kMfuMegatron), 20.0);
+}
+
+// The Megatron billing of one micro-batch is the constant at its own row length: text_per_token(S) x S +
+// vision_per_token(S) x patches, as `flopmeter estimate` reports it.
+TEST(derive, megatron_billing_is_the_constant_at_the_row_length) {
+  const model_spec spec = small_text_model();
+  const megatron_billing b = megatron_billing::of(spec, flop_scope::complete);
+  for (const std::int64_t s : {1, 100, 4096}) {
+    const megatron_constant k = compute_megatron_constant(spec, s);
+    EXPECT_DOUBLE_EQ(b.flops(static_cast<double>(s), 0), k.text_per_token() * static_cast<double>(s)) << s;
+  }
+}
+
 }  // namespace flopmeter::detail

@@ -37,6 +37,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -274,17 +275,24 @@ struct measurement {
   std::set<std::string> uncounted;
 };
 
-measurement measure(const flopmeter::model_spec& spec, const vlm::packed_row& row) {
+measurement measure(const flopmeter::model_spec& spec, const vlm::packed_row& row,
+                    const flopmeter::training_regime& regime = {}) {
   const torch::Device device = test_device();
   torch::manual_seed(7);
   vlm::vlm_model model(spec);
   model->to(device);
+  model->freeze(regime.vision_frozen, regime.merger_frozen, regime.text_frozen || regime.lora_rank > 0);
+  if (regime.lora_rank > 0) {
+    std::vector<std::string> names;
+    for (const flopmeter::lora_target target : regime.lora_targets) names.push_back(flopmeter::to_string(target));
+    if (model->add_lora(regime.lora_rank, names) == 0) throw std::runtime_error("no LoRA adapter was added");
+  }
   const vlm::model_batch batch = vlm::to_device(vlm::to_model_batch(row), device);
   measurement m;
   {
     flop_observer observer;
     torch::Tensor loss = model->forward(batch);
-    loss.backward();
+    if (loss.requires_grad()) loss.backward();        // nothing trainable upstream of the loss: forward only
     if (device.is_cuda()) (void)loss.item<double>();  // every kernel has been launched (and has run)
     m.flops = observer.by_category();
     m.uncounted = observer.uncounted_ops();
@@ -599,10 +607,8 @@ mlp_only_layers = [3]
   EXPECT_NEAR(relative_difference(text_dense, f.billed.text_dense), 0.0, kDenseTolerance);
 }
 
-// The model is built from the spec: a Qwen3-VL-style variant (every layer full attention, no output gate,
-// untied LM head, one DeepStack merger) agrees the same way, the DeepStack merger billed as a second merger.
-TEST(ExampleFlops, Qwen3VlStyleVariantMatchesFlopmeter) {
-  const std::string toml = R"(
+// A Qwen3-VL-style variant: every layer full attention, no output gate, untied LM head, one DeepStack merger.
+const char* const kTinyVlDeepstackToml = R"(
 [model]
 name = "tiny_vl_deepstack"
 model_type = "qwen3_vl"
@@ -629,6 +635,11 @@ temporal_patch_size = 2
 spatial_merge_size = 2
 in_channels = 3
 )";
+
+// The model is built from the spec: a Qwen3-VL-style variant (every layer full attention, no output gate,
+// untied LM head, one DeepStack merger) agrees the same way, the DeepStack merger billed as a second merger.
+TEST(ExampleFlops, Qwen3VlStyleVariantMatchesFlopmeter) {
+  const std::string toml = kTinyVlDeepstackToml;
   const flopmeter::model_spec spec = flopmeter::parse_model_spec(toml, "tiny_vl_deepstack.toml");
   vlm::data_options options;
   options.row_length = 160;
@@ -648,6 +659,283 @@ in_channels = 3
   EXPECT_NEAR(relative_difference(get(m.flops, vlm::kMerger), f.billed.merger), 0.0, kDenseTolerance);
   EXPECT_NEAR(relative_difference(get(m.flops, vlm::kPatchEmbed), f.billed.patch_embed), 0.0,
               kDenseTolerance);
+}
+
+// ---- frozen parts, proven against execution ------------------------------------------------------------
+//
+// For each regime, one micro-batch runs with the frozen parts' weights at requires_grad false, and every term
+// flopmeter bills is compared with what autograd executed in that term's scopes, forward and backward apart:
+//   billed forward  = the full-training coefficient / 3 x count (the forward is the same in every regime)
+//   billed backward = the regime's coefficient x count - billed forward
+// Each must be met at ratio 1.0000. Independently of flopmeter's coefficients, the backward / forward ratio
+// of each scope is pinned by hand from the rule (forward 1, + input gradient 1 where the input needs one,
+// + weight gradient 1 where the weight trains; a weightless core 2 when a gradient flows through it):
+//   regime (frozen)       ViT blocks/core  patch embed  merger  decoder GEMMs  decoder cores (attn, delta)
+//   vision                0 / 0            0            2       2              2
+//   text                  2 / 2            1            2       1              2
+//   vision, text          0 / 0            0            2       1              2   (the merger's LayerNorm trains)
+//   merger, text          2 / 2            1            1       1              2
+//   vision, merger        0 / 0            0            0       2              2
+//   text, no items        -                -            -       0              0   (no gradient reaches the decoder)
+// The Gated DeltaNet delta rule runs 3 of Megatron's 4 products (see TinyVlmMicrobatchMatchesFlopmeter), so its
+// backward is compared with the full-training run's instead: equal where a gradient flows, 0 where none does.
+struct regime_case {
+  const char* name;
+  flopmeter::training_regime regime;
+  double vit, patch, merger, decoder_gemm, decoder_core;  // expected backward / forward per scope
+};
+
+flopmeter::training_regime frozen(bool vision, bool merger, bool text) {
+  flopmeter::training_regime r;
+  r.vision_frozen = vision;
+  r.merger_frozen = merger;
+  r.text_frozen = text;
+  return r;
+}
+
+const regime_case kRegimes[] = {
+    {"vision", frozen(true, false, false), 0, 0, 2, 2, 2},
+    {"text", frozen(false, false, true), 2, 1, 2, 1, 2},
+    {"vision,text", frozen(true, false, true), 0, 0, 2, 1, 2},
+    {"merger,text", frozen(false, true, true), 2, 1, 1, 1, 2},
+    {"vision,merger", frozen(true, true, false), 0, 0, 0, 2, 2},
+};
+
+// Multiply-adds per token of the LoRA adapters' forward, x A and (x A) B: rank * (d_in + d_out) for every
+// adapted projection of every layer (dense SwiGLU layers only for gate/up/down).
+double lora_forward_macs_per_token(const flopmeter::model_spec& spec, const flopmeter::training_regime& regime) {
+  const flopmeter::text_spec& t = spec.text;
+  const double h = static_cast<double>(t.hidden_size), r = static_cast<double>(regime.lora_rank);
+  const double q = static_cast<double>(t.num_attention_heads * t.head_dim * (t.attn_output_gate ? 2 : 1));
+  const double kv = static_cast<double>(t.num_key_value_heads * t.head_dim);
+  const double o = static_cast<double>(t.num_attention_heads * t.head_dim);
+  const double qkv = static_cast<double>(2 * t.linear_num_key_heads * t.linear_key_head_dim +
+                                         t.linear_num_value_heads * t.linear_value_head_dim);
+  const double z = static_cast<double>(t.linear_num_value_heads * t.linear_value_head_dim);
+  const double width = static_cast<double>(t.intermediate_size);
+  double macs = 0;
+  for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
+    const bool full = t.layer_type(i) == flopmeter::layer_kind::full_attention;
+    for (const flopmeter::lora_target target : regime.lora_targets) {
+      using flopmeter::lora_target;
+      const auto add = [&](bool present, double d_in, double d_out) { macs += present ? r * (d_in + d_out) : 0; };
+      switch (target) {
+        case lora_target::q_proj: add(full, h, q); break;
+        case lora_target::k_proj:
+        case lora_target::v_proj: add(full, h, kv); break;
+        case lora_target::o_proj: add(full, o, h); break;
+        case lora_target::in_proj_qkv: add(!full, h, qkv); break;
+        case lora_target::in_proj_z: add(!full, h, z); break;
+        case lora_target::out_proj: add(!full, z, h); break;
+        case lora_target::gate_proj:
+        case lora_target::up_proj: add(!t.is_moe(), h, width); break;
+        case lora_target::down_proj: add(!t.is_moe(), width, h); break;
+      }
+    }
+  }
+  return macs;
+}
+
+struct term_check {
+  const char* term;
+  std::vector<const char*> categories;
+  double full;    // full-training coefficient x count
+  double regime;  // the regime's coefficient x count
+  double expected_backward_over_forward;
+  double measured_scale = 1;  // the masked square's L^2 over the billed L(L+1)/2 pairs
+};
+
+void expect_terms_match(const char* regime_name, const measurement& m, const std::vector<term_check>& checks) {
+  std::printf("  regime frozen [%s]\n  %-26s %14s %14s %14s %14s %8s %8s\n", regime_name, "term", "measured fwd",
+              "billed fwd", "measured bwd", "billed bwd", "fwd", "bwd");
+  for (const term_check& c : checks) {
+    category_flops measured;
+    for (const char* category : c.categories) {
+      const auto it = m.flops.find(category);
+      if (it == m.flops.end()) continue;
+      measured.forward += it->second.forward / c.measured_scale;
+      measured.backward += it->second.backward / c.measured_scale;
+    }
+    const double billed_forward = c.full / 3, billed_backward = c.regime - c.full / 3;
+    const double fwd = billed_forward > 0 ? measured.forward / billed_forward : 1;
+    const double bwd = billed_backward > 0 ? measured.backward / billed_backward : (measured.backward == 0 ? 1 : 0);
+    std::printf("  %-26s %14.0f %14.0f %14.0f %14.0f %8.4f %8.4f\n", c.term, measured.forward, billed_forward,
+                measured.backward, billed_backward, fwd, bwd);
+    EXPECT_GT(measured.forward, 0) << regime_name << ": " << c.term;
+    EXPECT_NEAR(fwd, 1.0, 1e-9) << regime_name << ": " << c.term << " forward";
+    EXPECT_NEAR(bwd, 1.0, 1e-9) << regime_name << ": " << c.term << " backward";
+    if (!std::isnan(c.expected_backward_over_forward)) {
+      EXPECT_NEAR(measured.backward / measured.forward, c.expected_backward_over_forward, 1e-9)
+          << regime_name << ": " << c.term << " backward / forward (the hand-derived rule)";
+    }
+  }
+  std::fflush(stdout);
+}
+
+// Every term of one row under one regime. `items`: the row has images (the regime's with_items coefficients).
+void check_regime(const flopmeter::model_spec& spec, const vlm::packed_row& row, const regime_case& rc,
+                  const measurement& full_run) {
+  const measurement m = measure(spec, row, rc.regime);
+  expect_all_counted(m);
+  const batch_facts f = flopmeter_view(spec, row);
+  const flopmeter::coefficients full = flopmeter::compute_coefficients(spec);
+  const flopmeter::regime_coefficients both = flopmeter::compute_coefficients(spec, rc.regime);
+  const bool items = !row.images.empty();
+  const flopmeter::coefficients& c = items ? both.with_items : both.without_items;
+  const auto tokens = static_cast<double>(f.counts.device_tokens());
+  const auto per_token = [&](std::int64_t full_value, std::int64_t regime_value) {
+    return std::pair<double, double>{static_cast<double>(full_value) * tokens,
+                                     static_cast<double>(regime_value) * tokens};
+  };
+  std::vector<term_check> checks;
+  const auto add = [&](const char* term, std::vector<const char*> categories, std::pair<double, double> billed,
+                       double ratio, double scale = 1) {
+    if (billed.first == 0) return;  // a part the model does not have
+    checks.push_back({term, std::move(categories), billed.first, billed.second, ratio, scale});
+  };
+  const flopmeter::dense_terms& fd = full.dense;
+  const flopmeter::dense_terms& rd = c.dense;
+  add("attention projections", {vlm::kTextAttnProj}, per_token(fd.attention_projections, rd.attention_projections),
+      rc.decoder_gemm);
+  add("dense MLP", {vlm::kTextMlp}, per_token(fd.dense_mlp, rd.dense_mlp), rc.decoder_gemm);
+  add("MoE router", {vlm::kMoeRouter}, per_token(fd.moe_router, rd.moe_router), rc.decoder_gemm);
+  add("MoE routed experts", {vlm::kMoeRoutedExperts}, per_token(fd.moe_routed_experts, rd.moe_routed_experts),
+      rc.decoder_gemm);
+  add("MoE shared expert", {vlm::kMoeSharedExpert}, per_token(fd.moe_shared_expert, rd.moe_shared_expert),
+      rc.decoder_gemm);
+  add("MoE shared-expert gate", {vlm::kMoeSharedExpertGate},
+      per_token(fd.moe_shared_expert_gate, rd.moe_shared_expert_gate), rc.decoder_gemm);
+  add("logits", {vlm::kLogits}, per_token(fd.logits, rd.logits), rc.decoder_gemm);
+  if (fd.linear_attention > 0) {
+    // Gated DeltaNet: projections + conv against flopmeter's part less its delta rule (Megatron's 4 products,
+    // billed forward 1 + backward 2 where a gradient flows: then the measured delta rule has a backward).
+    const gdn_core_billing gdn = gdn_core_billed(spec, f.counts.device_tokens());
+    const auto delta = m.flops.find(vlm::kGdnDeltaRule);
+    ASSERT_NE(delta, m.flops.end());
+    const double delta_passes = rc.decoder_core > 0 ? 3 : 1;
+    add("Gated DeltaNet proj + conv", {vlm::kGdnProj, vlm::kGdnConv},
+        {static_cast<double>(fd.linear_attention) * tokens - gdn.delta_rule,
+         static_cast<double>(rd.linear_attention) * tokens - gdn.delta_rule / 3 * delta_passes},
+        rc.decoder_gemm);
+    const category_flops& delta_full = full_run.flops.at(vlm::kGdnDeltaRule);
+    EXPECT_EQ(delta->second.forward, delta_full.forward) << rc.name << ": delta rule forward";
+    EXPECT_EQ(delta->second.backward, rc.decoder_core > 0 ? delta_full.backward : 0.0)
+        << rc.name << ": delta rule backward";
+  }
+  if (rc.regime.lora_rank > 0) {
+    // The adapters' forward by hand: r (d_in + d_out) multiply-adds per token and adapted projection.
+    const double forward = 2 * tokens * lora_forward_macs_per_token(spec, rc.regime);
+    add("LoRA adapters", {vlm::kLoraAdapters}, {3 * forward, static_cast<double>(rd.lora_adapters) * tokens},
+        std::nan(""));
+  }
+  const double square_share = static_cast<double>(f.sum_l_squared) / static_cast<double>(f.counts.causal_pairs);
+  const auto pairs = static_cast<double>(f.counts.causal_pairs);
+  add("text attention core", {vlm::kTextAttnCore},
+      {static_cast<double>(full.text_attn_pair) * pairs, static_cast<double>(c.text_attn_pair) * pairs},
+      rc.decoder_core, square_share);
+  if (items) {
+    const auto patches = static_cast<double>(f.counts.patches);
+    add("vision dense", {vlm::kVisionDense},
+        {static_cast<double>(full.vision_per_patch) * patches, static_cast<double>(c.vision_per_patch) * patches},
+        rc.vit);
+    const auto vision_pairs = static_cast<double>(f.counts.vision_pairs_per_frame);
+    add("vision attention core", {vlm::kVisionAttnCore},
+        {static_cast<double>(full.vision_attn_pair) * vision_pairs,
+         static_cast<double>(c.vision_attn_pair) * vision_pairs},
+        rc.vit);
+    // The patch embedding's full-training coefficient is already forward + weight gradient (x4, not x6): its
+    // forward is half of it.
+    add("patch embedding", {vlm::kPatchEmbed},
+        {static_cast<double>(full.patch_embed_per_patch) * patches * 3 / 2,
+         static_cast<double>(c.patch_embed_per_patch) * patches},
+        rc.patch);
+    const auto merged = static_cast<double>(f.counts.merged_tokens);
+    add("merger", {vlm::kMerger},
+        {static_cast<double>(full.merger_per_merged_token) * merged,
+         static_cast<double>(c.merger_per_merged_token) * merged},
+        rc.merger);
+  } else {
+    for (const char* vision : {vlm::kVisionDense, vlm::kVisionAttnCore, vlm::kPatchEmbed, vlm::kMerger}) {
+      EXPECT_EQ(get(m.flops, vision), 0.0) << vision;
+    }
+  }
+  expect_terms_match(rc.name, m, checks);
+}
+
+// A row of the trainer's stream without any image or video (the same 160-token rows, another seed).
+vlm::packed_row row_without_items(vlm::data_options options, const flopmeter::model_spec& spec) {
+  for (std::int64_t step = 1; step < 400; ++step) {
+    vlm::packed_row row = vlm::make_row(options, spec, 0, step, 0);
+    if (row.images.empty() && row.document_lengths.size() >= 2) return row;
+  }
+  throw std::runtime_error("no row without images in 400 steps");
+}
+
+void check_every_regime(const flopmeter::model_spec& spec, const vlm::data_options& options) {
+  const vlm::packed_row row = interesting_row(options, spec);
+  const measurement full_run = measure(spec, row);
+  for (const regime_case& rc : kRegimes) check_regime(spec, row, rc, full_run);
+  // A frozen decoder under a trainable vision side: a row without images runs its text forward only.
+  const vlm::packed_row text_row = row_without_items(options, spec);
+  const measurement text_full_run = measure(spec, text_row);
+  check_regime(spec, text_row, {"text (a row without images)", frozen(false, false, true), 0, 0, 0, 0, 0},
+               text_full_run);
+}
+
+// LoRA (rank 4) with the vision side frozen, as PEFT freezes it: `targets` on every layer that has them.
+// The per-scope backward / forward ratio differs between layer 0 (its input needs no gradient: base
+// projections forward only, A forward + weight gradient) and the others, so only the billed terms are compared
+// (the hand derivation is in tests/test_flop_model.cpp, regime.lora_layer_zero_has_no_input_gradient_...).
+void check_lora(const flopmeter::model_spec& spec, const vlm::data_options& options,
+                std::vector<flopmeter::lora_target> targets) {
+  const vlm::packed_row row = interesting_row(options, spec);
+  const measurement full_run = measure(spec, row);
+  regime_case rc{"vision,merger + LoRA", frozen(true, true, false), 0, 0, 0, std::nan(""), 2};
+  rc.regime.lora_rank = 4;
+  rc.regime.lora_targets = std::move(targets);
+  check_regime(spec, row, rc, full_run);
+}
+
+TEST(ExampleFlops, LoraQwen35TypeEveryTermMatchesForwardAndBackward) {
+  using flopmeter::lora_target;
+  const flopmeter::model_spec spec = flopmeter::load_model_spec(source_path("model_configs/tiny_vlm.toml"));
+  check_lora(spec, vlm::data_options{},
+             {lora_target::q_proj, lora_target::k_proj, lora_target::v_proj, lora_target::o_proj,
+              lora_target::gate_proj, lora_target::up_proj, lora_target::down_proj, lora_target::in_proj_qkv,
+              lora_target::in_proj_z, lora_target::out_proj});
+}
+
+TEST(ExampleFlops, LoraMoeAttentionTargetsEveryTermMatchesForwardAndBackward) {
+  using flopmeter::lora_target;
+  const flopmeter::model_spec spec = flopmeter::load_model_spec(source_path("model_configs/tiny_moe_vlm.toml"));
+  check_lora(spec, vlm::data_options{},
+             {lora_target::q_proj, lora_target::k_proj, lora_target::v_proj, lora_target::o_proj,
+              lora_target::in_proj_qkv, lora_target::in_proj_z, lora_target::out_proj});
+}
+
+// Qwen3.5-type (Gated DeltaNet + gated attention, tiny_vlm.toml).
+TEST(ExampleFlops, FrozenPartsQwen35TypeEveryTermMatchesForwardAndBackward) {
+  const flopmeter::model_spec spec = flopmeter::load_model_spec(source_path("model_configs/tiny_vlm.toml"));
+  check_every_regime(spec, vlm::data_options{});
+}
+
+// Qwen3-VL-type (every layer full attention, a DeepStack merger): every regime, and LoRA on the attention and
+// MLP projections, where layer 0's q, k, v, gate and up run without an input gradient.
+TEST(ExampleFlops, FrozenPartsAndLoraQwen3VlTypeEveryTermMatchesForwardAndBackward) {
+  using flopmeter::lora_target;
+  const flopmeter::model_spec spec = flopmeter::parse_model_spec(kTinyVlDeepstackToml, "tiny_vl_deepstack.toml");
+  vlm::data_options options;
+  options.row_length = 160;
+  check_every_regime(spec, options);
+  check_lora(spec, options,
+             {lora_target::q_proj, lora_target::k_proj, lora_target::v_proj, lora_target::o_proj,
+              lora_target::gate_proj, lora_target::up_proj, lora_target::down_proj});
+}
+
+// Mixture of experts (router, routed experts, shared expert and gate: tiny_moe_vlm.toml).
+TEST(ExampleFlops, FrozenPartsMoeEveryTermMatchesForwardAndBackward) {
+  const flopmeter::model_spec spec = flopmeter::load_model_spec(source_path("model_configs/tiny_moe_vlm.toml"));
+  check_every_regime(spec, vlm::data_options{});
 }
 
 }  // namespace

@@ -112,6 +112,45 @@ TEST(ExampleTrainer, SingleProcessLossFallsAndOverheadIsReported) {
   EXPECT_GT(number_field(metrics.back(), "perf/mfu"), 0);
 }
 
+// The trainer's --frozen and LoRA flags with the same regime in the plugin file: every record says the regime,
+// and carries the Megatron constant's MFU beside the exact one, which is lower (the frozen decoder runs 4 of 6,
+// a row without images 2 of 6; the constant bills 6).
+TEST(ExampleTrainer, FrozenAndLoraRunsReportTheirRegime) {
+  struct run_case {
+    const char* name;
+    const char* flags;
+    const char* training;
+    const char* flag_field;
+  };
+  for (const run_case& c :
+       {run_case{"frozen_text", "--frozen text", "frozen = [\"text\"]\n", "train/frozen_text"},
+        run_case{"lora", "--frozen vision,merger --lora-rank 4 --lora-targets q_proj,v_proj,in_proj_qkv",
+                 "frozen = [\"vision\", \"merger\"]\nlora_rank = 4\nlora_targets = [\"q_proj\", "
+                 "\"v_proj\", \"in_proj_qkv\"]\n",
+                 "train/frozen_vision"}}) {
+    const fs::path out = fresh_dir(c.name);
+    std::string plugin = read_file(fs::path(FLOPMETER_SOURCE_DIR) / "examples/flopmeter_plugin.toml");
+    const std::string relative = "\"../model_configs/tiny_vlm.toml\"";
+    plugin.replace(plugin.find(relative), relative.size(),
+                   "\"" + (fs::path(FLOPMETER_SOURCE_DIR) / "model_configs/tiny_vlm.toml").string() + "\"");
+    std::ofstream(out / "plugin.toml") << plugin << "\n[training]\n" << c.training;
+    const fs::path log = out / "console.log";
+    ASSERT_EQ(run_command(trainer_command(out, std::string("--steps 10 --log-interval 5 ") + c.flags +
+                                                   " --flopmeter-config '" + (out / "plugin.toml").string() + "'"),
+                          log),
+              0)
+        << read_file(log);
+    const std::vector<json> metrics = read_records(out / "flopmeter_0.jsonl");
+    ASSERT_EQ(metrics.size(), 2u) << c.name;
+    for (const json& record : metrics) {
+      EXPECT_EQ(number_field(record, c.flag_field), 1) << c.name;
+      EXPECT_EQ(number_field(record, "train/lora_rank"), std::string(c.name) == "lora" ? 4 : 0) << c.name;
+      EXPECT_GT(number_field(record, "perf/mfu"), 0) << c.name;
+      EXPECT_LT(number_field(record, "perf/mfu"), number_field(record, "perf/mfu_megatron")) << c.name;
+    }
+  }
+}
+
 TEST(ExampleTrainer, TwoRanksTokensPerSecondIsTheSumOverRanks) {
   const fs::path out = fresh_dir("two_ranks");
   const fs::path log = out / "console.log";

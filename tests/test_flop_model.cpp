@@ -530,5 +530,143 @@ TEST(printable, error_messages_escape_every_part) {
   expect_error([] { parse_flop_scope("\x1b[2J", "cfg.toml:3:9"); }, "cfg.toml:3:9: unknown FLOP scope '\\u001b[2J'");
 }
 
+// ---- what trains: frozen parts and LoRA ---------------------------------------------------------------------
+// small_vlm: h 8, 2 full-attention layers (q 8, k 4, v 4, o 8 wide), SwiGLU I 16, vocab 10; ViT hv 4, depth 1,
+// Iv 8, merger width 16 -> 8, patch input 4. Per token in multiply-adds: attention projections 8*(8+4+4) + 8*8
+// = 192 per layer, SwiGLU 3*8*16 = 384 per layer, logits 80; per pair 2*2*4 = 16 per layer. A pass is 2 FLOPs.
+
+training_regime frozen_parts(std::initializer_list<const char*> parts) {
+  training_regime r;
+  for (const char* part : parts) add_frozen_part(r, part, "test");
+  return r;
+}
+
+TEST(regime, full_training_equals_the_plain_coefficients_for_every_shipped_model) {
+  for (const char* stem : {"qwen3_vl_2b", "qwen3_vl_30b_a3b", "qwen3_5_2b", "qwen3_5_35b_a3b"}) {
+    model_spec spec = load_shipped(stem);
+    spec.train_mtp_layers = true;
+    const coefficients plain = compute_coefficients(spec);
+    const regime_coefficients rc = compute_coefficients(spec, training_regime{});
+    for (const coefficients* c : {&rc.with_items, &rc.without_items}) {
+      EXPECT_EQ(c->dense_per_token, plain.dense_per_token) << stem;
+      EXPECT_EQ(c->dense.linear_attention, plain.dense.linear_attention) << stem;
+      EXPECT_EQ(c->dense.moe_router, plain.dense.moe_router) << stem;
+      EXPECT_EQ(c->text_attn_pair, plain.text_attn_pair) << stem;
+      EXPECT_EQ(c->mtp_per_token, plain.mtp_per_token) << stem;
+      EXPECT_EQ(c->mtp_attn_pair, plain.mtp_attn_pair) << stem;
+      EXPECT_EQ(c->vision_per_patch, plain.vision_per_patch) << stem;
+      EXPECT_EQ(c->patch_embed_per_patch, plain.patch_embed_per_patch) << stem;
+      EXPECT_EQ(c->merger_per_merged_token, plain.merger_per_merged_token) << stem;
+    }
+  }
+}
+
+TEST(regime, frozen_parts_by_hand) {
+  const model_spec spec = small_vlm();
+  // Text frozen, vision and merger train. With items the decoder's input needs a gradient: GEMMs 2 passes,
+  // cores 3: dense 2*2*(2*(192 + 384) + 80) = 4928, pair 2*3*16*2 = 192. Without items nothing upstream
+  // trains: 1 pass everywhere: 2464 and 64. The vision side keeps its full-training coefficients.
+  const regime_coefficients text = compute_coefficients(spec, frozen_parts({"text"}));
+  EXPECT_EQ(text.with_items.dense_per_token, 4928);
+  EXPECT_EQ(text.with_items.text_attn_pair, 192);
+  EXPECT_EQ(text.without_items.dense_per_token, 2464);
+  EXPECT_EQ(text.without_items.text_attn_pair, 64);
+  EXPECT_EQ(text.with_items.dense.logits, 2 * 2 * 80);  // the frozen LM head: forward + input gradient
+  EXPECT_EQ(text.with_items.vision_per_patch, 768);
+  EXPECT_EQ(text.with_items.merger_per_merged_token, 2304);
+  // Vision frozen: ViT blocks 2*128 = 256, ViT pair 2*8 = 16, patch embedding 2*16 = 32 (forward only); the
+  // merger trains and its LayerNorm's weight needs its first GEMM's input gradient: 6*384 = 2304.
+  const regime_coefficients vision = compute_coefficients(spec, frozen_parts({"vision"}));
+  EXPECT_EQ(vision.with_items.vision_per_patch, 256);
+  EXPECT_EQ(vision.with_items.vision_attn_pair, 16);
+  EXPECT_EQ(vision.with_items.patch_embed_per_patch, 32);
+  EXPECT_EQ(vision.with_items.merger_per_merged_token, 2304);
+  EXPECT_EQ(vision.with_items.dense_per_token, 7392);
+  EXPECT_EQ(vision.without_items.dense_per_token, 7392);
+  // Vision and merger frozen: the merger forward only, 2*384 = 768. Merger frozen alone: its input (the ViT's
+  // output) needs a gradient, its weights none: 4*384 = 1536.
+  EXPECT_EQ(compute_coefficients(spec, frozen_parts({"vision", "merger"})).with_items.merger_per_merged_token, 768);
+  EXPECT_EQ(compute_coefficients(spec, frozen_parts({"merger"})).with_items.merger_per_merged_token, 1536);
+  // Vision and text frozen, the merger trains: the decoder as under "text".
+  const regime_coefficients merger_only = compute_coefficients(spec, frozen_parts({"vision", "text"}));
+  EXPECT_EQ(merger_only.with_items.dense_per_token, 4928);
+  EXPECT_EQ(merger_only.without_items.dense_per_token, 2464);
+  EXPECT_EQ(merger_only.with_items.merger_per_merged_token, 2304);
+}
+
+TEST(regime, a_micro_batch_without_items_is_billed_with_the_itemless_coefficients) {
+  const model_spec spec = small_vlm();
+  const regime_coefficients text = compute_coefficients(spec, frozen_parts({"text"}));
+  const std::int64_t docs[] = {3};
+  const image_grid grids[] = {{1, 2, 2}};
+  // One micro-batch of 3 tokens (6 pairs) with a 4-patch image, one of 3 tokens + 1 padding without.
+  batch_counts n = count_from_lengths(docs, 0, grids, geometry_of(spec));
+  EXPECT_EQ(n.itemless_device_tokens, 0);
+  const batch_counts plain = count_from_lengths(docs, 1, {}, geometry_of(spec));
+  EXPECT_EQ(plain.itemless_device_tokens, 4);
+  EXPECT_EQ(plain.itemless_causal_pairs, 6);
+  n += plain;
+  const flop_breakdown f = compute_flops(text, n, flop_scope::complete);
+  EXPECT_EQ(f.text_dense, 3 * 4928 + 4 * 2464);
+  EXPECT_EQ(f.text_attention, 6 * 192 + 6 * 64);
+  EXPECT_EQ(f.vision_dense, 4 * 768);
+}
+
+TEST(regime, lora_layer_zero_has_no_input_gradient_in_a_text_only_run) {
+  training_regime r = frozen_parts({"vision", "merger"});
+  r.lora_rank = 2;
+  r.lora_targets = {lora_target::q_proj, lora_target::v_proj};
+  const regime_coefficients c = compute_coefficients(small_vlm(), r);
+  // Layer 0, input without gradient: q, k, v base forward only (64 + 32 + 32), o base forward + input gradient
+  // 2*64 (the core's output needs one); A of q and v forward + weight gradient 2*(8*2), B of q 3*(2*8), of v
+  // 3*(2*4); the core 3 passes; the MLP 2 passes (2*384). Layer 1: every base GEMM 2 passes (2*192), every A
+  // and B 3 (3*(16 + 16 + 16 + 8)), MLP 2*384. LM head 2*80.
+  //   attention projections 2*((64 + 32 + 32 + 128) + 384) = 1280   dense MLP 2*(768 + 768) = 3072
+  //   adapters 2*((32 + 48 + 32 + 24) + 168) = 608                   logits 2*160 = 320      total 5280
+  EXPECT_EQ(c.with_items.dense.attention_projections, 1280);
+  EXPECT_EQ(c.with_items.dense.dense_mlp, 3072);
+  EXPECT_EQ(c.with_items.dense.lora_adapters, 608);
+  EXPECT_EQ(c.with_items.dense.logits, 320);
+  EXPECT_EQ(c.with_items.dense_per_token, 5280);
+  EXPECT_EQ(c.with_items.text_attn_pair, 192);
+  EXPECT_EQ(c.without_items.dense_per_token, 5280);  // the vision side is frozen: items change nothing
+  // With a trainable vision side and an image, layer 0's input needs a gradient too: its q, k, v base GEMMs
+  // run 2 passes (+64 + 32 + 32) and A of q and v 3 (+16 + 16).
+  training_regime with_vision = r;
+  with_vision.vision_frozen = with_vision.merger_frozen = false;
+  const regime_coefficients v = compute_coefficients(small_vlm(), with_vision);
+  EXPECT_EQ(v.with_items.dense.attention_projections, 1280 + 2 * 128);
+  EXPECT_EQ(v.with_items.dense.lora_adapters, 608 + 2 * 32);
+  EXPECT_EQ(v.without_items.dense_per_token, 5280);
+}
+
+TEST(regime, refused_regimes_say_why) {
+  const model_spec spec = small_vlm();
+  EXPECT_THROW(compute_coefficients(spec, frozen_parts({"vision", "merger", "text"})), error);
+  training_regime moe;
+  moe.lora_rank = 8;
+  moe.lora_targets = {lora_target::q_proj, lora_target::gate_proj};
+  try {
+    compute_coefficients(load_shipped("qwen3_vl_30b_a3b"), moe);
+    ADD_FAILURE() << "LoRA on MoE experts was accepted";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("mixture-of-experts model; LoRA on MoE experts is not billed"),
+              std::string::npos)
+        << e.what();
+  }
+  training_regime missing;
+  missing.lora_rank = 8;
+  missing.lora_targets = {lora_target::in_proj_qkv};  // a Gated DeltaNet projection on an attention-only model
+  EXPECT_THROW(compute_coefficients(spec, missing), error);
+  training_regime no_rank;
+  no_rank.lora_targets = {lora_target::q_proj};
+  EXPECT_THROW(compute_coefficients(spec, no_rank), error);
+  training_regime twice = frozen_parts({"vision"});
+  EXPECT_THROW(add_frozen_part(twice, "vision", "--frozen"), error);
+  EXPECT_THROW(add_frozen_part(twice, "decoder", "--frozen"), error);
+  EXPECT_THROW(parse_lora_target("qkv", "--lora-targets"), error);
+  EXPECT_EQ(frozen_list(frozen_parts({"text", "vision"})), "vision,text");
+}
+
 }  // namespace
 }  // namespace flopmeter

@@ -41,7 +41,8 @@ at::Tensor grids(const std::vector<image_grid>& g) {
   for (const image_grid& x : g) flat.insert(flat.end(), {x.t, x.h, x.w});
   return longs(flat).view({static_cast<std::int64_t>(g.size()), 3});
 }
-std::int64_t invalid_entries(const at::Tensor& counts) { return counts[9].item<std::int64_t>(); }
+// The last entry: the invalid entries follow the counts (row_layout.h order).
+std::int64_t invalid_entries(const at::Tensor& counts) { return counts[counts.size(0) - 1].item<std::int64_t>(); }
 
 // The device of the counting tests: $FLOPMETER_TEST_DEVICE ("cpu", the default, or "cuda" on a GPU machine:
 // scripts/gpu_check.sh). The counts are formed where the tensors live; the multi-rank tests stay on Gloo.
@@ -67,6 +68,15 @@ TEST(tensor_path, device_counts_equal_host_counts) {
   EXPECT_EQ(invalid_entries(from_cu), 0);
   const std::vector<std::int64_t> cu = {0, 3, 4, 8, 8, 10};
   EXPECT_EQ(to_batch_counts(from_cu), count_from_cu_seqlens(cu, 5, items, g));
+  // Without images its text work is itemless (what a frozen decoder bills forward only), as on the host path:
+  // 10 + 5 device tokens; documents of 3, 1, 4, 0, 2 tokens: 6 + 1 + 10 + 0 + 3 = 20 pairs.
+  tensor_microbatch text_only = by_cu;
+  text_only.grid_thw = at::Tensor();
+  const batch_counts text_counts = to_batch_counts(tensor_batch_counts(text_only, g));
+  EXPECT_EQ(text_counts, count_from_cu_seqlens(cu, 5, {}, g));
+  EXPECT_EQ(text_counts.itemless_device_tokens, 15);
+  EXPECT_EQ(text_counts.itemless_causal_pairs, 20);
+  EXPECT_EQ(to_batch_counts(from_cu).itemless_device_tokens, 0);
 
   tensor_microbatch by_positions;
   const std::vector<std::int64_t> positions = {0, 1, 2, 0, 0, 1, 2, 3, 0, 1};
@@ -258,8 +268,9 @@ TEST(tensor_path, bit_identical_flops_to_the_host_path) {
     ASSERT_EQ(by_host[static_cast<std::size_t>(r)].records.size(), 1u);
     const metrics_record& t = by_tensor[static_cast<std::size_t>(r)].records[0];
     const metrics_record& h = by_host[static_cast<std::size_t>(r)].records[0];
-    for (const char* name : {"perf/tflops_per_second", "perf/mfu", "perf/tokens_per_second", "train/batch_efficiency",
-                             "train/tokens_seen", "train/num_samples"}) {
+    for (const char* name :
+         {"perf/tflops_per_second", "perf/mfu", "perf/tflops_per_second_megatron", "perf/mfu_megatron",
+          "perf/tokens_per_second", "train/batch_efficiency", "train/tokens_seen", "train/num_samples"}) {
       ASSERT_NE(t.find(name), nullptr) << name;
       EXPECT_EQ(*t.find(name), *h.find(name)) << name;  // bit-identical, not merely close
     }

@@ -215,6 +215,30 @@ TEST(throughput, padding_loss_and_step_time) {
   EXPECT_NEAR(s.value(0, "perf/tflops_per_second") / ((2282880.0 + 2181120.0) / 4.0 / 2.0 / 1e12), 1.0, 1e-12);
 }
 
+// perf/tflops_per_second_megatron: each micro-batch billed by the constant at its own row length S. For the
+// small model the constant's token-linear part is 7392 per token (= dense_per_token: test_megatron.cpp) and its
+// attention part 6 * 2*nh*hd * S/2 per layer = 96 S per token (2 layers: nh*hd = 8): one micro-batch costs
+// 7392 S + 96 S^2. Rank 0 runs rows of 100 and 300 tokens: 7392*400 + 96*(100^2 + 300^2) = 2,956,800 + 9,600,000
+// = 12,556,800 (one row of 400 would be 18,316,800: the sum of S^2 matters); rank 1 one row of 200:
+// 1,478,400 + 3,840,000 = 5,318,400. Over 2 s and 2 GPUs: (12,556,800 + 5,318,400) / 2 / 2 / 1e12 TFLOP/s.
+// The records also carry the regime (full training: 0s).
+TEST(throughput, the_megatron_figure_bills_each_micro_batch_at_its_own_row_length) {
+  simulated_job job(2, parallel_sizes{}, 1e-3);
+  job.microbatch(0, {100});
+  job.microbatch(0, {200}, 100);
+  job.microbatch(1, {150}, 50);
+  job.advance(2.0);
+  job.log_all(1);
+  job.flush_all();
+  const capture_sink& s = *job.sinks[0];
+  ASSERT_EQ(s.records.size(), 1u);
+  const double expected = (12556800.0 + 5318400.0) / 2.0 / 2.0 / 1e12;
+  EXPECT_NEAR(s.value(0, "perf/tflops_per_second_megatron") / expected, 1.0, 1e-12);
+  EXPECT_NEAR(s.value(0, "perf/mfu_megatron") / (expected / 1e-3 * 100), 1.0, 1e-12);
+  EXPECT_EQ(s.value(0, "train/frozen_text"), 0.0);
+  EXPECT_EQ(s.value(0, "train/lora_rank"), 0.0);
+}
+
 TEST(throughput, rank_skew_rows_use_own_interval_and_still_average_to_headline) {
   simulated_job job(4, parallel_sizes{}, 1e-3, /*topk=*/2);
   for (int r = 0; r < 4; ++r) job.microbatch(r, {1000});

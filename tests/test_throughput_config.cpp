@@ -555,4 +555,38 @@ TEST_F(throughput_config, control_characters_in_a_quoted_value_are_escaped) {
 }
 
 }  // namespace
+
+// [training]: the frozen parts and LoRA are read into throughput_options::training; a bad part, a repeated part,
+// an unknown target and a regime that does not fit the model are refused at their key or at the table.
+TEST_F(throughput_config, training_table_sets_the_regime_and_refuses_what_does_not_fit) {
+  const std::string model = "[model]\nconfig = \"" + kTinyVlm + "\"\n";
+  const throughput_options o =
+      load_plugin_config(write("t.toml", model + "[training]\nfrozen = [\"vision\", \"text\"]\n")).options;
+  EXPECT_TRUE(o.training.vision_frozen);
+  EXPECT_FALSE(o.training.merger_frozen);
+  EXPECT_TRUE(o.training.text_frozen);
+  const throughput_options lora =
+      load_plugin_config(write("l.toml", model + "[training]\nfrozen = [\"vision\", \"merger\"]\n"
+                                                 "lora_rank = 16\nlora_targets = [\"q_proj\", \"in_proj_qkv\"]\n"))
+          .options;
+  EXPECT_EQ(lora.training.lora_rank, 16);
+  ASSERT_EQ(lora.training.lora_targets.size(), 2u);
+  EXPECT_EQ(lora.training.lora_targets[1], lora_target::in_proj_qkv);
+  const auto starts = [](const std::string& message, const std::string& prefix) {
+    EXPECT_EQ(message.substr(0, prefix.size()), prefix) << message;
+  };
+  EXPECT_EQ(
+      error_of(model + "[training]\nfrozen = [\"decoder\"]\n"),
+      plugin_path() +
+          ":4:11: key 'training.frozen[0]': unknown part 'decoder' (expected \"vision\", \"merger\" or \"text\")");
+  EXPECT_EQ(error_of(model + "[training]\nfrozen = [\"text\", \"text\"]\n"),
+            plugin_path() + ":4:19: key 'training.frozen[1]': part 'text' is named twice");
+  starts(error_of(model + "[training]\nlora_rank = 4\nlora_targets = [\"qkv\"]\n"),
+         plugin_path() + ":5:17: key 'training.lora_targets[0]': unknown LoRA target 'qkv' (expected one of q_proj, ");
+  starts(error_of(model + "[training]\nfrozen = [\"vision\", \"merger\", \"text\"]\n"),
+         plugin_path() +
+             ":3:1: table [training]: training.frozen = [\"vision\", \"merger\", \"text\"] freezes every part "
+             "of model 'tiny_vlm': nothing trains");
+}
+
 }  // namespace flopmeter

@@ -210,4 +210,37 @@ flop_scope parse_scope_option(const std::string& command, const std::string& tex
   }
 }
 
+training_regime parse_regime_options(const parsed_args& parsed) {
+  const std::string& command = parsed.command;
+  training_regime regime;
+  if (const std::optional<std::string> frozen = parsed.single("--frozen")) {
+    for (const std::string& part : split(*frozen, ',')) {
+      try {
+        add_frozen_part(regime, part, "--frozen");
+      } catch (const error& e) {
+        throw usage_error(command, e.what());
+      }
+    }
+  }
+  if (const std::optional<std::string> rank = parsed.single("--lora-rank")) {
+    regime.lora_rank = parse_positive_int(command, "--lora-rank", *rank);
+  }
+  if (const std::optional<std::string> targets = parsed.single("--lora-targets")) {
+    for (const std::string& name : split(*targets, ',')) {
+      try {
+        regime.lora_targets.push_back(parse_lora_target(name, "--lora-targets"));
+      } catch (const error& e) {
+        throw usage_error(command, e.what());
+      }
+    }
+  }
+  if (regime.lora_rank > 0 && regime.lora_targets.empty()) {
+    throw usage_error(command, "--lora-rank needs --lora-targets (the adapted projections, e.g. q_proj,v_proj)");
+  }
+  if (regime.lora_rank == 0 && !regime.lora_targets.empty()) {
+    throw usage_error(command, "--lora-targets needs --lora-rank R (the adapters' rank)");
+  }
+  return regime;
+}
+
 }  // namespace flopmeter::cli

@@ -8,12 +8,14 @@
 
 #include "cli.h"
 #include "flopmeter/error.h"
+#include "flopmeter/flop_model.h"
 #include "flopmeter/megatron.h"
+#include "output/model_report.h"
 
 namespace flopmeter::cli {
 
 const char* const kCheckUsage =
-    "usage: flopmeter check [MODEL ...] [--seq-len S]... [--json]\n"
+    "usage: flopmeter check [MODEL ...] [--seq-len S]... [--frozen PARTS] [--json]\n"
     "\n"
     "Compares the exact FLOP model with the Megatron per-token constant, term by term, for every model and\n"
     "row length S: the dense coefficients must equal the constant's token-linear part, pair coefficient x S/2\n"
@@ -27,13 +29,66 @@ const char* const kCheckUsage =
     "                  tree's model_configs/), sorted by name\n"
     "options:\n"
     "  --seq-len S     row length, a positive integer; repeat for several (default: 4096, 8192 and 32768)\n"
-    "  --json          print a JSON array with one object per (model, S)\n"
+    "  --frozen PARTS  the parts that do not train (vision, merger, text, comma-separated): the check stays a\n"
+    "                  full-training comparison (the constant knows no frozen parts) and also prints, per\n"
+    "                  term, the regime's factor: regime coefficient / full-training coefficient, the\n"
+    "                  documented difference between what the regime runs and what the constant bills\n"
+    "  --json          print a JSON array with one object per (model, S); with --frozen each has\n"
+    "                  regime {frozen, factors{term: factor}, factors_without_items{...}}\n"
     "  -h, --help      show this help\n"
     "\n"
     "exit status: 0 when every check passes, 1 when a check disagrees or a model file is invalid,\n"
     "2 for a bad command line.\n";
 
 namespace {
+
+// The regime's factor per term: its coefficient over the full-training one (1 where both are 0).
+struct regime_factor {
+  const char* term;
+  double with_items;
+  double without_items;
+};
+std::vector<regime_factor> regime_factors(const model_spec& spec, const training_regime& regime) {
+  const coefficients full = compute_coefficients(spec);
+  const regime_coefficients rc = compute_coefficients(spec, regime);
+  const auto ratio = [](std::int64_t part, std::int64_t whole) {
+    return whole == 0 ? 1.0 : static_cast<double>(part) / static_cast<double>(whole);
+  };
+  const auto row = [&](const char* term, std::int64_t coefficients::*field) {
+    return regime_factor{term, ratio(rc.with_items.*field, full.*field), ratio(rc.without_items.*field, full.*field)};
+  };
+  return {row("dense_per_token", &coefficients::dense_per_token),
+          row("text_attn_pair", &coefficients::text_attn_pair),
+          row("vision_per_patch", &coefficients::vision_per_patch),
+          row("vision_attn_pair", &coefficients::vision_attn_pair),
+          row("patch_embed_per_patch", &coefficients::patch_embed_per_patch),
+          row("merger_per_merged_token", &coefficients::merger_per_merged_token),
+          row("mtp_per_token", &coefficients::mtp_per_token),
+          row("mtp_attn_pair", &coefficients::mtp_attn_pair)};
+}
+
+std::string regime_factors_json(const training_regime& regime, const std::vector<regime_factor>& factors) {
+  json_object with, without;
+  for (const regime_factor& f : factors) {
+    with.number(f.term, f.with_items);
+    without.number(f.term, f.without_items);
+  }
+  json_object object;
+  object.raw("frozen", detail::frozen_json(regime))
+      .raw("factors", with.str())
+      .raw("factors_without_items", without.str());
+  return object.str();
+}
+
+void print_regime(const training_regime& regime, const std::vector<regime_factor>& factors) {
+  std::printf("  regime frozen [%s]: the constant above bills full training; per term, the regime runs\n",
+              frozen_list(regime).c_str());
+  std::printf("  %-26s %18s %22s\n", "term", "x full (items)", "x full (no items)");
+  for (const regime_factor& f : factors) {
+    std::printf("  %-26s %18.6f %22.6f\n", f.term, f.with_items, f.without_items);
+  }
+  std::printf("\n");
+}
 
 std::string report_json(const check_report& report) {
   std::string rows = "[";
@@ -108,7 +163,7 @@ void print_report(const check_report& report, const std::string& source) {
 }  // namespace
 
 int run_check(const std::vector<std::string>& args) {
-  const parsed_args parsed = parse_args("check", args, {{"--seq-len", true}, {"--json", false}});
+  const parsed_args parsed = parse_args("check", args, {{"--seq-len", true}, {"--frozen", true}, {"--json", false}});
   if (parsed.help) {
     std::fputs(kCheckUsage, stdout);
     return kExitOk;
@@ -119,6 +174,8 @@ int run_check(const std::vector<std::string>& args) {
   }
   if (seq_lens.empty()) seq_lens = {4096, 8192, 32768};
   const bool json = parsed.has("--json");
+  const training_regime regime = parse_regime_options(parsed);
+  const bool with_regime = !regime.full_training();
 
   // Load every model first, so a bad file fails before any output.
   std::vector<model_spec> specs;
@@ -130,7 +187,16 @@ int run_check(const std::vector<std::string>& args) {
 
   std::vector<check_report> reports;
   std::vector<std::string> sources;
+  std::vector<std::vector<regime_factor>> factors;
   for (const model_spec& spec : specs) {
+    std::vector<regime_factor> model_factors;
+    if (with_regime) {
+      try {
+        model_factors = regime_factors(spec, regime);
+      } catch (const error& e) {
+        throw error(e.where(), "--frozen for " + spec.name + ": " + e.description());
+      }
+    }
     for (const std::int64_t seq_len : seq_lens) {
       try {
         reports.push_back(run_sanity_check(spec, seq_len));
@@ -138,6 +204,7 @@ int run_check(const std::vector<std::string>& args) {
         throw error(e.where(), "check of " + spec.name + " at S=" + std::to_string(seq_len) + ": " + e.description());
       }
       sources.push_back(spec.source_path);
+      factors.push_back(model_factors);
     }
   }
 
@@ -145,11 +212,19 @@ int run_check(const std::vector<std::string>& args) {
   for (const check_report& report : reports) failed += report.pass ? 0 : 1;
   if (json) {
     std::string out = "[";
-    for (std::size_t i = 0; i < reports.size(); ++i) out += (i == 0 ? "\n  " : ",\n  ") + report_json(reports[i]);
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      std::string one = report_json(reports[i]);
+      if (with_regime)
+        one = one.substr(0, one.size() - 1) + ", \"regime\": " + regime_factors_json(regime, factors[i]) + "}";
+      out += (i == 0 ? "\n  " : ",\n  ") + one;
+    }
     out += reports.empty() ? "]\n" : "\n]\n";
     std::fputs(out.c_str(), stdout);
   } else {
-    for (std::size_t i = 0; i < reports.size(); ++i) print_report(reports[i], sources[i]);
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      print_report(reports[i], sources[i]);
+      if (with_regime) print_regime(regime, factors[i]);
+    }
     if (failed == 0) {
       std::printf("all %zu (model, S) checks pass: the exact FLOP model and the Megatron constant agree term by term\n",
                   reports.size());

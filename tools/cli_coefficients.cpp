@@ -11,10 +11,12 @@
 namespace flopmeter::cli {
 
 const char* const kCoefficientsUsage =
-    "usage: flopmeter coefficients MODEL [--json]\n"
+    "usage: flopmeter coefficients MODEL [--frozen PARTS] [--lora-rank R --lora-targets NAMES] [--json]\n"
     "\n"
     "Prints the exact training FLOPs (forward + backward) per unit of work of one model: FLOPs of a batch =\n"
-    "sum of coefficient x count (see `flopmeter estimate`).\n"
+    "sum of coefficient x count (see `flopmeter estimate`). With frozen parts or LoRA, the coefficients of\n"
+    "that training regime: each GEMM costs forward 2, + input gradient 2 where its input needs one, + weight\n"
+    "gradient 2 where its weight trains, per multiply-add (METRICS.md, \"What trains\").\n"
     "\n"
     "arguments:\n"
     "  MODEL           a model TOML file, a Hugging Face config.json, a checkpoint directory that holds one,\n"
@@ -24,13 +26,16 @@ const char* const kCoefficientsUsage =
     "                  vision_per_patch, vision_attn_pair, patch_embed_per_patch, merger_per_merged_token,\n"
     "                  mtp_per_token, mtp_attn_pair, patches_per_merged_token, and dense_per_token_breakdown:\n"
     "                  an object whose parts sum to dense_per_token: attention_projections, linear_attention,\n"
-    "                  dense_mlp, moe_router, moe_routed_experts, moe_shared_expert, moe_shared_expert_gate, logits)\n"
+    "                  dense_mlp, moe_router, moe_routed_experts, moe_shared_expert, moe_shared_expert_gate, logits,\n"
+    "                  lora_adapters; and, when a frozen decoder makes micro-batches without images cost less,\n"
+    "                  without_items: their dense_per_token, text_attn_pair, mtp_per_token, mtp_attn_pair)\n"
     "  -h, --help      show this help\n"
     "\n"
     "exit status: 0 on success, 1 when the model file is invalid, 2 for a bad command line.\n";
 
 int run_coefficients(const std::vector<std::string>& args) {
-  const parsed_args parsed = parse_args("coefficients", args, {{"--json", false}});
+  const parsed_args parsed = parse_args(
+      "coefficients", args, {{"--json", false}, {"--frozen", true}, {"--lora-rank", true}, {"--lora-targets", true}});
   if (parsed.help) {
     std::fputs(kCoefficientsUsage, stdout);
     return kExitOk;
@@ -39,17 +44,29 @@ int run_coefficients(const std::vector<std::string>& args) {
   if (parsed.positionals.size() > 1) {
     throw usage_error("coefficients", "unexpected argument '" + parsed.positionals[1] + "' (one model only)");
   }
+  const training_regime regime = parse_regime_options(parsed);
   const model_spec spec = load_model_argument(parsed.positionals[0]);
-  const coefficients c = compute_coefficients(spec);
+  const regime_coefficients rc = compute_coefficients(spec, regime);
 
-  const detail::coefficient_table table = detail::coefficient_entries(c);
+  const detail::coefficient_table table = detail::coefficient_entries(rc.with_items);
   if (parsed.has("--json")) {
-    std::printf("%s\n", detail::coefficients_json(spec, c).c_str());
+    std::printf("%s\n", detail::coefficients_json(spec, rc, regime).c_str());
     return kExitOk;
   }
   std::printf("%s: training FLOPs (forward + backward) per unit\n", printable(spec.name).c_str());
   if (!spec.source_path.empty()) std::printf("file: %s\n", printable(spec.source_path).c_str());
   if (!spec.vision) std::printf("text-only model: the vision coefficients are 0\n");
+  if (!regime.full_training()) {
+    std::string adapters;
+    for (const lora_target target : regime.lora_targets) {
+      adapters += (adapters.empty() ? "" : ",") + std::string(to_string(target));
+    }
+    std::printf(
+        "regime: frozen [%s]%s\n", frozen_list(regime).c_str(),
+        regime.lora_rank > 0
+            ? (", LoRA rank " + std::to_string(regime.lora_rank) + " on " + adapters + " (base decoder frozen)").c_str()
+            : "");
+  }
   std::printf("\n  %-25s %22s  %s\n", "coefficient", "value", "meaning");
   for (const detail::coefficient_entry& e : table.entries) {
     std::printf("  %-25s %22s  %s\n", e.key, group_digits(e.value).c_str(), e.meaning);
@@ -57,6 +74,13 @@ int run_coefficients(const std::vector<std::string>& args) {
     for (const detail::coefficient_entry& part : table.dense_parts) {
       if (part.value == 0) continue;  // a family the model does not have
       std::printf("    %-23s %22s  %s\n", part.key, group_digits(part.value).c_str(), part.meaning);
+    }
+  }
+  const detail::itemless_table itemless = detail::itemless_entries(rc);
+  if (itemless.differs) {
+    std::printf("\n  micro-batches without images or videos: the frozen decoder gets no gradient, forward only\n");
+    for (const detail::coefficient_entry& e : itemless.entries) {
+      std::printf("  %-25s %22s  %s\n", e.key, group_digits(e.value).c_str(), e.meaning);
     }
   }
   return kExitOk;

@@ -18,7 +18,8 @@ namespace flopmeter::cli {
 
 const char* const kEstimateUsage =
     "usage: flopmeter estimate MODEL --docs L1,L2,... [--padding N] [--images TxHxW,...]\n"
-    "                          [--scope seed|complete] [--seq-len S] [--json]\n"
+    "                          [--scope seed|complete] [--seq-len S] [--frozen PARTS]\n"
+    "                          [--lora-rank R --lora-targets NAMES] [--json]\n"
     "\n"
     "Exact training FLOPs (forward + backward) of one packed micro-batch, term by term, and what the Megatron\n"
     "per-token constant at row length S would report for the same batch:\n"
@@ -37,9 +38,15 @@ const char* const kEstimateUsage =
     "  --scope S         seed: the reference trainer's four terms, ViT attention over the whole item;\n"
     "                    complete (default): + patch embedding, mergers, ViT attention per temporal patch,\n"
     "                    MTP layers when trained\n"
+    "  --frozen PARTS    the parts that do not train, comma-separated: vision, merger, text (see\n"
+    "                    `flopmeter coefficients --help`); the terms are the regime's, the constant stays in\n"
+    "                    its full-training form\n"
+    "  --lora-rank R, --lora-targets NAMES\n"
+    "                    LoRA adapters of rank R on the named decoder projections (base decoder frozen)\n"
     "  --seq-len S       row length of the constant (default: real + padding tokens); with --scope seed the\n"
     "                    constant leaves out MTP layers, as the seed scope does\n"
-    "  --json            print one JSON object (keys: model, file, scope, flops, text_dense, text_attention,\n"
+    "  --json            print one JSON object (keys: model, file, scope, frozen, lora_rank, flops, text_dense, "
+    "text_attention,\n"
     "                    vision_dense, vision_attention, patch_embed, merger, mtp, counts{real_tokens,\n"
     "                    padding_tokens, documents, causal_pairs, items, patches, merged_tokens,\n"
     "                    vision_pairs_per_frame, vision_pairs_whole}, row_length, megatron_text_per_token,\n"
@@ -58,6 +65,7 @@ struct estimate_request {
   std::int64_t padding = 0;
   std::vector<image_grid> grids;
   flop_scope scope = flop_scope::complete;
+  training_regime regime;
   std::int64_t seq_len = 0;  // 0 = not given (a given --seq-len is >= 1)
   bool json = false;
 };
@@ -73,6 +81,9 @@ std::optional<estimate_request> parse_request(const std::vector<std::string>& ar
                                          {"--images", true},
                                          {"--scope", true},
                                          {"--seq-len", true},
+                                         {"--frozen", true},
+                                         {"--lora-rank", true},
+                                         {"--lora-targets", true},
                                          {"--json", false}});
   if (parsed.help) {
     std::fputs(kEstimateUsage, stdout);
@@ -99,6 +110,7 @@ std::optional<estimate_request> parse_request(const std::vector<std::string>& ar
   if (const std::optional<std::string> seq_len_text = parsed.single("--seq-len")) {
     request.seq_len = parse_positive_int(cmd, "--seq-len", *seq_len_text);
   }
+  request.regime = parse_regime_options(parsed);
   request.json = parsed.has("--json");
   return request;
 }
@@ -111,14 +123,20 @@ estimate_result compute_estimate(const estimate_request& request) {
   } catch (const error& e) {
     throw error(e.where(), "invalid batch (--docs/--padding/--images) for model " + spec.name + ": " + e.description());
   }
-  return detail::estimate_batch(spec, counts, request.scope, request.seq_len);
+  return detail::estimate_batch(spec, counts, request.scope, request.seq_len, request.regime);
 }
 
 void print_text(const estimate_request& request, const estimate_result& r) {
   const batch_counts& n = r.n;
   const flop_breakdown& f = r.f;
   const char* scope = to_string(request.scope);
-  std::printf("%s, scope %s: training FLOPs (forward + backward) of this micro-batch\n\n", printable(r.spec.name).c_str(), scope);
+  std::printf("%s, scope %s: training FLOPs (forward + backward) of this micro-batch\n", printable(r.spec.name).c_str(),
+              scope);
+  if (!request.regime.full_training()) {
+    std::printf("regime: frozen [%s], LoRA rank %lld (the Megatron constant below stays full training)\n",
+                frozen_list(request.regime).c_str(), static_cast<long long>(request.regime.lora_rank));
+  }
+  std::printf("\n");
   std::printf("counts\n");
   std::printf("  %-24s %20s\n", "real_tokens", group_digits(n.real_tokens).c_str());
   std::printf("  %-24s %20s\n", "padding_tokens", group_digits(n.padding_tokens).c_str());
@@ -127,7 +145,7 @@ void print_text(const estimate_request& request, const estimate_result& r) {
   std::printf("  %-24s %20s\n", "items", group_digits(n.items).c_str());
   std::printf("  %-24s %20s   sum of t*h*w\n", "patches", group_digits(n.patches).c_str());
   std::printf("  %-24s %20s   patches / %lld\n", "merged_tokens", group_digits(n.merged_tokens).c_str(),
-              static_cast<long long>(r.c.patches_per_merged_token));
+              static_cast<long long>(r.c.with_items.patches_per_merged_token));
   std::printf("  %-24s %20s   sum of t*(h*w)^2 (complete scope)\n", "vision_pairs_per_frame",
               group_digits(n.vision_pairs_per_frame).c_str());
   std::printf("  %-24s %20s   sum of (t*h*w)^2 (seed scope)\n", "vision_pairs_whole",

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -70,8 +71,43 @@ class rms_norm_impl : public torch::nn::Module {
   torch::Tensor weight_;
 };
 
+// A module whose projections can carry LoRA adapters, by their Hugging Face names: y = x W^T + (x A) B, A of
+// [d_in, r], B of [r, d_out] (PEFT's alpha / r scale is element-wise and left out; B starts at zero as in PEFT,
+// so an adapted model computes what the base model does). The adapter's two matmuls run in the "lora_adapters"
+// scope; the base projection stays in its own.
+class adaptable : public torch::nn::Module {
+ public:
+  // Adds an adapter of `rank` on projection `name`; false when this module has no projection of that name.
+  bool add_lora(const std::string& name, std::int64_t rank) {
+    const auto it = projections_.find(name);
+    if (it == projections_.end() || adapters_.count(name) > 0) return false;
+    const torch::Tensor& w = it->second->weight;  // [d_out, d_in]
+    const torch::Tensor a = register_parameter("lora_A_" + name, torch::randn({w.size(1), rank}, w.options()) * 0.01);
+    const torch::Tensor b = register_parameter("lora_B_" + name, torch::zeros({rank, w.size(0)}, w.options()));
+    adapters_[name] = {a, b};
+    return true;
+  }
+
+ protected:
+  torch::nn::Linear adaptable_projection(const std::string& name, torch::nn::Linear layer) {
+    projections_[name] = layer.ptr();
+    return register_module(name, layer);
+  }
+  torch::Tensor project(const std::string& name, torch::nn::Linear& layer, const torch::Tensor& x) {
+    const torch::Tensor y = layer->forward(x);
+    const auto it = adapters_.find(name);
+    if (it == adapters_.end()) return y;
+    VLM_FLOP_SCOPE("lora_adapters");
+    return y + torch::matmul(torch::matmul(x, it->second.first), it->second.second);
+  }
+
+ private:
+  std::map<std::string, std::shared_ptr<torch::nn::LinearImpl>> projections_;
+  std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> adapters_;
+};
+
 // Interface of a decoder layer's MLP over a packed row [T, h]: a SwiGLU or an MoE block.
-class mlp_block : public torch::nn::Module {
+class mlp_block : public adaptable {
  public:
   virtual torch::Tensor run(const torch::Tensor& x) = 0;
 };
@@ -82,12 +118,12 @@ class swiglu_impl : public mlp_block {
  public:
   swiglu_impl(std::int64_t hidden, std::int64_t width, std::string scope)
       : scope_(std::move(scope)),
-        gate_(register_module("gate_proj", linear(hidden, width, false))),
-        up_(register_module("up_proj", linear(hidden, width, false))),
-        down_(register_module("down_proj", linear(width, hidden, false))) {}
+        gate_(adaptable_projection("gate_proj", linear(hidden, width, false))),
+        up_(adaptable_projection("up_proj", linear(hidden, width, false))),
+        down_(adaptable_projection("down_proj", linear(width, hidden, false))) {}
   torch::Tensor run(const torch::Tensor& x) override {
     RECORD_USER_SCOPE(scope_);
-    return down_(F::silu(gate_(x)) * up_(x));
+    return project("down_proj", down_, F::silu(project("gate_proj", gate_, x)) * project("up_proj", up_, x));
   }
 
  private:
@@ -164,7 +200,7 @@ class moe_block_impl : public mlp_block {
 };
 
 // Interface of a decoder token mixer over a packed row [T, h].
-class token_mixer : public torch::nn::Module {
+class token_mixer : public adaptable {
  public:
   virtual torch::Tensor mix(const torch::Tensor& x, const std::vector<segment>& segments) = 0;
 };
@@ -177,10 +213,11 @@ class full_attention_impl : public token_mixer {
         kv_heads_(t.num_key_value_heads),
         head_dim_(t.head_dim),
         gated_(t.attn_output_gate),
-        q_proj_(register_module("q_proj", linear(t.hidden_size, t.num_attention_heads * t.head_dim * (gated_ ? 2 : 1), false))),
-        k_proj_(register_module("k_proj", linear(t.hidden_size, t.num_key_value_heads * t.head_dim, false))),
-        v_proj_(register_module("v_proj", linear(t.hidden_size, t.num_key_value_heads * t.head_dim, false))),
-        o_proj_(register_module("o_proj", linear(t.num_attention_heads * t.head_dim, t.hidden_size, false))),
+        q_proj_(adaptable_projection(
+            "q_proj", linear(t.hidden_size, t.num_attention_heads * t.head_dim * (gated_ ? 2 : 1), false))),
+        k_proj_(adaptable_projection("k_proj", linear(t.hidden_size, t.num_key_value_heads * t.head_dim, false))),
+        v_proj_(adaptable_projection("v_proj", linear(t.hidden_size, t.num_key_value_heads * t.head_dim, false))),
+        o_proj_(adaptable_projection("o_proj", linear(t.num_attention_heads * t.head_dim, t.hidden_size, false))),
         q_norm_(register_module("q_norm", std::make_shared<rms_norm_impl>(t.head_dim))),
         k_norm_(register_module("k_norm", std::make_shared<rms_norm_impl>(t.head_dim))) {}
 
@@ -189,9 +226,9 @@ class full_attention_impl : public token_mixer {
     torch::Tensor q, gate, k, v;
     {
       VLM_FLOP_SCOPE("text_attn_proj");
-      q = q_proj_->forward(x);
-      k = k_proj_->forward(x);
-      v = v_proj_->forward(x);
+      q = project("q_proj", q_proj_, x);
+      k = project("k_proj", k_proj_, x);
+      v = project("v_proj", v_proj_, x);
     }
     if (gated_) {
       // Qwen3.5 lays out q_proj's output per head as [query | gate].
@@ -235,7 +272,7 @@ class full_attention_impl : public token_mixer {
     }
     if (gated_) out = out * torch::sigmoid(gate);
     VLM_FLOP_SCOPE("text_attn_proj");
-    return o_proj_->forward(out);
+    return project("o_proj", o_proj_, out);
   }
 
  private:
@@ -260,11 +297,11 @@ class gated_deltanet_impl : public token_mixer {
         value_dim_(t.linear_value_head_dim),
         kernel_(t.linear_conv_kernel_dim),
         conv_channels_(2 * key_heads_ * key_dim_ + value_heads_ * value_dim_),
-        in_proj_qkv_(register_module("in_proj_qkv", linear(t.hidden_size, conv_channels_, false))),
-        in_proj_z_(register_module("in_proj_z", linear(t.hidden_size, value_heads_ * value_dim_, false))),
+        in_proj_qkv_(adaptable_projection("in_proj_qkv", linear(t.hidden_size, conv_channels_, false))),
+        in_proj_z_(adaptable_projection("in_proj_z", linear(t.hidden_size, value_heads_ * value_dim_, false))),
         in_proj_a_(register_module("in_proj_a", linear(t.hidden_size, value_heads_, false))),
         in_proj_b_(register_module("in_proj_b", linear(t.hidden_size, value_heads_, false))),
-        out_proj_(register_module("out_proj", linear(value_heads_ * value_dim_, t.hidden_size, false))),
+        out_proj_(adaptable_projection("out_proj", linear(value_heads_ * value_dim_, t.hidden_size, false))),
         norm_(register_module("norm", std::make_shared<rms_norm_impl>(value_dim_))) {
     // Depthwise conv weight [C, 1, K] (no bias, as Qwen3.5), decay rates A = exp(A_log) in [1, 16] and dt_bias.
     conv_weight_ = register_parameter("conv1d_weight",
@@ -278,8 +315,8 @@ class gated_deltanet_impl : public token_mixer {
     torch::Tensor qkv, z, a, b;
     {
       VLM_FLOP_SCOPE("gdn_proj");
-      qkv = in_proj_qkv_->forward(x);
-      z = in_proj_z_->forward(x);
+      qkv = project("in_proj_qkv", in_proj_qkv_, x);
+      z = project("in_proj_z", in_proj_z_, x);
       a = in_proj_a_->forward(x);
       b = in_proj_b_->forward(x);
     }
@@ -335,7 +372,7 @@ class gated_deltanet_impl : public token_mixer {
     // Gated RMSNorm per head, then out_proj.
     const torch::Tensor gated = norm_->forward(core) * F::silu(z.view({tokens, value_heads_, value_dim_}));
     VLM_FLOP_SCOPE("gdn_proj");
-    return out_proj_->forward(gated.reshape({tokens, value_heads_ * value_dim_}));
+    return project("out_proj", out_proj_, gated.reshape({tokens, value_heads_ * value_dim_}));
   }
 
  private:
@@ -361,6 +398,13 @@ class decoder_layer_impl : public torch::nn::Module {
     } else {
       mixer_ = register_module("linear_attn", std::make_shared<gated_deltanet_impl>(t));
     }
+  }
+  // Adapters on the named projections of this layer's mixer and dense MLP (an MoE block has none); the count.
+  int add_lora(const std::vector<std::string>& targets, std::int64_t rank) {
+    int added = 0;
+    for (const std::string& name : targets)
+      added += (mixer_->add_lora(name, rank) ? 1 : 0) + (mlp_->add_lora(name, rank) ? 1 : 0);
+    return added;
   }
   torch::Tensor forward(torch::Tensor x, const std::vector<segment>& segments) {
     x = x + mixer_->mix(input_norm_->forward(x), segments);
@@ -473,6 +517,20 @@ class vision_tower_impl : public torch::nn::Module {
     }
   }
 
+  void freeze(bool vision, bool merger) {
+    const auto stop = [](torch::nn::Module& m) {
+      for (torch::Tensor& p : m.parameters()) p.requires_grad_(false);
+    };
+    if (vision) {
+      stop(*patch_embed_);
+      for (auto& block : blocks_) stop(*block);
+    }
+    if (merger) {
+      stop(*merger_);
+      for (auto& d : deepstack_) stop(*d);
+    }
+  }
+
   // Returns the merged tokens [merged, out_hidden] followed by one DeepStack feature per index.
   std::vector<torch::Tensor> forward(const torch::Tensor& pixel_patches, const std::vector<image_item>& images) {
     torch::Tensor x;
@@ -570,6 +628,23 @@ vlm_model_impl::vlm_model_impl(const flopmeter::model_spec& spec) : spec_(spec) 
 }
 
 vlm_model_impl::~vlm_model_impl() = default;
+
+int vlm_model_impl::add_lora(std::int64_t rank, const std::vector<std::string>& targets) {
+  int added = 0;
+  for (auto& layer : layers_) added += layer->add_lora(targets, rank);
+  return added;
+}
+
+void vlm_model_impl::freeze(bool vision, bool merger, bool text) {
+  if (vision_) vision_->freeze(vision, merger);
+  if (!text) return;
+  embed_tokens_.requires_grad_(false);
+  lm_head_.requires_grad_(false);
+  for (auto& layer : layers_) {
+    for (torch::Tensor& p : layer->parameters()) p.requires_grad_(false);
+  }
+  for (torch::Tensor& p : final_norm_->parameters()) p.requires_grad_(false);
+}
 
 torch::Tensor vlm_model_impl::forward(const model_batch& batch) {
   const std::vector<segment> segments = segments_of(batch);

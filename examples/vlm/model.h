@@ -62,6 +62,7 @@ inline constexpr const char* kPatchEmbed = "patch_embed";         // patch embed
 inline constexpr const char* kVisionDense = "vision_dense";       // ViT qkv, proj, MLP
 inline constexpr const char* kVisionAttnCore = "vision_attn_core";  // ViT QK^T and PV per temporal patch
 inline constexpr const char* kMerger = "merger";                  // patch merger + DeepStack mergers
+inline constexpr const char* kLoraAdapters = "lora_adapters";     // LoRA x A and (x A) B of adapted projections
 
 // One row as tensors: what forward() consumes. The tensors live on one device (the model's); the host
 // vectors are the same facts the Python side of a trainer would keep on the host.
@@ -98,6 +99,17 @@ class vlm_model_impl : public torch::nn::Module {
   torch::Tensor forward(const model_batch& batch);
 
   const flopmeter::model_spec& spec() const { return spec_; }
+
+  // Stops the named parts' weights from training (requires_grad false): vision = patch embedding and ViT
+  // blocks, merger = the patch merger and the DeepStack mergers, text = embeddings, decoder layers and norms,
+  // the LM head. Autograd then computes no gradient for them, and only the input gradients something
+  // trainable upstream needs: the training regime flopmeter bills (flopmeter::training_regime).
+  void freeze(bool vision, bool merger, bool text);
+  // LoRA adapters of `rank` on every decoder projection named in `targets` (Hugging Face names: q_proj, k_proj,
+  // v_proj, o_proj, in_proj_qkv, in_proj_z, out_proj, and gate_proj, up_proj, down_proj of dense SwiGLU MLPs;
+  // MoE experts get none). Their matmuls run in the kLoraAdapters scope. Returns the adapters added. Call
+  // freeze(..., text = true) too for a LoRA run: the base weights do not train.
+  int add_lora(std::int64_t rank, const std::vector<std::string>& targets);
 
  private:
   flopmeter::model_spec spec_;

@@ -33,6 +33,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -182,6 +183,13 @@ void build_model_and_optimizer(trainer_run& r) {
   torch::manual_seed(r.config.data.seed);
   r.model = vlm::vlm_model(r.spec);
   r.model->to(r.device);
+  const auto frozen = [&r](const char* part) {
+    return std::find(r.config.frozen.begin(), r.config.frozen.end(), part) != r.config.frozen.end();
+  };
+  r.model->freeze(frozen("vision"), frozen("merger"), frozen("text") || r.config.lora_rank > 0);
+  if (r.config.lora_rank > 0 && r.model->add_lora(r.config.lora_rank, r.config.lora_targets) == 0) {
+    throw std::runtime_error("--lora-targets: the model has none of these projections");
+  }
   r.params = r.model->parameters();
   for (const torch::Tensor& p : r.params) r.parameter_count += p.numel();
 
@@ -195,6 +203,13 @@ void build_model_and_optimizer(trainer_run& r) {
       p.copy_(copy.to(r.device));
     }
   }
+  // Only the weights that train get gradients, the gradient all-reduce and the optimizer (a frozen weight
+  // must not move, not even by weight decay).
+  std::vector<torch::Tensor> trainable;
+  for (const torch::Tensor& p : r.params) {
+    if (p.requires_grad()) trainable.push_back(p);
+  }
+  r.params = std::move(trainable);
   r.optimizer = std::make_unique<torch::optim::AdamW>(
       r.params, torch::optim::AdamWOptions(r.config.lr)
                     .betas({r.config.beta1, r.config.beta2})
@@ -286,9 +301,12 @@ microbatch_result run_microbatch(trainer_run& r, std::int64_t step, std::int64_t
   const torch::Tensor loss_sum = r.model->forward(batch);
   microbatch_result result;
   result.label_tokens = row.label_tokens();
-  (loss_sum / static_cast<double>(std::max<std::int64_t>(1, result.label_tokens)) /
-   static_cast<double>(r.config.microbatches_per_step))
-      .backward();
+  // With a frozen decoder, a row without images has nothing trainable upstream of its loss: no backward.
+  if (loss_sum.requires_grad()) {
+    (loss_sum / static_cast<double>(std::max<std::int64_t>(1, result.label_tokens)) /
+     static_cast<double>(r.config.microbatches_per_step))
+        .backward();
+  }
   interval.forward_backward_seconds += seconds_since(t0);
   result.loss_sum = loss_sum.item<double>();
 

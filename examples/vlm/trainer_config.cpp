@@ -196,9 +196,11 @@ std::string trainer_usage(const char* program) {
   return std::string("usage: ") + program +
          " [--config trainer.toml] [--steps N] [--microbatches N] [--log-interval N] [--row-length N]\n"
          "       [--seed N] [--threads N] [--lr X] [--output-dir DIR] [--device cpu|cuda] [--model-config PATH]\n"
+         "       [--frozen vision,merger,text] [--lora-rank R --lora-targets q_proj,v_proj,...]\n"
          "       [--flopmeter-library PATH] [--flopmeter-config PATH] [--flopmeter-path c_abi|tensor]\n"
          "       [--no-flopmeter]\n"
          "Multi-process: set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (examples/launch.sh does).\n"
+         "--frozen: those parts do not train (set the same list in the plugin file's [training] frozen).\n"
          "--device cuda: model and batches on cuda:LOCAL_RANK; flopmeter through its tensor path (flopmeter/torch.h).\n"
          "flopmeter library: --flopmeter-library > $FLOPMETER_LIBRARY > [flopmeter].library > the build's.\n";
 }
@@ -250,6 +252,28 @@ trainer_config parse_command_line(int argc, char** argv, const std::string& defa
       c.device = value;
     } else if (flag == "--model-config") {
       c.model_config = absolute(value);
+    } else if (flag == "--lora-rank") {
+      c.lora_rank = parse_int(flag, value);
+    } else if (flag == "--lora-targets") {
+      c.lora_targets.clear();
+      std::string::size_type start = 0;
+      while (start <= value.size()) {
+        const std::string::size_type end = std::min(value.find(',', start), value.size());
+        c.lora_targets.push_back(value.substr(start, end - start));
+        start = end + 1;
+      }
+    } else if (flag == "--frozen") {
+      c.frozen.clear();
+      std::string::size_type start = 0;
+      while (start <= value.size()) {
+        const std::string::size_type end = std::min(value.find(',', start), value.size());
+        const std::string part = value.substr(start, end - start);
+        if (part != "vision" && part != "merger" && part != "text") {
+          throw std::runtime_error("--frozen: unknown part '" + part + "' (expected vision, merger or text)");
+        }
+        c.frozen.push_back(part);
+        start = end + 1;
+      }
     } else if (flag == "--flopmeter-library") {
       cli_library = absolute(value);
     } else if (flag == "--flopmeter-config") {
@@ -262,6 +286,9 @@ trainer_config parse_command_line(int argc, char** argv, const std::string& defa
     } else {
       throw std::runtime_error("unknown flag: " + flag);
     }
+  }
+  if (c.lora_rank < 0 || (c.lora_rank > 0) != !c.lora_targets.empty()) {
+    throw std::runtime_error("--lora-rank R (> 0) and --lora-targets NAMES go together");
   }
   if (c.steps < 1 || c.microbatches_per_step < 1 || c.log_interval_steps < 1 || c.threads < 1) {
     throw std::runtime_error("--steps, --microbatches, --log-interval and --threads must be >= 1");

@@ -30,6 +30,13 @@ struct trainer_config {
   data_options data;
   // [model]
   std::string model_config;                 // flopmeter model TOML the model is built from (absolute)
+  // Parts whose weights do not train: any of "vision", "merger", "text" (--frozen vision,merger). Give
+  // flopmeter the same list in the plugin file's [training] frozen, so that it bills the same regime.
+  std::vector<std::string> frozen;
+  // LoRA (--lora-rank R --lora-targets q_proj,v_proj,...): adapters of rank R on the named decoder projections,
+  // the decoder's base weights frozen. 0: none. The plugin file's [training] lora_rank / lora_targets must match.
+  std::int64_t lora_rank = 0;
+  std::vector<std::string> lora_targets;
   // [optim] AdamW with linear warm-up then cosine decay to min_lr_ratio * lr.
   double lr = 3e-3;
   double min_lr_ratio = 0.1;
@@ -56,7 +63,7 @@ std::string trainer_usage(const char* program);
 
 // Parses the command line: --config PATH first (else `default_config`), then the overrides
 // (--steps N, --microbatches N, --log-interval N, --row-length N, --seed N, --threads N, --lr X,
-// --output-dir DIR, --device cpu|cuda, --model-config PATH, --flopmeter-library PATH, --flopmeter-config PATH,
+// --output-dir DIR, --device cpu|cuda, --model-config PATH, --frozen PARTS, --lora-rank R, --lora-targets NAMES, --flopmeter-library PATH, --flopmeter-config PATH,
 // --flopmeter-path c_abi|tensor, --no-flopmeter).
 // The library path precedence is --flopmeter-library > $FLOPMETER_LIBRARY > [flopmeter].library > the
 // build's libflopmeter.so (`default_library`). Sets `help` and returns early on --help. Throws

@@ -53,6 +53,7 @@ struct dense_terms {
   std::int64_t moe_shared_expert = 0;
   std::int64_t moe_shared_expert_gate = 0;
   std::int64_t logits = 0;                 // LM head hidden -> vocab
+  std::int64_t lora_adapters = 0;          // LoRA A and B GEMMs of every adapted projection (0 without LoRA)
 };
 
 // Training FLOPs (fwd + bwd) per unit. All exact integers.
@@ -108,6 +109,11 @@ struct batch_counts {
   std::int64_t merged_tokens = 0;    // sum of t*h*w / spatial_merge_size^2
   std::int64_t vision_pairs_per_frame = 0;  // sum of t*(h*w)^2 (attention within a temporal patch)
   std::int64_t vision_pairs_whole = 0;      // sum of (t*h*w)^2  (the reference's billing)
+  // The part of real + padding tokens and of causal_pairs that lies in micro-batches without any image or
+  // video. A frozen decoder gets a gradient only through the images it sees (training_regime), so such a
+  // micro-batch may be billed differently (regime_coefficients::without_items).
+  std::int64_t itemless_device_tokens = 0;
+  std::int64_t itemless_causal_pairs = 0;
 
   std::int64_t device_tokens() const { return real_tokens + padding_tokens; }
   // Adds `other`; throws flopmeter::error if any field would overflow.
@@ -153,5 +159,76 @@ flop_breakdown compute_flops(const coefficients& coeffs, const batch_counts& cou
 // keep arbitrary-precision integers (the Python package's FlopModel.flops returns a Python int). Every
 // product is formed in 128 bits and the sum in 129, so it is exact for any int64 coefficients and counts.
 std::string exact_total_flops(const coefficients& coeffs, const batch_counts& counts, flop_scope scope);
+
+// ---- What trains: frozen parts and LoRA adapters -------------------------------------------------------------
+//
+// Every GEMM is billed per multiply-add: forward 2, + input gradient 2 when its input needs a gradient (something
+// trainable lies upstream of it), + weight gradient 2 when its weight trains. A weightless product (attention
+// core, Gated DeltaNet delta rule) costs forward 2 + backward 4 when a gradient flows through it, forward 2
+// otherwise. With everything trainable that is the 6 of compute_coefficients(spec) (4 for the patch embedding,
+// whose input is pixels). The derivation per GEMM is in plugin/core/flop_model.cpp; METRICS.md has the table.
+
+// The decoder projections a LoRA adapter can sit on, named as Hugging Face and PEFT name them. in_proj_qkv,
+// in_proj_z and out_proj are Gated DeltaNet projections; gate_proj, up_proj, down_proj the dense SwiGLU's.
+enum class lora_target : unsigned {
+  q_proj,
+  k_proj,
+  v_proj,
+  o_proj,
+  gate_proj,
+  up_proj,
+  down_proj,
+  in_proj_qkv,
+  in_proj_z,
+  out_proj,
+};
+const char* to_string(lora_target target);
+// Parses a name above; throws flopmeter::error naming `where` and the accepted names otherwise.
+lora_target parse_lora_target(const std::string& name, const std::string& where);
+
+struct training_regime {
+  bool vision_frozen = false;  // ViT blocks, patch embedding, position embedding: no weight trains
+  bool merger_frozen = false;  // the patch merger and the DeepStack mergers
+  bool text_frozen = false;    // the decoder, its norms, the LM head, MTP layers, embeddings
+  // LoRA: adapters of rank lora_rank (> 0) on every decoder projection named in lora_targets; the decoder's
+  // base weights (and its norms, embeddings, LM head) are then frozen, whatever text_frozen says. 0: no LoRA.
+  std::int64_t lora_rank = 0;
+  std::vector<lora_target> lora_targets;
+
+  bool full_training() const { return !vision_frozen && !merger_frozen && !text_frozen && lora_rank == 0; }
+  bool adapts(lora_target target) const;
+};
+
+// "vision,merger" (the frozen parts in that order), "" when nothing is frozen.
+std::string frozen_list(const training_regime& regime);
+// Sets the part a name stands for ("vision", "merger" or "text"); throws flopmeter::error naming `where` for
+// another name or a part named twice.
+void add_frozen_part(training_regime& regime, const std::string& part, const std::string& where);
+
+// Throws flopmeter::error when the regime does not fit the model: nothing trains (every part the model has is
+// frozen), a LoRA rank < 0 or above 2^20, targets without a rank or a rank without targets, a target repeated,
+// SwiGLU targets (gate_proj, up_proj, down_proj) on a mixture-of-experts model (adapters on experts are not
+// billed: out of scope), or targets none of which the model has.
+void validate_training_regime(const model_spec& spec, const training_regime& regime);
+
+// The coefficients of a regime. A frozen decoder (text frozen, no LoRA) gets a gradient only through the images
+// and videos of its micro-batch, when the vision side trains: a micro-batch without any runs its text work
+// forward only. Those micro-batches are billed with `without_items` (their text and MTP terms); all others,
+// and every vision term, with `with_items`. Both are equal for every other regime.
+struct regime_coefficients {
+  coefficients with_items;
+  coefficients without_items;
+  regime_coefficients() = default;
+  // One set for every micro-batch (a regime where items change nothing, e.g. full training).
+  regime_coefficients(const coefficients& both) : with_items(both), without_items(both) {}  // NOLINT: implicit
+};
+
+// Validates the regime (validate_training_regime), then bills each GEMM by the rule above. With full training,
+// both sets equal compute_coefficients(spec). Throws coefficient_overflow like compute_coefficients.
+regime_coefficients compute_coefficients(const model_spec& spec, const training_regime& regime);
+
+// FLOPs of `counts` in a regime: the text terms of counts.itemless_* with without_items, the rest with
+// with_items.
+flop_breakdown compute_flops(const regime_coefficients& coeffs, const batch_counts& counts, flop_scope scope);
 
 }  // namespace FLOPMETER_EXPORT

@@ -23,6 +23,10 @@ inline constexpr char kDataTime[] = "perf/data_time";
 inline constexpr char kForwardBackwardTime[] = "perf/forward_backward_time";
 inline constexpr char kLogWaitMs[] = "perf/log_wait_ms";
 inline constexpr char kLogEmitMs[] = "perf/log_emit_ms";
+// What the Megatron per-token constant at each micro-batch's row length would report for the same interval,
+// in full-training form, beside the exact figures (METRICS.md says when and why they differ)
+inline constexpr char kTflopsPerSecondMegatron[] = "perf/tflops_per_second_megatron";  // per GPU
+inline constexpr char kMfuMegatron[] = "perf/mfu_megatron";                            // percent
 
 // Training (train/...)
 inline constexpr char kBatchEfficiency[] = "train/batch_efficiency";
@@ -31,6 +35,12 @@ inline constexpr char kTokensSeen[] = "train/tokens_seen";
 inline constexpr char kNumSamples[] = "train/num_samples";
 inline constexpr char kLearningRate[] = "train/lr";
 inline constexpr char kGradNorm[] = "train/grad_norm";
+// The training regime the FLOPs are billed for (training_regime): 1 when the part is frozen, else 0; the
+// LoRA rank (0: no LoRA). In every record, so dashboards can tell runs apart.
+inline constexpr char kFrozenVision[] = "train/frozen_vision";
+inline constexpr char kFrozenMerger[] = "train/frozen_merger";
+inline constexpr char kFrozenText[] = "train/frozen_text";
+inline constexpr char kLoraRank[] = "train/lora_rank";
 
 // The emitting rank's health counters (throughput_health), in every record (health/...)
 inline constexpr char kHealthBadMicrobatches[] = "health/bad_microbatches";

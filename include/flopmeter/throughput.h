@@ -84,6 +84,7 @@ struct setting_range {
 struct throughput_options {
   model_spec model;                             // what the FLOP model is built from
   flop_scope scope = flop_scope::complete;      // what is counted (seed reproduces the reference)
+  training_regime training;                     // what trains (frozen parts, LoRA); default: everything
   // Peak dense TFLOP/s per GPU: the number wins when set; otherwise `gpu` is looked up in the peak table.
   // Neither, or an unknown GPU: MFU is not reported and one warning is logged.
   std::optional<double> peak_tflops_per_gpu;
@@ -147,6 +148,8 @@ class throughput_plugin : public plugin {
   // True when the calling thread is inside one of this plugin's call-outs (a sink, the logger, the clock or
   // the communicator, called while the plugin holds its lock): a hook called now would be refused.
   bool in_callout() const noexcept;
+  // The coefficients of a micro-batch with images or videos, in options.training's regime (with full
+  // training, compute_coefficients(model)).
   const coefficients& flop_coefficients() const;
   // The model the plugin counts with (options.model).
   const model_spec& model() const;

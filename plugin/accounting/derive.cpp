@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "flopmeter/error.h"
+#include "flopmeter/megatron.h"
 #include "flopmeter/metric_names.h"
 #include "accounting/row_layout.h"
 #include "core/exact_double.h"
@@ -83,6 +84,14 @@ void check_label_tokens_within(const std::optional<double>& loss_sum, const std:
               std::to_string(real_tokens) + " real tokens (a loss is averaged over at most every token)");
 }
 
+megatron_billing megatron_billing::of(const model_spec& spec, flop_scope scope) {
+  model_spec constant_spec = spec;
+  if (scope == flop_scope::seed) constant_spec.train_mtp_layers = false;
+  // At S = 1 the attention parts are their slopes: both are (a constant) x S.
+  const megatron_constant k = compute_megatron_constant(constant_spec, 1);
+  return {k.text_linear_per_token, k.text_attention_per_token, k.vision_linear_per_token, k.vision_attention_per_token};
+}
+
 metrics_deriver::metrics_deriver(derive_setup setup) : setup_(std::move(setup)) {}
 
 derive_result metrics_deriver::derive(const double* rows, std::int64_t world, const derive_context& context) {
@@ -101,6 +110,7 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     c->resize(n);
   }
   double max_mem = 0, max_data = 0, max_fwd_bwd = 0, max_wait = 0, sum_tps = 0, sum_tflops = 0, sum_step = 0;
+  double sum_megatron_tflops = 0;  // the Megatron constant's view of the same intervals, formed like sum_tflops
   std::size_t fastest_rank = 0;  // the rank with the most TFLOP/s (for the MFU plausibility check)
   bool step_time_known = true;
   for (std::int64_t r = 0; r < world; ++r) {
@@ -146,6 +156,9 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     log_wait_[i] = reported(x[row_log_wait_ms]);
     sum_tps += tps_[i];
     sum_tflops += tflops_[i];
+    if (std::isfinite(x[row_megatron_flops]) && x[row_megatron_flops] > 0) {
+      sum_megatron_tflops += x[row_megatron_flops] / tflops_divisor / t;
+    }
     if (tflops_[i] > tflops_[fastest_rank]) fastest_rank = i;
     sum_step += step_time_[i];
     step_time_known = step_time_known && std::isfinite(step_time_[i]);
@@ -210,6 +223,13 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
                        "that did not run in this interval";
     }
   }
+  // Megatron's per-token constant for the same micro-batches, full-training form, beside the exact figures.
+  if (sum_megatron_tflops > 0 && std::isfinite(sum_megatron_tflops)) {
+    v.emplace_back(m::kTflopsPerSecondMegatron, sum_megatron_tflops / world_size);
+    if (setup_.peak_tflops_per_gpu) {
+      v.emplace_back(m::kMfuMegatron, sum_megatron_tflops / world_size / *setup_.peak_tflops_per_gpu * 100.0);
+    }
+  }
   if (step_time_known) {
     const double step_time = sum_step / world_size;
     v.emplace_back(m::kStepTime, step_time);
@@ -229,6 +249,10 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
                                             : "train/tokens_seen and train/num_samples") +
                       " not reported: a rank's running total reached 2^53, beyond what a row carries exactly";
   }
+  v.emplace_back(m::kFrozenVision, setup_.regime.vision_frozen ? 1.0 : 0.0);
+  v.emplace_back(m::kFrozenMerger, setup_.regime.merger_frozen ? 1.0 : 0.0);
+  v.emplace_back(m::kFrozenText, setup_.regime.text_frozen ? 1.0 : 0.0);
+  v.emplace_back(m::kLoraRank, static_cast<double>(setup_.regime.lora_rank));
   if (context.learning_rate) v.emplace_back(m::kLearningRate, *context.learning_rate);
   if (context.grad_norm) v.emplace_back(m::kGradNorm, *context.grad_norm);
   if (max_data > 0) v.emplace_back(m::kDataTime, max_data);

@@ -15,13 +15,34 @@
 
 #include "flopmeter/events.h"
 #include "flopmeter/flop_model.h"
+#include "flopmeter/model_spec.h"
 #include "flopmeter/sinks.h"
 
 namespace flopmeter::detail {
 
+// What the Megatron per-token constant bills for one micro-batch at its own row length S (real + padding
+// tokens), in full-training form: text_per_token(S) x S + vision_per_token(S) x patches, the `megatron_flops`
+// of `flopmeter estimate`. Each per-token part is linear in S (attention at S/2 keys per token), so it is kept
+// as a constant and a slope; perf/tflops_per_second_megatron sums this over the interval's micro-batches. The
+// seed scope's constant leaves out MTP layers, as the seed scope does.
+struct megatron_billing {
+  double text_linear = 0, text_attention_slope = 0, vision_linear = 0, vision_attention_slope = 0;
+  static megatron_billing of(const model_spec& spec, flop_scope scope);
+  double flops(double row_tokens, double patches) const {
+    return interval_flops(row_tokens, row_tokens * row_tokens, patches, row_tokens * patches);
+  }
+  // The same summed over an interval's micro-batches, from the sums of S, S^2, patches and S x patches (the
+  // attention parts grow with S^2 and S x patches): what row_megatron_flops carries.
+  double interval_flops(double tokens, double tokens_squared, double patches, double tokens_times_patches) const {
+    return text_linear * tokens + text_attention_slope * tokens_squared + vision_linear * patches +
+           vision_attention_slope * tokens_times_patches;
+  }
+};
+
 // What does not change from log to log: fixed when the plugin starts.
 struct derive_setup {
-  coefficients flop_coefficients;
+  regime_coefficients flop_coefficients;  // the training regime's (one set for full training)
+  training_regime regime;                 // what trains: carried into every record (train/frozen_*)
   flop_scope scope = flop_scope::complete;
   std::int64_t tp = 1, cp = 1, pp = 1;          // the parallel sizes (dp = world / (tp*cp*pp))
   std::vector<std::int64_t> dp_group;           // the ranks whose additive counts are summed (this rank's DP group)

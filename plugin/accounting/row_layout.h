@@ -25,6 +25,8 @@ enum row_field : std::size_t {
   row_merged_tokens,
   row_vision_pairs_per_frame,
   row_vision_pairs_whole,
+  row_itemless_device_tokens,
+  row_itemless_causal_pairs,
   // the rest of the interval
   row_loss_sum,
   row_label_tokens,
@@ -42,10 +44,14 @@ enum row_field : std::size_t {
   // costs its rates, never the totals.
   row_tokens_seen,
   row_samples_seen,
+  // What the Megatron per-token constant at each micro-batch's row length bills for this interval's micro-batches
+  // (full-training form; perf/tflops_per_second_megatron). A double, not a count: an estimate, never checked
+  // for exactness.
+  row_megatron_flops,
   kRowFields
 };
 
-constexpr std::size_t kRowCountFields = row_vision_pairs_whole + 1;
+constexpr std::size_t kRowCountFields = row_itemless_causal_pairs + 1;
 
 inline void counts_to_row(const batch_counts& n, double* row) {
   row[row_real_tokens] = static_cast<double>(n.real_tokens);
@@ -57,6 +63,8 @@ inline void counts_to_row(const batch_counts& n, double* row) {
   row[row_merged_tokens] = static_cast<double>(n.merged_tokens);
   row[row_vision_pairs_per_frame] = static_cast<double>(n.vision_pairs_per_frame);
   row[row_vision_pairs_whole] = static_cast<double>(n.vision_pairs_whole);
+  row[row_itemless_device_tokens] = static_cast<double>(n.itemless_device_tokens);
+  row[row_itemless_causal_pairs] = static_cast<double>(n.itemless_causal_pairs);
 }
 
 // The counts of a row, from the doubles of the collective buffer or the int64 counters of the tensor path.
@@ -74,6 +82,8 @@ batch_counts counts_from_row(const T* row) {
   n.merged_tokens = count(row[row_merged_tokens]);
   n.vision_pairs_per_frame = count(row[row_vision_pairs_per_frame]);
   n.vision_pairs_whole = count(row[row_vision_pairs_whole]);
+  n.itemless_device_tokens = count(row[row_itemless_device_tokens]);
+  n.itemless_causal_pairs = count(row[row_itemless_causal_pairs]);
   return n;
 }
 

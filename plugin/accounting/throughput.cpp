@@ -5,7 +5,7 @@
 // as a SUM all-reduce of that buffer with the other rows zeroed (communicator.h), which every backend
 // supports. From the rows each rank derives DP-group sums, world maxima and the per-rank top-k breakdown
 // locally (derive.h), so one collective serves every metric. At 16,384 ranks the buffer is 16,384 x
-// kRowFields (22) x 8 B = 2.75 MiB per log; METRICS.md gives the bytes each rank moves.
+// kRowFields (25) x 8 B = 3.125 MiB per log; METRICS.md gives the bytes each rank moves.
 //
 // Every row carries what identifies its log: the step (row_step) and the log's sequence number
 // (row_present: every rank counts its on_log calls). The rows of one collective agree unless collectives
@@ -91,6 +91,10 @@ struct interval_counters {
   double loss_sum = 0;
   std::int64_t label_tokens = 0;
   std::int64_t microbatches = 0;
+  // Per micro-batch of S device tokens and P patches: sums of S^2 and S*P, what the Megatron constant's
+  // attention parts grow with (megatron_billing::interval_flops forms row_megatron_flops from them at the log).
+  double row_tokens_squared = 0;
+  double row_tokens_times_patches = 0;
 };
 
 }  // namespace
@@ -114,7 +118,9 @@ class throughput_plugin::impl {
                   std::to_string(options_.collective_timeout.count()) + " ms)");
     }
     validate_model_spec(options_.model);
-    coefficients_ = compute_coefficients(options_.model);
+    regime_coefficients_ = compute_coefficients(options_.model, options_.training);
+    coefficients_ = regime_coefficients_.with_items;
+    megatron_ = megatron_billing::of(options_.model, options_.scope);
     geometry_ = geometry_of(options_.model);
     rank_ = comm_->rank();
     world_ = comm_->world_size();
@@ -158,7 +164,8 @@ class throughput_plugin::impl {
     buffer_.assign(static_cast<std::size_t>(world_) * kRowFields, 0.0);
     row_.assign(kRowFields, 0.0);
     derive_setup setup;
-    setup.flop_coefficients = coefficients_;
+    setup.flop_coefficients = regime_coefficients_;
+    setup.regime = options_.training;
     setup.scope = options_.scope;
     setup.tp = layout_.tp();
     setup.cp = layout_.cp();
@@ -192,6 +199,9 @@ class throughput_plugin::impl {
       check_label_tokens_within(event.loss_sum, event.label_tokens, counts.real_tokens);
       interval_counters next = current_;
       next.counts += counts;
+      const double row_tokens = static_cast<double>(counts.device_tokens());
+      next.row_tokens_squared += row_tokens * row_tokens;
+      next.row_tokens_times_patches += row_tokens * static_cast<double>(counts.patches);
       // Checked like the counts: samples or label tokens summed past int64 (a trainer passing garbage) were
       // signed overflow, and a loss sum past the double range an infinite train/loss.
       if (__builtin_add_overflow(next.samples, event.samples, &next.samples)) {
@@ -403,6 +413,9 @@ class throughput_plugin::impl {
     row[row_loss_sum] = current_.loss_sum;
     row[row_label_tokens] = static_cast<double>(current_.label_tokens);
     row[row_microbatches] = static_cast<double>(current_.microbatches);
+    row[row_megatron_flops] =
+        megatron_.interval_flops(static_cast<double>(current_.counts.device_tokens()), current_.row_tokens_squared,
+                                 static_cast<double>(current_.counts.patches), current_.row_tokens_times_patches);
     row[row_interval_seconds] = interval_seconds;
     row[row_peak_memory_bytes] = event.peak_memory_bytes ? static_cast<double>(*event.peak_memory_bytes) : 0.0;
     row[row_data_seconds] = seconds_or_zero(event.data_time);
@@ -643,7 +656,7 @@ class throughput_plugin::impl {
   std::shared_ptr<communicator> comm_;
   parallel_layout layout_;
   std::shared_ptr<spdlog::logger> logger_;
-  coefficients coefficients_;
+  coefficients coefficients_;  // of a micro-batch with images (the regime's)
   vision_geometry geometry_;
   std::optional<double> peak_;
   std::int64_t rank_ = 0;
@@ -673,6 +686,9 @@ class throughput_plugin::impl {
   detail::rate_limiter last_derive_warning_;  // what an emitted record leaves out (derive_result::warning)
   detail::rate_limiter last_log_field_warning_;  // log fields left out (detail::check_log_fields)
   detail::rate_limiter reentrant_warning_;  // hooks refused from inside our own call-outs (refuse_reentrant)
+  // Last: on_microbatch reads only megatron_ of these, and the members it uses most keep their places.
+  detail::megatron_billing megatron_;
+  regime_coefficients regime_coefficients_;
 };
 
 std::shared_ptr<throughput_plugin> throughput_plugin::create(throughput_options options,

@@ -39,8 +39,9 @@ namespace flopmeter {
 namespace {
 
 // Keys of each table, in SCHEMA.md order.
-constexpr std::string_view kRootKeys[] = {"model", "peak", "parallel", "logging", "sinks"};
+constexpr std::string_view kRootKeys[] = {"model", "training", "peak", "parallel", "logging", "sinks"};
 constexpr std::string_view kModelKeys[] = {"config", "scope", "sanity_check", "train_mtp_layers"};
+constexpr std::string_view kTrainingKeys[] = {"frozen", "lora_rank", "lora_targets"};
 constexpr std::string_view kPeakKeys[] = {"gpu", "tflops_per_gpu", "precision"};
 constexpr std::string_view kParallelKeys[] = {"tp", "cp", "pp", "order"};
 constexpr std::string_view kLoggingKeys[] = {"log_interval_steps", "tpi_multiplier", "topk", "emit",
@@ -48,11 +49,8 @@ constexpr std::string_view kLoggingKeys[] = {"log_interval_steps", "tpi_multipli
 constexpr std::string_view kSinksKeys[] = {"console", "jsonl", "tensorboard"};
 
 // Where a key written at the top level belongs (for "did you mean 'parallel.tp' in table [parallel]?").
-constexpr detail::key_home kHomes[] = {{"model", kModelKeys},
-                                       {"peak", kPeakKeys},
-                                       {"parallel", kParallelKeys},
-                                       {"logging", kLoggingKeys},
-                                       {"sinks", kSinksKeys}};
+constexpr detail::key_home kHomes[] = {{"model", kModelKeys},       {"training", kTrainingKeys}, {"peak", kPeakKeys},
+                                       {"parallel", kParallelKeys}, {"logging", kLoggingKeys},   {"sinks", kSinksKeys}};
 
 constexpr std::string_view kSchemaDoc = "plugin_configs/SCHEMA.md";
 
@@ -97,12 +95,14 @@ class options_loader : private detail::toml_reader {
     }
     check_keys(root, "", kRootKeys, kSchemaDoc, kHomes);
     const toml::table* model = optional_table(root, "model");
+    const toml::table* training = optional_table(root, "training");
     const toml::table* peak = optional_table(root, "peak");
     const toml::table* parallel = optional_table(root, "parallel");
     const toml::table* logging = optional_table(root, "logging");
     const toml::table* sinks = optional_table(root, "sinks");
     if (model == nullptr) fail_at(root.source(), "required table [model] is missing");
     check_keys(*model, "model", kModelKeys, kSchemaDoc);
+    if (training != nullptr) check_keys(*training, "training", kTrainingKeys, kSchemaDoc);
     if (peak != nullptr) check_keys(*peak, "peak", kPeakKeys, kSchemaDoc);
     if (parallel != nullptr) check_keys(*parallel, "parallel", kParallelKeys, kSchemaDoc);
     if (logging != nullptr) check_keys(*logging, "logging", kLoggingKeys, kSchemaDoc);
@@ -117,6 +117,7 @@ class options_loader : private detail::toml_reader {
     }
     options.sanity_check = optional_bool(*model, "model", "sanity_check", false);
     const std::optional<bool> train_mtp_layers = optional_bool(*model, "model", "train_mtp_layers");
+    if (training != nullptr) read_training(*training, options.training);
     if (peak != nullptr) read_peak(*peak, options);
     if (parallel != nullptr) {
       read_parallel(*parallel, options);
@@ -140,6 +141,14 @@ class options_loader : private detail::toml_reader {
 
     options.model = load_model(*model->get("config"), model_path);
     if (train_mtp_layers) options.model.train_mtp_layers = *train_mtp_layers;
+    if (training != nullptr) {
+      // Whether the regime fits the model (nothing trains, MoE experts as LoRA targets, ...): at [training].
+      try {
+        validate_training_regime(options.model, options.training);
+      } catch (const error& e) {
+        fail_at(training->source(), "table [training]: " + e.description());
+      }
+    }
     return config;
   }
 
@@ -170,6 +179,44 @@ class options_loader : private detail::toml_reader {
       if (e.where().line > 0) throw;  // a problem inside the model file: its own file:line:col says where
       fail_key(config, "model.config", std::string("cannot load the model: ") + e.what());
     }
+  }
+
+  // [training]: frozen = ["vision", "merger", "text"] (any subset), lora_rank, lora_targets.
+  void read_training(const toml::table& training, training_regime& regime) const {
+    const auto strings = [&](const char* key, const auto& each) {
+      const toml::node* node = training.get(key);
+      if (node == nullptr) return;
+      const std::string path = std::string("training.") + key;
+      const toml::array* array = node->as_array();
+      if (array == nullptr) fail_type(*node, path, "an array of strings");
+      for (std::size_t i = 0; i < array->size(); ++i) {
+        const toml::node& element = *array->get(i);
+        const std::string element_path = path + "[" + std::to_string(i) + "]";
+        each(element, element_path, string_value(element, element_path));
+      }
+    };
+    strings("frozen", [&](const toml::node& element, const std::string& path, const std::string& part) {
+      if (part != "vision" && part != "merger" && part != "text") {
+        fail_key(element, path, "unknown part '" + escaped(part) + "' (expected \"vision\", \"merger\" or \"text\")");
+      }
+      const bool named = part == "vision"   ? regime.vision_frozen
+                         : part == "merger" ? regime.merger_frozen
+                                            : regime.text_frozen;
+      if (named) fail_key(element, path, "part '" + part + "' is named twice");
+      add_frozen_part(regime, part, path);
+    });
+    regime.lora_rank = optional_int(training, "training", "lora_rank", {0, std::int64_t{1} << 20}, 0);
+    strings("lora_targets", [&](const toml::node& element, const std::string& path, const std::string& name) {
+      try {
+        regime.lora_targets.push_back(parse_lora_target(name, path));
+      } catch (const error&) {
+        std::string known;
+        for (unsigned t = 0; t <= static_cast<unsigned>(lora_target::out_proj); ++t) {
+          known += std::string(t == 0 ? "" : ", ") + to_string(static_cast<lora_target>(t));
+        }
+        fail_key(element, path, "unknown LoRA target '" + escaped(name) + "' (expected one of " + known + ")");
+      }
+    });
   }
 
   void read_peak(const toml::table& peak, throughput_options& options) const {

@@ -33,26 +33,69 @@ coefficient_table coefficient_entries(const coefficients& c) {
           {"moe_shared_expert", d.moe_shared_expert, "shared SwiGLU expert"},
           {"moe_shared_expert_gate", d.moe_shared_expert_gate, "shared expert's sigmoid gate, hidden x 1"},
           {"logits", d.logits, "LM head, hidden x vocab"},
+          {"lora_adapters", d.lora_adapters, "LoRA A and B of every adapted projection"},
       }};
 }
 
-std::string coefficients_json(const model_spec& spec, const coefficients& c) {
-  const coefficient_table table = coefficient_entries(c);
+itemless_table itemless_entries(const regime_coefficients& rc) {
+  const coefficients& c = rc.with_items;
+  const coefficients& w = rc.without_items;
+  return itemless_table{
+      w.dense_per_token != c.dense_per_token || w.text_attn_pair != c.text_attn_pair ||
+          w.mtp_per_token != c.mtp_per_token || w.mtp_attn_pair != c.mtp_attn_pair,
+      {
+          {"dense_per_token", w.dense_per_token, "per device token of a micro-batch without images or videos"},
+          {"text_attn_pair", w.text_attn_pair, "per causal pair of such a micro-batch"},
+          {"mtp_per_token", w.mtp_per_token, "MTP layers, per device token of such a micro-batch"},
+          {"mtp_attn_pair", w.mtp_attn_pair, "MTP attention, per causal pair of such a micro-batch"},
+      }};
+}
+
+std::string frozen_json(const training_regime& regime) {
+  std::string list = "[";
+  const auto add = [&list](bool frozen, const char* part) {
+    if (frozen) list += (list.size() > 1 ? ", " : "") + json_string(part);
+  };
+  add(regime.vision_frozen, "vision");
+  add(regime.merger_frozen, "merger");
+  add(regime.text_frozen, "text");
+  return list + "]";
+}
+
+std::string lora_targets_json(const training_regime& regime) {
+  std::string list = "[";
+  for (const lora_target target : regime.lora_targets)
+    list += (list.size() > 1 ? ", " : "") + json_string(to_string(target));
+  return list + "]";
+}
+
+std::string coefficients_json(const model_spec& spec, const regime_coefficients& rc, const training_regime& regime) {
+  const coefficient_table table = coefficient_entries(rc.with_items);
   json_object object;
   object.string("model", spec.name);
   if (!spec.source_path.empty()) object.string("file", spec.source_path);  // which file a name resolved to
+  object.raw("frozen", frozen_json(regime))
+      .integer("lora_rank", regime.lora_rank)
+      .raw("lora_targets", lora_targets_json(regime));
   for (const coefficient_entry& e : table.entries) object.integer(e.key, e.value);
   json_object breakdown;
   for (const coefficient_entry& e : table.dense_parts) breakdown.integer(e.key, e.value);
   object.raw("dense_per_token_breakdown", breakdown.str());
+  const itemless_table itemless = itemless_entries(rc);
+  if (itemless.differs) {
+    json_object without;
+    for (const coefficient_entry& e : itemless.entries) without.integer(e.key, e.value);
+    object.raw("without_items", without.str());
+  }
   return object.str();
 }
 
 estimate_result estimate_batch(const model_spec& spec, const batch_counts& counts, flop_scope scope,
-                               std::int64_t seq_len) {
+                               std::int64_t seq_len, const training_regime& regime) {
   estimate_result r;
   r.spec = spec;
-  r.c = compute_coefficients(spec);
+  r.regime = regime;
+  r.c = compute_coefficients(spec, regime);
   r.scope = scope;
   r.n = counts;
   r.f = compute_flops(r.c, r.n, scope);
@@ -92,6 +135,8 @@ std::string estimate_json(const estimate_result& r) {
   object.string("model", r.spec.name);
   if (!r.spec.source_path.empty()) object.string("file", r.spec.source_path);  // which file a name resolved to
   object.string("scope", to_string(r.scope))
+      .raw("frozen", frozen_json(r.regime))
+      .integer("lora_rank", r.regime.lora_rank)
       .number("flops", r.exact)
       .number("text_dense", f.text_dense)
       .number("text_attention", f.text_attention)

@@ -25,18 +25,30 @@ struct coefficient_entry {
 // The nine coefficients of the top level, in the order of the JSON object.
 struct coefficient_table {
   coefficient_entry entries[9];
-  coefficient_entry dense_parts[8];  // dense_per_token by GEMM family; the parts sum to it exactly
+  coefficient_entry dense_parts[9];  // dense_per_token by GEMM family; the parts sum to it exactly
 };
 coefficient_table coefficient_entries(const coefficients& c);
 
-// `flopmeter coefficients MODEL --json`: model, file (when the spec came from one), the coefficients and
-// dense_per_token_breakdown.
-std::string coefficients_json(const model_spec& spec, const coefficients& c);
+// `flopmeter coefficients MODEL --json`: model, file (when the spec came from one), the training regime
+// (frozen, lora_rank, lora_targets), the regime's coefficients and dense_per_token_breakdown, and when a frozen
+// decoder bills micro-batches without images differently, without_items (their text coefficients).
+std::string coefficients_json(const model_spec& spec, const regime_coefficients& c, const training_regime& regime = {});
+// The four text coefficients a micro-batch without images may be billed with (regime_coefficients).
+struct itemless_table {
+  bool differs = false;  // from the with-items coefficients: only then are they reported
+  coefficient_entry entries[4];
+};
+itemless_table itemless_entries(const regime_coefficients& c);
+// The frozen parts as a JSON array of strings (["vision", "merger"], [] when nothing is frozen) and the LoRA
+// targets likewise.
+std::string frozen_json(const training_regime& regime);
+std::string lora_targets_json(const training_regime& regime);
 
 // The exact count of one micro-batch and the Megatron constant's view of the same batch.
 struct estimate_result {
   model_spec spec;
-  coefficients c;
+  training_regime regime;  // what trains: the terms are the regime's, the Megatron constant stays full training
+  regime_coefficients c;
   flop_scope scope = flop_scope::complete;
   batch_counts n;
   flop_breakdown f;
@@ -50,7 +62,7 @@ struct estimate_result {
 // `seq_len` 0: the row length is the batch's device tokens. With the seed scope the constant leaves out MTP
 // layers, as the seed scope does, so that megatron_over_exact compares like with like.
 estimate_result estimate_batch(const model_spec& spec, const batch_counts& counts, flop_scope scope,
-                               std::int64_t seq_len);
+                               std::int64_t seq_len, const training_regime& regime = {});
 
 // `flopmeter estimate MODEL ... --json`.
 std::string estimate_json(const estimate_result& r);

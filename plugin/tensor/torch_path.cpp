@@ -142,8 +142,11 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
     per_frame = sum_exact(ts * frame * frame * ok);
     whole = sum_exact(item_patches * item_patches * ok);
   }
-  return at::stack({real, constant(b.padding_tokens, options), documents, pairs, items, patches, merged, per_frame,
-                    whole, invalid.to(at::kDouble)});
+  // Whether the micro-batch has images or videos is a shape fact, known on the host (regime_coefficients).
+  const at::Tensor padding = constant(b.padding_tokens, options);
+  const at::Tensor itemless_tokens = has_grids ? zero : real + padding, itemless_pairs = has_grids ? zero : pairs;
+  return at::stack({real, padding, documents, pairs, items, patches, merged, per_frame, whole, itemless_tokens,
+                    itemless_pairs, invalid.to(at::kDouble)});
 }
 
 batch_counts to_batch_counts(const at::Tensor& counts) {
@@ -162,7 +165,9 @@ class tensor_throughput::impl {
  public:
   impl(throughput_options options, c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device,
        const c10d_options& checks)
-      : geometry_(geometry_of(options.model)), device_(device) {
+      : geometry_(geometry_of(options.model)),
+        megatron_(megatron_billing::of(options.model, options.scope)),
+        device_(device) {
     if (!group) throw error("tensor_throughput: the process group is null");
     detail::check_group_covers_job("tensor_throughput", group->getSize(), checks.job_world_size);
     const std::string backend = group->getBackendName();
@@ -202,6 +207,11 @@ class tensor_throughput::impl {
       accumulated_.slice(0, 0, kInvalid).add_(counts.slice(0, 0, kInvalid) * valid);
       accumulated_.select(0, kInvalid).add_(1 - valid);
       accumulated_.select(0, kSamples).add_(valid * static_cast<double>(batch.samples));
+      // The sums the Megatron constant's attention parts grow with (megatron_billing::interval_flops), on the
+      // device: S^2 and S x patches per micro-batch of S device tokens.
+      const at::Tensor row_tokens = counts.select(0, row_real_tokens) + counts.select(0, row_padding_tokens);
+      accumulated_.select(0, kTokensSquared).add_(valid * (row_tokens * row_tokens));
+      accumulated_.select(0, kTokensTimesPatches).add_(valid * (row_tokens * counts.select(0, row_patches)));
       if (batch.loss_sum && batch.label_tokens) {
         accumulated_.select(0, kLabelTokens).add_(valid * static_cast<double>(*batch.label_tokens));
         loss_sum_.add_(valid * *batch.loss_sum);
@@ -253,12 +263,15 @@ class tensor_throughput::impl {
   }
 
  private:
-  // The device accumulator: the nine counts, then the invalid micro-batches, samples and label tokens, all
+  // The device accumulator: the counts, then the invalid micro-batches, samples, label tokens and the sums of
+  // S^2 and S x patches (the Megatron figures), all
   // float64 like the row they are added to (exact below 2^53, never wrapping); the loss sum is a double of its own.
   static constexpr std::int64_t kInvalid = kCountEntries - 1;
   static constexpr std::int64_t kSamples = kCountEntries;
   static constexpr std::int64_t kLabelTokens = kCountEntries + 1;
-  static constexpr std::int64_t kAccumulated = kCountEntries + 2;
+  static constexpr std::int64_t kTokensSquared = kCountEntries + 2;
+  static constexpr std::int64_t kTokensTimesPatches = kCountEntries + 3;
+  static constexpr std::int64_t kAccumulated = kCountEntries + 4;
 
   // A hook called on the thread that holds mutex_, i.e. from inside one of our call-outs (the plugin's sinks,
   // logger, clock or collective, all of which run under it, or the logger of the warning above): locking
@@ -296,6 +309,12 @@ class tensor_throughput::impl {
     at_field(row_device_rejected).add_(accumulated_.select(0, kInvalid));
     at_field(row_label_tokens).add_(accumulated_.select(0, kLabelTokens));
     at_field(row_loss_sum).add_(loss_sum_);
+    // In the host path's order of operations (megatron_billing::interval_flops), so both give the same double.
+    const at::Tensor tokens = accumulated_.select(0, row_real_tokens) + accumulated_.select(0, row_padding_tokens);
+    at_field(row_megatron_flops)
+        .add_(tokens * megatron_.text_linear + accumulated_.select(0, kTokensSquared) * megatron_.text_attention_slope +
+              accumulated_.select(0, row_patches) * megatron_.vision_linear +
+              accumulated_.select(0, kTokensTimesPatches) * megatron_.vision_attention_slope);
     end_interval(/*keep_rejections=*/false);
     at_field(row_tokens_seen).add_(seen_.select(0, 0));  // the running totals, this interval included
     at_field(row_samples_seen).add_(seen_.select(0, 1));
@@ -317,6 +336,7 @@ class tensor_throughput::impl {
   }
 
   vision_geometry geometry_;
+  megatron_billing megatron_;
   c10::Device device_;
   std::shared_ptr<spdlog::logger> logger_;
   std::shared_ptr<throughput_plugin> plugin_;
