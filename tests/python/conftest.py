@@ -9,6 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No example database in the source tree: every run draws its examples afresh (and CI's clone stays clean).
+settings.register_profile("flopmeter", database=None)
+settings.load_profile("flopmeter")
 
 import flopmeter
 from flopmeter import _cli
