@@ -265,6 +265,17 @@ typedef struct flopmeter_row_layout {
   uint32_t device_rejected; /* micro-batches rejected where they were counted: health's bad_microbatches */
   uint32_t tokens_seen;     /* this rank's running total of real tokens, this interval included */
   uint32_t samples_seen;    /* this rank's running total of samples, this interval included */
+  uint32_t num_counts;      /* how many counts start at `counts`: the nine of flopmeter_counts, then the
+                             * device tokens and causal pairs of the micro-batches without images (which a
+                             * regime with a frozen decoder bills with other coefficients) */
+  uint32_t megatron_flops;  /* what the Megatron constant bills for the interval's micro-batches: for each
+                             * micro-batch of S device tokens and P patches, text_linear * S +
+                             * text_attention_slope * S^2 + vision_linear * P + vision_attention_slope * S * P,
+                             * with the four factors below, in that order of operations */
+  double megatron_text_linear;
+  double megatron_text_attention_slope;
+  double megatron_vision_linear;
+  double megatron_vision_attention_slope;
 } flopmeter_row_layout;
 
 /* FLOPMETER_OK, FLOPMETER_E_NULL_ARGUMENT, FLOPMETER_E_STRUCT_SIZE or FLOPMETER_E_INVALID_HANDLE. */

@@ -32,6 +32,7 @@
 #include "flopmeter/throughput.h"
 #include "flopmeter/gloo_env.h"
 #include "abi/abi_common.h"
+#include "accounting/derive.h"
 #include "accounting/plugin_factory.h"
 #include "accounting/row_layout.h"
 #include "accounting/throughput_config.h"
@@ -433,7 +434,8 @@ flopmeter_plugin* flopmeter_create_from_text(const char* toml_text, size_t lengt
 
 int flopmeter_get_row_layout(const flopmeter_plugin* plugin, flopmeter_row_layout* out) {
   if (plugin == nullptr || out == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
-  if (!handle_registry::instance().find(plugin)) return FLOPMETER_E_INVALID_HANDLE;
+  const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
   if (out->struct_size < sizeof(flopmeter_row_layout)) return FLOPMETER_E_STRUCT_SIZE;
   namespace d = flopmeter::detail;
   out->row_doubles = static_cast<uint32_t>(d::kRowFields);
@@ -443,6 +445,13 @@ int flopmeter_get_row_layout(const flopmeter_plugin* plugin, flopmeter_row_layou
   out->device_rejected = static_cast<uint32_t>(d::row_device_rejected);
   out->tokens_seen = static_cast<uint32_t>(d::row_tokens_seen);
   out->samples_seen = static_cast<uint32_t>(d::row_samples_seen);
+  out->num_counts = static_cast<uint32_t>(d::kRowCountFields);
+  out->megatron_flops = static_cast<uint32_t>(d::row_megatron_flops);
+  const d::megatron_billing billing = d::megatron_billing::of(state->plugin->model(), state->plugin->scope());
+  out->megatron_text_linear = billing.text_linear;
+  out->megatron_text_attention_slope = billing.text_attention_slope;
+  out->megatron_vision_linear = billing.vision_linear;
+  out->megatron_vision_attention_slope = billing.vision_attention_slope;
   return FLOPMETER_OK;
 }
 

@@ -301,6 +301,7 @@ class throughput_plugin::impl {
   bool in_callout() const noexcept { return mutex_.held_by_this_thread(); }
   const coefficients& flop_coefficients() const { return coefficients_; }
   const model_spec& model() const { return options_.model; }
+  flop_scope scope() const { return options_.scope; }
   std::optional<double> peak() const { return peak_; }
 
  private:
@@ -710,6 +711,7 @@ throughput_health throughput_plugin::health() const { return impl_->health(); }
 bool throughput_plugin::in_callout() const noexcept { return impl_->in_callout(); }
 const coefficients& throughput_plugin::flop_coefficients() const { return impl_->flop_coefficients(); }
 const model_spec& throughput_plugin::model() const { return impl_->model(); }
+flop_scope throughput_plugin::scope() const { return impl_->scope(); }
 std::optional<double> throughput_plugin::peak_tflops_per_gpu() const { return impl_->peak(); }
 
 std::vector<std::int64_t> accumulation_schedule(double m) {

@@ -28,12 +28,16 @@ from . import _native
 MAX_DOCUMENT_TOKENS = (1 << 32) - 1
 MAX_ITEM_PATCHES = 1 << 31
 
-# The accumulator's slots: the nine counts (flopmeter_counts order), then these.
-INVALID = 9
-LABEL_TOKENS = 10
-SAMPLES = 11
-LOSS_SUM = 12
-SLOTS = 13
+# The accumulator's slots: the row's counts (flopmeter_counts' nine, then the device tokens and causal pairs of
+# the micro-batches without images), then these.
+COUNTS = 11
+INVALID = 11
+LABEL_TOKENS = 12
+SAMPLES = 13
+LOSS_SUM = 14
+TOKENS_SQUARED = 15        # sum over micro-batches of S^2, S = its device tokens (the Megatron constant's text
+TOKENS_TIMES_PATCHES = 16  # attention grows with it), and of S x its patches (its ViT attention)
+SLOTS = 17
 
 
 def _causal_pairs(torch: Any, lengths: Any) -> Any:
@@ -45,7 +49,7 @@ def _causal_pairs(torch: Any, lengths: Any) -> Any:
 
 def batch_counts(torch: Any, fmt: Optional[str], batch: Any, grids: Any, padding_tokens: int,
                  merge_size: int, device: Any) -> Any:
-    """A float64 tensor of the nine counts and the number of invalid entries (10 values) on `device`."""
+    """A float64 tensor of the row's 11 counts and the number of invalid entries (12 values) on `device`."""
     f64 = torch.float64
     zero = torch.zeros((), dtype=f64, device=device)
     real = documents = pairs = invalid = zero
@@ -97,7 +101,13 @@ def batch_counts(torch: Any, fmt: Optional[str], batch: Any, grids: Any, padding
         per_frame = (ts * frame * frame * ok).to(f64).sum()
         whole = (item_patches * item_patches * ok).to(f64).sum()
     padding = torch.full((), padding_tokens, dtype=f64, device=device)
-    return torch.stack([real, padding, documents, pairs, items, patches, merged, per_frame, whole, invalid])
+    # A micro-batch without images (known on the host: no grid rows) carries its text work in the itemless
+    # counts too, which a frozen decoder bills by other coefficients.
+    has_items = grids is not None and grids.numel() > 0
+    itemless_tokens = zero if has_items else real + padding
+    itemless_pairs = zero if has_items else pairs
+    return torch.stack([real, padding, documents, pairs, items, patches, merged, per_frame, whole, itemless_tokens,
+                        itemless_pairs, invalid])
 
 
 def _device_scalar(torch: Any, value: Any, device: Any) -> Any:
@@ -136,6 +146,10 @@ class DeviceCounts:
         self.accumulated[:INVALID] += counts[:INVALID] * valid
         self.accumulated[INVALID] += 1 - valid
         self.accumulated[SAMPLES] += valid * float(samples)
+        # The sums the Megatron constant's attention parts grow with, per micro-batch of S device tokens.
+        row_tokens = counts[0] + counts[1]
+        self.accumulated[TOKENS_SQUARED] += valid * (row_tokens * row_tokens)
+        self.accumulated[TOKENS_TIMES_PATCHES] += valid * (row_tokens * counts[5])
 
     def reject(self) -> None:
         """A micro-batch refused on the host (a bad shape or dtype) still counts as rejected, on the device."""
@@ -153,10 +167,18 @@ class DeviceCounts:
             buffer = host_row_buffer.pin_memory().to(self.device, non_blocking=True)
         row = rank * layout.row_doubles
         a = self.accumulated
-        buffer[row + layout.counts: row + layout.counts + INVALID] += a[:INVALID]
+        if layout.num_counts != COUNTS:
+            raise RuntimeError(f"the library's row has {layout.num_counts} counts, this package counts {COUNTS}")
+        buffer[row + layout.counts: row + layout.counts + COUNTS] += a[:COUNTS]
         buffer[row + layout.device_rejected] += a[INVALID]
         buffer[row + layout.label_tokens] += a[LABEL_TOKENS]
         buffer[row + layout.loss_sum] += a[LOSS_SUM]
+        # In the host path's order of operations (derive.h, megatron_billing::interval_flops): the same double.
+        tokens = a[0] + a[1]
+        buffer[row + layout.megatron_flops] += (tokens * layout.megatron_text_linear
+                                                + a[TOKENS_SQUARED] * layout.megatron_text_attention_slope
+                                                + a[5] * layout.megatron_vision_linear
+                                                + a[TOKENS_TIMES_PATCHES] * layout.megatron_vision_attention_slope)
         self.seen[0] += a[0]
         self.seen[1] += a[SAMPLES]
         buffer[row + layout.tokens_seen] += self.seen[0]

@@ -139,6 +139,12 @@ class RowLayout(ctypes.Structure):
         ("device_rejected", ctypes.c_uint32),
         ("tokens_seen", ctypes.c_uint32),
         ("samples_seen", ctypes.c_uint32),
+        ("num_counts", ctypes.c_uint32),
+        ("megatron_flops", ctypes.c_uint32),
+        ("megatron_text_linear", ctypes.c_double),
+        ("megatron_text_attention_slope", ctypes.c_double),
+        ("megatron_vision_linear", ctypes.c_double),
+        ("megatron_vision_attention_slope", ctypes.c_double),
     ]
 
 

@@ -135,7 +135,11 @@ def test_device_counts_are_the_host_counts_exactly(device_path):
         host = model.counts(cu_seqlens=batch["cu_seqlens"], image_grid_thw=batch["image_grid_thw"],
                             padding_tokens=batch["padding_tokens"])
         assert on_device[:9] == list(host.values()), batch
-        assert on_device[9] == 0  # no invalid entry
+        # The itemless counts: the batch's device tokens and causal pairs when it has no image, else 0.
+        itemless = batch["image_grid_thw"] is None
+        assert on_device[9:11] == ([host["real_tokens"] + host["padding_tokens"], host["causal_pairs"]] if itemless
+                                   else [0, 0]), batch
+        assert on_device[11] == 0  # no invalid entry
     # Spot values derived by hand in the module docstring: A's causal pairs and merged tokens.
     a = model.counts(cu_seqlens=BATCHES[0]["cu_seqlens"], image_grid_thw=BATCHES[0]["image_grid_thw"])
     assert a["causal_pairs"] == 1950 and a["merged_tokens"] == 6 and a["patches"] == 24

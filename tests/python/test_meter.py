@@ -93,9 +93,11 @@ def test_cpu_tensor_numpy_and_list_inputs_give_identical_records():
             assert g[1] == pytest.approx(flops / 4096, rel=1e-12), name
 
 
-def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkeypatch):
+@pytest.mark.parametrize("frozen", [None, ["text"]])
+def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkeypatch, frozen):
     """The torch-op counting that CUDA tensors take (_device.py), forced on CPU tensors: the same counts reach
-    the row inside the collective, so the records equal the host path's."""
+    the row inside the collective, so the records equal the host path's, the Megatron figures included; with
+    a frozen decoder the micro-batch without images is billed by its own coefficients on both paths."""
     import torch
 
     batches = [
@@ -103,14 +105,19 @@ def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkey
              loss_sum=torch.tensor(7.0), label_tokens=torch.tensor(70)),
         dict(position_ids=torch.cat([torch.arange(50), torch.arange(10)]), padding_tokens=4, samples=1),
     ]
-    host_records, host_health = run(batches)
+    extra = {} if frozen is None else {"frozen": frozen}
+    host_records, host_health = run(batches, **extra)
     monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
     monkeypatch.setattr(_batch, "FAST_PATH", False)
-    device_records, device_health = run(batches)
+    device_records, device_health = run(batches, **extra)
     assert len(device_records) == len(host_records) == 3
     for d, h in zip(device_records, host_records):
         assert {f: d.get(f) for f in EXACT_FIELDS} == {f: h.get(f) for f in EXACT_FIELDS}
         assert flops_per_token(d) == pytest.approx(flops_per_token(h), rel=1e-12)
+        megatron = d["perf/tflops_per_second_megatron"] / d["perf/tokens_per_second"]
+        assert megatron == pytest.approx(h["perf/tflops_per_second_megatron"] / h["perf/tokens_per_second"],
+                                         rel=1e-12)
+        assert d["train/frozen_text"] == h["train/frozen_text"] == (0 if frozen is None else 1)
     assert device_health == host_health
 
 
