@@ -387,6 +387,18 @@ TEST_F(c_api_plugin, health_is_a_struct_versioned_by_struct_size) {
   EXPECT_EQ(abi.health(plugin, &before_reentrant), FLOPMETER_OK);
   EXPECT_EQ(before_reentrant.dropped_records, 0u);
   EXPECT_EQ(before_reentrant.reentrant_calls, 99u);
+  // A caller of 0.2, whose struct ends at reentrant_calls: config_mismatch_intervals (0.3) is not written; a
+  // caller of this header gets it (0: every rank of this one-rank job has the same settings).
+  flopmeter_health_counters v0_2{};
+  v0_2.struct_size = offsetof(flopmeter_health_counters, reentrant_calls) + sizeof(uint64_t);
+  v0_2.config_mismatch_intervals = 77;
+  EXPECT_EQ(abi.health(plugin, &v0_2), FLOPMETER_OK);
+  EXPECT_EQ(v0_2.config_mismatch_intervals, 77u);
+  flopmeter_health_counters now{};
+  now.struct_size = sizeof now;
+  now.config_mismatch_intervals = 77;
+  EXPECT_EQ(abi.health(plugin, &now), FLOPMETER_OK);
+  EXPECT_EQ(now.config_mismatch_intervals, 0u);
   // Version 1's five counters (struct_size 4 + padding + 5 x 8 = 48 bytes) are below the first version of the
   // struct: refused, nothing written.
   flopmeter_health_counters small{};

@@ -36,9 +36,10 @@ struct row_spec {
   double samples = 1;
   double loss_sum = 0;
   double label_tokens = 0;
-  double mem_bytes = 0;
-  double data_seconds = 0;
-  double forward_backward_seconds = 0;
+  // The trainer's figures; unset: not reported (kNotReported in the row).
+  std::optional<double> mem_bytes;
+  std::optional<double> data_seconds;
+  std::optional<double> forward_backward_seconds;
   double log_wait_ms = 0;
   // The rank's running totals since it started; unset: this interval's tokens and samples (a first log).
   std::optional<double> tokens_seen, samples_seen;
@@ -59,9 +60,9 @@ std::vector<double> rows_of(const std::vector<row_spec>& specs) {
     x[row_label_tokens] = s.label_tokens;
     x[row_microbatches] = s.microbatches;
     x[row_interval_seconds] = s.seconds;
-    x[row_peak_memory_bytes] = s.mem_bytes;
-    x[row_data_seconds] = s.data_seconds;
-    x[row_forward_backward_seconds] = s.forward_backward_seconds;
+    x[row_peak_memory_bytes] = s.mem_bytes.value_or(kNotReported);
+    x[row_data_seconds] = s.data_seconds.value_or(kNotReported);
+    x[row_forward_backward_seconds] = s.forward_backward_seconds.value_or(kNotReported);
     x[row_present] = 1;
     x[row_step] = 7;
     x[row_log_wait_ms] = s.log_wait_ms;
@@ -178,6 +179,56 @@ TEST(derive, peak_memory_is_reported_only_when_some_rank_reported_it) {
   ASSERT_TRUE(one.derived) << one.why;
   EXPECT_DOUBLE_EQ(value(one.record, m::kMemGib), 1.0);
   EXPECT_DOUBLE_EQ(value(one.record, topk(m::kTopkMemGib, kSlow, 0, true)), 1.0);
+}
+
+// A reported 0 is a measurement: every rank reporting 0 s of data time, 0 s forward-backward and 0 bytes of
+// peak memory gives 0 in the record (before: the row carried 0 for "not reported" too, and all three were left
+// out). A figure no rank reported stays out.
+TEST(derive, a_reported_zero_is_emitted_as_zero_and_a_figure_nobody_reported_is_left_out) {
+  std::vector<row_spec> specs(2);
+  for (row_spec& s : specs) {
+    s.tokens = 100;
+    s.data_seconds = 0;
+    s.forward_backward_seconds = 0;
+    s.mem_bytes = 0;
+  }
+  metrics_deriver deriver(setup_for(2, 1, std::nullopt, 1));
+  const derive_result zeros = deriver.derive(rows_of(specs).data(), 2, derive_context{});
+  ASSERT_TRUE(zeros.derived) << zeros.why;
+  EXPECT_EQ(value(zeros.record, m::kDataTime), 0.0);
+  EXPECT_EQ(value(zeros.record, m::kForwardBackwardTime), 0.0);
+  EXPECT_EQ(value(zeros.record, m::kMemGib), 0.0);
+  EXPECT_EQ(value(zeros.record, topk(m::kTopkDataTime, kSlow, 0)), 0.0);
+  for (row_spec& s : specs) s.data_seconds.reset();
+  const derive_result absent = deriver.derive(rows_of(specs).data(), 2, derive_context{});
+  ASSERT_TRUE(absent.derived) << absent.why;
+  EXPECT_FALSE(find(absent.record, m::kDataTime));
+  EXPECT_FALSE(find(absent.record, topk(m::kTopkDataTime, kSlow, 0)));
+  EXPECT_EQ(value(absent.record, m::kForwardBackwardTime), 0.0);
+}
+
+// Some ranks report a figure, others do not: the headline is the maximum over the ranks that reported, and the
+// top-k ranks only them. Ranks 0-3: data time 0.5 s, not reported, 0 s, not reported. Headline 0.5; with k = 3
+// the slow side lists rank 0 (0.5), rank 2 (0) and no third row; the fast side rank 2, then rank 0.
+TEST(derive, a_figure_some_ranks_reported_is_their_maximum_and_ranks_only_them) {
+  std::vector<row_spec> specs(4);
+  for (row_spec& s : specs) s.tokens = 100;
+  specs[0].data_seconds = 0.5;
+  specs[2].data_seconds = 0.0;
+  metrics_deriver deriver(setup_for(4, 1, std::nullopt, 3));
+  const derive_result result = deriver.derive(rows_of(specs).data(), 4, derive_context{});
+  ASSERT_TRUE(result.derived) << result.why;
+  const metrics_record& rec = result.record;
+  EXPECT_EQ(value(rec, m::kDataTime), 0.5);
+  EXPECT_EQ(value(rec, topk(m::kTopkDataTime, kSlow, 0)), 0.5);
+  EXPECT_EQ(value(rec, topk(m::kTopkDataTime, kSlow, 0, true)), 0.0);
+  EXPECT_EQ(value(rec, topk(m::kTopkDataTime, kSlow, 1)), 0.0);
+  EXPECT_EQ(value(rec, topk(m::kTopkDataTime, kSlow, 1, true)), 2.0);
+  EXPECT_FALSE(find(rec, topk(m::kTopkDataTime, kSlow, 2)));
+  EXPECT_EQ(value(rec, topk(m::kTopkDataTime, kFast, 0, true)), 2.0);
+  EXPECT_EQ(value(rec, topk(m::kTopkDataTime, kFast, 1, true)), 0.0);
+  // tps still ranks every rank: k = 3 rows.
+  EXPECT_TRUE(find(rec, topk(m::kTopkTps, kSlow, 2)));
 }
 
 // The loss fields of a micro-batch: train/loss = sum(loss_sum) / sum(label_tokens), so a loss_sum without

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -18,7 +19,8 @@ namespace {
 using namespace std::chrono_literals;
 using kind = log_verdict::kind;
 
-// A row of log (step, sequence) with one micro-batch of 10 tokens in 1 s (not a warm-up interval).
+// A row of log (step, sequence) with one micro-batch of 10 tokens in 1 s (not a warm-up interval), of a rank
+// with the default settings.
 std::vector<double> row_of(double step, double sequence, double tokens = 10) {
   std::vector<double> row(kRowFields, 0.0);
   row[row_real_tokens] = tokens;
@@ -27,6 +29,7 @@ std::vector<double> row_of(double step, double sequence, double tokens = 10) {
   row[row_present] = sequence;
   row[row_step] = step;
   row[row_tokens_seen] = tokens;
+  write_fingerprint(config_settings{}, row.data());  // the settings of a log_protocol made without any
   return row;
 }
 
@@ -196,6 +199,100 @@ TEST(log_protocol, a_collective_that_cannot_start_is_lost_with_the_reason) {
   EXPECT_EQ(p.counters().skipped_intervals, 1u);
   const log_verdict failed = p.resolve(1, collective_status::failed, "peer closed", sent.data(), nullptr);
   EXPECT_EQ(failed.skipped_because, "peer closed");
+}
+
+TEST(log_protocol, one_row_far_ahead_is_trusted_for_one_log_only) {
+  // Rank 1's row of log 5 says step 10^12. Rank 0, behind, skips its log 6 (as for a rank that skipped one
+  // on_log) but not the logs up to 10^12: at log 7 it starts again, with the sequence number after that row's
+  // (5 + 1 = 6). Before, it skipped every log until its step passed 10^12.
+  log_protocol p(0, 2, 20ms);
+  std::vector<double> sent = row_of(0, 0);
+  for (std::int64_t step = 1; step <= 5; ++step) ASSERT_TRUE(start(p, step, sent));
+  const std::vector<double> rows = gathered({sent, row_of(1e12, 5)});
+  EXPECT_EQ(p.resolve(5, collective_status::done, "", sent.data(), rows.data()).what, kind::out_of_step);
+  EXPECT_FALSE(start(p, 6, sent));
+  ASSERT_TRUE(start(p, 7, sent));
+  EXPECT_EQ(sent[row_present], 6.0);
+  EXPECT_EQ(p.counters().skipped_intervals, 2u);
+}
+
+// Two ranks' rows of one log, rank 1's settings changed by `change`.
+std::vector<double> rows_with(const std::function<void(config_settings&)>& change) {
+  config_settings a;
+  a.model_name = "qwen3_vl_2b";
+  a.model.dense_per_token = 1000;
+  config_settings b = a;
+  change(b);
+  std::vector<double> r0 = row_of(1, 1), r1 = row_of(1, 1);
+  write_fingerprint(a, r0.data());
+  write_fingerprint(b, r1.data());
+  return gathered({r0, r1});
+}
+
+TEST(log_protocol, the_fingerprint_difference_names_the_rank_and_the_setting) {
+  EXPECT_EQ(describe_fingerprint_differences(rows_with([](config_settings&) {}).data(), 2), "");
+  EXPECT_EQ(
+      describe_fingerprint_differences(rows_with([](config_settings& s) { s.model_name = "qwen3_vl_4b"; }).data(), 2),
+      "rank 1: model qwen3_vl_4b, the others qwen3_vl_2b");
+  EXPECT_EQ(
+      describe_fingerprint_differences(rows_with([](config_settings& s) { s.scope = flop_scope::seed; }).data(), 2),
+      "rank 1: [model] scope seed, the others scope complete");
+  EXPECT_EQ(describe_fingerprint_differences(rows_with([](config_settings& s) { s.parallel.cp = 4; }).data(), 2),
+            "rank 1: [parallel] cp 4, the others cp 1");
+  EXPECT_EQ(
+      describe_fingerprint_differences(rows_with([](config_settings& s) { s.rank_order = "pp-dp-cp-tp"; }).data(), 2),
+      "rank 1: [parallel] order pp-dp-cp-tp, the others order tp-cp-dp-pp");
+  EXPECT_EQ(describe_fingerprint_differences(rows_with([](config_settings& s) { s.tpi_multiplier = 1.5; }).data(), 2),
+            "rank 1: [logging] tpi_multiplier 1.5, the others tpi_multiplier 1");
+  // The same name with other coefficients (another file of that name): told apart by their hashes.
+  const std::string other =
+      describe_fingerprint_differences(rows_with([](config_settings& s) { s.model.dense_per_token = 2000; }).data(), 2);
+  EXPECT_EQ(other.rfind("rank 1: model qwen3_vl_2b (coefficients ", 0), 0u) << other;
+  EXPECT_NE(other.find(", the others qwen3_vl_2b (coefficients "), std::string::npos) << other;
+}
+
+TEST(log_protocol, more_than_eight_ranks_that_differ_are_listed_eight_then_counted) {
+  // 20 ranks: 10 and more load tp 2, ranks 0-9 tp 1: ten against ten, rank 0's value is the others'.
+  config_settings a;
+  a.model_name = "m";
+  config_settings b = a;
+  b.parallel.tp = 2;
+  std::vector<std::vector<double>> rows;
+  for (int r = 0; r < 20; ++r) {
+    rows.push_back(row_of(1, 1));
+    write_fingerprint(r < 10 ? a : b, rows.back().data());
+  }
+  EXPECT_EQ(describe_fingerprint_differences(gathered(rows).data(), 20),
+            "ranks 10, 11, 12, 13, 14, 15, 16, 17 and 2 more: [parallel] tp 2, the others tp 1");
+}
+
+TEST(log_protocol, rows_whose_settings_differ_are_never_derived_and_the_first_says_why) {
+  config_settings mine;
+  mine.model_name = "qwen3_vl_2b";
+  config_settings theirs = mine;
+  theirs.model_name = "qwen3_vl_4b";
+  log_protocol p(0, 2, 20ms, mine);
+  std::vector<double> sent = row_of(0, 0, 0), peer = row_of(0, 0, 0);
+  write_fingerprint(theirs, peer.data());
+  // The warm-up log already finds it, and says so once; the next logs are refused without a message.
+  for (std::int64_t step = 0; step <= 2; ++step) {
+    ASSERT_TRUE(start(p, step, sent));
+    peer[row_step] = static_cast<double>(step);
+    peer[row_present] = sent[row_present];
+    const std::vector<double> rows = gathered({sent, peer});
+    const log_verdict v = p.resolve(step, collective_status::done, "", sent.data(), rows.data());
+    EXPECT_EQ(v.what, kind::config_mismatch) << step;
+    EXPECT_EQ(v.config_mismatch.empty(), step > 0) << step;
+    if (step == 0) {
+      EXPECT_EQ(v.config_mismatch,
+                "flopmeter: the ranks loaded different settings, so their rows cannot be summed; no interval is "
+                "reported while they differ (every rank must load the same plugin file and model): rank 1: model "
+                "qwen3_vl_4b, the others qwen3_vl_2b");
+    }
+  }
+  EXPECT_EQ(p.counters().config_mismatch_intervals, 3u);
+  EXPECT_EQ(p.counters().skipped_intervals, 3u);
+  EXPECT_EQ(p.counters().failed_collectives, 0u);
 }
 
 }  // namespace

@@ -19,7 +19,14 @@
  *    counter changes. The first record is then that of the first interval with micro-batches; later
  *    intervals without micro-batches are delivered as usual.
  *  - Every rank calls on_log at the same steps, with the same, increasing `step`: the ranks' rows are
- *    matched by it (METRICS.md, "When things go wrong", for what a skipped or extra on_log costs).
+ *    matched by it (METRICS.md, "When things go wrong", for what a skipped or extra on_log costs). A single
+ *    wrong step costs at most 3 records on every rank; no record mixes two steps.
+ *  - Every rank loads the same plugin file: ranks whose model, scope, [parallel] layout or tpi_multiplier
+ *    differ get no record at all (health config_mismatch_intervals), and every emitting rank logs one warning
+ *    naming the ranks and the settings. The peak and the sinks may differ.
+ *  - flopmeter_log's data time, forward-backward time and peak memory: a field whose FLOPMETER_LOG_* bit is
+ *    set is reported, 0 included (emitted as 0); one whose bit is clear on every rank is left out of the
+ *    record; set on some ranks only, the record holds the maximum over those ranks.
  *  - Every rank of a tensor-, context- or pipeline-parallel group passes the WHOLE micro-batch its replica
  *    runs (all documents and images, not its shard): flopmeter divides the work between the group's ranks
  *    itself ([parallel] in the plugin config). A context-parallel rank passing its shard would be billed
@@ -151,7 +158,7 @@ typedef struct flopmeter_comm {
   uint32_t struct_size;
   int rank;       /* in [0, world_size) */
   int world_size; /* in [1, FLOPMETER_MAX_WORLD_SIZE]; larger is a create error (the per-log buffer is
-                   * world_size rows of 22 doubles in this version: 176 MiB at the bound; use `count`) */
+                   * world_size rows of 32 doubles in this version: 256 MiB at the bound; use `count`) */
   void* user;
   void* (*start_allreduce_sum)(void* user, double* values, size_t count);
   int (*wait)(void* user, void* handle, int64_t timeout_ms);
@@ -229,6 +236,10 @@ typedef struct flopmeter_health_counters {
   uint64_t out_of_step_intervals; /* of failed_collectives: intervals whose rows came from different logs */
   uint64_t dropped_records;       /* records a sink could not write (full disk, closed file, ...) */
   uint64_t reentrant_calls;       /* calls refused with FLOPMETER_E_REENTRANT (see "Re-entry" at the top) */
+  /* Added in 0.3; written only when struct_size covers it. */
+  uint64_t config_mismatch_intervals; /* of skipped_intervals: intervals not delivered because the ranks loaded
+                                       * different settings (model, scope, [parallel], tpi_multiplier); one
+                                       * warning on each emitting rank names the ranks and the settings */
 } flopmeter_health_counters;
 
 /* FLOPMETER_OK; FLOPMETER_E_NULL_ARGUMENT (plugin or out NULL), FLOPMETER_E_STRUCT_SIZE (out->struct_size

@@ -39,6 +39,7 @@ inline constexpr char kHealthSkippedIntervals[] = "health/skipped_intervals";
 inline constexpr char kHealthOutOfStepIntervals[] = "health/out_of_step_intervals";
 inline constexpr char kHealthDroppedRecords[] = "health/dropped_records";
 inline constexpr char kHealthReentrantCalls[] = "health/reentrant_calls";
+inline constexpr char kHealthConfigMismatchIntervals[] = "health/config_mismatch_intervals";
 
 // Bases of the per-rank top-k rows (perf_topk/<base>_...)
 inline constexpr char kTopkTps[] = "tps";

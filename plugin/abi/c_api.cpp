@@ -467,6 +467,9 @@ int flopmeter_health(const flopmeter_plugin* plugin, flopmeter_health_counters* 
   if (covers(offsetof(flopmeter_health_counters, reentrant_calls))) {
     out->reentrant_calls = h.reentrant_calls + state->refused_reentrant_destroys.load(std::memory_order_relaxed);
   }
+  if (covers(offsetof(flopmeter_health_counters, config_mismatch_intervals))) {
+    out->config_mismatch_intervals = h.config_mismatch_intervals;
+  }
   return FLOPMETER_OK;
 }
 

@@ -21,8 +21,11 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kInverseGiB = 1.0 / kGiB;
 
-// A time a row carries, or 0 when it is not a positive finite number (not reported).
+// A wait a row carries, or 0 when it is not a positive finite number.
 double reported(double value) { return std::isfinite(value) && value > 0 ? value : 0.0; }
+
+// A time or memory figure the trainer reported (>= 0; kNotReported and anything else negative or NaN: not).
+bool is_reported(double value) { return value >= 0 && std::isfinite(value); }
 
 std::string format_number(double value) {
   // The message only: "%g" keeps 1e+16 readable.
@@ -101,6 +104,8 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     c->resize(n);
   }
   double max_mem = 0, max_data = 0, max_fwd_bwd = 0, max_wait = 0, sum_tps = 0, sum_tflops = 0, sum_step = 0;
+  // How many ranks reported each trainer figure: a reported 0 counts, a figure no rank reported is left out.
+  std::size_t mem_ranks = 0, data_ranks = 0, fwd_bwd_ranks = 0;
   std::size_t fastest_rank = 0;  // the rank with the most TFLOP/s (for the MFU plausibility check)
   bool step_time_known = true;
   for (std::int64_t r = 0; r < world; ++r) {
@@ -140,18 +145,25 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
       return result;
     }
     step_time_[i] = x[row_microbatches] > 0 ? t / x[row_microbatches] : std::numeric_limits<double>::quiet_NaN();
-    mem_gib_[i] = x[row_peak_memory_bytes] * kInverseGiB;  // exact: a power of two
-    forward_backward_[i] = reported(x[row_forward_backward_seconds]);
-    data_[i] = reported(x[row_data_seconds]);
+    // Not reported: kNotReported in the column, so that the top-k leaves the rank out (add_topk).
+    const bool mem_known = is_reported(x[row_peak_memory_bytes]);
+    const bool data_known = is_reported(x[row_data_seconds]);
+    const bool fwd_bwd_known = is_reported(x[row_forward_backward_seconds]);
+    mem_gib_[i] = mem_known ? x[row_peak_memory_bytes] * kInverseGiB : kNotReported;  // exact: a power of two
+    forward_backward_[i] = fwd_bwd_known ? x[row_forward_backward_seconds] : kNotReported;
+    data_[i] = data_known ? x[row_data_seconds] : kNotReported;
+    mem_ranks += mem_known ? 1 : 0;
+    data_ranks += data_known ? 1 : 0;
+    fwd_bwd_ranks += fwd_bwd_known ? 1 : 0;
     log_wait_[i] = reported(x[row_log_wait_ms]);
     sum_tps += tps_[i];
     sum_tflops += tflops_[i];
     if (tflops_[i] > tflops_[fastest_rank]) fastest_rank = i;
     sum_step += step_time_[i];
     step_time_known = step_time_known && std::isfinite(step_time_[i]);
-    max_mem = std::max(max_mem, x[row_peak_memory_bytes]);
-    max_data = std::max(max_data, x[row_data_seconds]);
-    max_fwd_bwd = std::max(max_fwd_bwd, x[row_forward_backward_seconds]);
+    if (mem_known) max_mem = std::max(max_mem, x[row_peak_memory_bytes]);
+    if (data_known) max_data = std::max(max_data, x[row_data_seconds]);
+    if (fwd_bwd_known) max_fwd_bwd = std::max(max_fwd_bwd, x[row_forward_backward_seconds]);
     max_wait = std::max(max_wait, log_wait_[i]);
   }
   // Finite per-rank rates can still sum past the double range (many ranks at ~1e308 tokens/s).
@@ -216,8 +228,9 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     v.emplace_back(m::kOptimizerStepTime, step_time * setup_.tpi_multiplier);
   }
   if (device > 0) v.emplace_back(m::kBatchEfficiency, real / device);
-  // Peak memory only when some rank reported it: 0 GiB would read as a measurement (a CPU trainer has none).
-  if (max_mem > 0) v.emplace_back(m::kMemGib, max_mem / kGiB);
+  // Peak memory only when some rank reported it (a CPU trainer has none): the max over the ranks that did, a
+  // reported 0 included.
+  if (mem_ranks > 0) v.emplace_back(m::kMemGib, max_mem / kGiB);
   // A DP sum of finite loss sums can still overflow the double range: then there is no loss to report.
   if (labels > 0 && std::isfinite(loss)) v.emplace_back(m::kLoss, loss / labels);
   if (tokens_seen_exact) v.emplace_back(m::kTokensSeen, result.tokens_seen);
@@ -231,13 +244,13 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   }
   if (context.learning_rate) v.emplace_back(m::kLearningRate, *context.learning_rate);
   if (context.grad_norm) v.emplace_back(m::kGradNorm, *context.grad_norm);
-  if (max_data > 0) v.emplace_back(m::kDataTime, max_data);
-  if (max_fwd_bwd > 0) v.emplace_back(m::kForwardBackwardTime, max_fwd_bwd);
+  if (data_ranks > 0) v.emplace_back(m::kDataTime, max_data);
+  if (fwd_bwd_ranks > 0) v.emplace_back(m::kForwardBackwardTime, max_fwd_bwd);
   v.emplace_back(m::kLogWaitMs, context.log_wait_ms);
   v.emplace_back(m::kLogEmitMs, context.log_emit_ms);
   if (setup_.topk > 0) {
-    add_topk(record, reported_columns{step_time_known, max_fwd_bwd > 0, max_data > 0, max_wait > 0, mfu_plausible,
-                                      max_mem > 0});
+    add_topk(record, reported_columns{step_time_known, fwd_bwd_ranks > 0, data_ranks > 0, max_wait > 0, mfu_plausible,
+                                      mem_ranks > 0, fwd_bwd_ranks < n, data_ranks < n, mem_ranks < n});
   }
   result.derived = true;
   return result;
@@ -298,17 +311,35 @@ void metrics_deriver::select_ends(const std::vector<double>& column, std::size_t
 // do best ("fast") for each metric. Ties go to the lower rank on the slow side and the higher rank on the
 // fast side: the two sides are the two ends of one order (worst first, ties by rank).
 // step_time only when every rank ran a micro-batch (as perf/step_time): a rank without one has no step
-// time. The trainer-reported times only when some rank reported them (as perf/data_time...): a rank that
-// did not report shows 0. log_wait_ms from the second log on (a rank's row carries its previous wait).
+// time. The trainer-reported figures (times, memory) only when some rank reported them (as perf/data_time...),
+// ranked over the ranks that did: a rank that did not report is in no row, a rank that reported 0 is. log_wait_ms from the second log on (a rank's row carries its previous wait).
 void metrics_deriver::add_topk(metrics_record& record, const reported_columns& reported) {
   const std::size_t n = tps_.size();
   const std::size_t k = std::min<std::size_t>(static_cast<std::size_t>(setup_.topk), n);
   order_.resize(n);
   fast_order_.resize(n);
-  const auto emit = [&](const char* base, const std::vector<double>& column, bool higher_is_better) {
-    select_ends(column, k, higher_is_better);
-    for (std::size_t i = 0; i < k; ++i) {
-      const std::uint32_t slow = order_[i], fast = fast_order_[i];
+  // `some_missing`: only the ranks with a reported value (>= 0) are ranked; the others are in no row.
+  const auto emit = [&](const char* base, const std::vector<double>& column, bool higher_is_better,
+                        bool some_missing = false) {
+    const std::vector<double>* keys = &column;
+    if (some_missing) {
+      reported_ranks_.clear();
+      reported_values_.clear();
+      for (std::size_t r = 0; r < n; ++r) {
+        if (column[r] >= 0) {
+          reported_ranks_.push_back(static_cast<std::uint32_t>(r));
+          reported_values_.push_back(column[r]);
+        }
+      }
+      keys = &reported_values_;
+    }
+    const std::size_t kk = std::min(k, keys->size());
+    order_.resize(keys->size());
+    fast_order_.resize(keys->size());
+    select_ends(*keys, kk, higher_is_better);
+    const auto rank_of = [&](std::uint32_t i) { return some_missing ? reported_ranks_[i] : i; };
+    for (std::size_t i = 0; i < kk; ++i) {
+      const std::uint32_t slow = rank_of(order_[i]), fast = rank_of(fast_order_[i]);
       record.values.emplace_back(metric::topk_name(base, metric::topk_side::slow, i), column[slow]);
       record.values.emplace_back(metric::topk_name(base, metric::topk_side::slow, i, true), static_cast<double>(slow));
       record.values.emplace_back(metric::topk_name(base, metric::topk_side::fast, i), column[fast]);
@@ -324,9 +355,11 @@ void metrics_deriver::add_topk(metrics_record& record, const reported_columns& r
     for (std::size_t i = 0; i < n; ++i) mfu_[i] = tflops_[i] / peak * 100.0;
     emit(metric::kTopkMfu, mfu_, true);
   }
-  if (reported.memory) emit(metric::kTopkMemGib, mem_gib_, false);
-  if (reported.forward_backward) emit(metric::kTopkForwardBackwardTime, forward_backward_, false);
-  if (reported.data) emit(metric::kTopkDataTime, data_, false);
+  if (reported.memory) emit(metric::kTopkMemGib, mem_gib_, false, reported.memory_partly);
+  if (reported.forward_backward) {
+    emit(metric::kTopkForwardBackwardTime, forward_backward_, false, reported.forward_backward_partly);
+  }
+  if (reported.data) emit(metric::kTopkDataTime, data_, false, reported.data_partly);
   // The host's wait in flopmeter: the rank that waited least is the one the others waited for (slow).
   if (reported.log_wait) emit(metric::kTopkLogWaitMs, log_wait_, true);
 }

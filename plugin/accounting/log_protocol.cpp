@@ -12,8 +12,11 @@
 
 namespace flopmeter::detail {
 
-log_protocol::log_protocol(std::int64_t rank, std::int64_t world, std::chrono::milliseconds collective_timeout)
-    : rank_(rank), world_(world), collective_timeout_(collective_timeout) {}
+log_protocol::log_protocol(std::int64_t rank, std::int64_t world, std::chrono::milliseconds collective_timeout,
+                           const config_settings& settings)
+    : rank_(rank), world_(world), collective_timeout_(collective_timeout), fingerprint_(kRowFields, 0.0) {
+  write_fingerprint(settings, fingerprint_.data());
+}
 
 const double* log_protocol::row(const double* rows, std::int64_t r) const {
   return rows + static_cast<std::size_t>(r) * kRowFields;
@@ -27,18 +30,22 @@ std::chrono::milliseconds log_protocol::wait_timeout() const {
 void log_protocol::write_identity(double* row, std::int64_t step) const {
   row[row_present] = static_cast<double>(sequence_);
   row[row_step] = static_cast<double>(step);
+  std::copy(fingerprint_.begin() + kRowConfigFirst, fingerprint_.begin() + kRowConfigEnd, row + kRowConfigFirst);
 }
 
 // True (and the interval is skipped) while this rank is getting back in step after rows that did not match;
-// adopts the latest log's sequence number at the log where it resumes.
+// adopts the latest log's sequence number at the log where it resumes. It waits for a log beyond the latest
+// one in the rows, but never more than kMaxResyncLogs logs: one row's step alone is not trusted to be a real
+// log (a step of 10^12 passed once would otherwise stop every rank until its steps reach 10^12). A rank that
+// skipped one on_log is met at once; after a wrong step, the ranks meet again one round later.
 bool log_protocol::waiting_to_resync(std::int64_t step) {
   if (!resume_) return false;
-  if (resume_->by_step) {
-    if (!(static_cast<double>(step) > resume_->step)) return true;
-    sequence_ = resume_->sequence + 1;
-  } else if (sequence_ <= resume_->sequence) {
+  const bool passed = resume_->by_step ? static_cast<double>(step) > resume_->step : sequence_ > resume_->sequence;
+  if (!passed && resume_->skipped < kMaxResyncLogs) {
+    ++resume_->skipped;
     return true;
   }
+  sequence_ = resume_->sequence + 1;
   resume_.reset();
   return false;
 }
@@ -207,6 +214,21 @@ log_verdict log_protocol::resolve(std::int64_t step, collective_status status, c
     return verdict;
   }
   out_of_step_reported_ = false;
+  // The rows are of one log: they mean the same only if every rank loaded the same settings. Checked before
+  // the warm-up, so that the first log, often the warm-up one, finds a mismatch.
+  if (!fingerprints_agree(rows, world_, rank_)) {
+    ++counters_.skipped_intervals;
+    ++counters_.config_mismatch_intervals;
+    verdict.what = log_verdict::kind::config_mismatch;
+    if (!config_mismatch_reported_) {
+      config_mismatch_reported_ = true;
+      verdict.config_mismatch =
+          "flopmeter: the ranks loaded different settings, so their rows cannot be summed; no interval is reported "
+          "while they differ (every rank must load the same plugin file and model): " +
+          describe_fingerprint_differences(rows, world_);
+    }
+    return verdict;
+  }
   // Batches a tensor path rejected on the device surface here, one log later, without a sync. Only a finite
   // count in range converts: anything else in that slot would be undefined behaviour to cast.
   const double device_rejected = row(rows, rank_)[row_device_rejected];

@@ -15,8 +15,15 @@
 //     at each log whose sequence number is a multiple of kRetryEveryLogs (the same logs on every rank), and
 //     polled without waiting while it is out. When a probe completes, reporting resumes.
 //   - Rows no rank sent: this rank's own row changed, or a row that no rank fills that way.
-//   - Step agreement: rows whose (step, sequence number) differ are discarded on every rank; the ranks behind
-//     the latest log in the rows start no collective until they pass it and adopt its sequence number.
+//   - Step agreement: rows whose (step, sequence number) differ are discarded on every rank. The ranks behind
+//     the latest log in the rows start no collective until they pass it, but for at most kMaxResyncLogs log,
+//     and then adopt its sequence number; the others carry on. A step in one row is not trusted further than
+//     that: a rank that really skipped an on_log is one log ahead, which this closes at once, while a single
+//     wrong step (10^12 once, a step far behind, repeated or going backwards) costs at most 3 intervals on
+//     every rank (the one it closes, then one log each side skips to meet again), never the rest of the run.
+//   - Configuration: every row carries a fingerprint of the settings that give it its meaning
+//     (config_fingerprint.h). Rows of one log whose fingerprints differ are not derived, at any log (the
+//     settings do not change): the first such log names which ranks differ and in which setting.
 //   - Warm-up: an interval that ends before any rank recorded a micro-batch is not reported.
 //
 // Thread-safety: none; the plugin calls it under its lock.
@@ -26,22 +33,27 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "flopmeter/communicator.h"
+#include "accounting/config_fingerprint.h"
 
 namespace flopmeter::detail {
 
 inline constexpr int kMaxConsecutiveFailures = 3;
 inline constexpr std::int64_t kRetryEveryLogs = 16;
+// The most logs a rank behind the latest log in out-of-step rows skips before it starts collectives again.
+inline constexpr std::int64_t kMaxResyncLogs = 1;
 
 // What to do with the outcome of one log's collective, and what to log about it.
 struct log_verdict {
   enum class kind {
-    probe_pending,  // backing off and the probe is still out: keep it, nothing else changes
-    lost,           // the collective failed, timed out, could not start or returned rows no rank sent
-    out_of_step,    // the rows come from different logs: discarded
-    warm_up,        // the interval ended before any rank recorded a micro-batch: nothing to report
-    derive,         // every row is of the same log: derive the record and emit it
+    probe_pending,    // backing off and the probe is still out: keep it, nothing else changes
+    lost,             // the collective failed, timed out, could not start or returned rows no rank sent
+    out_of_step,      // the rows come from different logs: discarded
+    config_mismatch,  // the rows are of one log, but the ranks loaded different settings: not derived
+    warm_up,          // the interval ended before any rank recorded a micro-batch: nothing to report
+    derive,           // every row is of the same log: derive the record and emit it
   };
   kind what = kind::lost;
   // Messages for the plugin's logger; "" when there is none.
@@ -50,6 +62,8 @@ struct log_verdict {
   std::string paused;           // reporting paused: logged once per pause at warning level, never rate-limited
   std::string resumed;          // reporting resumed: logged at info level
   std::string out_of_step;      // the first discarded result of an episode out of step, at warning level
+  std::string config_mismatch;  // the first log whose ranks differ in their settings: which ranks and settings,
+                                // at warning level, on the ranks that emit
   // Micro-batches a tensor path rejected on the device (row_device_rejected of this rank's row), for
   // health().bad_microbatches; only when the rows are in step (derive or warm_up).
   std::uint64_t device_rejected = 0;
@@ -57,15 +71,18 @@ struct log_verdict {
 
 // The protocol's part of throughput_health.
 struct protocol_counters {
-  std::uint64_t failed_collectives = 0;     // lost collectives, out-of-step results included
-  std::uint64_t skipped_intervals = 0;      // intervals the protocol did not let through
-  std::uint64_t out_of_step_intervals = 0;  // of failed_collectives: rows from different logs
+  std::uint64_t failed_collectives = 0;         // lost collectives, out-of-step results included
+  std::uint64_t skipped_intervals = 0;          // intervals the protocol did not let through
+  std::uint64_t out_of_step_intervals = 0;      // of failed_collectives: rows from different logs
+  std::uint64_t config_mismatch_intervals = 0;  // of skipped_intervals: ranks that loaded different settings
 };
 
 class log_protocol {
  public:
-  // `collective_timeout`: how long on_log waits for a collective while not backing off.
-  log_protocol(std::int64_t rank, std::int64_t world, std::chrono::milliseconds collective_timeout);
+  // `collective_timeout`: how long on_log waits for a collective while not backing off; `settings`: this
+  // rank's, carried in its rows.
+  log_protocol(std::int64_t rank, std::int64_t world, std::chrono::milliseconds collective_timeout,
+               const config_settings& settings = {});
 
   // A log begins: one more on_log call (the sequence number its row will carry).
   void begin_log() { ++sequence_; }
@@ -76,7 +93,7 @@ class log_protocol {
   // collective was still out when the log began: `was_in_flight`).
   bool may_start(std::int64_t step, bool was_in_flight);
 
-  // Writes the log's identity (step and sequence number) into this rank's row.
+  // Writes the log's identity (step and sequence number) and this rank's settings into its row.
   void write_identity(double* row, std::int64_t step) const;
 
   // How long to wait for the collective in flight: 0 while backing off (a probe is only polled).
@@ -100,6 +117,7 @@ class log_protocol {
                           // log whose sequence number is beyond `sequence`
     double step = 0;
     std::int64_t sequence = 0;  // the sequence number of that latest log; adopted when resuming by step
+    std::int64_t skipped = 0;   // logs skipped so far (at most kMaxResyncLogs)
   };
   // The outcome of comparing the gathered rows' log identities.
   struct step_check {
@@ -118,10 +136,12 @@ class log_protocol {
   std::int64_t rank_ = 0;
   std::int64_t world_ = 1;
   std::chrono::milliseconds collective_timeout_;
-  std::int64_t sequence_ = 0;  // on_log calls so far; the same on every rank (the rows' tag)
+  std::vector<double> fingerprint_;  // this rank's row_config_* fields, written into every row
+  std::int64_t sequence_ = 0;        // on_log calls so far; the same on every rank (the rows' tag)
   int consecutive_failures_ = 0;
   std::optional<resume_point> resume_;
   bool out_of_step_reported_ = false;
+  bool config_mismatch_reported_ = false;
   protocol_counters counters_;
 };
 

@@ -5,7 +5,7 @@
 // as a SUM all-reduce of that buffer with the other rows zeroed (communicator.h), which every backend
 // supports. From the rows each rank derives DP-group sums, world maxima and the per-rank top-k breakdown
 // locally (derive.h), so one collective serves every metric. At 16,384 ranks the buffer is 16,384 x
-// kRowFields (22) x 8 B = 2.75 MiB per log; METRICS.md gives the bytes each rank moves.
+// kRowFields (32) x 8 B = 4 MiB per log; METRICS.md gives the bytes each rank moves.
 //
 // The per-log protocol (which logs start a collective, backing off after failures, rows no rank sent, ranks
 // out of step, the warm-up log) is accounting/log_protocol.h: a pure function of the gathered rows and its own
@@ -120,7 +120,14 @@ class throughput_plugin::impl {
     setup.tpi_multiplier = options_.tpi_multiplier;
     setup.topk = options_.topk;
     deriver_.emplace(std::move(setup));
-    protocol_.emplace(rank_, world_, options_.collective_timeout);
+    detail::config_settings settings;
+    settings.model_name = options_.model.name;
+    settings.model = coefficients_;
+    settings.scope = options_.scope;
+    settings.parallel = options_.parallel;
+    settings.rank_order = options_.rank_order;
+    settings.tpi_multiplier = options_.tpi_multiplier;
+    protocol_.emplace(rank_, world_, options_.collective_timeout, settings);
     clock_ = options_.clock_seconds ? options_.clock_seconds : std::function<double()>(seconds_now);
     interval_start_ = clock_();
   }
@@ -270,6 +277,7 @@ class throughput_plugin::impl {
     h.failed_collectives += p.failed_collectives;
     h.skipped_intervals += p.skipped_intervals;
     h.out_of_step_intervals += p.out_of_step_intervals;
+    h.config_mismatch_intervals += p.config_mismatch_intervals;
     for (const auto& s : options_.sinks) {
       if (s) h.dropped_records += s->failures();
     }
@@ -338,10 +346,11 @@ class throughput_plugin::impl {
     row[row_label_tokens] = static_cast<double>(current_.label_tokens);
     row[row_microbatches] = static_cast<double>(current_.microbatches);
     row[row_interval_seconds] = interval_seconds;
-    row[row_peak_memory_bytes] = event.peak_memory_bytes ? static_cast<double>(*event.peak_memory_bytes) : 0.0;
-    row[row_data_seconds] = seconds_or_zero(event.data_time);
-    row[row_forward_backward_seconds] = seconds_or_zero(event.forward_backward_time);
-    if (event.peak_memory_bytes && *event.peak_memory_bytes < 0) row[row_peak_memory_bytes] = 0.0;
+    // What the trainer did not report travels as kNotReported, so that a reported 0 stays a 0. The event's
+    // fields passed check_log_fields: a value left is finite and >= 0.
+    row[row_peak_memory_bytes] = event.peak_memory_bytes ? static_cast<double>(*event.peak_memory_bytes) : kNotReported;
+    row[row_data_seconds] = seconds_or_not_reported(event.data_time);
+    row[row_forward_backward_seconds] = seconds_or_not_reported(event.forward_backward_time);
     protocol_->write_identity(row, event.step);
     row[row_log_wait_ms] = last_wait_ms_;
     row[row_tokens_seen] = tokens_seen_;
@@ -356,12 +365,8 @@ class throughput_plugin::impl {
     }
   }
 
-  // A time the trainer gave, or 0 (not reported) when it is negative or not finite: one rank's NaN would
-  // otherwise hide the others' figures in the world maximum, and an infinity is not a duration.
-  static double seconds_or_zero(const std::optional<std::chrono::duration<double>>& time) {
-    if (!time) return 0.0;
-    const double seconds = time->count();
-    return std::isfinite(seconds) && seconds > 0 ? seconds : 0.0;
+  static double seconds_or_not_reported(const std::optional<std::chrono::duration<double>>& time) {
+    return time && std::isfinite(time->count()) && time->count() >= 0 ? time->count() : kNotReported;
   }
 
   // Logs what a verdict of the protocol says, each message with its own rate limit.
@@ -373,6 +378,8 @@ class throughput_plugin::impl {
     }
     if (!verdict.paused.empty()) log_noexcept(spdlog::level::warn, "{}", verdict.paused);
     if (!verdict.out_of_step.empty()) log_noexcept(spdlog::level::warn, "{}", verdict.out_of_step);
+    if (!verdict.config_mismatch.empty() && emits_here())
+      log_noexcept(spdlog::level::warn, "{}", verdict.config_mismatch);
   }
 
   // Waits for the previous log's collective and emits its metrics.
@@ -426,6 +433,7 @@ class throughput_plugin::impl {
     v.emplace_back(metric::kHealthOutOfStepIntervals, static_cast<double>(h.out_of_step_intervals));
     v.emplace_back(metric::kHealthDroppedRecords, static_cast<double>(h.dropped_records));
     v.emplace_back(metric::kHealthReentrantCalls, static_cast<double>(h.reentrant_calls));
+    v.emplace_back(metric::kHealthConfigMismatchIntervals, static_cast<double>(h.config_mismatch_intervals));
   }
 
   bool emits_here() const { return options_.emit == emit_ranks::all || rank_ == 0; }
