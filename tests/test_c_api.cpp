@@ -529,6 +529,29 @@ TEST_F(c_api_plugin, a_null_array_with_a_count_is_refused_and_counted) {
   abi.destroy(plugin);
 }
 
+// flopmeter_log's reserved peak (0.3) is read only when its bit is set and struct_size covers it. Log 1: 3 GiB
+// reserved, bit set, whole struct: perf/mem_reserved_gib 3. Log 2: the same value and bit, but a struct_size of
+// 0.2 (ending at peak_memory_bytes): not read, so log 2's record has no perf/mem_reserved_gib.
+TEST_F(c_api_plugin, the_reserved_memory_peak_is_read_only_within_struct_size) {
+  captured out;
+  abi.set_metrics_callback(plugin, capture, &out);
+  const std::vector<int64_t> docs = {64};
+  const flopmeter_microbatch m = microbatch(docs, {});
+  for (int64_t step = 1; step <= 2; ++step) {
+    EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_OK);
+    flopmeter_log l = log_at(step);
+    l.set_fields |= FLOPMETER_LOG_PEAK_RESERVED_MEMORY;
+    l.peak_reserved_memory_bytes = int64_t{3} << 30;
+    if (step == 2) l.struct_size = offsetof(flopmeter_log, peak_memory_bytes) + sizeof(int64_t);
+    EXPECT_EQ(abi.on_log(plugin, &l), FLOPMETER_OK);
+  }
+  abi.flush(plugin);
+  ASSERT_EQ(out.records.size(), 2u);
+  EXPECT_DOUBLE_EQ(json_number(out.records[0].second, "perf/mem_reserved_gib"), 3.0);
+  EXPECT_EQ(out.records[1].second.find("perf/mem_reserved_gib"), std::string::npos) << out.records[1].second;
+  abi.destroy(plugin);
+}
+
 // Positions as int32 (added to flopmeter_microbatch later in version 2) count as the same positions in int64
 // and as the lengths they describe. Documents of 3 and 5 tokens: lengths {3, 5}, positions
 // {0,1,2, 0,1,2,3,4}: 8 real tokens, 2 documents, 3*4/2 + 5*6/2 = 21 causal pairs in every form, so each

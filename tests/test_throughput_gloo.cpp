@@ -145,8 +145,8 @@ TEST(throughput_gloo, the_per_rank_topk_names_a_straggler_in_a_job_synchronised_
   // interval is the same and the tps and step-time top-k cannot tell them apart. Rank 2 does far more
   // work: its forward+backward takes at least 150 ms where the others' take about 10 ms (sleeps: a loaded
   // machine may stretch them, but not by 140 ms every step). Each rank reports its own
-  // forward_backward_time, so perf_topk/forward_backward_time_slow_0_rank names rank 2 at every log, and
-  // the headline perf/forward_backward_time (the world maximum) is rank 2's.
+  // forward_backward_time, so perf_topk/fwd_bwd_time_slow_0_rank names rank 2 at every log, and
+  // the headline perf/fwd_bwd_time (the world maximum) is rank 2's.
   constexpr int kWorld = 4;
   constexpr int kSteps = 5;
   std::vector<std::vector<metrics_record>> records(kWorld);
@@ -179,11 +179,11 @@ TEST(throughput_gloo, the_per_rank_topk_names_a_straggler_in_a_job_synchronised_
     const std::vector<metrics_record>& rs = records[static_cast<std::size_t>(r)];
     ASSERT_EQ(rs.size(), static_cast<std::size_t>(kSteps)) << "rank " << r;
     for (const metrics_record& m : rs) {
-      EXPECT_EQ(value(m, "perf_topk/forward_backward_time_slow_0_rank"), 2.0) << "rank " << r << " step " << m.step;
-      EXPECT_GE(value(m, "perf_topk/forward_backward_time_slow_0"), 0.150);
-      EXPECT_NE(value(m, "perf_topk/forward_backward_time_fast_0_rank"), 2.0);
-      EXPECT_LT(value(m, "perf_topk/forward_backward_time_fast_0"), value(m, "perf_topk/forward_backward_time_slow_0"));
-      EXPECT_EQ(value(m, "perf/forward_backward_time"), value(m, "perf_topk/forward_backward_time_slow_0"));
+      EXPECT_EQ(value(m, "perf_topk/fwd_bwd_time_slow_0_rank"), 2.0) << "rank " << r << " step " << m.step;
+      EXPECT_GE(value(m, "perf_topk/fwd_bwd_time_slow_0"), 0.150);
+      EXPECT_NE(value(m, "perf_topk/fwd_bwd_time_fast_0_rank"), 2.0);
+      EXPECT_LT(value(m, "perf_topk/fwd_bwd_time_fast_0"), value(m, "perf_topk/fwd_bwd_time_slow_0"));
+      EXPECT_EQ(value(m, "perf/fwd_bwd_time"), value(m, "perf_topk/fwd_bwd_time_slow_0"));
     }
   }
 }

@@ -132,6 +132,7 @@ typedef struct flopmeter_microbatch {
 #define FLOPMETER_LOG_DATA_TIME 0x4u
 #define FLOPMETER_LOG_FORWARD_BACKWARD_TIME 0x8u
 #define FLOPMETER_LOG_PEAK_MEMORY 0x10u
+#define FLOPMETER_LOG_PEAK_RESERVED_MEMORY 0x20u /* 0.3: read only when struct_size covers the field */
 
 typedef struct flopmeter_log {
   uint32_t struct_size;
@@ -142,6 +143,9 @@ typedef struct flopmeter_log {
   double data_time_seconds;
   double forward_backward_time_seconds;
   int64_t peak_memory_bytes;
+  /* Added in 0.3; read only when struct_size covers it (and FLOPMETER_LOG_PEAK_RESERVED_MEMORY is set): the
+   * allocator's reserved (cached) peak in the interval, perf/mem_reserved_gib (max over the world). */
+  int64_t peak_reserved_memory_bytes;
 } flopmeter_log;
 
 #define FLOPMETER_MAX_WORLD_SIZE 1048576
@@ -158,7 +162,7 @@ typedef struct flopmeter_comm {
   uint32_t struct_size;
   int rank;       /* in [0, world_size) */
   int world_size; /* in [1, FLOPMETER_MAX_WORLD_SIZE]; larger is a create error (the per-log buffer is
-                   * world_size rows of 32 doubles in this version: 256 MiB at the bound; use `count`) */
+                   * world_size rows of 34 doubles in this version: 272 MiB at the bound; use `count`) */
   void* user;
   void* (*start_allreduce_sum)(void* user, double* values, size_t count);
   int (*wait)(void* user, void* handle, int64_t timeout_ms);

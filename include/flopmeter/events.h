@@ -40,6 +40,9 @@ struct log_event {
   std::optional<std::chrono::duration<double>> data_time;              // time spent waiting for data
   std::optional<std::chrono::duration<double>> forward_backward_time;  // time in forward + backward
   std::optional<std::int64_t> peak_memory_bytes;  // this rank's peak device memory in the interval
+  // The allocator's reserved (cached) peak in the interval, e.g. LibTorch's
+  // CUDACachingAllocator reserved_bytes peak: perf/mem_reserved_gib
+  std::optional<std::int64_t> peak_reserved_memory_bytes;
 };
 
 }  // namespace FLOPMETER_EXPORT

@@ -19,16 +19,21 @@ inline constexpr char kMfu[] = "perf/mfu";                             // percen
 inline constexpr char kStepTime[] = "perf/step_time";                  // seconds per micro-batch
 inline constexpr char kOptimizerStepTime[] = "perf/optimizer_step_time";
 inline constexpr char kMemGib[] = "perf/mem_gib";
+inline constexpr char kMemReservedGib[] = "perf/mem_reserved_gib";  // the allocator's reserved peak
 inline constexpr char kDataTime[] = "perf/data_time";
-inline constexpr char kForwardBackwardTime[] = "perf/forward_backward_time";
+inline constexpr char kDataTimePct[] = "perf/data_time_pct";  // percent of the interval
+inline constexpr char kForwardBackwardTime[] =
+    "perf/fwd_bwd_time";  // the reference's name (0.2: forward_backward_time)
 inline constexpr char kLogWaitMs[] = "perf/log_wait_ms";
 inline constexpr char kLogEmitMs[] = "perf/log_emit_ms";
 
 // Training (train/...)
 inline constexpr char kBatchEfficiency[] = "train/batch_efficiency";
 inline constexpr char kLoss[] = "train/loss";
+inline constexpr char kMaxLoss[] = "train/max_loss";  // the highest mean loss of a data-parallel rank
 inline constexpr char kTokensSeen[] = "train/tokens_seen";
 inline constexpr char kNumSamples[] = "train/num_samples";
+inline constexpr char kAssistantTokensSeen[] = "train/assistant_tokens_seen";  // label tokens, running total
 inline constexpr char kLearningRate[] = "train/lr";
 inline constexpr char kGradNorm[] = "train/grad_norm";
 
@@ -47,7 +52,7 @@ inline constexpr char kTopkStepTime[] = "step_time";
 inline constexpr char kTopkTflops[] = "tflops";
 inline constexpr char kTopkMfu[] = "mfu";
 inline constexpr char kTopkMemGib[] = "mem_gib";
-inline constexpr char kTopkForwardBackwardTime[] = "forward_backward_time";
+inline constexpr char kTopkForwardBackwardTime[] = "fwd_bwd_time";
 inline constexpr char kTopkDataTime[] = "data_time";
 inline constexpr char kTopkLogWaitMs[] = "log_wait_ms";
 

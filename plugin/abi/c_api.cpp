@@ -145,6 +145,7 @@ constexpr std::size_t kMicrobatchV1Size = offsetof(flopmeter_microbatch, label_t
 constexpr std::size_t kMicrobatchPositionsInt32Size =
     offsetof(flopmeter_microbatch, num_positions_int32) + sizeof(size_t);
 constexpr std::size_t kLogV1Size = offsetof(flopmeter_log, peak_memory_bytes) + sizeof(int64_t);
+constexpr std::size_t kLogReservedMemorySize = offsetof(flopmeter_log, peak_reserved_memory_bytes) + sizeof(int64_t);
 constexpr std::size_t kHealthV2Size = offsetof(flopmeter_health_counters, rejected_logs) + sizeof(uint64_t);
 
 // One warning a minute per kind, as the plugin's own; under a lock of its own, since the C ABI's refusals
@@ -402,6 +403,9 @@ int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_log* l) {
     e.forward_backward_time = std::chrono::duration<double>(l->forward_backward_time_seconds);
   }
   if (l->set_fields & FLOPMETER_LOG_PEAK_MEMORY) e.peak_memory_bytes = l->peak_memory_bytes;
+  if ((l->set_fields & FLOPMETER_LOG_PEAK_RESERVED_MEMORY) && l->struct_size >= kLogReservedMemorySize) {
+    e.peak_reserved_memory_bytes = l->peak_reserved_memory_bytes;
+  }
   // Only this thread can make in_callout() true for itself, so the answer holds for the on_log below.
   const bool reentrant = state->plugin->in_callout();
   state->plugin->on_log(e);  // counted by the plugin: in reentrant_calls, or after flush in events_after_flush

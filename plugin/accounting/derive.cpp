@@ -60,11 +60,14 @@ checked_log check_log_fields(const log_event& event) {
   };
   check_time(out.event.data_time, "data_time");
   check_time(out.event.forward_backward_time, "forward_backward_time");
-  if (out.event.peak_memory_bytes &&
-      !(*out.event.peak_memory_bytes >= 0 && static_cast<double>(*out.event.peak_memory_bytes) < kExactIntegerLimit)) {
-    drop("peak_memory_bytes", static_cast<double>(*out.event.peak_memory_bytes), "", "must be in [0, 2^53)");
-    out.event.peak_memory_bytes.reset();
-  }
+  const auto check_bytes = [&](std::optional<std::int64_t>& field, const char* name) {
+    if (field && !(*field >= 0 && static_cast<double>(*field) < kExactIntegerLimit)) {
+      drop(name, static_cast<double>(*field), "", "must be in [0, 2^53)");
+      field.reset();
+    }
+  };
+  check_bytes(out.event.peak_memory_bytes, "peak_memory_bytes");
+  check_bytes(out.event.peak_reserved_memory_bytes, "peak_reserved_memory_bytes");
   return out;
 }
 
@@ -105,7 +108,8 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   }
   double max_mem = 0, max_data = 0, max_fwd_bwd = 0, max_wait = 0, sum_tps = 0, sum_tflops = 0, sum_step = 0;
   // How many ranks reported each trainer figure: a reported 0 counts, a figure no rank reported is left out.
-  std::size_t mem_ranks = 0, data_ranks = 0, fwd_bwd_ranks = 0;
+  std::size_t mem_ranks = 0, data_ranks = 0, fwd_bwd_ranks = 0, reserved_ranks = 0;
+  double max_reserved = 0, max_data_pct = 0;
   std::size_t fastest_rank = 0;  // the rank with the most TFLOP/s (for the MFU plausibility check)
   bool step_time_known = true;
   for (std::int64_t r = 0; r < world; ++r) {
@@ -152,6 +156,12 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     mem_gib_[i] = mem_known ? x[row_peak_memory_bytes] * kInverseGiB : kNotReported;  // exact: a power of two
     forward_backward_[i] = fwd_bwd_known ? x[row_forward_backward_seconds] : kNotReported;
     data_[i] = data_known ? x[row_data_seconds] : kNotReported;
+    if (is_reported(x[row_peak_reserved_memory_bytes])) {
+      ++reserved_ranks;
+      max_reserved = std::max(max_reserved, x[row_peak_reserved_memory_bytes]);
+    }
+    // perf/data_time_pct: the highest share of its own interval a rank spent waiting for data.
+    if (data_known) max_data_pct = std::max(max_data_pct, x[row_data_seconds] / t * 100.0);
     mem_ranks += mem_known ? 1 : 0;
     data_ranks += data_known ? 1 : 0;
     fwd_bwd_ranks += fwd_bwd_known ? 1 : 0;
@@ -173,10 +183,12 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   }
 
   // Additive figures: sums over this rank's DP group (TP/CP/PP ranks share micro-batches: not added).
-  double real = 0, device = 0, loss = 0, labels = 0, tokens_seen = 0, samples_seen = 0;
+  double real = 0, device = 0, loss = 0, labels = 0, tokens_seen = 0, samples_seen = 0, labels_seen = 0;
+  // train/max_loss: the highest mean loss (loss sum over label tokens) of a DP rank with label tokens.
+  std::optional<double> max_loss;
   // A running total of 2^53 or more is no longer exact in a row (9e15 tokens on one rank): that total is left
   // out of the record, with a warning, and the interval's rates are reported as usual.
-  bool tokens_seen_exact = true, samples_seen_exact = true;
+  bool tokens_seen_exact = true, samples_seen_exact = true, labels_seen_exact = true;
   for (const std::int64_t r : setup_.dp_group) {
     const double* x = row(r);
     const batch_counts counts = counts_from_row(x);
@@ -186,6 +198,13 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     labels += x[row_label_tokens];
     tokens_seen += x[row_tokens_seen];
     samples_seen += x[row_samples_seen];
+    labels_seen += x[row_label_tokens_seen];
+    labels_seen_exact =
+        labels_seen_exact && x[row_label_tokens_seen] >= 0 && x[row_label_tokens_seen] < kExactIntegerLimit;
+    if (x[row_label_tokens] > 0 && std::isfinite(x[row_loss_sum] / x[row_label_tokens])) {
+      const double mean = x[row_loss_sum] / x[row_label_tokens];
+      max_loss = max_loss ? std::max(*max_loss, mean) : mean;
+    }
     tokens_seen_exact = tokens_seen_exact && x[row_tokens_seen] >= 0 && x[row_tokens_seen] < kExactIntegerLimit;
     samples_seen_exact = samples_seen_exact && x[row_samples_seen] >= 0 && x[row_samples_seen] < kExactIntegerLimit;
   }
@@ -231,10 +250,19 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   // Peak memory only when some rank reported it (a CPU trainer has none): the max over the ranks that did, a
   // reported 0 included.
   if (mem_ranks > 0) v.emplace_back(m::kMemGib, max_mem / kGiB);
+  if (reserved_ranks > 0) v.emplace_back(m::kMemReservedGib, max_reserved / kGiB);
   // A DP sum of finite loss sums can still overflow the double range: then there is no loss to report.
   if (labels > 0 && std::isfinite(loss)) v.emplace_back(m::kLoss, loss / labels);
+  if (max_loss) v.emplace_back(m::kMaxLoss, *max_loss);
   if (tokens_seen_exact) v.emplace_back(m::kTokensSeen, result.tokens_seen);
   if (samples_seen_exact) v.emplace_back(m::kNumSamples, result.samples_seen);
+  if (labels_seen_exact) {
+    v.emplace_back(m::kAssistantTokensSeen, labels_seen);
+  } else {
+    result.warning += std::string(result.warning.empty() ? "" : "; ") +
+                      "train/assistant_tokens_seen not reported: a rank's running total reached 2^53, beyond what a "
+                      "row carries exactly";
+  }
   if (!tokens_seen_exact || !samples_seen_exact) {
     result.warning += std::string(result.warning.empty() ? "" : "; ") +
                       (tokens_seen_exact    ? "train/num_samples"
@@ -245,6 +273,7 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   if (context.learning_rate) v.emplace_back(m::kLearningRate, *context.learning_rate);
   if (context.grad_norm) v.emplace_back(m::kGradNorm, *context.grad_norm);
   if (data_ranks > 0) v.emplace_back(m::kDataTime, max_data);
+  if (data_ranks > 0) v.emplace_back(m::kDataTimePct, max_data_pct);
   if (fwd_bwd_ranks > 0) v.emplace_back(m::kForwardBackwardTime, max_fwd_bwd);
   v.emplace_back(m::kLogWaitMs, context.log_wait_ms);
   v.emplace_back(m::kLogEmitMs, context.log_emit_ms);

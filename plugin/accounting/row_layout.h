@@ -46,6 +46,8 @@ enum row_field : std::size_t {
   // costs its rates, never the totals.
   row_tokens_seen,
   row_samples_seen,
+  row_label_tokens_seen,           // label tokens, likewise (train/assistant_tokens_seen)
+  row_peak_reserved_memory_bytes,  // the allocator's reserved peak; kNotReported when absent
   // The configuration fingerprint (config_fingerprint.h): the same in every row of a job whose ranks loaded
   // the same settings. Whole numbers below 2^48, except tpi_multiplier.
   row_config_model_name_0,  // the model's name, 6 bytes per field (its first 18 bytes)

@@ -5,7 +5,7 @@
 // as a SUM all-reduce of that buffer with the other rows zeroed (communicator.h), which every backend
 // supports. From the rows each rank derives DP-group sums, world maxima and the per-rank top-k breakdown
 // locally (derive.h), so one collective serves every metric. At 16,384 ranks the buffer is 16,384 x
-// kRowFields (32) x 8 B = 4 MiB per log; METRICS.md gives the bytes each rank moves.
+// kRowFields (34) x 8 B = 4.25 MiB per log; METRICS.md gives the bytes each rank moves.
 //
 // The per-log protocol (which logs start a collective, backing off after failures, rows no rank sent, ranks
 // out of step, the warm-up log) is accounting/log_protocol.h: a pure function of the gathered rows and its own
@@ -216,6 +216,7 @@ class throughput_plugin::impl {
     // totals now, so a skipped or failed interval still counts in train/tokens_seen at the next record.
     tokens_seen_ += static_cast<double>(current_.counts.real_tokens);
     samples_seen_ += static_cast<double>(current_.samples);
+    label_tokens_seen_ += static_cast<double>(current_.label_tokens);
     const double now = read_clock();
     const bool was_in_flight = in_flight_.pending != nullptr;
     try {
@@ -355,6 +356,9 @@ class throughput_plugin::impl {
     row[row_log_wait_ms] = last_wait_ms_;
     row[row_tokens_seen] = tokens_seen_;
     row[row_samples_seen] = samples_seen_;
+    row[row_label_tokens_seen] = label_tokens_seen_;
+    row[row_peak_reserved_memory_bytes] =
+        event.peak_reserved_memory_bytes ? static_cast<double>(*event.peak_reserved_memory_bytes) : kNotReported;
     in_flight_.event = event;
     ++health_.collectives_started;
     try {
@@ -460,6 +464,7 @@ class throughput_plugin::impl {
   // This rank's running totals since it started, every interval included (row_tokens_seen, row_samples_seen).
   double tokens_seen_ = 0;
   double samples_seen_ = 0;
+  double label_tokens_seen_ = 0;
   double last_emit_ms_ = 0;
   double last_wait_ms_ = 0;  // this rank's latest perf/log_wait_ms, sent in its next row
   bool flushed_ = false;
