@@ -264,7 +264,10 @@ FLOPMETER_EXPORT const char* flopmeter_status_string(int code);
  * when struct_size covers them); flopmeter_microbatch gained positions_int32 and num_positions_int32 (read
  * only when struct_size covers them); FLOPMETER_E_REENTRANT (-6) added: on_microbatch, on_log, flush and destroy
  * called from inside the same plugin's callback used to deadlock and are now refused with it, while health
- * called from there, which also deadlocked, now returns FLOPMETER_OK with the counters. */
+ * called from there, which also deadlocked, now returns FLOPMETER_OK with the counters.
+ * In 0.3 (additions only, within struct_size): flopmeter_health_counters gained config_mismatch_intervals;
+ * flopmeter_log gained peak_reserved_memory_bytes with FLOPMETER_LOG_PEAK_RESERVED_MEMORY. A FLOPMETER_LOG_*
+ * bit set with the value 0 is now reported as 0 (before, a 0 on every rank read as not reported). */
 
 #ifdef __cplusplus
 }
