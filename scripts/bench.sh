@@ -5,7 +5,11 @@
 #   the positions scan (int64 and int32, each kernel) against a plain sum over the same array: ns per token
 #   and the ratio (target <= 1.5 for the kernel count_from_positions uses);
 #   the per-log derivation (rows -> metrics record, top-k included) at 1,024, 16,384 and 131,072 ranks:
-#   CPU time per derivation against the 1 ms goal at 16,384 ranks, and how it grows (linear: ratio ~8).
+#   CPU time per derivation against the 1 ms goal at 16,384 ranks, and how it grows (linear: ratio ~8);
+#   Python Meter.on_microbatch (same row, cu_seqlens and position_ids CPU tensors) against the reference
+#   trainer's torch ops, side by side (bench/python_on_microbatch.py; goals >= 20x and >= 5x), in a venv over
+#   Debian's python3-torch with the package installed from this tree ($FLOPMETER_PYTHON: a Python that already
+#   has torch and flopmeter, used as it is).
 # Speed targets live here, not in tests: timings depend on the machine and its load.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -73,3 +77,20 @@ END {
   }
 }
 AWK
+# Python: Meter.on_microbatch against the reference trainer's per-micro-batch torch ops, in one run.
+py="${FLOPMETER_PYTHON:-}"
+if [ -z "$py" ]; then
+  venv="$build/bench-venv"
+  # Debian's own interpreter, whose site-packages hold python3-torch (not a pyenv or other python3 on PATH).
+  [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
+  # Rebuilds reuse the package's own build tree (pyproject.toml: build/python/{wheel_tag}).
+  (cd "$root" && "$venv/bin/python" -m pip install -q --disable-pip-version-check .)
+  py="$venv/bin/python"
+fi
+if "$py" -c 'import torch, flopmeter' 2>/dev/null; then
+  "$py" "$root/bench/python_on_microbatch.py" --json "$out/python_on_microbatch.json"
+  # The same after an untimed 32 MiB write before every call: the caches a hook meets in a training loop.
+  "$py" "$root/bench/python_on_microbatch.py" --cold --calls 200 --json "$out/python_on_microbatch_cold.json"
+else
+  echo "python on_microbatch: skipped ($py cannot import torch and flopmeter; Debian: apt-get install python3-torch)"
+fi

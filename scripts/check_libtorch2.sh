@@ -7,6 +7,9 @@
 #                                         libraries LibTorch cannot load from this machine (about 1 GB with a
 #                                         CUDA 13 toolkit in /usr/local/cuda, instead of about 4 GB)
 #   scripts/check_libtorch2.sh --full     plain `pip install torch` with all of its dependencies
+#   scripts/check_libtorch2.sh --python   the Python package instead: the same torch 2.x venv, then the wheel
+#                                         scripts/test_python.sh built (build/wheels) with numpy, pytest and
+#                                         hypothesis, and tests/python's suite against that torch
 #
 # Environment: TORCH_SPEC (pip requirement, default "torch"), FLOPMETER_TORCH_VENV (default /tmp/torchvenv),
 # FLOPMETER_BUILD_DIR (default build-torch2), JOBS (default nproc), CTEST_REGEX (the tests to run).
@@ -20,10 +23,12 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 full=0
+python_only=0
 for arg in "$@"; do
   case "$arg" in
     --full) full=1 ;;
-    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --python) python_only=1 ;;
+    -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "check_libtorch2: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -109,6 +114,20 @@ PY
     echo "check_libtorch2: 'import torch' still fails; rerun with --full" >&2
     exit 1
   fi
+fi
+
+if [ "$python_only" = 1 ]; then
+  # One wheel for every torch: the one the suite built against Debian's 1.13, installed unchanged here.
+  wheel="$(ls "$root"/build/wheels/flopmeter-*.whl 2>/dev/null | head -1)"
+  if [ -z "$wheel" ]; then
+    echo "check_libtorch2: no wheel in build/wheels (run scripts/test_python.sh first)" >&2
+    exit 1
+  fi
+  "${pip[@]}" numpy pytest hypothesis
+  "${pip[@]}" --force-reinstall --no-deps "$wheel"
+  "$py" -c 'import torch; print("check_libtorch2: torch", torch.__version__)'
+  (cd "$root/tests/python" && "$py" -m pytest -q -p no:cacheprovider .)
+  exit 0
 fi
 
 info="$("$py" -c 'import torch; print(torch.__version__, int(torch._C._GLIBCXX_USE_CXX11_ABI), torch.utils.cmake_prefix_path)')"

@@ -7,7 +7,8 @@
 #   scripts/fuzz.sh --merge TARGET        add to tests/fuzz_corpus/TARGET the smallest set of inputs from
 #                                         build/fuzz/corpus/TARGET that covers what they cover (-merge=1)
 #   scripts/fuzz.sh --build               only build
-# Targets: fuzz_model_config, fuzz_plugin_config, fuzz_cli_batch, fuzz_microbatch, fuzz_hf_config, fuzz_c_api
+# Targets: fuzz_model_config, fuzz_plugin_config, fuzz_cli_batch, fuzz_microbatch, fuzz_hf_config, fuzz_c_api,
+# fuzz_model_abi
 # (sources in fuzz/).
 #
 # tests/fuzz_corpus/TARGET/ holds the seed corpus (hand-written seed-* files plus inputs kept by --merge,
@@ -19,6 +20,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${FLOPMETER_FUZZ_BUILD_DIR:-$root/build/fuzz}"
 targets=(fuzz_model_config fuzz_plugin_config fuzz_cli_batch fuzz_microbatch fuzz_hf_config)
 targets+=(fuzz_c_api)  # the C ABI's event structs, handles and health struct (fuzz/fuzz_c_api.cpp)
+targets+=(fuzz_model_abi)  # the C ABI's FLOP model and plugin-from-text functions (fuzz/fuzz_model_abi.cpp)
 jobs="$(nproc)"
 
 # -timeout: an input that runs 10 s is a hang; -rss_limit_mb: a runaway allocation is a finding, not a
@@ -58,6 +60,7 @@ run_one() {  # run_one TARGET [libFuzzer args...]
     # fuzz_c_api: the C ABI's own refusals log on the plugin's private stderr logger; -close_fd_mask=2 keeps
     # that out of the run's log (libFuzzer and the sanitizers report through a copy of stderr).
     fuzz_c_api) extra=(-max_len=1024 -close_fd_mask=2) ;;
+    fuzz_model_abi) extra=(-max_len=4096 -close_fd_mask=2) ;;
   esac
   mkdir -p "$build/corpus/$target" "$build/artifacts/$target"
   "$build/fuzz/$target" "${common_flags[@]}" "${extra[@]}" -artifact_prefix="$build/artifacts/$target/" "$@" \

@@ -10,6 +10,7 @@
 #   1. On a Debian 12 machine with apt (the development machine):
 #        scripts/gpu_check.sh --fetch-deps
 #      downloads the Debian packages flopmeter builds against that a PyTorch image lacks (spdlog, fmt, toml++,
+#      nlohmann-json (the core's config.json loader; scripts/gpu_check_python.sh needs the same set),
 #      GoogleTest, Gloo's headers; about 1.3 MB) into .gpu-deps/ (git-ignored).
 #   2. On the GPU machine, from the repository root, with .gpu-deps/ beside it (for the device tool: carry
 #      [".gpu-deps"]):
@@ -24,7 +25,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 deps_dir="$root/.gpu-deps"
-packages=(libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libtomlplusplus-dev libtomlplusplus3 libgtest-dev
+packages=(libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libtomlplusplus-dev libtomlplusplus3 nlohmann-json3-dev libgtest-dev
           libgmock-dev libgloo-dev)
 
 if [ "${1:-}" = "--fetch-deps" ]; then

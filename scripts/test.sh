@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh Debian 12 machine: installs what is missing, configures, builds, runs ctest.
+# The whole test suite on a fresh Debian 12 machine: installs what is missing, configures, builds, runs ctest
+# and the Python package's pytest suite.
 # Usage: scripts/test.sh            (build dir: build/, or $FLOPMETER_BUILD_DIR; sanitizer and fuzz builds
 #                                    under $root/build/{asan,tsan,fuzz})
 set -euo pipefail
@@ -13,6 +14,10 @@ jobs="$(nproc)"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$build" -j "$jobs"
 (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600)
+
+# The Python package: built as a wheel, installed into a venv over Debian's python3-torch, tested with pytest;
+# and imported in a venv without torch.
+bash "$root/scripts/test_python.sh"
 
 # Formatting: the C/C++ lines this change adds or modifies follow .clang-format (see the script for what
 # "this change" is in a fresh clone).

@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "flopmeter/peak_table.h"
+
 extern char** environ;
 
 namespace {
@@ -39,6 +41,10 @@ const std::string kQwen3Vl2b = kConfigs + "/qwen3_vl_2b.toml";
 // JSON output is read with nlohmann-json: parse() is strict (RFC 8259) and throws on malformed text, and
 // at() throws on a missing key or index, so a malformed document or a missing field fails the test.
 using json = nlohmann::json;
+using flopmeter::peak_alias;
+using flopmeter::peak_aliases;
+using flopmeter::peak_entry;
+using flopmeter::peak_table;
 
 json parse_json(const std::string& text) { return json::parse(text); }
 
@@ -163,12 +169,13 @@ TEST_F(CliTest, TopLevelHelpListsCommands) {
     EXPECT_NE(r.out.find("check"), std::string::npos);
     EXPECT_NE(r.out.find("coefficients"), std::string::npos);
     EXPECT_NE(r.out.find("estimate"), std::string::npos);
+    EXPECT_NE(r.out.find("peaks"), std::string::npos);
     EXPECT_EQ(r.err, "");
   }
 }
 
 TEST_F(CliTest, EveryCommandHasHelp) {
-  for (const std::string command : {"check", "coefficients", "estimate", "import"}) {
+  for (const std::string command : {"check", "coefficients", "estimate", "import", "peaks"}) {
     const std::vector<std::vector<std::string>> variants = {
         {command, "--help"}, {command, "-h"}, {"help", command},
         {command, "--bogus", "--help"}};  // --help wins over otherwise bad arguments
@@ -246,8 +253,13 @@ TEST_F(CliTest, CheckOverShippedConfigsPasses) {
     }
   }
   EXPECT_EQ(per_model.size(), models);
-  // Files are taken in name order: qwen3_5_0_8b first, tiny_vlm last.
-  EXPECT_EQ(doc.front().at("model").get<std::string>(), "qwen3_5_0_8b");
+  // The text-only decoders are checked like the vision-language models, at every S.
+  for (const char* text_only :
+       {"qwen3_1_7b", "qwen3_8b", "qwen3_32b", "qwen3_30b_a3b", "qwen3_235b_a22b", "qwen3_next_80b_a3b"}) {
+    EXPECT_EQ(per_model[text_only], 3) << text_only;
+  }
+  // Files are taken in name order: qwen3_1_7b first, tiny_vlm last.
+  EXPECT_EQ(doc.front().at("model").get<std::string>(), "qwen3_1_7b");
   EXPECT_EQ(doc.back().at("model").get<std::string>(), "tiny_vlm");
 }
 
@@ -740,6 +752,61 @@ TEST_F(CliTest, JsonBeforeTheCommandIsTheSameAsAfter) {
   EXPECT_NE(alone.err.find("missing command after --json"), std::string::npos) << alone.err;
 }
 
+// `flopmeter peaks`: every row of the library's table with its figures and source, in text and JSON, and the
+// lookup of one device name. Figures by hand (test_peak_table derives each): H800 SXM 3958 FP8 sparse / 2 =
+// 1978.9; L4 242 BF16 sparse / 2 = 121; MI250X 383 per module / 2 GCDs = 191.5, no FP8.
+TEST_F(CliTest, PeaksListsTheTableWithSources) {
+  const result text = run({"peaks"});
+  ASSERT_EQ(text.status, 0) << text.err;
+  for (const peak_entry& row : peak_table()) {
+    EXPECT_NE(text.out.find(row.name), std::string::npos) << row.name;
+    EXPECT_NE(text.out.find(row.source), std::string::npos) << row.name;
+  }
+  EXPECT_NE(text.out.find("H800 80GB HBM3                       -> H800 SXM"), std::string::npos) << text.out;
+
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"peaks", "--json"}, {"--json", "peaks"}}) {
+    const result r = run(args);
+    ASSERT_EQ(r.status, 0) << describe(args, r);
+    const json doc = parse_json(r.out);
+    ASSERT_EQ(doc.at("rows").size(), peak_table().size());
+    std::map<std::string, json> rows;
+    for (const json& row : doc.at("rows")) {
+      EXPECT_FALSE(row.at("source").get<std::string>().empty());
+      rows[row.at("name").get<std::string>()] = row;
+    }
+    EXPECT_EQ(rows.at("H800 SXM").at("fp8_dense_tflops").get<double>(), 1978.9);
+    EXPECT_EQ(rows.at("L4").at("bf16_dense_tflops").get<double>(), 121.0);
+    EXPECT_EQ(rows.at("MI250X").at("bf16_dense_tflops").get<double>(), 191.5);
+    EXPECT_TRUE(rows.at("MI250X").at("fp8_dense_tflops").is_null());  // no FP8: null, not 0
+    ASSERT_EQ(doc.at("aliases").size(), peak_aliases().size());
+    EXPECT_EQ(doc.at("aliases").at(2).at("row").get<std::string>(), "H800 SXM");
+  }
+}
+
+TEST_F(CliTest, PeaksLooksUpOneDeviceName) {
+  result r = run({"peaks", "NVIDIA RTX 6000 Ada Generation", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  json doc = parse_json(r.out);
+  EXPECT_EQ(doc.at("device").get<std::string>(), "NVIDIA RTX 6000 Ada Generation");
+  EXPECT_EQ(doc.at("row").get<std::string>(), "RTX 6000 Ada");
+  EXPECT_EQ(doc.at("bf16_dense_tflops").get<double>(), 364.25);  // 1457 FP8 sparse / 2 / 2
+  EXPECT_EQ(doc.at("fp8_dense_tflops").get<double>(), 728.5);
+  r = run({"peaks", "NVIDIA L40"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("NVIDIA L40 -> L40: bf16 181.05, fp8 362 dense TFLOP/s\n", 0), 0u) << r.out;
+  // "NVIDIA A100" names no row (SXM or PCIe?), and is not taken for an A10: exit 1, MFU would not be reported.
+  r = run({"peaks", "NVIDIA A100"});
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "flopmeter: error: no peak for GPU 'NVIDIA A100': MFU would not be reported (set [peak] "
+            "tflops_per_gpu, or gpu to a name that `flopmeter peaks` lists)\n");
+  r = run({"peaks", "A100 SXM", "H100 SXM"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("unexpected argument 'H100 SXM'"), std::string::npos) << r.err;
+}
+
 TEST_F(CliTest, VersionTakesNoFurtherArguments) {
   const result r = run({"--version", "--bogus"});
   EXPECT_EQ(r.status, 2) << r.out;
@@ -839,6 +906,54 @@ TEST_F(CliTest, ImportOfAQwen35ConfigWithoutTheGateWritesTheGate) {
     ASSERT_EQ(c.status, 0) << c.err;
     EXPECT_EQ(parse_json(c.out)["dense_per_token"].get<std::int64_t>(), 4627267584) << model;
   }
+}
+
+// Text-only decoders from the command line: Qwen3-Next-80B-A3B's config.json (its decoder's fields at the top
+// level, written as the checkpoint writes them, without the gate and without MTP fields) is imported with
+// comments that name the top-level JSON paths; the TOML, the config.json and the shipped file by its bare name
+// give dense_per_token 21,834,301,440 (test_model_config_text derives it term by term).
+TEST_F(CliTest, ImportAndCoefficientsOfATextOnlyQwen3NextConfig) {
+  const fs::path checkpoint = dir_ / "Qwen3-Next-80B-A3B-Instruct";
+  fs::create_directories(checkpoint);
+  const fs::path config_json = checkpoint / "config.json";
+  const std::string next_json =
+      "{\"architectures\": [\"Qwen3NextForCausalLM\"], \"model_type\": \"qwen3_next\",\n"
+      "\"hidden_size\": 2048, \"num_hidden_layers\": 48, \"num_attention_heads\": 16, \"num_key_value_heads\": 2,\n"
+      "\"head_dim\": 256, \"intermediate_size\": 5120, \"vocab_size\": 151936, \"full_attention_interval\": 4,\n"
+      "\"linear_conv_kernel_dim\": 4, \"linear_key_head_dim\": 128, \"linear_num_key_heads\": 16,\n"
+      "\"linear_num_value_heads\": 32, \"linear_value_head_dim\": 128, \"num_experts\": 512,\n"
+      "\"num_experts_per_tok\": 10, \"moe_intermediate_size\": 512, \"shared_expert_intermediate_size\": 512,\n"
+      "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"norm_topk_prob\": true, \"rope_theta\": 10000000,\n"
+      "\"partial_rotary_factor\": 0.25, \"use_sliding_window\": false, \"tie_word_embeddings\": false}\n";
+  write_file(config_json, next_json);
+  const fs::path toml = dir_ / "next.toml";
+  const result r = run({"import", checkpoint.string(), "-o", toml.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string text = read_file(toml);
+  // Line 2: "\"hidden_size\": " is 15 characters -> 2:16; the JSON path is the top-level key.
+  EXPECT_NE(text.find("hidden_size = 2048                        # config.json:2:16 hidden_size\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("model_type = \"qwen3_next\""), std::string::npos) << text;
+  EXPECT_NE(text.find("attn_output_gate = true                   # not in the config.json: Qwen3-Next attention "
+                      "always has the output gate\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("text_config."), std::string::npos) << text;
+  for (const std::string& model : {config_json.string(), toml.string(), std::string("qwen3_next_80b_a3b")}) {
+    const result c = run({"coefficients", model, "--json"});
+    ASSERT_EQ(c.status, 0) << c.err;
+    const json doc = parse_json(c.out);
+    EXPECT_EQ(doc.at("dense_per_token").get<std::int64_t>(), 21834301440) << model;
+    EXPECT_EQ(doc.at("text_attn_pair").get<std::int64_t>(), 589824) << model;
+    EXPECT_EQ(doc.at("dense_per_token_breakdown").at("moe_shared_expert_gate").get<std::int64_t>(), 589824) << model;
+  }
+  // An error names the file, line, column and the top-level path.
+  std::string broken = next_json;
+  broken.replace(broken.find("2048"), 4, "-1");
+  write_file(config_json, broken);
+  const result bad = run({"coefficients", config_json.string()});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_EQ(bad.err, "flopmeter: error: " + config_json.string() + ":2:16: key 'hidden_size': must be > 0 (got -1)\n");
 }
 
 // Red-team F8: a plugin config where a model config is expected said only "unknown key 'logging'".

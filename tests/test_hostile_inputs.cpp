@@ -235,9 +235,10 @@ TEST(hostile_toml, empty_and_comment_only_documents_lack_the_model_table) {
 TEST(hostile_toml, field_of_another_model_type_is_refused) {
   // Issue 9 item 10: full_attention_interval is a Qwen3.5 field; on qwen3_vl it would make Gated DeltaNet
   // layers. Line 12, "full_attention_interval = " + 26 -> column 27.
-  EXPECT_EQ(toml_error(kVl + "full_attention_interval = 4\n"),
-            "h.toml:12:27: key 'text_config.full_attention_interval': not allowed for model_type \"qwen3_vl\", which "
-            "has no Gated DeltaNet layers (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")");
+  EXPECT_EQ(
+      toml_error(kVl + "full_attention_interval = 4\n"),
+      "h.toml:12:27: key 'text_config.full_attention_interval': not allowed for model_type \"qwen3_vl\", which "
+      "has no Gated DeltaNet layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")");
   // Experts on a dense type. "num_experts = " + 14 -> column 15.
   EXPECT_EQ(toml_error(kVl + "num_experts = 8\n"),
             "h.toml:12:15: key 'text_config.num_experts': not allowed for model_type \"qwen3_vl\", a dense model (no "
@@ -245,8 +246,8 @@ TEST(hostile_toml, field_of_another_model_type_is_refused) {
   // Red-team F2: MTP layers on Qwen3-VL. "mtp_num_hidden_layers = " + 24 -> column 25.
   EXPECT_EQ(toml_error(kVl + "mtp_num_hidden_layers = 1\n"),
             "h.toml:12:25: key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", which "
-            "has no multi-token-prediction (MTP) layers (a field of the Qwen3.5 types \"qwen3_5\" and "
-            "\"qwen3_5_moe\")");
+            "has no multi-token-prediction (MTP) layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and "
+            "\"qwen3_next\")");
   // The neutral value states the absence and is accepted.
   EXPECT_EQ(parse_model_spec(kVl + "num_experts = 0\nattn_output_gate = false\nmtp_num_hidden_layers = 0\n", "h.toml")
                 .text.num_experts,
@@ -429,7 +430,7 @@ const hostile_edit kJsonEdits[] = {
     // "  \"model_type\": " + 16 -> 2:17.
     {document::json, "unsupported_model_type", "\"qwen3_vl\"", "\"llama\"",
      "config.json:2:17: key 'model_type': unsupported model type \"llama\" (flopmeter models \"qwen3_vl\", "
-     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\")"},
+     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")"},
     {document::json, "missing_model_type", "  \"model_type\": \"qwen3_vl\",\n", "",
      "config.json:1:1: required key 'model_type' is missing (a Hugging Face config.json names its model type at "
      "the top level)"},
@@ -439,24 +440,25 @@ const hostile_edit kJsonEdits[] = {
      "(no experts); a mixture-of-experts model has model_type \"qwen3_vl_moe\""},
     {document::json, "output_gate_on_qwen3_vl_is_refused", "\"rope_theta\": 5000000", "\"attn_output_gate\": true",
      "config.json:11:25: key 'text_config.attn_output_gate': not allowed for model_type \"qwen3_vl\", which has "
-     "no attention output gate (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")"},
+     "no attention output gate (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")"},
     // Red-team F1: a top-level attn_output_gate was ignored; it is read like tie_word_embeddings, so true on
     // Qwen3-VL is refused at it. Line 2 becomes two: "  \"attn_output_gate\": " + 22 -> 3:23.
     {document::json, "top_level_output_gate_on_qwen3_vl_is_refused", "  \"model_type\": \"qwen3_vl\",\n",
      "  \"model_type\": \"qwen3_vl\",\n  \"attn_output_gate\": true,\n",
      "config.json:3:23: key 'attn_output_gate': not allowed for model_type \"qwen3_vl\", which has no attention "
-     "output gate (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")"},
+     "output gate (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")"},
     // Red-team F2: MTP layers on Qwen3-VL were billed. "    \"mtp_num_hidden_layers\": " + 29 -> 11:30.
     {document::json, "mtp_layers_on_qwen3_vl_are_refused", "\"rope_theta\": 5000000", "\"mtp_num_hidden_layers\": 2",
      "config.json:11:30: key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", which "
-     "has no multi-token-prediction (MTP) layers (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")"},
+     "has no multi-token-prediction (MTP) layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and "
+     "\"qwen3_next\")"},
     // text_config opens on line 3: "  \"text_config\": " + 17 -> 3:18.
     {document::json, "missing_required_field_is_cited_at_its_object", "    \"head_dim\": 16,\n", "",
      "config.json:3:18: required key 'text_config.head_dim' is missing"},
     // An ESC sequence in the model type ("\u001b[2J" clears a terminal) is quoted as \u001b, never raw.
     {document::json, "control_characters_in_the_model_type_are_escaped", "\"qwen3_vl\"", "\"\\u001b[2J\"",
      "config.json:2:17: key 'model_type': unsupported model type \"\\u001b[2J\" (flopmeter models \"qwen3_vl\", "
-     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\")"},
+     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")"},
     // "    \"rope_theta\": 5000000" becomes "    \"layer_types\": [\"full_attention\", \"sliding\", ...]": entry 1
     // starts at 4 + 15 + 1 + 16 + 2 = 38 (+1 = column 39).
     {document::json, "layer_type_of_an_unknown_kind_is_cited_at_the_entry", "\"rope_theta\": 5000000",

@@ -300,17 +300,17 @@ TEST(model_config, qwen3_vl_refuses_qwen3_5_fields) {
   // Line 12, "linear_key_head_dim = " is 22 characters -> column 23.
   EXPECT_EQ(error_of(kVlBase + "linear_key_head_dim = 128\n", "vl.toml"),
             "vl.toml:12:23: key 'text_config.linear_key_head_dim': not allowed for model_type \"qwen3_vl\", which has "
-            "no Gated DeltaNet layers (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")");
+            "no Gated DeltaNet layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")");
   // attn_output_gate = true would add the gate half of q_proj (+9% dense FLOPs on Qwen3-VL-2B). Column 20.
   EXPECT_EQ(error_of(kVlBase + "attn_output_gate = true\n", "vl.toml"),
             "vl.toml:12:20: key 'text_config.attn_output_gate': not allowed for model_type \"qwen3_vl\", which has "
-            "no attention output gate (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")");
+            "no attention output gate (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")");
   // Red-team F2: MTP layers on Qwen3-VL (transformers' Qwen3-VL has no MTP module) were accepted and billed
   // as mtp_per_token. "mtp_num_hidden_layers = " is 24 characters -> column 25.
   EXPECT_EQ(error_of(kVlBase + "mtp_num_hidden_layers = 1\n", "vl.toml"),
             "vl.toml:12:25: key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", which "
-            "has no multi-token-prediction (MTP) layers (a field of the Qwen3.5 types \"qwen3_5\" and "
-            "\"qwen3_5_moe\")");
+            "has no multi-token-prediction (MTP) layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and "
+            "\"qwen3_next\")");
   const model_spec spec =
       parse_model_spec(kVlBase + "attn_output_gate = false\nmtp_num_hidden_layers = 0\n", "vl.toml");
   EXPECT_FALSE(spec.text.attn_output_gate);
@@ -438,7 +438,7 @@ const edit_case kBadCases[] = {
     // "model_type = " is 13 characters -> column 14, line 2.
     {"unknown_model_type", "model_type = \"qwen3_5\"", "model_type = \"llama\"",
      "bad.toml:2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", "
-     "\"qwen3_vl_moe\", \"qwen3_5_moe\")"},
+     "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")"},
     // Column 14, line 5.
     {"text_model_type_mismatch", "model_type = \"qwen3_5_text\"", "model_type = \"qwen3_vl_text\"",
      "bad.toml:5:14: key 'text_config.model_type': must be \"qwen3_5_text\" for model.model_type \"qwen3_5\" "
@@ -580,9 +580,10 @@ TEST(validate_model_spec, names_the_offending_field) {
   {
     model_spec s = good;
     s.model_type = "llama";
-    EXPECT_EQ(validation_error(s),
-              "model_spec 'tiny': key 'model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", "
-              "\"qwen3_vl_moe\", \"qwen3_5_moe\")");
+    EXPECT_EQ(
+        validation_error(s),
+        "model_spec 'tiny': key 'model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", "
+        "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")");
   }
   {
     model_spec s = good;
@@ -624,8 +625,9 @@ TEST(validate_model_spec, names_the_offending_field) {
     s.text.mtp_num_hidden_layers = 1;
     EXPECT_EQ(validation_error(s),
               "model_spec 'tiny': key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", "
-              "which has no multi-token-prediction (MTP) layers (a field of the Qwen3.5 types \"qwen3_5\" and "
-              "\"qwen3_5_moe\")");
+              "which has no multi-token-prediction (MTP) layers (a field of the hybrid types \"qwen3_5\", "
+              "\"qwen3_5_moe\" and "
+              "\"qwen3_next\")");
   }
   {
     model_spec s = good;
@@ -647,9 +649,10 @@ TEST(validate_model_spec, qwen3_vl_spec_built_in_code) {
   EXPECT_NO_THROW(validate_model_spec(s));
   EXPECT_EQ(s.text.num_full_attention_layers(), 2);
   s.text.full_attention_interval = 2;
-  EXPECT_EQ(validation_error(s), "model_spec: key 'text_config.full_attention_interval': not allowed for model_type "
-                                 "\"qwen3_vl\", which has no Gated DeltaNet layers (a field of the Qwen3.5 types "
-                                 "\"qwen3_5\" and \"qwen3_5_moe\")");
+  EXPECT_EQ(validation_error(s),
+            "model_spec: key 'text_config.full_attention_interval': not allowed for model_type "
+            "\"qwen3_vl\", which has no Gated DeltaNet layers (a field of the hybrid types "
+            "\"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")");
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -929,7 +932,7 @@ TEST(hf_config, qwen3_vl_top_level_output_gate_true_is_refused) {
   EXPECT_EQ(hf_error(replace_once(kQwen3Vl2bJson, "  \"tie_word_embeddings\": true,\n",
                                   "  \"tie_word_embeddings\": true,\n  \"attn_output_gate\": true,\n")),
             "ckpt/config.json:28:23: key 'attn_output_gate': not allowed for model_type \"qwen3_vl\", which has no "
-            "attention output gate (a field of the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\")");
+            "attention output gate (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")");
   EXPECT_FALSE(parse_hf_config(replace_once(kQwen3Vl2bJson, "  \"tie_word_embeddings\": true,\n",
                                             "  \"tie_word_embeddings\": true,\n  \"attn_output_gate\": false,\n"),
                                "c.json")
@@ -946,10 +949,11 @@ TEST(hf_config, fields_of_another_model_type_are_refused) {
             "ckpt/config.json:8:72: key 'vision_config.deepstack_visual_indexes': not allowed for model_type "
             "\"qwen3_5\", which has no DeepStack mergers (a field of the Qwen3-VL types \"qwen3_vl\" and "
             "\"qwen3_vl_moe\"); write [] or leave it out");
-  EXPECT_EQ(hf_error(replace_once(kQwen3Vl2bJson, "\"use_cache\": true", "\"mtp_num_hidden_layers\": 1")),
-            "ckpt/config.json:24:30: key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", "
-            "which has no multi-token-prediction (MTP) layers (a field of the Qwen3.5 types \"qwen3_5\" and "
-            "\"qwen3_5_moe\")");
+  EXPECT_EQ(
+      hf_error(replace_once(kQwen3Vl2bJson, "\"use_cache\": true", "\"mtp_num_hidden_layers\": 1")),
+      "ckpt/config.json:24:30: key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", "
+      "which has no multi-token-prediction (MTP) layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and "
+      "\"qwen3_next\")");
 }
 
 // `flopmeter import` writes the gate the loader resolved, so the TOML states what it is billed with: a

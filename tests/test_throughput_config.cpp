@@ -450,7 +450,8 @@ TEST_F(throughput_config, model_file_errors_propagate_unchanged) {
   // The model loader's own message: "model_type = " is 13 characters -> 2:14 in the model file.
   EXPECT_EQ(error_of("[model]\nconfig = \"bad_model.toml\"\n"),
             model +
-                ":2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\")");
+                ":2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", "
+                "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")");
 }
 
 TEST_F(throughput_config, text_form_names_its_source_and_resolves_the_model_against_base_dir) {

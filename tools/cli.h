@@ -2,7 +2,7 @@
 //
 // The tool is split into: argument parsing (cli_args.cpp), JSON and number formatting (cli_format.cpp),
 // finding and loading model files (cli_models.cpp), and one file per command (cli_check.cpp,
-// cli_coefficients.cpp, cli_estimate.cpp, cli_import.cpp); flopmeter_main.cpp dispatches and maps errors to exit codes.
+// cli_coefficients.cpp, cli_estimate.cpp, cli_import.cpp, cli_peaks.cpp); flopmeter_main.cpp dispatches and maps errors to exit codes.
 //
 // Error tiers, mapped to exit codes in main():
 //   - usage_error: the command line itself is wrong (unknown command or option, malformed value). Exit 2.
@@ -129,11 +129,13 @@ int run_check(const std::vector<std::string>& args);
 int run_coefficients(const std::vector<std::string>& args);
 int run_estimate(const std::vector<std::string>& args);
 int run_import(const std::vector<std::string>& args);
+int run_peaks(const std::vector<std::string>& args);
 
 // Usage texts (printed by --help and referenced by usage errors).
 extern const char* const kCheckUsage;
 extern const char* const kCoefficientsUsage;
 extern const char* const kEstimateUsage;
 extern const char* const kImportUsage;
+extern const char* const kPeaksUsage;
 
 }  // namespace flopmeter::cli

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "flopmeter/flop_model.h"
+#include "output/model_report.h"
 
 namespace flopmeter::cli {
 
@@ -41,57 +42,19 @@ int run_coefficients(const std::vector<std::string>& args) {
   const model_spec spec = load_model_argument(parsed.positionals[0]);
   const coefficients c = compute_coefficients(spec);
 
-  struct entry {
-    const char* key;
-    std::int64_t value;
-    const char* meaning;
-  };
-  const entry entries[] = {
-      {"dense_per_token", c.dense_per_token,
-       "decoder projections (incl. output gate), Gated DeltaNet, SwiGLU MLP or MoE block, logits, per device token"},
-      {"text_attn_pair", c.text_attn_pair, "causal attention per (query, key) pair, summed over full-attention layers"},
-      {"vision_per_patch", c.vision_per_patch, "ViT blocks' projections and MLP, per patch"},
-      {"vision_attn_pair", c.vision_attn_pair, "ViT attention per (query, key) pair, summed over blocks"},
-      {"patch_embed_per_patch", c.patch_embed_per_patch, "patch-embedding linear map, per patch (complete scope)"},
-      {"merger_per_merged_token", c.merger_per_merged_token,
-       "patch merger + DeepStack mergers, per merged token (complete scope)"},
-      {"mtp_per_token", c.mtp_per_token, "MTP layers' dense work per device token (0 unless MTP layers are trained)"},
-      {"mtp_attn_pair", c.mtp_attn_pair, "MTP layers' attention per causal pair (0 unless MTP layers are trained)"},
-      {"patches_per_merged_token", c.patches_per_merged_token, "spatial_merge_size^2 (a count, not FLOPs)"},
-  };
-
-  // dense_per_token by GEMM family; the parts sum to it exactly.
-  const dense_terms& d = c.dense;
-  const entry parts[] = {
-      {"attention_projections", d.attention_projections, "full-attention q, k, v, o (+ output gate) projections"},
-      {"linear_attention", d.linear_attention, "Gated DeltaNet layers"},
-      {"dense_mlp", d.dense_mlp, "SwiGLU MLP of the dense layers"},
-      {"moe_router", d.moe_router, "MoE router, hidden x num_experts per MoE layer"},
-      {"moe_routed_experts", d.moe_routed_experts, "top-k routed SwiGLU experts (dropless: exactly k per token)"},
-      {"moe_shared_expert", d.moe_shared_expert, "shared SwiGLU expert"},
-      {"moe_shared_expert_gate", d.moe_shared_expert_gate, "shared expert's sigmoid gate, hidden x 1"},
-      {"logits", d.logits, "LM head, hidden x vocab"},
-  };
-
+  const detail::coefficient_table table = detail::coefficient_entries(c);
   if (parsed.has("--json")) {
-    json_object object;
-    object.string("model", spec.name);
-    if (!spec.source_path.empty()) object.string("file", spec.source_path);  // which file a name resolved to
-    for (const entry& e : entries) object.integer(e.key, e.value);
-    json_object breakdown;
-    for (const entry& e : parts) breakdown.integer(e.key, e.value);
-    object.raw("dense_per_token_breakdown", breakdown.str());
-    std::printf("%s\n", object.str().c_str());
+    std::printf("%s\n", detail::coefficients_json(spec, c).c_str());
     return kExitOk;
   }
   std::printf("%s: training FLOPs (forward + backward) per unit\n", printable(spec.name).c_str());
   if (!spec.source_path.empty()) std::printf("file: %s\n", printable(spec.source_path).c_str());
   if (!spec.vision) std::printf("text-only model: the vision coefficients are 0\n");
   std::printf("\n  %-25s %22s  %s\n", "coefficient", "value", "meaning");
-  for (const entry& e : entries) {
+  for (const detail::coefficient_entry& e : table.entries) {
     std::printf("  %-25s %22s  %s\n", e.key, group_digits(e.value).c_str(), e.meaning);
-    if (&e != &entries[0]) continue;
-    for (const entry& part : parts) {
+    if (&e != &table.entries[0]) continue;
+    for (const detail::coefficient_entry& part : table.dense_parts) {
       if (part.value == 0) continue;  // a family the model does not have
       std::printf("    %-23s %22s  %s\n", part.key, group_digits(part.value).c_str(), part.meaning);
     }

@@ -12,6 +12,7 @@
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/megatron.h"
+#include "output/model_report.h"
 
 namespace flopmeter::cli {
 
@@ -50,24 +51,6 @@ const char* const kEstimateUsage =
 
 namespace {
 
-std::string counts_json(const batch_counts& n) {
-  json_object object;
-  object.integer("real_tokens", n.real_tokens)
-      .integer("padding_tokens", n.padding_tokens)
-      .integer("documents", n.documents)
-      .integer("causal_pairs", n.causal_pairs)
-      .integer("items", n.items)
-      .integer("patches", n.patches)
-      .integer("merged_tokens", n.merged_tokens)
-      .integer("vision_pairs_per_frame", n.vision_pairs_per_frame)
-      .integer("vision_pairs_whole", n.vision_pairs_whole);
-  return object.str();
-}
-
-}  // namespace
-
-namespace {
-
 // What the command line asks for.
 struct estimate_request {
   std::string model;
@@ -79,18 +62,7 @@ struct estimate_request {
   bool json = false;
 };
 
-// The exact count and the constant's view of the same batch.
-struct estimate_result {
-  model_spec spec;
-  coefficients c;
-  batch_counts n;
-  flop_breakdown f;
-  double exact = 0;
-  std::int64_t row_length = 0;
-  std::optional<megatron_constant> constant;
-  double megatron_flops = std::numeric_limits<double>::quiet_NaN();
-  double over_exact = std::numeric_limits<double>::quiet_NaN();
-};
+using detail::estimate_result;
 
 // The command line, or std::nullopt after printing --help.
 std::optional<estimate_request> parse_request(const std::vector<std::string>& args) {
@@ -132,53 +104,14 @@ std::optional<estimate_request> parse_request(const std::vector<std::string>& ar
 }
 
 estimate_result compute_estimate(const estimate_request& request) {
-  estimate_result r;
-  r.spec = load_model_argument(request.model);
-  r.c = compute_coefficients(r.spec);
+  const model_spec spec = load_model_argument(request.model);
+  batch_counts counts;
   try {
-    r.n = count_from_lengths(request.docs, request.padding, request.grids, geometry_of(r.spec));
+    counts = count_from_lengths(request.docs, request.padding, request.grids, geometry_of(spec));
   } catch (const error& e) {
-    throw error(e.where(),
-                "invalid batch (--docs/--padding/--images) for model " + r.spec.name + ": " + e.description());
+    throw error(e.where(), "invalid batch (--docs/--padding/--images) for model " + spec.name + ": " + e.description());
   }
-  r.f = compute_flops(r.c, r.n, request.scope);
-  r.exact = r.f.total();
-  // The constant's view of the same batch. With no tokens and no --seq-len there is no row length to take.
-  r.row_length = request.seq_len > 0 ? request.seq_len : r.n.device_tokens();
-  if (r.row_length >= 1) {
-    // The seed scope bills no MTP layers (the reference trainer has none), so its constant is taken without
-    // them too: megatron_over_exact then compares like with like.
-    model_spec constant_spec = r.spec;
-    if (request.scope == flop_scope::seed) constant_spec.train_mtp_layers = false;
-    r.constant = compute_megatron_constant(constant_spec, r.row_length);
-    r.megatron_flops = r.constant->text_per_token() * static_cast<double>(r.n.device_tokens()) +
-                       r.constant->vision_per_token() * static_cast<double>(r.n.patches);
-    if (r.exact > 0) r.over_exact = r.megatron_flops / r.exact;
-  }
-  return r;
-}
-
-void print_json(const estimate_request& request, const estimate_result& r) {
-  const flop_breakdown& f = r.f;
-  json_object object;
-  object.string("model", r.spec.name);
-  if (!r.spec.source_path.empty()) object.string("file", r.spec.source_path);  // which file a name resolved to
-  object.string("scope", to_string(request.scope))
-      .number("flops", r.exact)
-      .number("text_dense", f.text_dense)
-      .number("text_attention", f.text_attention)
-      .number("vision_dense", f.vision_dense)
-      .number("vision_attention", f.vision_attention)
-      .number("patch_embed", f.patch_embed)
-      .number("merger", f.merger)
-      .number("mtp", f.mtp)
-      .raw("counts", counts_json(r.n))
-      .integer("row_length", r.row_length)
-      .number("megatron_text_per_token", r.constant ? r.constant->text_per_token() : r.megatron_flops)
-      .number("megatron_vision_per_token", r.constant ? r.constant->vision_per_token() : r.megatron_flops)
-      .number("megatron_flops", r.megatron_flops)
-      .number("megatron_over_exact", r.over_exact);
-  std::printf("%s\n", object.str().c_str());
+  return detail::estimate_batch(spec, counts, request.scope, request.seq_len);
 }
 
 void print_text(const estimate_request& request, const estimate_result& r) {
@@ -239,7 +172,7 @@ int run_estimate(const std::vector<std::string>& args) {
   if (!request) return kExitOk;  // --help
   const estimate_result result = compute_estimate(*request);
   if (request->json) {
-    print_json(*request, result);
+    std::printf("%s\n", detail::estimate_json(result).c_str());
   } else {
     print_text(*request, result);
   }

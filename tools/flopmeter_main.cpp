@@ -1,4 +1,4 @@
-// The `flopmeter` command-line tool: sanity check, coefficients, what-if estimates.
+// The `flopmeter` command-line tool: sanity check, coefficients, what-if estimates, import, the peak table.
 //
 // main() dispatches to one run_* function per command and maps errors to exit codes: a bad command line is
 // exit 2 with the message and a usage hint, a model/config or batch error (flopmeter::error) exit 1, and
@@ -31,6 +31,7 @@ const char* const kTopUsage =
     "  coefficients   training FLOPs per token, per attention pair, per patch ... of one model\n"
     "  estimate       exact FLOPs of a described micro-batch, and how far the constant would be off\n"
     "  import         the model TOML equivalent to a Hugging Face config.json\n"
+    "  peaks          the dense peak TFLOP/s per GPU that MFU is computed against, with sources\n"
     "\n"
     "A MODEL argument is a model TOML file, a Hugging Face config.json, a checkpoint directory that holds one,\n"
     "or the name of a shipped config (e.g. qwen3_vl_2b).\n"
@@ -78,6 +79,7 @@ int dispatch(std::vector<std::string> words) {
   if (command == "coefficients") return run_coefficients(rest);
   if (command == "estimate") return run_estimate(rest);
   if (command == "import") return run_import(rest);
+  if (command == "peaks") return run_peaks(rest);
   if (!command.empty() && command[0] == '-') throw usage_error("", "unknown option '" + command + "'");
   throw usage_error("", "unknown command '" + command + "'");
 }

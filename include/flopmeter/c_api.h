@@ -253,6 +253,105 @@ FLOPMETER_EXPORT int flopmeter_health(const flopmeter_plugin* plugin, flopmeter_
 /* A static, NUL-terminated description of a return code ("FLOPMETER_E_REJECTED: ..."); never NULL. */
 FLOPMETER_EXPORT const char* flopmeter_status_string(int code);
 
+/* ---- Added later in version 2 (library 0.3): what a Python (or other) host layer needs beside the events ---- */
+
+/* A plugin from plugin TOML text instead of a file: `toml_text` (length bytes; need not be NUL-terminated) is
+ * read as a plugin file named `source_name` (used in every message: "source_name:line:col: key
+ * 'parallel.tp': ..."), whose relative model.config resolves against `base_dir` (NULL or "" = the working
+ * directory). Otherwise as flopmeter_create. */
+FLOPMETER_EXPORT flopmeter_plugin* flopmeter_create_from_text(const char* toml_text, size_t length,
+                                                              const char* source_name, const char* base_dir,
+                                                              const flopmeter_comm* comm, char* error,
+                                                              size_t error_size);
+
+/* Where a rank's interval counts sit in the per-log collective (world_size rows of row_doubles doubles; this
+ * rank's row starts at rank * row_doubles). A layer that accumulates a micro-batch's counts where they were
+ * computed (a CUDA device) adds them into its own row inside start_allreduce_sum, before the reduction,
+ * as the C++ tensor path does: the counts then travel in the log's one collective and are never read back
+ * on the micro-batch path. Such micro-batches are reported to on_microbatch without documents (so that they
+ * count as run) and their counts, samples, loss and rejections are added here. Every value is a double,
+ * exact below 2^53. Offsets are indices into the row. */
+typedef struct flopmeter_row_layout {
+  uint32_t struct_size;
+  uint32_t row_doubles; /* doubles per rank in this library version */
+  uint32_t counts;      /* the nine counts of flopmeter_counts, in its field order, from here */
+  uint32_t loss_sum;
+  uint32_t label_tokens;
+  uint32_t device_rejected; /* micro-batches rejected where they were counted: health's bad_microbatches */
+  uint32_t tokens_seen;     /* this rank's running total of real tokens, this interval included */
+  uint32_t samples_seen;    /* this rank's running total of samples, this interval included */
+  /* Added in 0.3; written only when struct_size covers it (an older struct gets the fields above). */
+  uint32_t label_tokens_seen; /* this rank's running total of label tokens: train/assistant_tokens_seen */
+} flopmeter_row_layout;
+
+/* FLOPMETER_OK, FLOPMETER_E_NULL_ARGUMENT, FLOPMETER_E_STRUCT_SIZE or FLOPMETER_E_INVALID_HANDLE. */
+FLOPMETER_EXPORT int flopmeter_get_row_layout(const flopmeter_plugin* plugin, flopmeter_row_layout* out);
+
+/* The FLOP model alone, without a plugin: load it, count a micro-batch, form its FLOPs, and the reports of
+ * `flopmeter coefficients --json` and `flopmeter estimate --json`. A flopmeter_model handle is a name looked up
+ * on every call like a plugin handle; its model is immutable, so any thread may use it at any time. */
+typedef struct flopmeter_model flopmeter_model;
+
+/* The nine exact counts of a micro-batch (flop_model.h, batch_counts). */
+typedef struct flopmeter_counts {
+  uint32_t struct_size;
+  int64_t real_tokens;
+  int64_t padding_tokens;
+  int64_t documents;
+  int64_t causal_pairs;           /* sum over documents of L(L+1)/2 */
+  int64_t items;                  /* images + videos */
+  int64_t patches;                /* sum of t*h*w */
+  int64_t merged_tokens;          /* sum of t*h*w / spatial_merge_size^2 */
+  int64_t vision_pairs_per_frame; /* sum of t*(h*w)^2 */
+  int64_t vision_pairs_whole;     /* sum of (t*h*w)^2 */
+} flopmeter_counts;
+
+/* What is counted: the scope of plugin_configs/SCHEMA.md. */
+#define FLOPMETER_SCOPE_COMPLETE 0
+#define FLOPMETER_SCOPE_SEED 1
+
+/* A micro-batch's training FLOPs by term (doubles, each exact below 2^53) and their exact total as a decimal
+ * integer, NUL-terminated (a total of int64 products needs at most 40 digits). */
+typedef struct flopmeter_flops {
+  uint32_t struct_size;
+  double total;
+  double text_dense;
+  double text_attention;
+  double vision_dense;
+  double vision_attention;
+  double patch_embed;
+  double merger;
+  double mtp;
+  char exact_total[48];
+} flopmeter_flops;
+
+/* A model TOML file, a Hugging Face config.json, or a checkpoint directory holding one. NULL on error, with
+ * the message (file:line:col) in error[0..error_size) as for flopmeter_create. */
+FLOPMETER_EXPORT flopmeter_model* flopmeter_model_load(const char* path, char* error, size_t error_size);
+/* A config.json given as text (length bytes), named `source_name` in messages. */
+FLOPMETER_EXPORT flopmeter_model* flopmeter_model_parse_json(const char* text, size_t length, const char* source_name,
+                                                             char* error, size_t error_size);
+/* The model of a live plugin (a copy: it stays valid after the plugin is destroyed). NULL with a message. */
+FLOPMETER_EXPORT flopmeter_model* flopmeter_plugin_model(const flopmeter_plugin* plugin, char* error,
+                                                         size_t error_size);
+/* NULL: FLOPMETER_OK. A dead handle: FLOPMETER_E_INVALID_HANDLE. */
+FLOPMETER_EXPORT int flopmeter_model_destroy(flopmeter_model* model);
+
+/* The counts of `microbatch` by the rules of flopmeter_on_microbatch (its samples and loss are not read).
+ * FLOPMETER_E_REJECTED with the reason in error[0..error_size) for an invalid description. */
+FLOPMETER_EXPORT int flopmeter_model_count(const flopmeter_model* model, const flopmeter_microbatch* microbatch,
+                                           flopmeter_counts* out, char* error, size_t error_size);
+/* The FLOPs of `counts` in `scope` (FLOPMETER_SCOPE_*); FLOPMETER_E_REJECTED for an unknown scope. */
+FLOPMETER_EXPORT int flopmeter_model_flops(const flopmeter_model* model, const flopmeter_counts* counts, int scope,
+                                           flopmeter_flops* out);
+/* The JSON of `flopmeter coefficients --json` for this model, or of `flopmeter estimate --json` for `counts`
+ * (seq_len 0: the row length is the batch's device tokens). Both write at most size - 1 bytes and a NUL and
+ * return the JSON's full length (call again with a larger buffer when it is >= size), or a negative
+ * FLOPMETER_E_* code. */
+FLOPMETER_EXPORT int64_t flopmeter_model_coefficients_json(const flopmeter_model* model, char* out, size_t size);
+FLOPMETER_EXPORT int64_t flopmeter_model_estimate_json(const flopmeter_model* model, const flopmeter_counts* counts,
+                                                       int scope, int64_t seq_len, char* out, size_t size);
+
 /* Changes.
  * Version 2: return codes named (the values of version 1 kept: -1, -2, -3); flopmeter_health fills a
  * flopmeter_health_counters struct instead of uint64_t out[5]; flopmeter_destroy returns an int and refuses a
@@ -265,7 +364,11 @@ FLOPMETER_EXPORT const char* flopmeter_status_string(int code);
  * only when struct_size covers them); FLOPMETER_E_REENTRANT (-6) added: on_microbatch, on_log, flush and destroy
  * called from inside the same plugin's callback used to deadlock and are now refused with it, while health
  * called from there, which also deadlocked, now returns FLOPMETER_OK with the counters.
- * In 0.3 (additions only, within struct_size): flopmeter_health_counters gained config_mismatch_intervals;
+ * Later in version 2, library 0.3 (additions only: every earlier call, struct and code is unchanged; check for
+ * the new functions with dlsym when the library may be older): flopmeter_create_from_text,
+ * flopmeter_get_row_layout, and the FLOP model alone (flopmeter_model_*: load, parse_json, count, flops, the
+ * coefficients and estimate reports; flopmeter_plugin_model).
+ * Also in 0.3 (within struct_size): flopmeter_health_counters gained config_mismatch_intervals;
  * flopmeter_log gained peak_reserved_memory_bytes with FLOPMETER_LOG_PEAK_RESERVED_MEMORY. A FLOPMETER_LOG_*
  * bit set with the value 0 is now reported as 0 (before, a 0 on every rank read as not reported). */
 

@@ -149,5 +149,9 @@ struct flop_breakdown {
 };
 
 flop_breakdown compute_flops(const coefficients& coeffs, const batch_counts& counts, flop_scope scope);
+// The exact sum of the same terms, with no rounding, as a decimal integer ("123456789..."): for callers that
+// keep arbitrary-precision integers (the Python package's FlopModel.flops returns a Python int). Every
+// product is formed in 128 bits and the sum in 129, so it is exact for any int64 coefficients and counts.
+std::string exact_total_flops(const coefficients& coeffs, const batch_counts& counts, flop_scope scope);
 
 }  // namespace FLOPMETER_EXPORT

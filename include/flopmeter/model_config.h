@@ -24,7 +24,8 @@ model_spec load_model_spec(const std::string& path);
 model_spec parse_model_spec(const std::string& toml_text, const std::string& source_name);
 
 // Same, from the text of a Hugging Face config.json (model_type qwen3_vl, qwen3_5, qwen3_vl_moe or
-// qwen3_5_moe, with text_config and vision_config). Fields that do not change FLOPs (rope settings, token
+// qwen3_5_moe, with text_config and vision_config; or the text-only qwen3, qwen3_moe or qwen3_next, whose
+// decoder fields sit at the top level, where errors name them: key 'head_dim'). Fields that do not change FLOPs (rope settings, token
 // ids, dtype, ...) are ignored; a field that would change the work in a way the model type does not have is
 // an error. The spec's name is the checkpoint directory's name (`source_name`'s parent directory when the
 // file is called config.json), else the file stem.

@@ -47,8 +47,8 @@ struct text_spec {
   // run trains them (model_spec::train_mtp_layers).
   std::int64_t mtp_num_hidden_layers = 0;
 
-  // Mixture of experts (model types qwen3_vl_moe and qwen3_5_moe; every field 0 / empty / false for a dense
-  // model type). Hugging Face names. A layer's MLP is an MoE block when num_experts > 0, the layer is not in
+  // Mixture of experts (model types qwen3_vl_moe, qwen3_5_moe, qwen3_moe and qwen3_next; every field 0 / empty /
+  // false for a dense model type). Hugging Face names. A layer's MLP is an MoE block when num_experts > 0, the layer is not in
   // mlp_only_layers, and (i+1) % decoder_sparse_step == 0; otherwise it is a dense SwiGLU of
   // intermediate_size. Qwen3.5 MoE makes every layer (and its MTP layer) an MoE block: step 1, no exceptions.
   std::int64_t num_experts = 0;                      // routed experts per MoE layer; the router is hidden->E
@@ -89,7 +89,8 @@ struct vision_spec {
 
 struct model_spec {
   std::string name;         // file stem or [model].name, for reports
-  std::string model_type;   // "qwen3_vl", "qwen3_5" (dense) or "qwen3_vl_moe", "qwen3_5_moe" (mixture of experts)
+  std::string model_type;   // "qwen3_vl", "qwen3_5" (dense) or "qwen3_vl_moe", "qwen3_5_moe" (mixture of experts);
+                            // text only: "qwen3", "qwen3_moe", "qwen3_next" (no vision)
   std::string source_path;  // where it was loaded from ("" when built in code)
   text_spec text;
   std::optional<vision_spec> vision;  // absent for text-only models

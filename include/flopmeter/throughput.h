@@ -160,6 +160,8 @@ class throughput_plugin : public plugin {
   // the communicator, called while the plugin holds its lock): a hook called now would be refused.
   bool in_callout() const noexcept;
   const coefficients& flop_coefficients() const;
+  // The model the plugin counts with (options.model).
+  const model_spec& model() const;
   // The peak used for MFU, when known.
   std::optional<double> peak_tflops_per_gpu() const;
 

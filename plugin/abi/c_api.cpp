@@ -31,7 +31,10 @@
 #include "flopmeter/error.h"
 #include "flopmeter/throughput.h"
 #include "flopmeter/gloo_env.h"
+#include "abi/abi_common.h"
 #include "accounting/plugin_factory.h"
+#include "accounting/row_layout.h"
+#include "accounting/throughput_config.h"
 #include "output/json_line.h"
 #include "output/logging.h"
 
@@ -65,17 +68,6 @@ class callback_slot final : public flopmeter::sink {
 };
 
 using flopmeter::collective_status;
-
-// The message through printable_text (an exception from a trainer's communicator may carry control
-// characters), cut to the buffer at a character boundary: never half of a UTF-8 sequence.
-void write_error(char* buffer, std::size_t size, const std::string& raw_message) {
-  if (buffer == nullptr || size == 0) return;
-  const std::string message = flopmeter::printable_text(raw_message, /*keep_newlines=*/true);
-  std::size_t n = std::min(size - 1, message.size());
-  while (n > 0 && n < message.size() && (static_cast<unsigned char>(message[n]) & 0xC0u) == 0x80u) --n;
-  std::memcpy(buffer, message.data(), n);
-  buffer[n] = '\0';
-}
 
 // Adapts the trainer's flopmeter_comm callbacks to the communicator interface.
 class c_pending final : public flopmeter::pending_collective {
@@ -140,10 +132,6 @@ std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm*
 }
 
 // The smallest struct_size accepted for each struct: the end of its last field in its first version.
-constexpr std::size_t kMicrobatchV1Size = offsetof(flopmeter_microbatch, label_tokens) + sizeof(int64_t);
-// The end of positions_int32 / num_positions_int32, added later in version 2.
-constexpr std::size_t kMicrobatchPositionsInt32Size =
-    offsetof(flopmeter_microbatch, num_positions_int32) + sizeof(size_t);
 constexpr std::size_t kLogV1Size = offsetof(flopmeter_log, peak_memory_bytes) + sizeof(int64_t);
 constexpr std::size_t kLogReservedMemorySize = offsetof(flopmeter_log, peak_reserved_memory_bytes) + sizeof(int64_t);
 constexpr std::size_t kHealthV2Size = offsetof(flopmeter_health_counters, rejected_logs) + sizeof(uint64_t);
@@ -238,25 +226,7 @@ flopmeter_plugin* create_with(const char* config_path, std::shared_ptr<flopmeter
   });
 }
 
-template <class Create>
-flopmeter_plugin* create_or_report(char* error, std::size_t error_size, const Create& create) noexcept {
-  try {
-    return create();
-  } catch (const std::bad_alloc&) {
-    write_error(error, error_size, "out of memory while creating the plugin");
-  } catch (const std::exception& e) {
-    write_error(error, error_size, e.what());
-  } catch (...) {
-    write_error(error, error_size, "unknown error");
-  }
-  return nullptr;
-}
-
-// An array of the event: NULL is absent only with a count of 0.
-template <class T>
-bool array_given(const T* data, std::size_t count) {
-  return data != nullptr || count == 0;
-}
+using flopmeter::detail::create_or_report;
 
 int refuse_microbatch(plugin_state& state, int code, const char* what) noexcept {
   state.refused_microbatches.fetch_add(1, std::memory_order_relaxed);
@@ -333,36 +303,10 @@ int flopmeter_on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch
   if (plugin == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
   const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  if (m == nullptr) {
-    return refuse_microbatch(*state, FLOPMETER_E_NULL_ARGUMENT, "the flopmeter_microbatch pointer is NULL");
-  }
-  if (m->struct_size < kMicrobatchV1Size) {
-    return refuse_microbatch(*state, FLOPMETER_E_STRUCT_SIZE,
-                             "flopmeter_microbatch.struct_size is below sizeof(flopmeter_microbatch) of ABI version 1");
-  }
-  // Fields added after version 1 are read only when struct_size covers them: a caller built against an older
-  // header has memory of its own (or none) there.
-  const bool has_positions_int32 = m->struct_size >= kMicrobatchPositionsInt32Size;
-  const int32_t* positions_int32 = has_positions_int32 ? m->positions_int32 : nullptr;
-  const size_t num_positions_int32 = has_positions_int32 ? m->num_positions_int32 : 0;
-  if (!array_given(m->document_lengths, m->num_document_lengths) || !array_given(m->cu_seqlens, m->num_cu_seqlens) ||
-      !array_given(m->positions, m->num_positions) || !array_given(positions_int32, num_positions_int32) ||
-      !array_given(m->grids, m->num_grids)) {
-    return refuse_microbatch(*state, FLOPMETER_E_REJECTED, "an array pointer is NULL with a non-zero count");
-  }
   flopmeter::microbatch_event e;
-  e.document_lengths = {m->document_lengths, m->num_document_lengths};
-  e.cu_seqlens = {m->cu_seqlens, m->num_cu_seqlens};
-  e.positions = {m->positions, m->num_positions};
-  e.positions_int32 = {positions_int32, num_positions_int32};  // two formats given: rejected by the plugin
-  e.padding_tokens = m->padding_tokens;
-  static_assert(sizeof(flopmeter_grid) == sizeof(flopmeter::image_grid), "grid layouts must match");
-  e.image_grids = {reinterpret_cast<const flopmeter::image_grid*>(m->grids), m->num_grids};
-  e.samples = m->samples;
-  if (m->has_loss) {
-    e.loss_sum = m->loss_sum;
-    e.label_tokens = m->label_tokens;
-  }
+  const char* why = nullptr;
+  const int code = flopmeter::detail::event_from_microbatch(m, e, &why);
+  if (code != FLOPMETER_OK) return refuse_microbatch(*state, code, why);
   switch (state->plugin->record_microbatch(e)) {
     case flopmeter::microbatch_result::counted: return FLOPMETER_OK;
     case flopmeter::microbatch_result::rejected: return FLOPMETER_E_REJECTED;  // counted and logged by the plugin
@@ -475,6 +419,52 @@ int flopmeter_health(const flopmeter_plugin* plugin, flopmeter_health_counters* 
     out->config_mismatch_intervals = h.config_mismatch_intervals;
   }
   return FLOPMETER_OK;
+}
+
+flopmeter_plugin* flopmeter_create_from_text(const char* toml_text, size_t length, const char* source_name,
+                                             const char* base_dir, const flopmeter_comm* comm, char* error,
+                                             size_t error_size) {
+  return create_or_report(error, error_size, [&] {
+    if (toml_text == nullptr && length > 0) throw flopmeter::error("toml_text is NULL with a non-zero length");
+    const std::string name = source_name != nullptr && *source_name != '\0' ? source_name : "<text>";
+    flopmeter::plugin_config config = flopmeter::detail::parse_plugin_config(
+        std::string(toml_text != nullptr ? toml_text : "", length), name, base_dir != nullptr ? base_dir : "");
+    std::shared_ptr<flopmeter::communicator> communicator = communicator_from(comm);
+    return register_plugin(
+        [&](const std::shared_ptr<spdlog::logger>& logger, std::shared_ptr<flopmeter::sink> callback) {
+          return flopmeter::detail::create_configured_plugin(name, std::move(config), std::move(communicator), logger,
+                                                             {std::move(callback)});
+        });
+  });
+}
+
+int flopmeter_get_row_layout(const flopmeter_plugin* plugin, flopmeter_row_layout* out) {
+  if (plugin == nullptr || out == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  if (!handle_registry::instance().find(plugin)) return FLOPMETER_E_INVALID_HANDLE;
+  // The first layout ends at samples_seen; label_tokens_seen (0.3) is written only when the struct has it.
+  if (out->struct_size < offsetof(flopmeter_row_layout, samples_seen) + sizeof(uint32_t))
+    return FLOPMETER_E_STRUCT_SIZE;
+  namespace d = flopmeter::detail;
+  out->row_doubles = static_cast<uint32_t>(d::kRowFields);
+  out->counts = static_cast<uint32_t>(d::row_real_tokens);
+  out->loss_sum = static_cast<uint32_t>(d::row_loss_sum);
+  out->label_tokens = static_cast<uint32_t>(d::row_label_tokens);
+  out->device_rejected = static_cast<uint32_t>(d::row_device_rejected);
+  out->tokens_seen = static_cast<uint32_t>(d::row_tokens_seen);
+  out->samples_seen = static_cast<uint32_t>(d::row_samples_seen);
+  if (out->struct_size >= offsetof(flopmeter_row_layout, label_tokens_seen) + sizeof(uint32_t)) {
+    out->label_tokens_seen = static_cast<uint32_t>(d::row_label_tokens_seen);
+  }
+  return FLOPMETER_OK;
+}
+
+flopmeter_model* flopmeter_plugin_model(const flopmeter_plugin* plugin, char* error, size_t error_size) {
+  return create_or_report(error, error_size, [&]() -> flopmeter_model* {
+    if (plugin == nullptr) throw flopmeter::error("the plugin handle is NULL");
+    const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
+    if (!state) throw flopmeter::error("not a live plugin (destroyed already, or never created)");
+    return flopmeter::detail::register_model(state->plugin->model());
+  });
 }
 
 const char* flopmeter_status_string(int code) {

@@ -30,8 +30,10 @@
 #include "accounting/derive.h"
 #include "accounting/log_protocol.h"
 #include "accounting/owned_mutex.h"
+#include "accounting/count_event.h"
 #include "accounting/row_layout.h"
 #include "accounting/sanitize_options.h"
+#include "core/device_name.h"
 #include "core/exact_double.h"
 #include "output/logging.h"
 
@@ -93,19 +95,18 @@ class throughput_plugin::impl {
     if (options_.sanity_check) detail::refuse_failed_sanity_check(options_.model);
     if (options_.peak_tflops_per_gpu) {
       peak_ = options_.peak_tflops_per_gpu;  // in range: sanitize_options
-    } else if (!options_.gpu.empty()) {
-      if (const auto match = find_peak(options_.gpu, options_.precision)) peak_ = match->tflops;
+    }
+    peak_resolution resolution;  // gpu = "auto": the device this process runs on, read once, here
+    if (!options_.peak_tflops_per_gpu && !options_.gpu.empty()) {
+      const detail::detected_device device =
+          is_auto_gpu(options_.gpu) ? detail::detect_cuda_device() : detail::detected_device{};
+      resolution = resolve_peak(options_.gpu, device.name, options_.precision, device.why);
+      if (resolution.match) peak_ = resolution.match->tflops;
     }
     if (!peak_ && rank_ == 0 && options_.gpu.empty()) {
       logger_->warn("flopmeter: neither peak_tflops_per_gpu nor gpu is configured; perf/mfu will not be reported");
     } else if (!peak_ && rank_ == 0) {
-      // The known names, so the message says how to fix it (the tool has no command that lists them).
-      std::string known;
-      for (const peak_entry& entry : peak_table()) known += std::string(known.empty() ? "" : ", ") + entry.name;
-      logger_->warn(
-          "flopmeter: no {} peak FLOP/s for GPU '{}'; perf/mfu will not be reported. Set "
-          "peak_tflops_per_gpu, or gpu to one of: {}.",
-          to_string(options_.precision), printable_text(options_.gpu), known);
+      logger_->warn("flopmeter: {}", resolution.warning);
     }
     buffer_.assign(static_cast<std::size_t>(world_) * kRowFields, 0.0);
     row_.assign(kRowFields, 0.0);
@@ -144,23 +145,11 @@ class throughput_plugin::impl {
     }
     current_.microbatches += 1;
     try {
-      const std::size_t formats = (event.document_lengths.empty() ? 0 : 1) + (event.cu_seqlens.empty() ? 0 : 1) +
-                                  (event.positions.empty() ? 0 : 1) + (event.positions_int32.empty() ? 0 : 1);
-      if (formats > 1) throw error("a micro-batch gives more than one of document_lengths, cu_seqlens, positions");
       if (event.samples < 0) throw error("samples must be >= 0 (got " + std::to_string(event.samples) + ")");
       if (event.label_tokens && *event.label_tokens < 0) throw error("label_tokens must be >= 0");
       if (event.loss_sum && !std::isfinite(*event.loss_sum)) throw error("loss_sum is not finite");
       check_loss_pair(event.loss_sum, event.label_tokens);
-      batch_counts counts;
-      if (!event.cu_seqlens.empty()) {
-        counts = count_from_cu_seqlens(event.cu_seqlens, event.padding_tokens, event.image_grids, geometry_);
-      } else if (!event.positions.empty()) {
-        counts = count_from_positions(event.positions, event.padding_tokens, event.image_grids, geometry_);
-      } else if (!event.positions_int32.empty()) {
-        counts = count_from_positions(event.positions_int32, event.padding_tokens, event.image_grids, geometry_);
-      } else {
-        counts = count_from_lengths(event.document_lengths, event.padding_tokens, event.image_grids, geometry_);
-      }
+      const batch_counts counts = detail::count_event(event, geometry_);
       check_label_tokens_within(event.loss_sum, event.label_tokens, counts.real_tokens);
       interval_counters next = current_;
       next.counts += counts;
@@ -263,6 +252,7 @@ class throughput_plugin::impl {
   }
   bool in_callout() const noexcept { return mutex_.held_by_this_thread(); }
   const coefficients& flop_coefficients() const { return coefficients_; }
+  const model_spec& model() const { return options_.model; }
   std::optional<double> peak() const { return peak_; }
 
  private:
@@ -494,6 +484,7 @@ void throughput_plugin::flush() noexcept { impl_->flush(); }
 throughput_health throughput_plugin::health() const { return impl_->health(); }
 bool throughput_plugin::in_callout() const noexcept { return impl_->in_callout(); }
 const coefficients& throughput_plugin::flop_coefficients() const { return impl_->flop_coefficients(); }
+const model_spec& throughput_plugin::model() const { return impl_->model(); }
 std::optional<double> throughput_plugin::peak_tflops_per_gpu() const { return impl_->peak(); }
 
 }  // namespace flopmeter

@@ -180,7 +180,9 @@ class options_loader : private detail::toml_reader {
   void read_peak(const toml::table& peak, throughput_options& options) const {
     if (auto gpu = optional_string(peak, "peak", "gpu")) {
       if (gpu->empty()) fail_key(*peak.get("gpu"), "peak.gpu", "must not be empty");
-      options.gpu = std::move(*gpu);  // unknown names are allowed: the plugin warns and skips MFU
+      // Unknown names are allowed: the plugin warns and skips MFU. "auto" (any case, is_auto_gpu) is kept as
+      // written: the plugin reads the device's name when it starts (resolve_peak).
+      options.gpu = std::move(*gpu);
     }
     options.peak_tflops_per_gpu =
         optional_double(peak, "peak", "tflops_per_gpu",

@@ -41,6 +41,8 @@ namespace {
 
 using json = nlohmann::json;
 
+constexpr std::string_view kText = "text_config";
+
 // Array elements whose positions are kept (deeper indexes are cited at their array). Bounds the position map
 // of a hostile multi-megabyte array; no FLOP field has more entries than this in a real config.
 constexpr std::size_t kMaxRecordedIndex = 4096;
@@ -249,10 +251,16 @@ class json_document final : public detail::field_reader {
       throw error(where(""), std::string("expected a JSON object at the top level (a Hugging Face config.json), got ") +
                                  json_type_name(root_));
     }
+    // A text-only model's config.json (Qwen3, Qwen3-MoE, Qwen3-Next) is its decoder's config: the fields the
+    // rules call text_config.X sit at the top level as X.
+    const auto type = root_.find("model_type");
+    flat_ = type != root_.end() && type->is_string() && detail::is_text_only_model_type(type->get<std::string>());
   }
 
   const json& root() const { return root_; }
-  const json* node(std::string_view path) const {
+  const json* node(std::string_view schema_path) const {
+    const std::string mapped = document_path(schema_path);
+    const std::string_view path = mapped;
     const json* at = &root_;
     std::size_t i = 0;
     while (i < path.size()) {
@@ -329,13 +337,23 @@ class json_document final : public detail::field_reader {
   // others; a top-level attn_output_gate is read the same way, so that a value there is checked against the
   // model type rather than ignored (transformers' composite configs accept both keyword arguments at the top).
   std::optional<std::string> top_level_key(std::string_view path) const override {
+    if (flat_) return std::nullopt;  // the top level is text_config itself
     for (const std::string_view key : {std::string_view("tie_word_embeddings"), std::string_view("attn_output_gate")}) {
       if (path == "text_config." + std::string(key) && has(key)) return std::string(key);
     }
     return std::nullopt;
   }
   std::string model_type_path() const override { return "model_type"; }
-  error_location where(std::string_view path) const override {
+  std::string in_document_terms(std::string text) const override {
+    if (!flat_) return text;
+    const std::string prefix = std::string(kText) + ".";
+    for (std::size_t at = text.find(prefix); at != std::string::npos; at = text.find(prefix, at)) {
+      text.erase(at, prefix.size());
+    }
+    return text;
+  }
+  error_location where(std::string_view schema_path) const override {
+    const std::string path = document_path(schema_path);
     std::string_view at = path;
     while (!at.empty() && offsets_.find(std::string(at)) == offsets_.end()) {
       const std::size_t cut = at.find_last_of(".[");
@@ -358,9 +376,18 @@ class json_document final : public detail::field_reader {
   }
 
  private:
+  // The JSON path of a schema path: itself, or for a text-only model's config.json "X" for "text_config.X"
+  // ("" for "text_config", the top-level object).
+  std::string document_path(std::string_view path) const {
+    if (!flat_ || path.substr(0, kText.size()) != kText) return std::string(path);
+    if (path.size() == kText.size()) return std::string();
+    if (path[kText.size()] != '.') return std::string(path);
+    return std::string(path.substr(kText.size() + 1));
+  }
+
   // Whether the number at `path` is written as an integer (digits, an optional '-', no '.', 'e' or 'E').
-  bool is_integer_text(std::string_view path) const {
-    const auto found = offsets_.find(std::string(path));
+  bool is_integer_text(std::string_view schema_path) const {
+    const auto found = offsets_.find(document_path(schema_path));
     if (found == offsets_.end()) return false;
     std::size_t i = found->second;
     if (i < text_.size() && text_[i] == '-') ++i;
@@ -377,6 +404,7 @@ class json_document final : public detail::field_reader {
   std::string source_;
   std::unordered_map<std::string, std::size_t> offsets_;
   json root_;
+  bool flat_ = false;  // a text-only model: text_config's fields at the top level
 };
 
 // The model type at the top level, checked.
@@ -474,7 +502,8 @@ std::string import_hf_config(const std::string& path) {
     const std::string field_path = std::string(field.table) + "." + std::string(field.key);
     const std::string key(field.key);
     if (const json* value = doc.node(field_path)) {
-      write_line(out, key + " = " + toml_value(*value), doc.position_text(field_path) + " " + field_path);
+      write_line(out, key + " = " + toml_value(*value),
+                 doc.position_text(field_path) + " " + doc.in_document_terms(field_path));
     } else if (field_path == "text_config.tie_word_embeddings") {
       write_line(out, key + std::string(" = ") + (spec.text.tie_word_embeddings ? "true" : "false"),
                  doc.has("tie_word_embeddings") ? doc.position_text("tie_word_embeddings") + " tie_word_embeddings"
@@ -485,8 +514,8 @@ std::string import_hf_config(const std::string& path) {
       write_line(out, key + std::string(" = ") + (gate ? "true" : "false"),
                  doc.has("attn_output_gate")
                      ? doc.position_text("attn_output_gate") + " attn_output_gate"
-                     : std::string("not in the config.json: ") +
-                           (gate ? "Qwen3.5 attention always has the output gate" : "Qwen3-VL has no output gate"));
+                     : std::string("not in the config.json: ") + detail::model_family_name(spec.model_type) +
+                           (gate ? " attention always has the output gate" : " has no output gate"));
     }
   }
   return out;

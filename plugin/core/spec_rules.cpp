@@ -24,32 +24,46 @@ constexpr std::string_view kQwen3Vl = "qwen3_vl";
 constexpr std::string_view kQwen35 = "qwen3_5";
 constexpr std::string_view kQwen3VlMoe = "qwen3_vl_moe";
 constexpr std::string_view kQwen35Moe = "qwen3_5_moe";
+// The text-only decoders (config.json keeps the decoder's fields at the top level, no text_config object):
+// Qwen3 is the Qwen3-VL text decoder, Qwen3-MoE the Qwen3-VL-MoE one, Qwen3-Next the hybrid Gated DeltaNet +
+// gated attention decoder with a gated shared expert (the Qwen3.5-MoE text decoder, with the MoE layout of
+// Qwen3-MoE: decoder_sparse_step and mlp_only_layers are honoured).
+constexpr std::string_view kQwen3 = "qwen3";
+constexpr std::string_view kQwen3Moe = "qwen3_moe";
+constexpr std::string_view kQwen3Next = "qwen3_next";
+// transformers' Qwen3NextConfig builds layer_types with this interval when the config.json gives neither.
+constexpr std::int64_t kQwen3NextDefaultInterval = 4;
 constexpr std::string_view kFullAttention = "full_attention";
 constexpr std::string_view kLinearAttention = "linear_attention";
 constexpr std::string_view kText = "text_config";
 constexpr std::string_view kVision = "vision_config";
 constexpr std::string_view kDeltaNet = "Gated DeltaNet layers";
+constexpr std::string_view kSlidingAttention = "sliding_attention";
+constexpr std::string_view kNoSlidingWindow =
+    "sliding-window attention is not supported: flopmeter bills every attention layer over the whole document "
+    "(the released Qwen3 checkpoints have use_sliding_window = false and only \"full_attention\" layers)";
 
 // Which model types a field belongs to (what transformers builds for each type). A field of another type is
 // accepted only at its neutral value (0, false, []), which states that the model does not have the feature;
 // any other value would change the work in a way the model type does not have, so it is an error (a qwen3_vl
 // with attn_output_gate = true is not a Qwen3-VL). Every field of the schema and its owners:
-//   all four types: text_config.{model_type, hidden_size, num_hidden_layers, num_attention_heads,
+//   all types: text_config.{model_type, hidden_size, num_hidden_layers, num_attention_heads,
 //     num_key_value_heads, head_dim, intermediate_size, vocab_size, tie_word_embeddings, layer_types} and every
-//     vision_config size; [flopmeter].train_mtp_layers (no work without MTP layers)
-//   hybrid (qwen3_5, qwen3_5_moe): attn_output_gate (always true there), full_attention_interval, the five
+//     vision_config size (a vision tower is refused on the text-only types qwen3, qwen3_moe, qwen3_next);
+//     [flopmeter].train_mtp_layers (no work without MTP layers)
+//   hybrid (qwen3_5, qwen3_5_moe, qwen3_next): attn_output_gate (always true there), full_attention_interval, the five
 //     linear_* sizes, mtp_num_hidden_layers (Qwen3-VL has no MTP module)
 //   qwen3_vl types (qwen3_vl, qwen3_vl_moe): vision_config.deepstack_visual_indexes (transformers'
 //     Qwen3_5VisionModel deletes the DeepStack mergers it inherits from Qwen3VLVisionModel)
-//   moe (qwen3_vl_moe, qwen3_5_moe): num_experts, num_experts_per_tok, moe_intermediate_size,
-//     decoder_sparse_step, mlp_only_layers (empty on qwen3_5_moe), norm_topk_prob
-//   qwen3_5_moe only: shared_expert_intermediate_size
+//   moe (qwen3_vl_moe, qwen3_5_moe, qwen3_moe, qwen3_next): num_experts, num_experts_per_tok,
+//     moe_intermediate_size, decoder_sparse_step, mlp_only_layers (empty on qwen3_5_moe), norm_topk_prob
+//   shared expert (qwen3_5_moe, qwen3_next): shared_expert_intermediate_size
 enum class belongs {
   all,
-  hybrid,       // Qwen3.5 and Qwen3.5 MoE: Gated DeltaNet layers with a full attention layer every interval
-  qwen3_vl,     // Qwen3-VL and Qwen3-VL MoE: DeepStack mergers
-  moe,          // the mixture-of-experts types
-  qwen3_5_moe,  // Qwen3.5 MoE alone: the shared expert
+  hybrid,         // Qwen3.5, Qwen3.5 MoE, Qwen3-Next: Gated DeltaNet layers with a full attention layer every interval
+  qwen3_vl,       // Qwen3-VL and Qwen3-VL MoE: DeepStack mergers
+  moe,            // the mixture-of-experts types
+  shared_expert,  // Qwen3.5 MoE and Qwen3-Next: the gated shared expert
 };
 
 enum class need {
@@ -58,6 +72,7 @@ enum class need {
   dense_mlp,  // required when a decoder layer has a dense SwiGLU (always on a dense type; on an MoE type when
               // decoder_sparse_step or mlp_only_layers leave one)
   step,       // optional, 1 when absent (every layer an MoE block)
+  interval,   // required, except on qwen3_next: transformers' default interval (4) when absent
 };
 
 struct text_int {
@@ -83,7 +98,7 @@ constexpr text_int kTextInts[] = {
     {"head_dim", &text_spec::head_dim, 1, belongs::all, need::required, {}},
     {"intermediate_size", &text_spec::intermediate_size, 1, belongs::all, need::dense_mlp, {}},
     {"vocab_size", &text_spec::vocab_size, 1, belongs::all, need::required, {}},
-    {"full_attention_interval", &text_spec::full_attention_interval, 1, belongs::hybrid, need::required, kDeltaNet},
+    {"full_attention_interval", &text_spec::full_attention_interval, 1, belongs::hybrid, need::interval, kDeltaNet},
     {"linear_key_head_dim", &text_spec::linear_key_head_dim, 1, belongs::hybrid, need::required, kDeltaNet},
     {"linear_value_head_dim", &text_spec::linear_value_head_dim, 1, belongs::hybrid, need::required, kDeltaNet},
     {"linear_num_key_heads", &text_spec::linear_num_key_heads, 1, belongs::hybrid, need::required, kDeltaNet},
@@ -98,7 +113,7 @@ constexpr text_int kTextInts[] = {
     {"shared_expert_intermediate_size",
      &text_spec::shared_expert_intermediate_size,
      1,
-     belongs::qwen3_5_moe,
+     belongs::shared_expert,
      need::required,
      {}},
     {"decoder_sparse_step", &text_spec::decoder_sparse_step, 1, belongs::moe, need::step, {}},
@@ -125,8 +140,18 @@ std::string in_quotes(std::string_view text) { return quoted(text); }
 // "2^31 = 2147483648" for the size bound.
 std::string max_size_text() { return "2^31 = " + std::to_string(kMaxSize); }
 
-bool is_hybrid(const model_spec& spec) { return spec.model_type == kQwen35 || spec.model_type == kQwen35Moe; }
-bool is_moe(const model_spec& spec) { return spec.model_type == kQwen3VlMoe || spec.model_type == kQwen35Moe; }
+bool is_hybrid(const model_spec& spec) {
+  return spec.model_type == kQwen35 || spec.model_type == kQwen35Moe || spec.model_type == kQwen3Next;
+}
+bool is_moe(const model_spec& spec) {
+  return spec.model_type == kQwen3VlMoe || spec.model_type == kQwen35Moe || spec.model_type == kQwen3Moe ||
+         spec.model_type == kQwen3Next;
+}
+bool has_shared_expert(const model_spec& spec) {
+  return spec.model_type == kQwen35Moe || spec.model_type == kQwen3Next;
+}
+
+std::string family_name(const model_spec& spec) { return model_family_name(spec.model_type); }
 
 bool applies(belongs owner, const model_spec& spec) {
   switch (owner) {
@@ -134,7 +159,7 @@ bool applies(belongs owner, const model_spec& spec) {
     case belongs::hybrid: return is_hybrid(spec);
     case belongs::qwen3_vl: return !is_hybrid(spec);
     case belongs::moe: return is_moe(spec);
-    case belongs::qwen3_5_moe: return spec.model_type == kQwen35Moe;
+    case belongs::shared_expert: return has_shared_expert(spec);
   }
   return false;
 }
@@ -155,14 +180,14 @@ std::optional<spec_violation> check_bounds(std::string field, std::int64_t value
 // lacks ("Gated DeltaNet layers").
 std::string not_this_type(const model_spec& spec, belongs owner, std::string_view feature) {
   const std::string type = in_quotes(spec.model_type);
-  if ((owner == belongs::moe || owner == belongs::qwen3_5_moe) && !is_moe(spec)) {
+  if ((owner == belongs::moe || owner == belongs::shared_expert) && !is_moe(spec)) {
     return "not allowed for model_type " + type + ", a dense model (no experts); a mixture-of-experts model has "
            "model_type " + in_quotes(spec.model_type + "_moe");
   }
-  if (owner == belongs::qwen3_5_moe) {
-    return "not allowed for model_type " + type + ": Qwen3-VL MoE has no shared expert";
+  if (owner == belongs::shared_expert) {
+    return "not allowed for model_type " + type + ": " + family_name(spec) + " MoE has no shared expert";
   }
-  const char* owners = owner == belongs::hybrid ? "the Qwen3.5 types \"qwen3_5\" and \"qwen3_5_moe\""
+  const char* owners = owner == belongs::hybrid ? "the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\""
                                                 : "the Qwen3-VL types \"qwen3_vl\" and \"qwen3_vl_moe\"";
   return "not allowed for model_type " + type + ", which has no " + std::string(feature) + " (a field of " + owners +
          ")";
@@ -179,9 +204,7 @@ std::optional<std::int64_t> bounded_patch_input_size(const vision_spec& v) {
   return product;
 }
 
-std::string layout_name(const model_spec& spec) {
-  return is_hybrid(spec) ? "inconsistent Qwen3.5 layer layout: " : "inconsistent Qwen3-VL layer layout: ";
-}
+std::string layout_name(const model_spec& spec) { return "inconsistent " + family_name(spec) + " layer layout: "; }
 
 const char* kind_name(layer_kind kind) {
   return kind == layer_kind::full_attention ? "full_attention" : "linear_attention";
@@ -192,10 +215,28 @@ const char* kind_name(layer_kind kind) {
 std::string quoted(std::string_view text) { return "\"" + printable_text(text) + "\""; }
 
 bool is_supported_model_type(std::string_view model_type) {
-  return model_type == kQwen3Vl || model_type == kQwen35 || model_type == kQwen3VlMoe || model_type == kQwen35Moe;
+  return model_type == kQwen3Vl || model_type == kQwen35 || model_type == kQwen3VlMoe || model_type == kQwen35Moe ||
+         is_text_only_model_type(model_type);
 }
 
-std::string supported_model_types_text() { return R"("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe")"; }
+bool is_text_only_model_type(std::string_view model_type) {
+  return model_type == kQwen3 || model_type == kQwen3Moe || model_type == kQwen3Next;
+}
+
+std::string text_model_type(std::string_view model_type) {
+  return is_text_only_model_type(model_type) ? std::string(model_type) : std::string(model_type) + "_text";
+}
+
+std::string model_family_name(std::string_view model_type) {
+  if (model_type == kQwen3 || model_type == kQwen3Moe) return "Qwen3";
+  if (model_type == kQwen3Next) return "Qwen3-Next";
+  if (model_type == kQwen35 || model_type == kQwen35Moe) return "Qwen3.5";
+  return "Qwen3-VL";
+}
+
+std::string supported_model_types_text() {
+  return R"("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "qwen3", "qwen3_moe", "qwen3_next")";
+}
 
 std::optional<spec_violation> check_fields(const model_spec& spec) {
   if (!is_supported_model_type(spec.model_type)) {
@@ -215,12 +256,12 @@ std::optional<spec_violation> check_fields(const model_spec& spec) {
       return violation;
     }
   }
-  // transformers' Qwen3.5 attention (Qwen3NextAttention) always builds q_proj as hidden -> 2 x heads x
-  // head_dim, query and sigmoid gate; its configs have no switch for it. So the gate comes with the type.
+  // transformers' Qwen3.5 and Qwen3-Next attention (Qwen3NextAttention) always builds q_proj as hidden -> 2 x
+  // heads x head_dim, query and sigmoid gate; its configs have no switch for it. So the gate comes with the type.
   if (is_hybrid(spec) && !t.attn_output_gate) {
     return spec_violation{"text_config.attn_output_gate",
-                          "must be true for model_type " + type +
-                              ": Qwen3.5 attention always has the sigmoid output "
+                          "must be true for model_type " + type + ": " + family_name(spec) +
+                              " attention always has the sigmoid output "
                               "gate (transformers builds q_proj as hidden -> 2 x heads x head_dim, with no setting to "
                               "turn it off); write true or leave the key out"};
   }
@@ -268,6 +309,12 @@ std::optional<spec_violation> check_fields(const model_spec& spec) {
     if (t.num_dense_mlp_layers() > 0) {
       if (auto violation = check_bounds("text_config.intermediate_size", t.intermediate_size, 1)) return violation;
     }
+  }
+  if (spec.vision && is_text_only_model_type(spec.model_type)) {
+    return spec_violation{"vision_config",
+                          "not allowed for model_type " + type + ", a text-only " + family_name(spec) +
+                              " decoder (no vision tower); a vision-language " +
+                              "model has model_type \"qwen3_vl\", \"qwen3_5\" or their \"_moe\" types"};
   }
   if (spec.vision) {
     const vision_spec& v = *spec.vision;
@@ -393,7 +440,7 @@ model_spec read_model_spec(const field_reader& reader, const std::string& model_
 
   if (!reader.has_table(kText)) reader.fail("", "required table [text_config] is missing");
   if (reader.has("text_config.model_type")) {
-    const std::string expected = model_type + "_text";
+    const std::string expected = text_model_type(model_type);
     const std::string value = reader.string("text_config.model_type");
     if (value != expected) {
       reader.fail("text_config.model_type", "must be " + in_quotes(expected) + " for " + reader.model_type_path() +
@@ -403,15 +450,20 @@ model_spec read_model_spec(const field_reader& reader, const std::string& model_
   // Types and presence first; a field of another model type is read too, so that check_fields can refuse it
   // (at its neutral value, 0 or false, it states the absence of the feature and is accepted).
   const auto missing = [&](const std::string& path) -> void {
-    throw error(reader.where_missing(kText), "required key '" + path + "' is missing");
+    throw error(reader.where_missing(kText), reader.in_document_terms("required key '" + path + "' is missing"));
   };
   for (const text_int& field : kTextInts) {
     const std::string path = path_of(kText, field.key);
     if (reader.has(path)) {
       t.*field.member = reader.integer(path);
     } else if (applies(field.owner, spec)) {
-      if (field.presence == need::required || (field.presence == need::dense_mlp && !is_moe(spec))) missing(path);
+      const bool defaulted_interval = field.presence == need::interval && model_type == kQwen3Next;
+      if (field.presence == need::required || (field.presence == need::interval && !defaulted_interval) ||
+          (field.presence == need::dense_mlp && !is_moe(spec))) {
+        missing(path);
+      }
       if (field.presence == need::step) t.*field.member = 1;
+      if (defaulted_interval) t.*field.member = kQwen3NextDefaultInterval;
     }
   }
   if (reader.has("text_config.mlp_only_layers")) {
@@ -423,7 +475,8 @@ model_spec read_model_spec(const field_reader& reader, const std::string& model_
   if (reader.has("text_config.norm_topk_prob")) {
     t.norm_topk_prob = reader.boolean("text_config.norm_topk_prob");
   } else {
-    t.norm_topk_prob = is_moe(spec);  // transformers' default for the MoE types
+    // transformers' default: true for the MoE types but Qwen3MoeConfig's false (no FLOP effect either way).
+    t.norm_topk_prob = is_moe(spec) && model_type != kQwen3Moe;
   }
   // Where the document sets each field a rule may refuse, when that is not the field's own path (a
   // top-level key of config.json): a violation is cited there.
@@ -473,13 +526,24 @@ model_spec read_model_spec(const field_reader& reader, const std::string& model_
         written_layers->push_back(layer_kind::full_attention);
       } else if (value == kLinearAttention) {
         written_layers->push_back(layer_kind::linear_attention);
+      } else if (value == kSlidingAttention) {
+        reader.fail(path, std::string(kNoSlidingWindow));
       } else {
         reader.fail(path, "expected \"linear_attention\" or \"full_attention\", got " + in_quotes(value));
       }
     }
   }
 
-  if (reader.has_table(kVision)) {
+  // Qwen3 and Qwen3-MoE attend over a sliding window where use_sliding_window is true (transformers marks
+  // those layers "sliding_attention"); Qwen3-Next's attention has no window (it deletes the setting).
+  if ((model_type == kQwen3 || model_type == kQwen3Moe) && reader.has("text_config.use_sliding_window") &&
+      reader.boolean("text_config.use_sliding_window")) {
+    reader.fail("text_config.use_sliding_window", std::string(kNoSlidingWindow));
+  }
+
+  if (reader.has_table(kVision) && is_text_only_model_type(model_type)) {
+    spec.vision.emplace();  // refused by check_fields, at the table
+  } else if (reader.has_table(kVision)) {
     vision_spec& v = spec.vision.emplace();
     for (const vision_int& field : kVisionInts) {
       const std::string path = path_of(kVision, field.key);

@@ -44,6 +44,13 @@ std::string quoted(std::string_view text);
 // The model types flopmeter models, for "unknown model type" messages: "\"qwen3_vl\", \"qwen3_5\"".
 bool is_supported_model_type(std::string_view model_type);
 std::string supported_model_types_text();
+// The text-only decoders "qwen3", "qwen3_moe", "qwen3_next": their config.json keeps the decoder's fields at
+// the top level (no text_config object) and they have no vision tower.
+bool is_text_only_model_type(std::string_view model_type);
+// What text_config.model_type must be: model_type + "_text", or model_type itself for a text-only type.
+std::string text_model_type(std::string_view model_type);
+// The family's name in messages: "Qwen3-VL", "Qwen3.5", "Qwen3", "Qwen3-Next".
+std::string model_family_name(std::string_view model_type);
 
 // Phase 1: each field on its own (bounds, and fields that do not belong to the model type).
 std::optional<spec_violation> check_fields(const model_spec& spec);
@@ -84,7 +91,13 @@ class field_reader {
   // Where a missing key of `table` is reported (the table's header or opening brace).
   virtual error_location where_missing(std::string_view table) const = 0;
 
-  [[noreturn]] void fail(std::string_view path, const std::string& what) const { throw error(where(path), what); }
+  // `text` (a message that names schema paths) in the document's own names: a config.json of a text-only
+  // model keeps text_config's fields at the top level, so there "text_config.head_dim" is "head_dim".
+  virtual std::string in_document_terms(std::string text) const { return text; }
+
+  [[noreturn]] void fail(std::string_view path, const std::string& what) const {
+    throw error(where(path), in_document_terms(what));
+  }
 };
 
 // Reads [text_config] and [vision_config] through `reader` for a model of `model_type` (already checked with

@@ -1,0 +1,302 @@
+// The C ABI's FLOP model (c_api.h, "the FLOP model alone") and what both C ABI files share (abi_common.h):
+// model handles, the micro-batch struct read by its struct_size, error messages into the caller's buffer.
+//
+// Model handles are names, as plugin handles are (c_api.cpp): a number that is never reused, looked up among
+// the live models on every call, so a destroyed or made-up handle is refused, never dereferenced. A model is
+// immutable once registered, so calls on it need no lock beyond the lookup.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "abi/abi_common.h"
+#include "accounting/count_event.h"
+#include "flopmeter/c_api.h"
+#include "flopmeter/error.h"
+#include "flopmeter/flop_model.h"
+#include "flopmeter/model_config.h"
+#include "output/model_report.h"
+
+namespace flopmeter::detail {
+
+void write_abi_error(char* buffer, std::size_t size, const std::string& raw_message) noexcept {
+  if (buffer == nullptr || size == 0) return;
+  try {
+    const std::string message = printable_text(raw_message, /*keep_newlines=*/true);
+    std::size_t n = std::min(size - 1, message.size());
+    while (n > 0 && n < message.size() && (static_cast<unsigned char>(message[n]) & 0xC0u) == 0x80u) --n;
+    std::memcpy(buffer, message.data(), n);
+    buffer[n] = '\0';
+  } catch (...) {
+    buffer[0] = '\0';  // out of memory while escaping: an empty message rather than a throw
+  }
+}
+
+namespace {
+
+// The smallest struct_size accepted: the end of the last field of the struct's first version.
+constexpr std::size_t kMicrobatchV1Size = offsetof(flopmeter_microbatch, label_tokens) + sizeof(int64_t);
+// The end of positions_int32 / num_positions_int32, added later in version 2.
+constexpr std::size_t kMicrobatchPositionsInt32Size =
+    offsetof(flopmeter_microbatch, num_positions_int32) + sizeof(size_t);
+
+// An array of the event: NULL is absent only with a count of 0.
+template <class T>
+bool array_given(const T* data, std::size_t count) {
+  return data != nullptr || count == 0;
+}
+
+struct model_state {
+  model_spec spec;
+  coefficients coeffs;
+  vision_geometry geometry;
+};
+
+class model_registry {
+ public:
+  static model_registry& instance() {
+    static model_registry* registry = new model_registry();  // never destroyed, as the plugin registry
+    return *registry;
+  }
+  flopmeter_model* add(std::shared_ptr<const model_state> state) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    next_ += 16;  // never 0 and never reused
+    live_.emplace(next_, std::move(state));
+    return reinterpret_cast<flopmeter_model*>(next_);
+  }
+  std::shared_ptr<const model_state> find(const flopmeter_model* handle) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = live_.find(reinterpret_cast<std::uintptr_t>(handle));
+    return it == live_.end() ? nullptr : it->second;
+  }
+  bool remove(const flopmeter_model* handle) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return live_.erase(reinterpret_cast<std::uintptr_t>(handle)) == 1;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::uintptr_t, std::shared_ptr<const model_state>> live_;
+  std::uintptr_t next_ = 0x2000;
+};
+
+// The scope of a FLOPMETER_SCOPE_* value, or false for any other.
+bool scope_from(int value, flop_scope& scope) {
+  if (value == FLOPMETER_SCOPE_COMPLETE) {
+    scope = flop_scope::complete;
+  } else if (value == FLOPMETER_SCOPE_SEED) {
+    scope = flop_scope::seed;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The nine counts, field by field: the C struct's and batch_counts' (one table for both directions).
+constexpr std::pair<int64_t flopmeter_counts::*, std::int64_t batch_counts::*> kCountFields[] = {
+    {&flopmeter_counts::real_tokens, &batch_counts::real_tokens},
+    {&flopmeter_counts::padding_tokens, &batch_counts::padding_tokens},
+    {&flopmeter_counts::documents, &batch_counts::documents},
+    {&flopmeter_counts::causal_pairs, &batch_counts::causal_pairs},
+    {&flopmeter_counts::items, &batch_counts::items},
+    {&flopmeter_counts::patches, &batch_counts::patches},
+    {&flopmeter_counts::merged_tokens, &batch_counts::merged_tokens},
+    {&flopmeter_counts::vision_pairs_per_frame, &batch_counts::vision_pairs_per_frame},
+    {&flopmeter_counts::vision_pairs_whole, &batch_counts::vision_pairs_whole},
+};
+
+batch_counts counts_from(const flopmeter_counts& c) {
+  batch_counts n;
+  for (const auto& [c_field, field] : kCountFields) n.*field = c.*c_field;
+  return n;
+}
+
+void counts_to(const batch_counts& n, flopmeter_counts& c) {
+  for (const auto& [c_field, field] : kCountFields) c.*c_field = n.*field;
+}
+
+// Counts must be >= 0: the FLOP model's products are exact only for the counts a batch can have.
+bool counts_valid(const flopmeter_counts* c) {
+  if (c == nullptr || c->struct_size < sizeof(flopmeter_counts)) return false;
+  for (const auto& entry : kCountFields) {
+    if (c->*entry.first < 0) return false;
+  }
+  return true;
+}
+
+// Writes `text` as the JSON functions promise: at most size - 1 bytes and a NUL; returns the full length.
+int64_t write_text(const std::string& text, char* out, std::size_t size) {
+  if (out != nullptr && size > 0) {
+    const std::size_t n = std::min(size - 1, text.size());
+    std::memcpy(out, text.data(), n);
+    out[n] = '\0';
+  }
+  return static_cast<int64_t>(text.size());
+}
+
+}  // namespace
+
+int event_from_microbatch(const flopmeter_microbatch* m, microbatch_event& e, const char** why) noexcept {
+  if (m == nullptr) {
+    *why = "the flopmeter_microbatch pointer is NULL";
+    return FLOPMETER_E_NULL_ARGUMENT;
+  }
+  if (m->struct_size < kMicrobatchV1Size) {
+    *why = "flopmeter_microbatch.struct_size is below sizeof(flopmeter_microbatch) of ABI version 1";
+    return FLOPMETER_E_STRUCT_SIZE;
+  }
+  // Fields added after version 1 are read only when struct_size covers them: a caller built against an older
+  // header has memory of its own (or none) there.
+  const bool has_positions_int32 = m->struct_size >= kMicrobatchPositionsInt32Size;
+  const int32_t* positions_int32 = has_positions_int32 ? m->positions_int32 : nullptr;
+  const size_t num_positions_int32 = has_positions_int32 ? m->num_positions_int32 : 0;
+  if (!array_given(m->document_lengths, m->num_document_lengths) || !array_given(m->cu_seqlens, m->num_cu_seqlens) ||
+      !array_given(m->positions, m->num_positions) || !array_given(positions_int32, num_positions_int32) ||
+      !array_given(m->grids, m->num_grids)) {
+    *why = "an array pointer is NULL with a non-zero count";
+    return FLOPMETER_E_REJECTED;
+  }
+  e.document_lengths = {m->document_lengths, m->num_document_lengths};
+  e.cu_seqlens = {m->cu_seqlens, m->num_cu_seqlens};
+  e.positions = {m->positions, m->num_positions};
+  e.positions_int32 = {positions_int32, num_positions_int32};  // two formats given: rejected by the counting
+  e.padding_tokens = m->padding_tokens;
+  static_assert(sizeof(flopmeter_grid) == sizeof(image_grid), "grid layouts must match");
+  e.image_grids = {reinterpret_cast<const image_grid*>(m->grids), m->num_grids};
+  e.samples = m->samples;
+  if (m->has_loss) {
+    e.loss_sum = m->loss_sum;
+    e.label_tokens = m->label_tokens;
+  }
+  return FLOPMETER_OK;
+}
+
+flopmeter_model* register_model(model_spec spec) {
+  auto state = std::make_shared<model_state>();
+  state->coeffs = compute_coefficients(spec);
+  state->geometry = geometry_of(spec);
+  state->spec = std::move(spec);
+  return model_registry::instance().add(std::move(state));
+}
+
+}  // namespace flopmeter::detail
+
+using flopmeter::detail::model_registry;
+
+extern "C" {
+
+flopmeter_model* flopmeter_model_load(const char* path, char* error, size_t error_size) {
+  return flopmeter::detail::create_or_report(error, error_size, [&] {
+    if (path == nullptr) throw flopmeter::error("the model path is NULL");
+    return flopmeter::detail::register_model(flopmeter::load_model_spec(path));
+  });
+}
+
+flopmeter_model* flopmeter_model_parse_json(const char* text, size_t length, const char* source_name, char* error,
+                                            size_t error_size) {
+  return flopmeter::detail::create_or_report(error, error_size, [&] {
+    if (text == nullptr && length > 0) throw flopmeter::error("the config.json text is NULL with a non-zero length");
+    const std::string name = source_name != nullptr && *source_name != '\0' ? source_name : "<config.json>";
+    flopmeter::model_spec spec = flopmeter::parse_hf_config(std::string(text != nullptr ? text : "", length), name);
+    spec.source_path.clear();  // text, not a file: reports carry no "file"
+    return flopmeter::detail::register_model(std::move(spec));
+  });
+}
+
+int flopmeter_model_destroy(flopmeter_model* model) {
+  if (model == nullptr) return FLOPMETER_OK;
+  return model_registry::instance().remove(model) ? FLOPMETER_OK : FLOPMETER_E_INVALID_HANDLE;
+}
+
+int flopmeter_model_count(const flopmeter_model* model, const flopmeter_microbatch* microbatch, flopmeter_counts* out,
+                          char* error, size_t error_size) {
+  if (model == nullptr || out == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const auto state = model_registry::instance().find(model);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  if (out->struct_size < sizeof(flopmeter_counts)) return FLOPMETER_E_STRUCT_SIZE;
+  flopmeter::microbatch_event event;
+  const char* why = nullptr;
+  const int code = flopmeter::detail::event_from_microbatch(microbatch, event, &why);
+  if (code != FLOPMETER_OK) {
+    flopmeter::detail::write_abi_error(error, error_size, why);
+    return code;
+  }
+  try {
+    flopmeter::detail::counts_to(flopmeter::detail::count_event(event, state->geometry), *out);
+    return FLOPMETER_OK;
+  } catch (const std::exception& e) {
+    flopmeter::detail::write_abi_error(error, error_size, e.what());
+  } catch (...) {
+    flopmeter::detail::write_abi_error(error, error_size, "unknown error");
+  }
+  return FLOPMETER_E_REJECTED;
+}
+
+int flopmeter_model_flops(const flopmeter_model* model, const flopmeter_counts* counts, int scope_value,
+                          flopmeter_flops* out) {
+  if (model == nullptr || counts == nullptr || out == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const auto state = model_registry::instance().find(model);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  if (out->struct_size < sizeof(flopmeter_flops) || counts->struct_size < sizeof(flopmeter_counts)) {
+    return FLOPMETER_E_STRUCT_SIZE;
+  }
+  flopmeter::flop_scope scope{};
+  if (!flopmeter::detail::scope_from(scope_value, scope) || !flopmeter::detail::counts_valid(counts)) {
+    return FLOPMETER_E_REJECTED;
+  }
+  try {
+    const flopmeter::batch_counts n = flopmeter::detail::counts_from(*counts);
+    const flopmeter::flop_breakdown f = flopmeter::compute_flops(state->coeffs, n, scope);
+    out->total = f.total();
+    out->text_dense = f.text_dense;
+    out->text_attention = f.text_attention;
+    out->vision_dense = f.vision_dense;
+    out->vision_attention = f.vision_attention;
+    out->patch_embed = f.patch_embed;
+    out->merger = f.merger;
+    out->mtp = f.mtp;
+    const std::string exact = flopmeter::exact_total_flops(state->coeffs, n, scope);
+    if (exact.size() >= sizeof(out->exact_total)) return FLOPMETER_E_REJECTED;  // cannot happen: <= 40 digits
+    std::memcpy(out->exact_total, exact.c_str(), exact.size() + 1);
+    return FLOPMETER_OK;
+  } catch (...) {
+    return FLOPMETER_E_REJECTED;
+  }
+}
+
+int64_t flopmeter_model_coefficients_json(const flopmeter_model* model, char* out, size_t size) {
+  if (model == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const auto state = model_registry::instance().find(model);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  try {
+    return flopmeter::detail::write_text(flopmeter::detail::coefficients_json(state->spec, state->coeffs), out, size);
+  } catch (...) {
+    return FLOPMETER_E_REJECTED;
+  }
+}
+
+int64_t flopmeter_model_estimate_json(const flopmeter_model* model, const flopmeter_counts* counts, int scope_value,
+                                      int64_t seq_len, char* out, size_t size) {
+  if (model == nullptr || counts == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const auto state = model_registry::instance().find(model);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  if (counts->struct_size < sizeof(flopmeter_counts)) return FLOPMETER_E_STRUCT_SIZE;
+  flopmeter::flop_scope scope{};
+  if (!flopmeter::detail::scope_from(scope_value, scope) || !flopmeter::detail::counts_valid(counts) || seq_len < 0) {
+    return FLOPMETER_E_REJECTED;
+  }
+  try {
+    const flopmeter::detail::estimate_result r =
+        flopmeter::detail::estimate_batch(state->spec, flopmeter::detail::counts_from(*counts), scope, seq_len);
+    return flopmeter::detail::write_text(flopmeter::detail::estimate_json(r), out, size);
+  } catch (...) {
+    return FLOPMETER_E_REJECTED;
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,61 @@
+// plugin/output/model_report.h — internal (not installed): the FLOP model's two reports as the `flopmeter`
+// tool prints them with --json, in one place, so that the CLI and the C ABI (and through it the Python
+// package's FlopModel.coefficients and FlopModel.estimate) give the same keys and the same numbers.
+// Thread-safety: pure functions of their arguments.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "flopmeter/flop_model.h"
+#include "flopmeter/megatron.h"
+#include "flopmeter/model_spec.h"
+
+namespace flopmeter::detail {
+
+// One coefficient of `flopmeter coefficients`, with what it means (the text table prints the meaning).
+struct coefficient_entry {
+  const char* key;
+  std::int64_t value;
+  const char* meaning;
+};
+
+// The nine coefficients of the top level, in the order of the JSON object.
+struct coefficient_table {
+  coefficient_entry entries[9];
+  coefficient_entry dense_parts[8];  // dense_per_token by GEMM family; the parts sum to it exactly
+};
+coefficient_table coefficient_entries(const coefficients& c);
+
+// `flopmeter coefficients MODEL --json`: model, file (when the spec came from one), the coefficients and
+// dense_per_token_breakdown.
+std::string coefficients_json(const model_spec& spec, const coefficients& c);
+
+// The exact count of one micro-batch and the Megatron constant's view of the same batch.
+struct estimate_result {
+  model_spec spec;
+  coefficients c;
+  flop_scope scope = flop_scope::complete;
+  batch_counts n;
+  flop_breakdown f;
+  double exact = 0;
+  std::int64_t row_length = 0;  // the constant's row length: the seq_len asked for, else the device tokens
+  std::optional<megatron_constant> constant;  // none when there is no row length (no tokens, no seq_len)
+  double megatron_flops = std::numeric_limits<double>::quiet_NaN();
+  double over_exact = std::numeric_limits<double>::quiet_NaN();
+};
+
+// `seq_len` 0: the row length is the batch's device tokens. With the seed scope the constant leaves out MTP
+// layers, as the seed scope does, so that megatron_over_exact compares like with like.
+estimate_result estimate_batch(const model_spec& spec, const batch_counts& counts, flop_scope scope,
+                               std::int64_t seq_len);
+
+// `flopmeter estimate MODEL ... --json`.
+std::string estimate_json(const estimate_result& r);
+
+// The nine counts as a JSON object, keys as batch_counts' fields.
+std::string counts_json(const batch_counts& n);
+
+}  // namespace flopmeter::detail

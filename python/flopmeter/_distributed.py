@@ -1,0 +1,159 @@
+"""flopmeter's one collective per log over torch.distributed, as the C ABI's flopmeter_comm callbacks.
+
+The library asks for an in-place SUM all-reduce of a small buffer of doubles (world_size rows, this rank's
+filled) at each log, and waits for it at the next log. Here it is ``all_reduce(async_op=True)`` on a group of
+flopmeter's own (``new_group(backend="gloo")`` by default, made collectively when the Meter is made), so a
+rank that skips an ``on_log`` costs one interval of metrics, never a hang of the trainer's collectives.
+
+Counts accumulated on a device (``_device.DeviceCounts``) are added into this rank's row on that device just
+before the reduction, which then runs on the device tensor: nothing is read back on the micro-batch path,
+and the read at the next log is the wait ``perf/log_wait_ms`` reports.
+
+The callbacks run on the thread that called on_log, flush or the destructor, while the library holds the
+plugin's lock. They never raise into C: a failure is a NULL handle (start) or -1 (wait), which the library
+counts as a failed collective.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import logging
+import time
+from typing import Any, Dict, Optional
+
+from . import _native
+
+logger = logging.getLogger("flopmeter")
+
+
+class _Pending:
+    __slots__ = ("work", "host", "device_buffer", "failed")
+
+    def __init__(self, work: Any, host: Any, device_buffer: Any) -> None:
+        self.work = work
+        self.host = host
+        self.device_buffer = device_buffer
+        self.failed = False
+
+
+class TorchCollective:
+    """The flopmeter_comm of one Meter over a torch.distributed group.
+
+    Holds no reference to the Meter, so that a Meter without a flush can still be garbage-collected (its
+    finalizer keeps this object alive while the library may call it).
+    """
+
+    def __init__(self, group: Any, rank: int, world_size: int) -> None:
+        self.group = group
+        self.rank = rank
+        self.world_size = world_size
+        self.device_counts = None  # a _device.DeviceCounts once a device micro-batch was seen
+        self.layout: Optional[_native.RowLayout] = None
+        self.contributed = False  # set by start: did this on_log start a collective?
+        self._pending: Dict[int, _Pending] = {}
+        self._ids = itertools.count(1)
+        self._warned = False
+        self.comm = _native.sized(_native.Comm)
+        self.comm.rank = rank
+        self.comm.world_size = world_size
+        self.comm.user = None
+        self._start = _native.START_ALLREDUCE(self._start_allreduce)
+        self._wait = _native.WAIT(self._wait_for)
+        self._release = _native.RELEASE(self._release_handle)
+        self.comm.start_allreduce_sum = self._start
+        self.comm.wait = self._wait
+        self.comm.release = self._release
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:  # once per Meter: the library counts every failure in its health counters
+            self._warned = True
+            logger.warning("flopmeter: %s", message)
+
+    def _start_allreduce(self, user: Any, values: Any, count: int) -> Optional[int]:
+        try:
+            self.contributed = True
+            handle = next(self._ids)
+            if self.group is None and self.device_counts is None:
+                # One process and nothing on a device: the sum over one rank is the buffer itself.
+                self._pending[handle] = _Pending(None, None, None)
+                return handle
+            import torch
+
+            address = ctypes.cast(values, ctypes.c_void_p).value
+            host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
+            device_buffer = None
+            if self.device_counts is not None and self.layout is not None:
+                device_buffer = self.device_counts.contribute(host, self.rank, self.layout)
+            work = None
+            if self.group is not None:
+                import torch.distributed as dist
+
+                target = host if device_buffer is None else device_buffer
+                work = dist.all_reduce(target, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+            self._pending[handle] = _Pending(work, host, device_buffer)
+            return handle
+        except Exception as e:  # noqa: BLE001 - nothing may cross into C
+            self._warn(f"could not start the per-log all-reduce: {e}")
+            return None
+
+    def _wait_for(self, user: Any, handle: Any, timeout_ms: int) -> int:
+        pending = self._pending.get(int(handle or 0))
+        if pending is None:
+            return -1
+        try:
+            if pending.work is not None:
+                deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
+                while not pending.work.is_completed():
+                    if time.monotonic() >= deadline:
+                        return 1
+                    time.sleep(0.0002)
+                pending.work.wait()  # raises if the collective failed
+            if pending.device_buffer is not None:
+                # The deferred read: the reduction is done, so this copy waits for nothing else.
+                pending.host.copy_(pending.device_buffer.to("cpu"))
+                pending.device_buffer = None
+            return 0
+        except Exception as e:  # noqa: BLE001
+            self._warn(f"the per-log all-reduce failed: {e}")
+            return -1
+
+    def _release_handle(self, user: Any, handle: Any) -> None:
+        self._pending.pop(int(handle or 0), None)
+
+
+def world_group(process_group: Any):
+    """The group, rank and world size the Meter uses, or None for a single process.
+
+    Without a process_group: flopmeter's own Gloo group over the whole world when torch.distributed is
+    initialised (a collective call: every rank makes its Meter at the same point), else None.
+    A process_group smaller than the world is refused: flopmeter derives the dp, tp, cp and pp groups itself
+    and needs every rank of the job.
+    """
+    import sys
+
+    torch = sys.modules.get("torch")
+    if process_group is None:
+        if torch is None:
+            return None
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        group = dist.new_group(backend="gloo")
+        return group, dist.get_rank(), dist.get_world_size()
+    if torch is None:
+        raise TypeError("process_group is given but torch is not imported")
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError("process_group: torch.distributed is not initialised")
+    size = dist.get_world_size(process_group)
+    world = dist.get_world_size()
+    if size != world:
+        raise ValueError(
+            f"process_group spans {size} of the job's {world} ranks: flopmeter needs a group over every rank of the "
+            "job (it derives the data-, tensor-, context- and pipeline-parallel groups from [parallel] itself); "
+            "pass a group over the whole world, e.g. torch.distributed.new_group(backend='gloo'), or none"
+        )
+    return process_group, dist.get_rank(process_group), size

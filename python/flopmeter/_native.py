@@ -1,0 +1,274 @@
+"""The C ABI of libflopmeter (``flopmeter/c_api.h``), mirrored with ctypes.
+
+Everything the package does goes through these mirrors: ``FlopModel`` through the ``flopmeter_model_*``
+functions, ``Meter`` through the plugin functions. The library loaded is the one built into the package,
+without LibTorch, so it coexists with whatever torch the trainer imports (or none). ``FLOPMETER_LIBRARY``
+names another ``libflopmeter.so`` (a build tree's, for development).
+
+The Structure classes below must match the C header field for field: ``tests/python/test_abi_layout.py``
+compiles a C program against ``c_api.h`` and compares every ``sizeof`` and ``offsetof`` with them.
+Thread-safety: the loaded library is process-wide and its functions may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+from typing import Optional
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+# The shipped configs, where the wheel installs them (beside the CLI's ../share/flopmeter, so that the
+# bundled `flopmeter` executable finds them too).
+SHARE_DIR = PACKAGE_DIR / "share" / "flopmeter"
+
+OK = 0
+E_NULL_ARGUMENT = -1
+E_STRUCT_SIZE = -2
+E_REJECTED = -3
+E_INVALID_HANDLE = -4
+E_AFTER_FLUSH = -5
+E_REENTRANT = -6
+
+SCOPE_COMPLETE = 0
+SCOPE_SEED = 1
+
+LOG_LEARNING_RATE = 0x1
+LOG_GRAD_NORM = 0x2
+LOG_DATA_TIME = 0x4
+LOG_FORWARD_BACKWARD_TIME = 0x8
+LOG_PEAK_MEMORY = 0x10
+
+ERROR_BUFFER_BYTES = 4096
+
+c_int64_p = ctypes.POINTER(ctypes.c_int64)
+c_int32_p = ctypes.POINTER(ctypes.c_int32)
+
+
+class Grid(ctypes.Structure):
+    _fields_ = [("t", ctypes.c_int64), ("h", ctypes.c_int64), ("w", ctypes.c_int64)]
+
+
+class Microbatch(ctypes.Structure):
+    # The array pointers are void* here (same size and offset as the header's typed pointers): an address
+    # from a tensor or an array is assigned as an int, without a ctypes.cast on the micro-batch path.
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("document_lengths", ctypes.c_void_p),
+        ("num_document_lengths", ctypes.c_size_t),
+        ("cu_seqlens", ctypes.c_void_p),
+        ("num_cu_seqlens", ctypes.c_size_t),
+        ("positions", ctypes.c_void_p),
+        ("num_positions", ctypes.c_size_t),
+        ("padding_tokens", ctypes.c_int64),
+        ("grids", ctypes.c_void_p),
+        ("num_grids", ctypes.c_size_t),
+        ("samples", ctypes.c_int64),
+        ("has_loss", ctypes.c_int),
+        ("loss_sum", ctypes.c_double),
+        ("label_tokens", ctypes.c_int64),
+        ("positions_int32", ctypes.c_void_p),
+        ("num_positions_int32", ctypes.c_size_t),
+    ]
+
+
+class Log(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("set_fields", ctypes.c_uint32),
+        ("step", ctypes.c_int64),
+        ("learning_rate", ctypes.c_double),
+        ("grad_norm", ctypes.c_double),
+        ("data_time_seconds", ctypes.c_double),
+        ("forward_backward_time_seconds", ctypes.c_double),
+        ("peak_memory_bytes", ctypes.c_int64),
+        ("peak_reserved_memory_bytes", ctypes.c_int64),
+    ]
+
+
+START_ALLREDUCE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_double), ctypes.c_size_t)
+WAIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+METRICS_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p)
+
+
+class Comm(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("rank", ctypes.c_int),
+        ("world_size", ctypes.c_int),
+        ("user", ctypes.c_void_p),
+        ("start_allreduce_sum", START_ALLREDUCE),
+        ("wait", WAIT),
+        ("release", RELEASE),
+    ]
+
+
+class GlooOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("port_offset", ctypes.c_int),
+        ("rendezvous_timeout_ms", ctypes.c_int64),
+    ]
+
+
+HEALTH_FIELDS = (
+    "bad_microbatches",
+    "failed_collectives",
+    "skipped_intervals",
+    "events_after_flush",
+    "collectives_started",
+    "rejected_logs",
+    "out_of_step_intervals",
+    "dropped_records",
+    "reentrant_calls",
+    "config_mismatch_intervals",
+)
+
+
+class HealthCounters(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32)] + [(name, ctypes.c_uint64) for name in HEALTH_FIELDS]
+
+
+class RowLayout(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("row_doubles", ctypes.c_uint32),
+        ("counts", ctypes.c_uint32),
+        ("loss_sum", ctypes.c_uint32),
+        ("label_tokens", ctypes.c_uint32),
+        ("device_rejected", ctypes.c_uint32),
+        ("tokens_seen", ctypes.c_uint32),
+        ("samples_seen", ctypes.c_uint32),
+        ("label_tokens_seen", ctypes.c_uint32),
+    ]
+
+
+COUNT_FIELDS = (
+    "real_tokens",
+    "padding_tokens",
+    "documents",
+    "causal_pairs",
+    "items",
+    "patches",
+    "merged_tokens",
+    "vision_pairs_per_frame",
+    "vision_pairs_whole",
+)
+
+
+class Counts(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32)] + [(name, ctypes.c_int64) for name in COUNT_FIELDS]
+
+
+FLOP_TERMS = ("text_dense", "text_attention", "vision_dense", "vision_attention", "patch_embed", "merger", "mtp")
+
+
+class Flops(ctypes.Structure):
+    _fields_ = (
+        [("struct_size", ctypes.c_uint32), ("total", ctypes.c_double)]
+        + [(name, ctypes.c_double) for name in FLOP_TERMS]
+        + [("exact_total", ctypes.c_char * 48)]
+    )
+
+
+# Every mirrored struct, by its C name: what the layout test compares.
+STRUCTS = {
+    "flopmeter_grid": Grid,
+    "flopmeter_microbatch": Microbatch,
+    "flopmeter_log": Log,
+    "flopmeter_comm": Comm,
+    "flopmeter_gloo_options": GlooOptions,
+    "flopmeter_health_counters": HealthCounters,
+    "flopmeter_row_layout": RowLayout,
+    "flopmeter_counts": Counts,
+    "flopmeter_flops": Flops,
+}
+
+_P = ctypes.c_void_p
+_SIGNATURES = {
+    "flopmeter_abi_version": (ctypes.c_uint32, []),
+    "flopmeter_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+    "flopmeter_create": (_P, [ctypes.c_char_p, ctypes.POINTER(Comm), ctypes.c_char_p, ctypes.c_size_t]),
+    "flopmeter_create_from_text": (
+        _P,
+        [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(Comm), ctypes.c_char_p,
+         ctypes.c_size_t],
+    ),
+    "flopmeter_set_metrics_callback": (ctypes.c_int, [_P, METRICS_CALLBACK, _P]),
+    "flopmeter_on_microbatch": (ctypes.c_int, [_P, ctypes.POINTER(Microbatch)]),
+    "flopmeter_on_log": (ctypes.c_int, [_P, ctypes.POINTER(Log)]),
+    "flopmeter_flush": (ctypes.c_int, [_P]),
+    "flopmeter_destroy": (ctypes.c_int, [_P]),
+    "flopmeter_health": (ctypes.c_int, [_P, ctypes.POINTER(HealthCounters)]),
+    "flopmeter_get_row_layout": (ctypes.c_int, [_P, ctypes.POINTER(RowLayout)]),
+    "flopmeter_plugin_model": (_P, [_P, ctypes.c_char_p, ctypes.c_size_t]),
+    "flopmeter_model_load": (_P, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
+    "flopmeter_model_parse_json": (_P, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p,
+                                        ctypes.c_size_t]),
+    "flopmeter_model_destroy": (ctypes.c_int, [_P]),
+    "flopmeter_model_count": (ctypes.c_int, [_P, ctypes.POINTER(Microbatch), ctypes.POINTER(Counts), ctypes.c_char_p,
+                                             ctypes.c_size_t]),
+    "flopmeter_model_flops": (ctypes.c_int, [_P, ctypes.POINTER(Counts), ctypes.c_int, ctypes.POINTER(Flops)]),
+    "flopmeter_model_coefficients_json": (ctypes.c_int64, [_P, ctypes.c_char_p, ctypes.c_size_t]),
+    "flopmeter_model_estimate_json": (ctypes.c_int64, [_P, ctypes.POINTER(Counts), ctypes.c_int, ctypes.c_int64,
+                                                       ctypes.c_char_p, ctypes.c_size_t]),
+}
+
+_lock = threading.Lock()
+_library: Optional[ctypes.CDLL] = None
+
+
+def library_path() -> Path:
+    """The libflopmeter.so this package loads: $FLOPMETER_LIBRARY, else the one installed with it."""
+    override = os.environ.get("FLOPMETER_LIBRARY")
+    if override:
+        return Path(override)
+    for candidate in sorted((PACKAGE_DIR / "_lib").glob("libflopmeter.so*")):
+        return candidate
+    raise ImportError(
+        f"flopmeter: no libflopmeter.so in {PACKAGE_DIR / '_lib'} (install the package with `pip install .` from "
+        "the repository root, or set FLOPMETER_LIBRARY to a built libflopmeter.so)"
+    )
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library, with every function's prototype set (loaded on first use)."""
+    global _library
+    if _library is not None:
+        return _library
+    with _lock:
+        if _library is None:
+            loaded = ctypes.CDLL(str(library_path()), mode=ctypes.RTLD_LOCAL)
+            for name, (restype, argtypes) in _SIGNATURES.items():
+                function = getattr(loaded, name)
+                function.restype = restype
+                function.argtypes = argtypes
+            _library = loaded
+    return _library
+
+
+def error_buffer() -> ctypes.Array:
+    return ctypes.create_string_buffer(ERROR_BUFFER_BYTES)
+
+
+def status_string(code: int) -> str:
+    return lib().flopmeter_status_string(code).decode("utf-8", "replace")
+
+
+def sized(struct_type):
+    """A zeroed struct with struct_size set, as every C ABI struct wants it."""
+    value = struct_type()
+    value.struct_size = ctypes.sizeof(struct_type)
+    return value
+
+
+def read_json(function, *args) -> str:
+    """Calls one of the *_json functions: size it first, then fill a buffer of that size."""
+    needed = function(*args, None, 0)
+    if needed < 0:
+        raise RuntimeError(f"flopmeter: {function.__name__} failed: {status_string(int(needed))}")
+    buffer = ctypes.create_string_buffer(int(needed) + 1)
+    function(*args, buffer, len(buffer))
+    return buffer.value.decode("utf-8")

@@ -1,0 +1,473 @@
+"""Meter: the throughput plugin in a Python training loop.
+
+``on_microbatch`` for every micro-batch, ``on_log`` at each log step, ``flush`` (or leaving the ``with``
+block) at the end. Counts are exact from the batch's documents and images; one collective per log over a
+group of flopmeter's own, read one log later; ``on_log`` returns the record of the interval that ended one
+log earlier (a dict with the JSONL sink's keys, what ``wandb.log`` takes), or None while none is due.
+
+Ownership: a Meter owns its plugin in the library, released by ``close()``, by leaving the ``with`` block, or
+when the Meter is garbage-collected (which flushes first, bounded by ``[logging] collective_timeout_ms``, as
+the C ABI's destroy does).
+Thread-safety: every method may be called from any thread; calls are serialised by the Meter.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import json
+import math
+import numbers
+import os
+import sys
+import threading
+import weakref
+from typing import Any, Dict, Mapping, Optional, Union
+
+from . import _batch, _config, _distributed, _native
+from .errors import ConfigError
+from .model import FlopModel
+
+PathLike = Union[str, "os.PathLike[str]"]
+_INT64_MAX = 2**63 - 1
+
+
+class _RecordBox:
+    """Where the metrics callback leaves the record it was handed (no reference to the Meter)."""
+
+    __slots__ = ("record", "callback")
+
+    def __init__(self) -> None:
+        self.record: Optional[Dict[str, Any]] = None
+        self.callback = _native.METRICS_CALLBACK(self._deliver)
+
+    def _deliver(self, user: Any, step: int, text: bytes) -> None:
+        try:
+            self.record = json.loads(text.decode("utf-8"))
+        except Exception:  # noqa: BLE001 - nothing may cross into C
+            self.record = None
+
+
+def _release_plugin(handle: int, keep_alive: Any) -> None:
+    """The finalizer: flush (bounded by the collective timeout) and free the plugin."""
+    del keep_alive  # the callbacks the library may call until destroy returns
+    _native.lib().flopmeter_destroy(handle)
+
+
+def _resolve_auto_gpu(tables: Dict[str, Any]) -> None:
+    """[peak] gpu = "auto": the name of the trainer's current CUDA device, through torch when the trainer has
+    imported it (the library would otherwise ask the CUDA driver itself, and warn when there is no device)."""
+    peak = tables.get("peak")
+    if not isinstance(peak, dict) or not isinstance(peak.get("gpu"), str) or peak["gpu"].strip().lower() != "auto":
+        return
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available():
+            peak["gpu"] = torch.cuda.get_device_name(torch.cuda.current_device())
+    except Exception:  # noqa: BLE001 - no usable device: leave "auto" to the library, which says so
+        pass
+
+
+def _seconds(name: str, value: Any) -> float:
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    seconds = _batch.float_argument(name, value)
+    if seconds < 0:
+        raise ValueError(f"{name} must be >= 0 seconds, got {seconds}")
+    return seconds
+
+
+class Meter:
+    """The throughput plugin.
+
+    ``Meter("flopmeter.toml")`` reads a plugin TOML (plugin_configs/SCHEMA.md). ``Meter(model="qwen3_vl_2b",
+    peak={"gpu": "H100 SXM"}, parallel={"tp": 2})`` or ``Meter({"model": {...}, "peak": {...}})`` gives the
+    same tables in code, checked by the same rules (``ConfigError`` names the key: ``parallel.tp``).
+    ``scope=`` and ``frozen=`` set ``[model] scope`` and ``[training] frozen``.
+
+    When torch.distributed is initialised the Meter makes a Gloo group of its own over the whole world
+    (``new_group``: every rank must make its Meter at the same point), or uses ``process_group``, which must
+    span the job. Otherwise it is a single process.
+    """
+
+    def __init__(self, config: Union[PathLike, Mapping[str, Any], None] = None, *,
+                 model: Union[PathLike, Mapping[str, Any], None] = None, scope: Optional[str] = None,
+                 frozen: Optional[Any] = None, peak: Optional[Mapping[str, Any]] = None,
+                 parallel: Optional[Mapping[str, Any]] = None, logging: Optional[Mapping[str, Any]] = None,
+                 sinks: Optional[Mapping[str, Any]] = None, training: Optional[Mapping[str, Any]] = None,
+                 process_group: Any = None) -> None:
+        self._handle = 0
+        self._lock = threading.RLock()
+        self._closed = False
+        self._device_counts = None
+        tables: Dict[str, Any] = {"model": model, "peak": peak, "parallel": parallel, "logging": logging,
+                                  "sinks": sinks, "training": training}
+        if scope is not None:
+            tables["model"] = dict(_config.model_table(tables["model"]), scope=scope)
+        if frozen is not None:
+            parts = [frozen] if isinstance(frozen, str) else list(frozen)
+            tables["training"] = dict(tables["training"] or {}, frozen=parts)
+        given_tables = {k: v for k, v in tables.items() if v is not None}
+
+        lib = _native.lib()
+        group = _distributed.world_group(process_group)
+        if group is None:
+            self._collective = _distributed.TorchCollective(None, 0, 1)
+        else:
+            self._collective = _distributed.TorchCollective(*group)
+        self._box = _RecordBox()
+        error = _native.error_buffer()
+        comm = ctypes.byref(self._collective.comm)
+        if config is not None and not isinstance(config, Mapping):
+            if given_tables:
+                raise TypeError("give a plugin TOML path or configuration tables, not both "
+                                f"(got a path and {', '.join(given_tables)})")
+            if not isinstance(config, (str, os.PathLike)):
+                raise TypeError(f"config must be a path or a dict of tables, got {type(config).__name__}")
+            path = os.fspath(config)
+            self._source = path
+            handle = lib.flopmeter_create(os.fsencode(path), comm, error, len(error))
+        else:
+            merged = _config.merge_tables(config or {}, given_tables)
+            _resolve_auto_gpu(merged)
+            if "model" not in merged or merged["model"] is None:
+                raise TypeError("Meter needs a model: Meter(model='qwen3_vl_2b', ...) or a plugin TOML path")
+            text = _config.plugin_toml(merged).encode("utf-8")
+            self._source = "Meter(...)"
+            handle = lib.flopmeter_create_from_text(text, len(text), b"Meter(...)", os.fsencode(os.getcwd()), comm,
+                                                    error, len(error))
+        if not handle:
+            raise ConfigError(error.value.decode("utf-8", "replace"))
+        self._handle = handle
+        lib.flopmeter_set_metrics_callback(handle, self._box.callback, None)
+        self._finalizer = weakref.finalize(self, _release_plugin, handle, (self._collective, self._box))
+        layout = _native.sized(_native.RowLayout)
+        if lib.flopmeter_get_row_layout(handle, ctypes.byref(layout)) == _native.OK:
+            self._collective.layout = layout
+        model_error = _native.error_buffer()
+        model_handle = lib.flopmeter_plugin_model(handle, model_error, len(model_error))
+        if not model_handle:
+            raise ConfigError(model_error.value.decode("utf-8", "replace"))
+        self._model = FlopModel._from_handle(model_handle, self._source)
+        self._merge_size = math.isqrt(int(self._model.coefficients["patches_per_merged_token"]))
+        self._mb = _native.sized(_native.Microbatch)
+        self._mb_ref = ctypes.byref(self._mb)
+        self._empty_mb = _native.sized(_native.Microbatch)
+        # The fast path (on_microbatch): one micro-batch struct per description, in which only its own
+        # pointer and length, the grids and the scalars are stored per call (every other field stays 0), and
+        # the C function called without ctypes' per-argument conversion (its two arguments are prebuilt).
+        self._fast_cu = self._fast_struct()
+        self._fast_positions = self._fast_struct()
+        self._fast_positions32 = self._fast_struct()
+        self._fast_call = lib._FuncPtr(("flopmeter_on_microbatch", lib))  # argtypes None: no conversion
+        self._fast_call.restype = ctypes.c_int
+        self._fast_handle = ctypes.c_void_p(handle)
+        self._empty_mb_ref = ctypes.byref(self._empty_mb)
+        self._log = _native.sized(_native.Log)
+        self._log_ref = ctypes.byref(self._log)
+        self._last_health: Optional[Dict[str, int]] = None
+
+    @staticmethod
+    def _fast_struct():
+        mb = _native.sized(_native.Microbatch)
+        return mb, ctypes.byref(mb)
+
+    # ---- properties ----
+
+    @property
+    def model(self) -> FlopModel:
+        """The FLOP model this meter counts with."""
+        return self._model
+
+    @property
+    def rank(self) -> int:
+        return self._collective.rank
+
+    @property
+    def world_size(self) -> int:
+        return self._collective.world_size
+
+    @property
+    def health(self) -> Dict[str, int]:
+        """The health counters (all 0 in a healthy run): ``bad_microbatches``, ``failed_collectives``, ..."""
+        with self._lock:
+            if self._closed:
+                return dict(self._last_health or {})
+            return self._read_health()
+
+    def _read_health(self) -> Dict[str, int]:
+        counters = _native.sized(_native.HealthCounters)
+        code = _native.lib().flopmeter_health(self._handle, ctypes.byref(counters))
+        if code != _native.OK:
+            return dict(self._last_health or {})
+        self._last_health = {name: int(getattr(counters, name)) for name in _native.HEALTH_FIELDS}
+        return dict(self._last_health)
+
+    # ---- hooks ----
+
+    def on_microbatch(self, *, document_lengths: Any = None, cu_seqlens: Any = None, position_ids: Any = None,
+                      image_grid_thw: Any = None, padding_tokens: int = 0, samples: int = 0, loss_sum: Any = None,
+                      label_tokens: Any = None) -> bool:
+        """One micro-batch this rank ran: one of document_lengths, cu_seqlens or position_ids (a torch tensor
+        on the host or a device, a NumPy array, or a sequence of ints; with tensor or context parallelism the
+        whole micro-batch, not this rank's shard), its images as image_grid_thw [items, 3], and optionally the
+        SUM of its per-token losses over its label_tokens.
+
+        Returns True when counted (on a device: queued, checked there), False after flush or close. Raises
+        TypeError or ValueError, naming the argument, for an argument that is not what it must be.
+        """
+        # The fast path, for what a trainer on the host passes: cu_seqlens or position_ids and the grids as
+        # plain CPU tensors that need no conversion (1-D, contiguous, int64; int32 positions too; grids
+        # [items, 3] int64, contiguous), ints, and a float loss over int label tokens. Anything else, and
+        # every error, takes the general path below, which checks and converts every form and names what is
+        # wrong.
+        facts = _batch.torch_facts or _batch.load_torch_facts()
+        if _batch.FAST_PATH and facts is not None and document_lengths is None and type(samples) is int and \
+                type(padding_tokens) is int and 0 <= samples <= _INT64_MAX and 0 <= padding_tokens <= _INT64_MAX and \
+                (loss_sum is None and label_tokens is None or
+                 type(loss_sum) is float and type(label_tokens) is int and 0 <= label_tokens <= _INT64_MAX and
+                 math.isfinite(loss_sum)):
+            tensor, int64, int32, strided = facts
+            grids = image_grid_thw
+            # stride() == (1,) is "1-D and contiguous" (a contiguous tensor of 0 or 1 entries may have another
+            # stride: it takes the general path, which gives the same counts).
+            if grids is None or type(grids) is tensor and grids.is_cpu and grids.layout is strided and \
+                    grids.dtype is int64 and grids.stride() == (3, 1) and grids.size(1) == 3:
+                t = mb = None
+                if position_ids is None:
+                    t = cu_seqlens
+                    if type(t) is tensor and t.is_cpu and t.layout is strided and t.dtype is int64 and \
+                            t.stride() == (1,):
+                        mb, mb_ref = self._fast_cu
+                        pointer, length = t.data_ptr(), t.numel()
+                        with self._lock:
+                            mb.cu_seqlens = pointer
+                            mb.num_cu_seqlens = length
+                            code = self._fast_scalars(mb, mb_ref, grids, padding_tokens, samples, loss_sum,
+                                                      label_tokens)
+                elif cu_seqlens is None:
+                    t = position_ids
+                    if type(t) is tensor and t.is_cpu and t.layout is strided and t.stride() == (1,):
+                        dtype = t.dtype
+                        if dtype is int64 or dtype is int32:
+                            mb, mb_ref = self._fast_positions if dtype is int64 else self._fast_positions32
+                            pointer, length = t.data_ptr(), t.numel()
+                            with self._lock:
+                                if dtype is int64:
+                                    mb.positions = pointer
+                                    mb.num_positions = length
+                                else:
+                                    mb.positions_int32 = pointer
+                                    mb.num_positions_int32 = length
+                                code = self._fast_scalars(mb, mb_ref, grids, padding_tokens, samples, loss_sum,
+                                                          label_tokens)
+                if mb is not None:
+                    if code == _native.OK:
+                        return True
+                    if code != _native.E_REJECTED:
+                        return False
+                    # Rejected (and counted so by the library): explain why, as the general path does.
+                    fmt = "cu_seqlens" if position_ids is None else "position_ids"
+                    raise ValueError(self._explain_rejection(
+                        fmt, _batch.host_array(fmt, t, allow_int32=True),
+                        None if grids is None else _batch.host_array("image_grid_thw", grids, want_rows=True),
+                        padding_tokens, loss_sum is not None, label_tokens or 0))
+        fmt, value = _batch.one_batch_format(document_lengths, cu_seqlens, position_ids)
+        if _batch.is_device_tensor(value) or _batch.is_device_tensor(image_grid_thw) or \
+                _batch.is_device_tensor(loss_sum) or _batch.is_device_tensor(label_tokens):
+            return self._device_microbatch(fmt, value, image_grid_thw, padding_tokens, samples, loss_sum,
+                                           label_tokens)
+        batch = None if fmt is None else _batch.host_array(fmt, value, allow_int32=fmt == "position_ids")
+        grids = None if image_grid_thw is None else _batch.host_array("image_grid_thw", image_grid_thw,
+                                                                      want_rows=True)
+        padding = padding_tokens if type(padding_tokens) is int and padding_tokens >= 0 else \
+            _batch.count_argument("padding_tokens", padding_tokens)
+        samples = samples if type(samples) is int and samples >= 0 else _batch.count_argument("samples", samples)
+        has_loss = loss_sum is not None or label_tokens is not None
+        if has_loss:
+            if loss_sum is None or label_tokens is None:
+                raise ValueError("give loss_sum and label_tokens together (the loss is their ratio)")
+            loss = _batch.float_argument("loss_sum", loss_sum)
+            labels = _batch.count_argument("label_tokens", label_tokens)
+        with self._lock:
+            mb = self._mb
+            _batch.fill_microbatch(mb, fmt, batch, grids, padding)
+            mb.samples = samples
+            mb.has_loss = 1 if has_loss else 0
+            if has_loss:
+                mb.loss_sum = loss
+                mb.label_tokens = labels
+            code = _native.lib().flopmeter_on_microbatch(self._handle, self._mb_ref) if not self._closed \
+                else _native.E_INVALID_HANDLE
+            if code == _native.E_REJECTED:
+                raise ValueError(self._explain_rejection(fmt, batch, grids, padding, has_loss, labels if has_loss
+                                                         else 0))
+        return code == _native.OK
+
+    def _fast_scalars(self, mb, mb_ref, grids, padding_tokens, samples, loss_sum, label_tokens) -> int:
+        """The fast path's call, under the lock: `mb` already points at the batch array."""
+        if grids is None:
+            mb.num_grids = 0
+        else:
+            mb.grids = grids.data_ptr()
+            mb.num_grids = grids.size(0)
+        mb.padding_tokens = padding_tokens
+        mb.samples = samples
+        if loss_sum is None:
+            mb.has_loss = 0
+        else:
+            mb.has_loss = 1
+            mb.loss_sum = loss_sum
+            mb.label_tokens = label_tokens
+        return self._fast_call(self._fast_handle, mb_ref) if not self._closed else _native.E_INVALID_HANDLE
+
+    def _explain_rejection(self, fmt, batch, grids, padding, has_loss, labels) -> str:
+        mb = _native.sized(_native.Microbatch)
+        _batch.fill_microbatch(mb, fmt, batch, grids, padding)
+        counts = _native.sized(_native.Counts)
+        error = _native.error_buffer()
+        code = _native.lib().flopmeter_model_count(self._model._handle, ctypes.byref(mb), ctypes.byref(counts), error,
+                                                   len(error))
+        if code != _native.OK:
+            reason = error.value.decode("utf-8", "replace")
+        elif has_loss and labels > counts.real_tokens:
+            reason = f"label_tokens {labels} exceed the micro-batch's {counts.real_tokens} real tokens"
+        else:
+            reason = "the library refused it (see its warning on stderr)"
+        return f"invalid micro-batch, not counted (health['bad_microbatches']): {reason}"
+
+    def _device_microbatch(self, fmt, value, image_grid_thw, padding_tokens, samples, loss_sum,
+                           label_tokens) -> bool:
+        import torch
+
+        from . import _device
+
+        tensors = [("image_grid_thw", image_grid_thw)] if image_grid_thw is not None else []
+        if fmt is not None:
+            tensors.insert(0, (fmt, value))
+        devices = {}
+        for name, t in tensors:
+            if not _batch._is_torch_tensor(t):
+                raise TypeError(f"{name}: with tensors on a device, give every batch array as a tensor on it "
+                                f"(got {type(t).__name__})")
+            if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
+                raise TypeError(f"{name} must have an integer dtype, got {t.dtype}")
+            if t.layout != torch.strided:
+                raise TypeError(f"{name} must be a dense tensor, got layout {t.layout}")
+            if name == "image_grid_thw":
+                if t.dim() != 2 or t.shape[1] != 3:
+                    raise ValueError(f"{name} must have shape [items, 3], got shape {_batch._shape_text(t.shape)}")
+            elif t.dim() != 1:
+                raise ValueError(f"{name} must be 1-D, got shape {_batch._shape_text(t.shape)}")
+            devices[name] = t.device
+        padding = _batch.count_argument("padding_tokens", padding_tokens)
+        samples = _batch.count_argument("samples", samples)
+        if (loss_sum is None) != (label_tokens is None):
+            raise ValueError("give loss_sum and label_tokens together (the loss is their ratio)")
+        for name, scalar in (("loss_sum", loss_sum), ("label_tokens", label_tokens)):
+            if _batch._is_torch_tensor(scalar):
+                if scalar.numel() != 1:
+                    raise ValueError(f"{name} must be a scalar, got shape {_batch._shape_text(scalar.shape)}")
+                if name == "label_tokens" and (scalar.is_floating_point() or scalar.dtype == torch.bool):
+                    raise TypeError(f"label_tokens must be an integer, got a {scalar.dtype} tensor")
+                devices[name] = scalar.device
+            elif scalar is not None:
+                if name == "loss_sum":
+                    _batch.float_argument(name, scalar)
+                else:
+                    _batch.count_argument(name, scalar)
+        # The device of the batch arrays (a CPU tensor reaches here only in tests that run this path on the host).
+        device = next(iter(devices.values()))
+        for name, d in devices.items():
+            if d != device:
+                raise ValueError(f"{name} is on {d}, the batch's other tensors on {device}")
+        if self._model.coefficients["vision_per_patch"] == 0 and image_grid_thw is not None and \
+                image_grid_thw.numel() > 0:
+            raise ValueError("image_grid_thw: the model has no vision tower")
+        return self._count_on_device(torch, _device, device, fmt, value, image_grid_thw, padding, samples,
+                                     loss_sum, label_tokens)
+
+    def _count_on_device(self, torch, _device, device, fmt, value, grids, padding, samples, loss_sum,
+                         label_tokens) -> bool:
+        with self._lock:
+            if self._closed:
+                return False
+            if self._device_counts is None:
+                self._device_counts = _device.DeviceCounts(torch, device, self._merge_size)
+                self._collective.device_counts = self._device_counts
+            elif self._device_counts.device != device:
+                raise ValueError(f"the batch is on {device}, this meter counts on {self._device_counts.device} "
+                                 "(one device per meter)")
+            code = _native.lib().flopmeter_on_microbatch(self._handle, self._empty_mb_ref)
+            if code == _native.OK:
+                self._device_counts.add(fmt, value, grids, padding, samples, loss_sum, label_tokens)
+        return code == _native.OK
+
+    def on_log(self, step: int, *, learning_rate: Optional[float] = None, grad_norm: Optional[float] = None,
+               data_time: Any = None, forward_backward_time: Any = None,
+               peak_memory_bytes: Optional[int] = None) -> Optional[Dict[str, Any]]:
+        """Ends the interval of `step` and starts the next; returns the record of the interval that ended one
+        log earlier (None while none is due: the first log, a warm-up log before any micro-batch, a skipped
+        interval, a rank that does not emit). Every rank calls it at the same steps with the same step.
+        Times are seconds (a float or a datetime.timedelta); peak_memory_bytes is this rank's peak."""
+        step = _batch.count_argument("step", step, minimum=-(2**63))
+        log = _native.sized(_native.Log)
+        log.step = step
+        fields = 0
+        if learning_rate is not None:
+            log.learning_rate = _batch.float_argument("learning_rate", learning_rate)
+            fields |= _native.LOG_LEARNING_RATE
+        if grad_norm is not None:
+            log.grad_norm = _batch.float_argument("grad_norm", grad_norm)
+            fields |= _native.LOG_GRAD_NORM
+        if data_time is not None:
+            log.data_time_seconds = _seconds("data_time", data_time)
+            fields |= _native.LOG_DATA_TIME
+        if forward_backward_time is not None:
+            log.forward_backward_time_seconds = _seconds("forward_backward_time", forward_backward_time)
+            fields |= _native.LOG_FORWARD_BACKWARD_TIME
+        if peak_memory_bytes is not None:
+            log.peak_memory_bytes = _batch.count_argument("peak_memory_bytes", peak_memory_bytes)
+            fields |= _native.LOG_PEAK_MEMORY
+        log.set_fields = fields
+        with self._lock:
+            if self._closed:
+                return None
+            self._box.record = None
+            self._collective.contributed = False
+            _native.lib().flopmeter_on_log(self._handle, ctypes.byref(log))
+            if self._device_counts is not None and not self._collective.contributed:
+                self._device_counts.end_interval()
+            record, self._box.record = self._box.record, None
+        return record
+
+    def flush(self) -> Optional[Dict[str, Any]]:
+        """Waits for and emits the last interval; returns its record (or None). Later events are ignored."""
+        with self._lock:
+            if self._closed:
+                return None
+            self._box.record = None
+            _native.lib().flopmeter_flush(self._handle)
+            record, self._box.record = self._box.record, None
+        return record
+
+    def close(self) -> Optional[Dict[str, Any]]:
+        """Flushes, then frees the plugin; returns the flushed record. Later calls do nothing."""
+        with self._lock:
+            if self._closed:
+                return None
+            record = self.flush()
+            self._read_health()
+            self._closed = True
+            self._finalizer()  # destroy, once
+        return record
+
+    def __enter__(self) -> "Meter":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"rank {self.rank} of {self.world_size}"
+        return f"Meter(model={self._model.name!r}, config={self._source!r}, {state})"

@@ -1,0 +1,80 @@
+"""One rank of the multi-process tests (test_distributed.py): a torch.distributed Gloo job whose ranks report
+through flopmeter.Meter. Writes what it saw (records, health) as JSON for the test to check.
+
+usage: dist_worker.py SCENARIO RANK WORLD INIT_FILE OUT_FILE
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import flopmeter
+
+# Replica r's micro-batches (the same on every tp rank of the replica: each passes the whole micro-batch).
+# Replica 0 runs 2 micro-batches per interval, replica 1 runs 3: uneven data per replica.
+REPLICA_BATCHES = {
+    0: [dict(cu_seqlens=[0, 100, 300], image_grid_thw=[[1, 4, 4]], samples=2, loss_sum=40.0, label_tokens=20),
+        dict(cu_seqlens=[0, 250], padding_tokens=6, samples=1, loss_sum=10.0, label_tokens=5)],
+    1: [dict(cu_seqlens=[0, 50, 60, 64], image_grid_thw=[[2, 4, 8], [1, 2, 2]], samples=3, loss_sum=9.0,
+             label_tokens=30),
+        dict(cu_seqlens=[0, 512], samples=1, loss_sum=3.0, label_tokens=10),
+        dict(cu_seqlens=[0, 1, 2, 3], padding_tokens=61, samples=3, loss_sum=1.0, label_tokens=3)],
+}
+LOGS = 4
+
+
+def main() -> None:
+    scenario, rank, world, init_file, out_file = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    records = {}
+    result = {"rank": rank}
+    if scenario in ("dp2_tp2", "skip_one_log"):
+        if scenario == "dp2_tp2":
+            meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, parallel={"tp": 2},
+                                    logging={"emit": "all", "topk": 4}, sinks={"console": False})
+            replica = rank // 2  # order tp-cp-dp-pp: ranks 0, 1 form replica 0, ranks 2, 3 replica 1
+            batches, logs, skipped = REPLICA_BATCHES[replica], LOGS, None
+        else:
+            meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0},
+                                    logging={"emit": "all", "collective_timeout_ms": 20000}, sinks={"console": False})
+            batches, logs = [dict(cu_seqlens=[0, 10 * (rank + 1)], samples=1)], 8
+            skipped = 4 if rank == 1 else None  # rank 1 skips the on_log of step 4
+        for step in range(1, logs + 1):
+            for batch in batches:
+                assert meter.on_microbatch(**batch)
+            time.sleep(0.02)
+            if step == skipped:
+                continue
+            record = meter.on_log(step)
+            if record is not None:
+                records[record["step"]] = record
+        record = meter.flush()
+        if record is not None:
+            records[record["step"]] = record
+        result["health"] = meter.health
+    elif scenario == "small_group":
+        # Every rank makes every group, in the same order (torch.distributed's rule for new_group).
+        first_two = dist.new_group(ranks=[0, 1], backend="gloo")
+        last = dist.new_group(ranks=[2], backend="gloo")
+        whole = dist.new_group(backend="gloo")
+        try:
+            flopmeter.Meter(model="tiny_vlm", process_group=first_two if rank < 2 else last)
+            result["error"] = None
+        except ValueError as e:
+            result["error"] = str(e)
+        with flopmeter.Meter(model="tiny_vlm", process_group=whole, sinks={"console": False}) as meter:
+            result["whole_world"] = [meter.rank, meter.world_size]
+    result["records"] = records
+    with open(out_file, "w") as f:
+        json.dump(result, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

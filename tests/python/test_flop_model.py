@@ -1,0 +1,217 @@
+"""FlopModel: the same numbers as the CLI, for every shipped config and random batches, from every input form."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+
+import pytest
+
+import flopmeter
+
+from conftest import cli_json, run_cli
+
+
+def test_coefficients_of_every_shipped_config_equal_the_clis_json(shipped):
+    for name in shipped:
+        assert flopmeter.FlopModel(name).coefficients == cli_json("coefficients", name), name
+
+
+def test_qwen3_vl_2b_dense_coefficient_is_the_hand_derived_value():
+    # Per token, multiply-adds (MACs) of the decoder (model_configs/qwen3_vl_2b.toml: hidden 2048, 28 layers,
+    # 16 query heads and 8 KV heads of 128, intermediate 6144, vocab 151936):
+    #   q, o: 2 x 2048 x (16 x 128) = 8,388,608; k, v: 2 x 2048 x (8 x 128) = 4,194,304 -> 12,582,912 per layer
+    #   SwiGLU: 3 x 2048 x 6144 = 37,748,736 per layer; 28 layers: 28 x 50,331,648 = 1,409,286,144
+    #   LM head: 2048 x 151936 = 311,164,928; total 1,720,451,072 MACs
+    # Training = 6 FLOPs per MAC (forward 2, input gradient 2, weight gradient 2): 10,322,706,432.
+    c = flopmeter.FlopModel("qwen3_vl_2b").coefficients
+    assert c["dense_per_token"] == 6 * 1_720_451_072
+    assert sum(c["dense_per_token_breakdown"].values()) == c["dense_per_token"]
+
+
+def test_a_config_json_dict_gives_the_shipped_toml_model(qwen3_vl_2b_config):
+    from_dict = flopmeter.FlopModel(qwen3_vl_2b_config).coefficients
+    from_toml = flopmeter.FlopModel("qwen3_vl_2b").coefficients
+    for key in ("model", "file"):
+        from_dict.pop(key, None)
+        from_toml.pop(key, None)
+    assert from_dict == from_toml
+
+
+def test_a_config_json_file_and_its_checkpoint_directory_load(tmp_path, qwen3_vl_2b_config):
+    (tmp_path / "config.json").write_text(json.dumps(qwen3_vl_2b_config))
+    by_file = flopmeter.FlopModel(tmp_path / "config.json")
+    by_dir = flopmeter.FlopModel(str(tmp_path))
+    assert by_file.coefficients["dense_per_token"] == by_dir.coefficients["dense_per_token"] == 10322706432
+
+
+def test_a_small_batch_by_hand():
+    # tiny_vlm (model_configs/tiny_vlm.toml), documents of 3 and 5 tokens, 2 padding tokens, one image of
+    # 1 x 4 x 4 patches (spatial_merge_size 2):
+    #   device tokens 3 + 5 + 2 = 10; causal pairs 3*4/2 + 5*6/2 = 6 + 15 = 21;
+    #   patches 16; merged tokens 16 / 4 = 4; ViT pairs per frame 1 x 16^2 = 256.
+    m = flopmeter.FlopModel("tiny_vlm")
+    c = m.coefficients
+    assert m.counts(document_lengths=[3, 5], padding_tokens=2, image_grid_thw=[[1, 4, 4]]) == {
+        "real_tokens": 8, "padding_tokens": 2, "documents": 2, "causal_pairs": 21, "items": 1, "patches": 16,
+        "merged_tokens": 4, "vision_pairs_per_frame": 256, "vision_pairs_whole": 256,
+    }
+    expected = (c["dense_per_token"] * 10 + c["text_attn_pair"] * 21 + c["vision_per_patch"] * 16
+                + c["vision_attn_pair"] * 256 + c["patch_embed_per_patch"] * 16 + c["merger_per_merged_token"] * 4
+                + c["mtp_per_token"] * 10 + c["mtp_attn_pair"] * 21)
+    assert m.flops(document_lengths=[3, 5], padding_tokens=2, image_grid_thw=[[1, 4, 4]]) == expected
+    # The seed scope: the reference's four terms, ViT attention over the whole item ((1*16)^2 = 256 here too).
+    seed = c["dense_per_token"] * 10 + c["text_attn_pair"] * 21 + c["vision_per_patch"] * 16 + c["vision_attn_pair"] * 256
+    assert m.flops(document_lengths=[3, 5], padding_tokens=2, image_grid_thw=[[1, 4, 4]], scope="seed") == seed
+
+
+def _python_counts(lengths, grids, merge):
+    """The counts, computed here from their definitions (METRICS.md, section 1), independently of the library."""
+    return {
+        "real_tokens": sum(lengths), "documents": len(lengths), "causal_pairs": sum(L * (L + 1) // 2 for L in lengths),
+        "items": len(grids), "patches": sum(t * h * w for t, h, w in grids),
+        "merged_tokens": sum(t * h * w // (merge * merge) for t, h, w in grids),
+        "vision_pairs_per_frame": sum(t * (h * w) ** 2 for t, h, w in grids),
+        "vision_pairs_whole": sum((t * h * w) ** 2 for t, h, w in grids),
+    }
+
+
+@pytest.mark.parametrize("name", ["qwen3_vl_2b", "qwen3_vl_30b_a3b", "qwen3_5_9b", "qwen3_5_397b_a17b"])
+def test_random_batches_equal_the_clis_estimate_and_an_independent_count(name):
+    rng = random.Random(f"flops-{name}")
+    m = flopmeter.FlopModel(name)
+    c = m.coefficients
+    merge = math.isqrt(c["patches_per_merged_token"])
+    for _ in range(12):
+        lengths = [rng.randint(0, 20000) for _ in range(rng.randint(1, 12))]
+        grids = [(rng.randint(1, 4), merge * rng.randint(1, 40), merge * rng.randint(1, 40))
+                 for _ in range(rng.randint(0, 5))]
+        padding = rng.randint(0, 500)
+        n = _python_counts(lengths, grids, merge)
+        exact = (c["dense_per_token"] * (n["real_tokens"] + padding) + c["text_attn_pair"] * n["causal_pairs"]
+                 + c["vision_per_patch"] * n["patches"] + c["vision_attn_pair"] * n["vision_pairs_per_frame"]
+                 + c["patch_embed_per_patch"] * n["patches"] + c["merger_per_merged_token"] * n["merged_tokens"]
+                 + c["mtp_per_token"] * (n["real_tokens"] + padding) + c["mtp_attn_pair"] * n["causal_pairs"])
+        flops = m.flops(document_lengths=lengths, image_grid_thw=grids, padding_tokens=padding)
+        assert flops == exact
+        args = ["estimate", name, "--docs", ",".join(map(str, lengths)), "--padding", str(padding)]
+        if grids:
+            args += ["--images", ",".join(f"{t}x{h}x{w}" for t, h, w in grids)]
+        cli = cli_json(*args)
+        estimate = m.estimate(document_lengths=lengths, image_grid_thw=grids, padding_tokens=padding)
+        assert estimate == cli
+        # The CLI's JSON number is the double nearest the exact total.
+        assert cli["flops"] == float(exact)
+
+
+def test_flops_stay_exact_beyond_two_to_the_53():
+    # 10 documents of 2^22 tokens in qwen3_vl_235b_a22b: the total is far above 2^53 (~9.0e15), where a double
+    # would round; the int is the exact sum of coefficient x count.
+    m = flopmeter.FlopModel("qwen3_vl_235b_a22b")
+    c = m.coefficients
+    L = 1 << 22
+    lengths = [L] * 10
+    exact = (c["dense_per_token"] + c["mtp_per_token"]) * 10 * L + (c["text_attn_pair"] + c["mtp_attn_pair"]) * 10 * (L * (L + 1) // 2)
+    flops = m.flops(document_lengths=lengths)
+    assert flops == exact and flops > 2**53
+    assert float(flops) == m.estimate(document_lengths=lengths)["flops"]
+
+
+def test_every_input_form_gives_the_same_counts():
+    import numpy as np
+    import torch
+
+    m = flopmeter.FlopModel("qwen3_vl_2b")
+    lengths = [5, 0, 7, 3]
+    cu = [0, 5, 5, 12, 15]
+    positions = [0, 1, 2, 3, 4] + [0, 1, 2, 3, 4, 5, 6] + [0, 1, 2]  # the empty document has no positions
+    grids = [[1, 4, 6], [2, 2, 2]]
+    reference = m.counts(document_lengths=lengths, image_grid_thw=grids)
+    forms = [
+        dict(cu_seqlens=cu), dict(cu_seqlens=np.array(cu)), dict(cu_seqlens=torch.tensor(cu)),
+        dict(cu_seqlens=torch.tensor(cu, dtype=torch.int32)), dict(cu_seqlens=np.array(cu, dtype=np.uint16)),
+        dict(document_lengths=torch.tensor(lengths)), dict(document_lengths=tuple(lengths)),
+        dict(cu_seqlens=torch.tensor([9] + cu)[1:]),  # a view with an offset
+        dict(cu_seqlens=torch.tensor(cu).repeat_interleave(2)[::2]),  # non-contiguous
+    ]
+    for form in forms:
+        got = m.counts(image_grid_thw=torch.tensor(grids), **form)
+        assert got == reference, form
+    by_positions = m.counts(position_ids=torch.tensor(positions), image_grid_thw=np.array(grids))
+    assert by_positions == dict(reference, documents=3)  # positions cannot show an empty document
+    by_int32 = m.counts(position_ids=torch.tensor(positions, dtype=torch.int32), image_grid_thw=grids)
+    assert by_int32 == by_positions
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(cu_seqlens=[0.0, 3.0]), TypeError, "cu_seqlens must hold ints"),
+    (dict(cu_seqlens=[0, True]), TypeError, "cu_seqlens must hold ints"),
+    (dict(document_lengths=[3, -1]), ValueError, "invalid micro-batch"),
+    (dict(cu_seqlens=[0, 5, 3]), ValueError, "invalid micro-batch"),
+    (dict(position_ids=[0, 1, 3]), ValueError, "invalid micro-batch"),
+    (dict(cu_seqlens=[0, 3], document_lengths=[3]), ValueError, "give one of"),
+    (dict(cu_seqlens="0,3"), TypeError, "cu_seqlens must be a torch tensor, a NumPy array or a sequence of ints"),
+    (dict(image_grid_thw=[[1, 3, 4]]), ValueError, "invalid micro-batch"),
+    (dict(image_grid_thw=[[1, 4]]), ValueError, "image_grid_thw must have shape [items, 3]"),
+    (dict(padding_tokens=-1), ValueError, "padding_tokens must be >= 0"),
+    (dict(padding_tokens=1.5), TypeError, "padding_tokens must be an int"),
+])
+def test_bad_batches_raise_naming_the_argument(kwargs, error, words):
+    with pytest.raises(error, match=None) as info:
+        flopmeter.FlopModel("qwen3_vl_2b").flops(**kwargs)
+    assert words in str(info.value)
+
+
+def test_tensor_argument_errors_name_the_argument_and_the_shape():
+    import numpy as np
+    import torch
+
+    m = flopmeter.FlopModel("qwen3_vl_2b")
+    with pytest.raises(ValueError, match=r"cu_seqlens must be 1-D, got shape \(1, 3\)"):
+        m.flops(cu_seqlens=torch.tensor([[0, 2, 5]]))
+    with pytest.raises(TypeError, match="cu_seqlens must have an integer dtype, got torch.float32"):
+        m.flops(cu_seqlens=torch.tensor([0.0, 2.0]))
+    with pytest.raises(TypeError, match="position_ids must have an integer dtype, got torch.bool"):
+        m.flops(position_ids=torch.tensor([True, False]))
+    with pytest.raises(TypeError, match="document_lengths must have an integer dtype, got float64"):
+        m.flops(document_lengths=np.array([1.0]))
+    with pytest.raises(ValueError, match="image_grid_thw must have shape \\[items, 3\\], got shape \\(3,\\)"):
+        m.flops(document_lengths=[1], image_grid_thw=torch.tensor([1, 2, 2]))
+    with pytest.raises(TypeError):
+        m.flops(cu_seqlen=[0, 1])  # an unknown keyword
+    with pytest.raises(ValueError, match="scope must be 'complete' or 'seed'"):
+        m.flops(document_lengths=[1], scope="all")
+
+
+def test_model_errors_are_config_errors_with_file_line_col(tmp_path, qwen3_vl_2b_config):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\nname = "x"\nmodel_type = "qwen3_vl"\n\n[text_config]\nhidden_size = -4\n')
+    with pytest.raises(flopmeter.ConfigError) as info:
+        flopmeter.FlopModel(bad)
+    assert str(bad) + ":" in str(info.value)
+    assert isinstance(info.value, ValueError)
+    qwen3_vl_2b_config["text_config"]["hidden_size"] = 0
+    with pytest.raises(flopmeter.ConfigError, match=r"<dict>:\d+:\d+: .*hidden_size"):
+        flopmeter.FlopModel(qwen3_vl_2b_config)
+    with pytest.raises(flopmeter.ConfigError, match="not a shipped config name"):
+        flopmeter.FlopModel("qwen9_vl_1t")
+    with pytest.raises(TypeError):
+        flopmeter.FlopModel(42)
+
+
+def test_check_passes_over_the_shipped_configs(shipped):
+    result = flopmeter.check()
+    assert result["pass"] is True
+    # One report per shipped model and row length (4096, 8192, 32768 by default).
+    assert len(result["reports"]) == 3 * len(shipped)
+    assert {r["model"] for r in result["reports"]} >= {"qwen3_vl_2b", "qwen3_5_9b"}
+    one = flopmeter.check(["tiny_vlm"], seq_lens=[100])
+    assert [r["seq_len"] for r in one["reports"]] == [100] and one["pass"]
+
+
+def test_python_m_flopmeter_runs_the_cli():
+    done = run_cli("coefficients", "qwen3_vl_2b")
+    assert done.returncode == 0 and "10,322,706,432" in done.stdout
+    assert run_cli("no-such-command").returncode == 2

@@ -1,0 +1,308 @@
+"""Meter in one process: the records, the life cycle, every input form, bad input, threads, the device path."""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import threading
+import time
+
+import pytest
+
+import flopmeter
+from flopmeter import _batch
+
+QUIET = {"console": False}
+
+# Time-independent fields of a record: what two runs of the same batches must agree on exactly.
+EXACT_FIELDS = ("train/tokens_seen", "train/num_samples", "train/loss", "train/batch_efficiency", "perf/mem_gib")
+
+
+def flops_per_token(record):
+    """FLOPs per real token of the interval: TFLOP/s over tokens/s, in which the interval's time cancels."""
+    return record["perf/tflops_per_second"] * 1e12 / record["perf/tokens_per_second"]
+
+
+def test_one_interval_by_hand():
+    # tiny_vlm, one interval of one micro-batch: documents of 3 and 5 tokens, 2 padding tokens, one 1x4x4 image;
+    # 2 samples; loss sum 30 over 6 label tokens; peak memory 2^30 bytes.
+    #   train/tokens_seen = 8 (real tokens), train/num_samples = 2, train/loss = 30 / 6 = 5,
+    #   train/batch_efficiency = 8 / (8 + 2) = 0.8, perf/mem_gib = 2^30 / 2^30 = 1,
+    #   FLOPs per real token = FlopModel.flops(...) / 8 (tokens/s and TFLOP/s share the interval).
+    batch = dict(document_lengths=[3, 5], padding_tokens=2, image_grid_thw=[[1, 4, 4]])
+    flops = flopmeter.FlopModel("tiny_vlm").flops(**batch)
+    with flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1.0}, sinks=QUIET) as meter:
+        assert meter.on_log(0) is None  # a warm-up log: no record, now or later
+        assert meter.on_microbatch(**batch, samples=2, loss_sum=30.0, label_tokens=6)
+        time.sleep(0.01)
+        assert meter.on_log(1, forward_backward_time=0.002, peak_memory_bytes=2**30) is None  # read one log later
+        record = meter.flush()
+    assert record["step"] == 1
+    assert record["train/tokens_seen"] == 8 and record["train/num_samples"] == 2
+    assert record["train/loss"] == 5 and record["train/batch_efficiency"] == 0.8 and record["perf/mem_gib"] == 1
+    assert record["perf/forward_backward_time"] == 0.002
+    assert flops_per_token(record) == pytest.approx(flops / 8, rel=1e-12)
+    assert record["perf/mfu"] == pytest.approx(record["perf/tflops_per_second"] / 1.0 * 100, rel=1e-12)
+    assert record["perf/step_time"] > 0.01  # one micro-batch in an interval of at least the 10 ms slept
+    assert record["health/bad_microbatches"] == 0
+
+
+def run(batches, steps=3, **meter_args):
+    """The records of `steps` intervals of `batches` (a list of on_microbatch keyword dicts) each."""
+    records = []
+    with flopmeter.Meter(model="qwen3_vl_2b", peak={"gpu": "H100 SXM"}, sinks=QUIET, **meter_args) as meter:
+        for step in range(1, steps + 1):
+            for b in batches:
+                assert meter.on_microbatch(**b)
+            time.sleep(0.002)
+            r = meter.on_log(step)
+            if r is not None:
+                records.append(r)
+        records.append(meter.flush())
+        health = meter.health
+    return records, health
+
+
+def test_cpu_tensor_numpy_and_list_inputs_give_identical_records():
+    import numpy as np
+    import torch
+
+    cu = [0, 1000, 1800, 4096]
+    grids = [[1, 16, 16], [2, 8, 12]]
+    forms = {
+        "list": dict(cu_seqlens=cu, image_grid_thw=grids),
+        "numpy": dict(cu_seqlens=np.array(cu), image_grid_thw=np.array(grids)),
+        "tensor": dict(cu_seqlens=torch.tensor(cu), image_grid_thw=torch.tensor(grids)),
+        "int32 tensor": dict(cu_seqlens=torch.tensor(cu, dtype=torch.int32), image_grid_thw=torch.tensor(grids)),
+        "positions": dict(position_ids=torch.cat([torch.arange(1000), torch.arange(800), torch.arange(2296)]),
+                          image_grid_thw=torch.tensor(grids)),
+        "lengths": dict(document_lengths=[1000, 800, 2296], image_grid_thw=grids),
+    }
+    flops = flopmeter.FlopModel("qwen3_vl_2b").flops(cu_seqlens=cu, image_grid_thw=grids)
+    results = {}
+    for name, batch in forms.items():
+        records, health = run([dict(batch, samples=3, loss_sum=12.5, label_tokens=100)])
+        assert health["bad_microbatches"] == 0
+        results[name] = [({f: r[f] for f in EXACT_FIELDS if f in r}, flops_per_token(r)) for r in records]
+    reference = results["list"]
+    assert [r[0]["train/tokens_seen"] for r in reference] == [4096, 8192, 12288]
+    for name, got in results.items():
+        assert [g[0] for g in got] == [r[0] for r in reference], name
+        for g, _ in zip(got, reference):
+            assert g[1] == pytest.approx(flops / 4096, rel=1e-12), name
+
+
+def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkeypatch):
+    """The torch-op counting that CUDA tensors take (_device.py), forced on CPU tensors: the same counts reach
+    the row inside the collective, so the records equal the host path's."""
+    import torch
+
+    batches = [
+        dict(cu_seqlens=torch.tensor([0, 700, 2000]), image_grid_thw=torch.tensor([[1, 8, 8], [3, 4, 6]]), samples=2,
+             loss_sum=torch.tensor(7.0), label_tokens=torch.tensor(70)),
+        dict(position_ids=torch.cat([torch.arange(50), torch.arange(10)]), padding_tokens=4, samples=1),
+    ]
+    host_records, host_health = run(batches)
+    monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
+    monkeypatch.setattr(_batch, "FAST_PATH", False)
+    device_records, device_health = run(batches)
+    assert len(device_records) == len(host_records) == 3
+    for d, h in zip(device_records, host_records):
+        assert {f: d.get(f) for f in EXACT_FIELDS} == {f: h.get(f) for f in EXACT_FIELDS}
+        assert flops_per_token(d) == pytest.approx(flops_per_token(h), rel=1e-12)
+    assert device_health == host_health
+
+
+def test_the_device_path_masks_a_malformed_batch_and_counts_it(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
+    monkeypatch.setattr(_batch, "FAST_PATH", False)
+    good = dict(cu_seqlens=torch.tensor([0, 100]), samples=1)
+    bad = dict(cu_seqlens=torch.tensor([0, 100, 50]), samples=5)  # decreasing: found on the device, not raised
+    records, health = run([good, bad], steps=2)
+    # Only the good batch counts: 100 tokens and 1 sample per interval; the bad one reaches bad_microbatches
+    # in the log's collective (2 intervals -> 2).
+    assert [r["train/tokens_seen"] for r in records] == [100, 200]
+    assert [r["train/num_samples"] for r in records] == [1, 2]
+    assert health["bad_microbatches"] == 2
+
+
+def test_a_config_file_and_the_same_tables_in_code_agree(tmp_path):
+    model = flopmeter.model_configs_dir() / "tiny_vlm.toml"
+    plugin = tmp_path / "plugin.toml"
+    plugin.write_text(f'[model]\nconfig = "{model}"\n\n[peak]\ntflops_per_gpu = 2.0\n\n[sinks]\nconsole = false\n'
+                      f'jsonl = "{tmp_path / "m.jsonl"}"\n')
+    with flopmeter.Meter(plugin) as meter:
+        assert meter.model.name == "tiny_vlm"
+        meter.on_microbatch(cu_seqlens=[0, 10])
+        meter.on_log(1)
+    lines = (tmp_path / "m.jsonl").read_text().splitlines()
+    assert [json.loads(line)["train/tokens_seen"] for line in lines] == [10]
+    with flopmeter.Meter({"model": {"config": "tiny_vlm"}, "peak": {"tflops_per_gpu": 2.0}}, sinks=QUIET) as meter:
+        assert meter.model.coefficients == flopmeter.FlopModel(model).coefficients
+
+
+def test_config_errors_name_the_key_with_line_and_column(tmp_path):
+    with pytest.raises(flopmeter.ConfigError, match=r"Meter\(\.\.\.\):\d+:\d+: key 'parallel\.tp': must be > 0"):
+        flopmeter.Meter(model="tiny_vlm", parallel={"tp": 0})
+    with pytest.raises(flopmeter.ConfigError, match=r"unknown key 'parallel\.tpp'"):
+        flopmeter.Meter(model="tiny_vlm", parallel={"tpp": 2})
+    with pytest.raises(flopmeter.ConfigError, match="key 'parallel': tp\\*cp\\*pp = 2\\*1\\*1 exceeds world_size 1"):
+        flopmeter.Meter(model="tiny_vlm", parallel={"tp": 2})
+    with pytest.raises(flopmeter.ConfigError, match="key 'pipeline': not a table"):
+        flopmeter.Meter({"model": "tiny_vlm", "pipeline": {"pp": 2}})
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\nconfig = "nowhere.toml"\n')
+    with pytest.raises(flopmeter.ConfigError, match=str(bad) + r":2:\d+"):
+        flopmeter.Meter(bad)
+    with pytest.raises(TypeError, match="not both"):
+        flopmeter.Meter(bad, peak={"gpu": "H100 SXM"})
+    with pytest.raises(TypeError):
+        flopmeter.Meter(model="tiny_vlm", paralel={"tp": 1})  # an unknown keyword
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(cu_seqlens=[0.5, 2]), TypeError, "cu_seqlens must hold ints"),
+    (dict(document_lengths=[2, -3]), ValueError, "invalid micro-batch"),
+    (dict(cu_seqlens=[0, 2], samples=-1), ValueError, "samples must be >= 0"),
+    (dict(cu_seqlens=[0, 2], samples=True), TypeError, "samples must be an int"),
+    (dict(cu_seqlens=[0, 2], loss_sum=float("nan"), label_tokens=1), ValueError, "loss_sum must be finite"),
+    (dict(cu_seqlens=[0, 2], loss_sum=1.0), ValueError, "give loss_sum and label_tokens together"),
+    (dict(cu_seqlens=[0, 2], loss_sum=1.0, label_tokens=3), ValueError, "label_tokens 3 exceed"),
+    (dict(cu_seqlens=[0, 2], image_grid_thw=[[1, 2, 2, 2]]), ValueError, "image_grid_thw must have shape"),
+])
+def test_bad_micro_batches_raise_before_anything_is_counted(kwargs, error, words):
+    with flopmeter.Meter(model="qwen3_vl_2b", sinks=QUIET, peak={"gpu": "H100 SXM"}) as meter:
+        with pytest.raises(error) as info:
+            meter.on_microbatch(**kwargs)
+        assert words in str(info.value)
+        meter.on_microbatch(cu_seqlens=[0, 7], samples=1)
+        meter.on_log(1)
+        record = meter.flush()
+    assert record["train/tokens_seen"] == 7 and record["train/num_samples"] == 1
+
+
+def test_after_flush_and_after_close_nothing_is_counted_and_nothing_breaks():
+    meter = flopmeter.Meter(model="tiny_vlm", sinks=QUIET, peak={"tflops_per_gpu": 1.0})
+    meter.on_microbatch(cu_seqlens=[0, 5])
+    meter.on_log(1)
+    assert meter.flush()["train/tokens_seen"] == 5
+    assert meter.on_microbatch(cu_seqlens=[0, 5]) is False
+    assert meter.on_log(2) is None
+    assert meter.flush() is None
+    assert meter.health["events_after_flush"] == 2
+    meter.close()
+    assert meter.on_microbatch(cu_seqlens=[0, 5]) is False and meter.on_log(3) is None and meter.close() is None
+    assert meter.health["events_after_flush"] == 2  # the counters as they were at close
+    assert "closed" in repr(meter)
+
+
+def test_a_meter_garbage_collected_without_flush_flushes(tmp_path):
+    path = tmp_path / "m.jsonl"
+    meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1.0},
+                            sinks={"console": False, "jsonl": str(path)})
+    meter.on_microbatch(cu_seqlens=[0, 11])
+    meter.on_log(1)
+    assert path.read_text() == ""  # the record of step 1 is due at the next log, or at flush
+    del meter
+    gc.collect()
+    assert [json.loads(line)["train/tokens_seen"] for line in path.read_text().splitlines()] == [11]
+
+
+def test_calls_from_several_threads_are_all_counted():
+    with flopmeter.Meter(model="tiny_vlm", sinks=QUIET, peak={"tflops_per_gpu": 1.0}) as meter:
+        def feed():
+            for _ in range(500):
+                meter.on_microbatch(cu_seqlens=[0, 3, 7], samples=1)
+
+        threads = [threading.Thread(target=feed) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        meter.on_log(1)
+        record = meter.flush()
+    # 4 threads x 500 micro-batches of 7 tokens.
+    assert record["train/tokens_seen"] == 4 * 500 * 7 and record["train/num_samples"] == 2000
+
+
+def test_health_and_repr():
+    with flopmeter.Meter(model="tiny_vlm", sinks=QUIET, peak={"tflops_per_gpu": 1.0}) as meter:
+        assert set(meter.health) >= {"bad_microbatches", "failed_collectives", "skipped_intervals",
+                                     "out_of_step_intervals", "dropped_records", "reentrant_calls"}
+        assert all(v == 0 for v in meter.health.values())
+        assert "tiny_vlm" in repr(meter) and "rank 0 of 1" in repr(meter)
+
+
+def test_a_tensor_on_another_device_than_the_meters_is_refused(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
+    monkeypatch.setattr(_batch, "FAST_PATH", False)
+    with flopmeter.Meter(model="tiny_vlm", sinks=QUIET, peak={"tflops_per_gpu": 1.0}) as meter:
+        assert meter.on_microbatch(cu_seqlens=torch.tensor([0, 5]))  # the meter now counts on the CPU
+        with pytest.raises(ValueError, match="the batch is on meta, this meter counts on cpu"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 5], device="meta"))
+        with pytest.raises(ValueError, match="image_grid_thw is on meta, the batch's other tensors on cpu"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 5]), image_grid_thw=torch.ones(1, 3, dtype=torch.int64,
+                                                                                           device="meta"))
+        meter.on_log(1)
+        assert meter.flush()["train/tokens_seen"] == 5
+
+
+def test_the_fast_path_for_cpu_tensors_gives_the_general_paths_records(monkeypatch):
+    import torch
+
+    batches = [
+        dict(cu_seqlens=torch.tensor([0, 700, 2000]), image_grid_thw=torch.tensor([[1, 8, 8], [3, 4, 6]]), samples=2,
+             loss_sum=7.0, label_tokens=70),
+        dict(position_ids=torch.cat([torch.arange(50), torch.arange(10)]), padding_tokens=4, samples=1),
+        dict(position_ids=torch.arange(33, dtype=torch.int32), samples=1),
+    ]
+    fast_records, fast_health = run(batches)
+    monkeypatch.setattr(_batch, "FAST_PATH", False)
+    general_records, general_health = run(batches)
+    for f, g in zip(fast_records, general_records):
+        assert {k: f.get(k) for k in EXACT_FIELDS} == {k: g.get(k) for k in EXACT_FIELDS}
+        assert flops_per_token(f) == pytest.approx(flops_per_token(g), rel=1e-12)
+    assert fast_records[0]["train/tokens_seen"] == 2000 + 60 + 33
+    assert fast_health == general_health
+
+
+def test_the_fast_path_refuses_what_the_general_path_refuses():
+    import torch
+
+    with flopmeter.Meter(model="qwen3_vl_2b", sinks=QUIET, peak={"gpu": "H100 SXM"}) as meter:
+        with pytest.raises(ValueError, match="invalid micro-batch"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 9, 4]))
+        with pytest.raises(ValueError, match="invalid micro-batch"):
+            meter.on_microbatch(position_ids=torch.tensor([0, 1, 5]))
+        with pytest.raises(ValueError, match="label_tokens 9 exceed"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), loss_sum=1.0, label_tokens=9)
+        with pytest.raises(TypeError, match="must be a dense tensor"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]).to_sparse())
+        assert meter.health["bad_microbatches"] == 3
+
+
+def test_peak_gpu_auto_reads_the_device_name_through_torch(monkeypatch):
+    import torch
+
+    batch = dict(cu_seqlens=[0, 64], samples=1)  # 64 x ~1e10 FLOPs: below the peak over the 20 ms slept
+    # No CUDA device here: "auto" finds none, and MFU is not reported (the library warns once).
+    with flopmeter.Meter(model="qwen3_vl_2b", peak={"gpu": "auto"}, sinks=QUIET) as meter:
+        meter.on_microbatch(**batch)
+        meter.on_log(1)
+        record = meter.flush()
+    assert "perf/mfu" not in record and record["perf/tflops_per_second"] > 0
+    # A trainer on an H100: the name torch reports selects the H100 SXM row (989.4 dense bf16 TFLOP/s).
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    with flopmeter.Meter(model="qwen3_vl_2b", peak={"gpu": "auto"}, sinks=QUIET) as meter:
+        meter.on_microbatch(**batch)
+        time.sleep(0.02)
+        meter.on_log(1)
+        record = meter.flush()
+    assert record["perf/mfu"] == pytest.approx(record["perf/tflops_per_second"] / 989.4 * 100, rel=1e-12)
