@@ -459,11 +459,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         l.data_time_seconds = pick_double(in);
         l.forward_backward_time_seconds = pick_double(in);
         l.peak_memory_bytes = pick(in);
+        l.peak_reserved_memory_bytes = pick(in);  // read only when struct_size covers it (0.3)
         const int code = flopmeter_on_log(plugin, &l);
         check_code(code);
         const flopmeter_health_counters now = read_health(plugin);
         check_monotone(last, now);
-        if (l.struct_size < sizeof(flopmeter_log)) {
+        // The first version of flopmeter_log ends at peak_memory_bytes; later fields are optional.
+        if (l.struct_size < offsetof(flopmeter_log, peak_memory_bytes) + sizeof(int64_t)) {
           FUZZ_CHECK(code == FLOPMETER_E_STRUCT_SIZE, "a short log struct_size was not refused");
           FUZZ_CHECK(now.rejected_logs == last.rejected_logs + 1, "a refused log not counted");
         } else {

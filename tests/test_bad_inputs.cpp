@@ -470,7 +470,7 @@ TEST(bad_inputs, log_fields_that_break_their_rules_are_left_out_with_one_warning
   EXPECT_FALSE(sink->has(0, "train/grad_norm"));
   EXPECT_FALSE(sink->has(0, "perf/data_time"));
   EXPECT_EQ(sink->value(0, "train/lr"), 0.001);
-  EXPECT_EQ(sink->value(0, "perf/forward_backward_time"), 0.5);
+  EXPECT_EQ(sink->value(0, "perf/fwd_bwd_time"), 0.5);
   EXPECT_EQ(sink->value(0, "train/tokens_seen"), 4.0);
   EXPECT_EQ(log.text(),
             "warning|flopmeter: step 1: left out of the record: grad_norm -1 (must be finite and >= 0), "

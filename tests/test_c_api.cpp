@@ -387,6 +387,18 @@ TEST_F(c_api_plugin, health_is_a_struct_versioned_by_struct_size) {
   EXPECT_EQ(abi.health(plugin, &before_reentrant), FLOPMETER_OK);
   EXPECT_EQ(before_reentrant.dropped_records, 0u);
   EXPECT_EQ(before_reentrant.reentrant_calls, 99u);
+  // A caller of 0.2, whose struct ends at reentrant_calls: config_mismatch_intervals (0.3) is not written; a
+  // caller of this header gets it (0: every rank of this one-rank job has the same settings).
+  flopmeter_health_counters v0_2{};
+  v0_2.struct_size = offsetof(flopmeter_health_counters, reentrant_calls) + sizeof(uint64_t);
+  v0_2.config_mismatch_intervals = 77;
+  EXPECT_EQ(abi.health(plugin, &v0_2), FLOPMETER_OK);
+  EXPECT_EQ(v0_2.config_mismatch_intervals, 77u);
+  flopmeter_health_counters now{};
+  now.struct_size = sizeof now;
+  now.config_mismatch_intervals = 77;
+  EXPECT_EQ(abi.health(plugin, &now), FLOPMETER_OK);
+  EXPECT_EQ(now.config_mismatch_intervals, 0u);
   // Version 1's five counters (struct_size 4 + padding + 5 x 8 = 48 bytes) are below the first version of the
   // struct: refused, nothing written.
   flopmeter_health_counters small{};
@@ -514,6 +526,29 @@ TEST_F(c_api_plugin, a_null_array_with_a_count_is_refused_and_counted) {
   flopmeter_health_counters health = health_struct();
   abi.health(plugin, &health);
   EXPECT_EQ(health.bad_microbatches, 4u);
+  abi.destroy(plugin);
+}
+
+// flopmeter_log's reserved peak (0.3) is read only when its bit is set and struct_size covers it. Log 1: 3 GiB
+// reserved, bit set, whole struct: perf/mem_reserved_gib 3. Log 2: the same value and bit, but a struct_size of
+// 0.2 (ending at peak_memory_bytes): not read, so log 2's record has no perf/mem_reserved_gib.
+TEST_F(c_api_plugin, the_reserved_memory_peak_is_read_only_within_struct_size) {
+  captured out;
+  abi.set_metrics_callback(plugin, capture, &out);
+  const std::vector<int64_t> docs = {64};
+  const flopmeter_microbatch m = microbatch(docs, {});
+  for (int64_t step = 1; step <= 2; ++step) {
+    EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_OK);
+    flopmeter_log l = log_at(step);
+    l.set_fields |= FLOPMETER_LOG_PEAK_RESERVED_MEMORY;
+    l.peak_reserved_memory_bytes = int64_t{3} << 30;
+    if (step == 2) l.struct_size = offsetof(flopmeter_log, peak_memory_bytes) + sizeof(int64_t);
+    EXPECT_EQ(abi.on_log(plugin, &l), FLOPMETER_OK);
+  }
+  abi.flush(plugin);
+  ASSERT_EQ(out.records.size(), 2u);
+  EXPECT_DOUBLE_EQ(json_number(out.records[0].second, "perf/mem_reserved_gib"), 3.0);
+  EXPECT_EQ(out.records[1].second.find("perf/mem_reserved_gib"), std::string::npos) << out.records[1].second;
   abi.destroy(plugin);
 }
 

@@ -37,10 +37,13 @@ struct row_spec {
   double samples = 1;
   double loss_sum = 0;
   double label_tokens = 0;
-  double mem_bytes = 0;
-  double data_seconds = 0;
-  double forward_backward_seconds = 0;
+  // The trainer's figures; unset: not reported (kNotReported in the row).
+  std::optional<double> mem_bytes;
+  std::optional<double> data_seconds;
+  std::optional<double> forward_backward_seconds;
   double log_wait_ms = 0;
+  std::optional<double> reserved_bytes;     // unset: not reported
+  std::optional<double> label_tokens_seen;  // unset: this interval's label tokens (a first log)
   // The rank's running totals since it started; unset: this interval's tokens and samples (a first log).
   std::optional<double> tokens_seen, samples_seen;
 };
@@ -60,14 +63,16 @@ std::vector<double> rows_of(const std::vector<row_spec>& specs) {
     x[row_label_tokens] = s.label_tokens;
     x[row_microbatches] = s.microbatches;
     x[row_interval_seconds] = s.seconds;
-    x[row_peak_memory_bytes] = s.mem_bytes;
-    x[row_data_seconds] = s.data_seconds;
-    x[row_forward_backward_seconds] = s.forward_backward_seconds;
+    x[row_peak_memory_bytes] = s.mem_bytes.value_or(kNotReported);
+    x[row_data_seconds] = s.data_seconds.value_or(kNotReported);
+    x[row_forward_backward_seconds] = s.forward_backward_seconds.value_or(kNotReported);
     x[row_present] = 1;
     x[row_step] = 7;
     x[row_log_wait_ms] = s.log_wait_ms;
     x[row_tokens_seen] = s.tokens_seen.value_or(static_cast<double>(s.tokens));
     x[row_samples_seen] = s.samples_seen.value_or(s.samples);
+    x[row_label_tokens_seen] = s.label_tokens_seen.value_or(s.label_tokens);
+    x[row_peak_reserved_memory_bytes] = s.reserved_bytes.value_or(kNotReported);
   }
   return rows;
 }
@@ -179,6 +184,98 @@ TEST(derive, peak_memory_is_reported_only_when_some_rank_reported_it) {
   ASSERT_TRUE(one.derived) << one.why;
   EXPECT_DOUBLE_EQ(value(one.record, m::kMemGib), 1.0);
   EXPECT_DOUBLE_EQ(value(one.record, topk(m::kTopkMemGib, kSlow, 0, true)), 1.0);
+}
+
+// A reported 0 is a measurement: every rank reporting 0 s of data time, 0 s forward-backward and 0 bytes of
+// peak memory gives 0 in the record (before: the row carried 0 for "not reported" too, and all three were left
+// out). A figure no rank reported stays out.
+TEST(derive, a_reported_zero_is_emitted_as_zero_and_a_figure_nobody_reported_is_left_out) {
+  std::vector<row_spec> specs(2);
+  for (row_spec& s : specs) {
+    s.tokens = 100;
+    s.data_seconds = 0;
+    s.forward_backward_seconds = 0;
+    s.mem_bytes = 0;
+  }
+  metrics_deriver deriver(setup_for(2, 1, std::nullopt, 1));
+  const derive_result zeros = deriver.derive(rows_of(specs).data(), 2, derive_context{});
+  ASSERT_TRUE(zeros.derived) << zeros.why;
+  EXPECT_EQ(value(zeros.record, m::kDataTime), 0.0);
+  EXPECT_EQ(value(zeros.record, m::kForwardBackwardTime), 0.0);
+  EXPECT_EQ(value(zeros.record, m::kMemGib), 0.0);
+  EXPECT_EQ(value(zeros.record, topk(m::kTopkDataTime, kSlow, 0)), 0.0);
+  for (row_spec& s : specs) s.data_seconds.reset();
+  const derive_result absent = deriver.derive(rows_of(specs).data(), 2, derive_context{});
+  ASSERT_TRUE(absent.derived) << absent.why;
+  EXPECT_FALSE(find(absent.record, m::kDataTime));
+  EXPECT_FALSE(find(absent.record, topk(m::kTopkDataTime, kSlow, 0)));
+  EXPECT_EQ(value(absent.record, m::kForwardBackwardTime), 0.0);
+}
+
+// Some ranks report a figure, others do not: the headline is the maximum over the ranks that reported, and the
+// top-k ranks only them. Ranks 0-3: data time 0.5 s, not reported, 0 s, not reported. Headline 0.5; with k = 3
+// the slow side lists rank 0 (0.5), rank 2 (0) and no third row; the fast side rank 2, then rank 0.
+TEST(derive, a_figure_some_ranks_reported_is_their_maximum_and_ranks_only_them) {
+  std::vector<row_spec> specs(4);
+  for (row_spec& s : specs) s.tokens = 100;
+  specs[0].data_seconds = 0.5;
+  specs[2].data_seconds = 0.0;
+  metrics_deriver deriver(setup_for(4, 1, std::nullopt, 3));
+  const derive_result result = deriver.derive(rows_of(specs).data(), 4, derive_context{});
+  ASSERT_TRUE(result.derived) << result.why;
+  const metrics_record& rec = result.record;
+  EXPECT_EQ(value(rec, m::kDataTime), 0.5);
+  EXPECT_EQ(value(rec, topk(m::kTopkDataTime, kSlow, 0)), 0.5);
+  EXPECT_EQ(value(rec, topk(m::kTopkDataTime, kSlow, 0, true)), 0.0);
+  EXPECT_EQ(value(rec, topk(m::kTopkDataTime, kSlow, 1)), 0.0);
+  EXPECT_EQ(value(rec, topk(m::kTopkDataTime, kSlow, 1, true)), 2.0);
+  EXPECT_FALSE(find(rec, topk(m::kTopkDataTime, kSlow, 2)));
+  EXPECT_EQ(value(rec, topk(m::kTopkDataTime, kFast, 0, true)), 2.0);
+  EXPECT_EQ(value(rec, topk(m::kTopkDataTime, kFast, 1, true)), 0.0);
+  // tps still ranks every rank: k = 3 rows.
+  EXPECT_TRUE(find(rec, topk(m::kTopkTps, kSlow, 2)));
+}
+
+// The reference trainer's figures (METRICS.md, "The reference trainer's names"). Four ranks, dp 2 x tp 2 (this
+// rank's DP group: ranks 0 and 2), each interval 4 s:
+//   train/max_loss: the mean losses of the DP group's ranks are 10/100 = 0.1 (rank 0) and 60/200 = 0.3 (rank 2):
+//     0.3 (ranks 1 and 3, of the other DP group, have 0.9 and are not in it; train/loss is 70/300).
+//   train/assistant_tokens_seen: the DP sum of the running label totals, 500 + 700 = 1200.
+//   perf/data_time_pct: rank 3 waits 2 s of its 4 s for data, 50%, the most of any rank (rank 1: 1 s, 25%).
+//   perf/mem_reserved_gib: the max over the world of the reserved peaks, rank 1's 6 GiB; rank 2 reported none.
+TEST(derive, the_reference_trainers_figures_max_loss_label_tokens_data_share_and_reserved_peak) {
+  std::vector<row_spec> specs(4);
+  for (row_spec& s : specs) {
+    s.tokens = 400;
+    s.seconds = 4;
+  }
+  specs[0].loss_sum = 10, specs[0].label_tokens = 100, specs[0].label_tokens_seen = 500;
+  specs[2].loss_sum = 60, specs[2].label_tokens = 200, specs[2].label_tokens_seen = 700;
+  specs[1].loss_sum = 90, specs[1].label_tokens = 100;
+  specs[3].loss_sum = 90, specs[3].label_tokens = 100;
+  specs[1].data_seconds = 1.0;
+  specs[3].data_seconds = 2.0;
+  specs[0].reserved_bytes = 2 * kGiB;
+  specs[1].reserved_bytes = 6 * kGiB;
+  specs[3].reserved_bytes = 0;
+  metrics_deriver deriver(setup_for(4, 2));
+  const derive_result result = deriver.derive(rows_of(specs).data(), 4, derive_context{});
+  ASSERT_TRUE(result.derived) << result.why;
+  const metrics_record& rec = result.record;
+  EXPECT_DOUBLE_EQ(value(rec, m::kLoss), 70.0 / 300.0);
+  EXPECT_DOUBLE_EQ(value(rec, m::kMaxLoss), 0.3);
+  EXPECT_EQ(value(rec, m::kAssistantTokensSeen), 1200.0);
+  EXPECT_DOUBLE_EQ(value(rec, m::kDataTimePct), 50.0);
+  EXPECT_EQ(value(rec, m::kMemReservedGib), 6.0);
+  // No label tokens in this interval: no train/max_loss. Nobody reported a reserved peak: none either.
+  for (row_spec& s : specs) {
+    s.loss_sum = 0, s.label_tokens = 0, s.reserved_bytes.reset();
+  }
+  const derive_result none = deriver.derive(rows_of(specs).data(), 4, derive_context{});
+  ASSERT_TRUE(none.derived) << none.why;
+  EXPECT_FALSE(find(none.record, m::kMaxLoss));
+  EXPECT_FALSE(find(none.record, m::kMemReservedGib));
+  EXPECT_EQ(value(none.record, m::kAssistantTokensSeen), 1200.0);  // a running total: the earlier labels stay
 }
 
 // The loss fields of a micro-batch: train/loss = sum(loss_sum) / sum(label_tokens), so a loss_sum without

@@ -530,7 +530,7 @@ TEST(faults, non_finite_or_negative_trainer_times_and_memory_are_not_reported) {
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(j.sinks[static_cast<std::size_t>(r)]->records.size(), 1u);
     EXPECT_DOUBLE_EQ(j.sinks[static_cast<std::size_t>(r)]->value(0, "perf/data_time"), 0.5);
-    EXPECT_DOUBLE_EQ(j.sinks[static_cast<std::size_t>(r)]->value(0, "perf/forward_backward_time"), 0.25);
+    EXPECT_DOUBLE_EQ(j.sinks[static_cast<std::size_t>(r)]->value(0, "perf/fwd_bwd_time"), 0.25);
     EXPECT_DOUBLE_EQ(j.sinks[static_cast<std::size_t>(r)]->value(0, "perf/mem_gib"), 1.0);
   }
 }

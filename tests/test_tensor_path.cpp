@@ -455,6 +455,30 @@ class calling_back_sink : public capture_sink {
   }
 };
 
+// The running total of label tokens (train/assistant_tokens_seen) is kept on the device, like tokens_seen: 3
+// label tokens per batch, two batches before log 1 and one before log 2: 6, then 9.
+TEST(tensor_path, label_tokens_join_their_running_total_on_the_device) {
+  flopmeter_test::run_gloo_ranks(1, [&](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    auto sink = std::make_shared<capture_sink>();
+    auto clock = std::make_shared<double>(0.0);
+    auto plugin = tensor_throughput::create(two_rank_options(sink, clock), group, c10::Device(c10::kCPU));
+    log_event log;
+    plugin->on_microbatch(good_batch(0));
+    plugin->on_microbatch(good_batch(0));
+    *clock = 1;
+    log.step = 1;
+    plugin->on_log(log);
+    plugin->on_microbatch(good_batch(0));
+    *clock = 2;
+    log.step = 2;
+    plugin->on_log(log);
+    plugin->flush();
+    ASSERT_EQ(sink->records.size(), 2u);
+    EXPECT_EQ(sink->value(0, "train/assistant_tokens_seen"), 6.0);
+    EXPECT_EQ(sink->value(1, "train/assistant_tokens_seen"), 9.0);
+  });
+}
+
 TEST(tensor_path, a_sink_calling_back_into_the_tensor_plugin_is_answered_not_deadlocked) {
   flopmeter_test::run_gloo_ranks(1, [&](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
     auto sink = std::make_shared<calling_back_sink>();

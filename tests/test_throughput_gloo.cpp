@@ -5,15 +5,21 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <functional>
+#include <string>
 #include <thread>
 #include <memory>
 #include <vector>
+#include <algorithm>
 
 #include "flopmeter/c10d.h"
 #include "flopmeter/throughput.h"
 #include "gloo_harness.h"
 #include "support/capture_sink.h"
+#include "support/captured_log.h"
 #include "support/small_models.h"
+#include "support/thread_barrier.h"
 
 namespace flopmeter {
 namespace {
@@ -139,8 +145,8 @@ TEST(throughput_gloo, the_per_rank_topk_names_a_straggler_in_a_job_synchronised_
   // interval is the same and the tps and step-time top-k cannot tell them apart. Rank 2 does far more
   // work: its forward+backward takes at least 150 ms where the others' take about 10 ms (sleeps: a loaded
   // machine may stretch them, but not by 140 ms every step). Each rank reports its own
-  // forward_backward_time, so perf_topk/forward_backward_time_slow_0_rank names rank 2 at every log, and
-  // the headline perf/forward_backward_time (the world maximum) is rank 2's.
+  // forward_backward_time, so perf_topk/fwd_bwd_time_slow_0_rank names rank 2 at every log, and
+  // the headline perf/fwd_bwd_time (the world maximum) is rank 2's.
   constexpr int kWorld = 4;
   constexpr int kSteps = 5;
   std::vector<std::vector<metrics_record>> records(kWorld);
@@ -173,11 +179,11 @@ TEST(throughput_gloo, the_per_rank_topk_names_a_straggler_in_a_job_synchronised_
     const std::vector<metrics_record>& rs = records[static_cast<std::size_t>(r)];
     ASSERT_EQ(rs.size(), static_cast<std::size_t>(kSteps)) << "rank " << r;
     for (const metrics_record& m : rs) {
-      EXPECT_EQ(value(m, "perf_topk/forward_backward_time_slow_0_rank"), 2.0) << "rank " << r << " step " << m.step;
-      EXPECT_GE(value(m, "perf_topk/forward_backward_time_slow_0"), 0.150);
-      EXPECT_NE(value(m, "perf_topk/forward_backward_time_fast_0_rank"), 2.0);
-      EXPECT_LT(value(m, "perf_topk/forward_backward_time_fast_0"), value(m, "perf_topk/forward_backward_time_slow_0"));
-      EXPECT_EQ(value(m, "perf/forward_backward_time"), value(m, "perf_topk/forward_backward_time_slow_0"));
+      EXPECT_EQ(value(m, "perf_topk/fwd_bwd_time_slow_0_rank"), 2.0) << "rank " << r << " step " << m.step;
+      EXPECT_GE(value(m, "perf_topk/fwd_bwd_time_slow_0"), 0.150);
+      EXPECT_NE(value(m, "perf_topk/fwd_bwd_time_fast_0_rank"), 2.0);
+      EXPECT_LT(value(m, "perf_topk/fwd_bwd_time_fast_0"), value(m, "perf_topk/fwd_bwd_time_slow_0"));
+      EXPECT_EQ(value(m, "perf/fwd_bwd_time"), value(m, "perf_topk/fwd_bwd_time_slow_0"));
     }
   }
 }
@@ -255,6 +261,185 @@ TEST(throughput_gloo, a_failed_collective_costs_metrics_not_the_run) {
     EXPECT_TRUE(results[static_cast<std::size_t>(r)].records.empty());
     EXPECT_EQ(results[static_cast<std::size_t>(r)].health.failed_collectives, 1u);
   }
+}
+
+// ---- ranks that loaded different settings, and steps that disagree ------------------------------------------
+
+struct logged_rank {
+  std::vector<metrics_record> records;
+  throughput_health health;
+  std::string log;  // what the plugin logged ("<level>|<message>" lines)
+};
+
+// `world` Gloo ranks, one thread each, meeting at a barrier before every log (the gradient all-reduce of a real
+// job). Log i (1-based, `logs` of them) of rank r runs one micro-batch of 10 i tokens in 1 s (a fake clock)
+// and passes step `step_of(r, i)`; `customize` changes rank r's options. Every rank emits; then flush.
+std::vector<logged_rank> run_logged_job(
+    int world, int logs, const std::function<void(int, throughput_options&)>& customize,
+    const std::function<std::int64_t(int, int)>& step_of = [](int, int i) { return std::int64_t{i}; }) {
+  std::vector<logged_rank> results(static_cast<std::size_t>(world));
+  testing::thread_barrier barrier(world);
+  run_gloo_ranks(world, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    auto sink = std::make_shared<capture_sink>();
+    testing::captured_log log;
+    auto clock = std::make_shared<double>(0.0);
+    throughput_options o;
+    o.model = small_text_model();
+    o.peak_tflops_per_gpu = 1e-3;
+    o.emit = emit_ranks::all;
+    o.sinks = {sink};
+    o.logger = log.logger;
+    o.collective_timeout = std::chrono::milliseconds(5000);
+    o.clock_seconds = [clock] { return *clock; };
+    if (customize) customize(rank, o);
+    auto plugin = throughput_plugin::create(std::move(o), make_c10d_communicator(group));
+    for (int i = 1; i <= logs; ++i) {
+      const std::vector<std::int64_t> lengths = {10 * std::int64_t{i}};
+      microbatch_event e;
+      e.document_lengths = lengths;
+      e.samples = 1;
+      plugin->on_microbatch(e);
+      *clock += 1.0;
+      barrier.arrive_and_wait();
+      log_event l;
+      l.step = step_of(rank, i);
+      plugin->on_log(l);
+    }
+    plugin->flush();
+    results[static_cast<std::size_t>(rank)] = {sink->records, plugin->health(), log.text()};
+  });
+  return results;
+}
+
+std::vector<std::int64_t> steps_of(const logged_rank& r) {
+  std::vector<std::int64_t> out;
+  for (const metrics_record& m : r.records) out.push_back(m.step);
+  return out;
+}
+
+std::size_t count_of(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// Every rank's run of 4 logs (+ flush) reports nothing: 4 intervals, each counted in config_mismatch_intervals
+// and skipped_intervals (not as failed collectives: the group works), each record-less. The ranks that emit write
+// the warning once, naming `differences`.
+void expect_refused_with(
+    const std::vector<logged_rank>& results, const std::string& differences,
+    const std::function<bool(int)>& emits = [](int) { return true; }) {
+  const std::string warning =
+      "warning|flopmeter: the ranks loaded different settings, so their rows cannot be summed; no interval is "
+      "reported while they differ (every rank must load the same plugin file and model): " +
+      differences + "\n";
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    const logged_rank& x = results[r];
+    EXPECT_TRUE(x.records.empty()) << "rank " << r;
+    EXPECT_EQ(x.health.config_mismatch_intervals, 4u) << "rank " << r;
+    EXPECT_EQ(x.health.skipped_intervals, 4u) << "rank " << r;
+    EXPECT_EQ(x.health.failed_collectives, 0u) << "rank " << r;
+    EXPECT_EQ(count_of(x.log, warning), emits(static_cast<int>(r)) ? 1u : 0u) << "rank " << r << ":\n" << x.log;
+  }
+}
+
+TEST(throughput_gloo, a_rank_with_another_model_stops_every_record_and_each_emitting_rank_names_it) {
+  // Rank 3 of 4 loads a model named "other" (hidden 16 where the others have 8): its rows count other FLOPs.
+  const auto results = run_logged_job(4, 4, [](int rank, throughput_options& o) {
+    if (rank == 3) {
+      o.model.name = "other";
+      o.model.text.hidden_size = 16;
+    }
+  });
+  expect_refused_with(results, "rank 3: model other, the others small");
+}
+
+TEST(throughput_gloo, a_rank_with_another_scope_is_refused_and_only_rank_0_warns_by_default) {
+  // emit = rank0: every rank refuses the rows, only rank 0 writes the warning. Two ranks, one value each: the
+  // lowest rank's value is "the others'".
+  const auto results = run_logged_job(2, 4, [](int rank, throughput_options& o) {
+    o.emit = emit_ranks::rank0;
+    if (rank == 1) o.scope = flop_scope::seed;
+  });
+  expect_refused_with(results, "rank 1: [model] scope seed, the others scope complete", [](int r) { return r == 0; });
+}
+
+TEST(throughput_gloo, ranks_with_another_parallel_layout_or_order_are_refused) {
+  const auto tp = run_logged_job(4, 4, [](int rank, throughput_options& o) {
+    if (rank == 2) o.parallel.tp = 2;
+  });
+  expect_refused_with(tp, "rank 2: [parallel] tp 2, the others tp 1");
+  // Two ranks each way: the value rank 0 holds is "the others'".
+  const auto order = run_logged_job(4, 4, [](int rank, throughput_options& o) {
+    if (rank >= 2) o.rank_order = "dp-tp-cp-pp";
+  });
+  expect_refused_with(order, "ranks 2 and 3: [parallel] order dp-tp-cp-pp, the others order tp-cp-dp-pp");
+  // Two settings at once: each is named.
+  const auto both = run_logged_job(4, 4, [](int rank, throughput_options& o) {
+    if (rank == 1) o.parallel.pp = 2;
+    if (rank == 3) o.model.name = "other";
+  });
+  expect_refused_with(both, "rank 3: model other, the others small; rank 1: [parallel] pp 2, the others pp 1");
+}
+
+TEST(throughput_gloo, a_rank_with_another_tpi_multiplier_is_refused) {
+  const auto results = run_logged_job(2, 4, [](int rank, throughput_options& o) {
+    if (rank == 1) o.tpi_multiplier = 2.5;
+  });
+  expect_refused_with(results, "rank 1: [logging] tpi_multiplier 2.5, the others tpi_multiplier 1");
+}
+
+TEST(throughput_gloo, a_mixed_fleet_may_differ_in_its_peak_and_each_record_uses_the_emitting_ranks_peak) {
+  // Rank 1's GPU has twice rank 0's peak: both report every interval, rank 1's MFU half of rank 0's (the same
+  // TFLOP/s of the job over a peak twice as large).
+  const auto results = run_logged_job(2, 4, [](int rank, throughput_options& o) {
+    if (rank == 1) o.peak_tflops_per_gpu = 2e-3;
+  });
+  ASSERT_EQ(steps_of(results[0]), (std::vector<std::int64_t>{1, 2, 3, 4}));
+  ASSERT_EQ(steps_of(results[1]), (std::vector<std::int64_t>{1, 2, 3, 4}));
+  for (std::size_t i = 0; i < 4; ++i) {
+    const double mfu0 = value(results[0].records[i], "perf/mfu"), mfu1 = value(results[1].records[i], "perf/mfu");
+    EXPECT_GT(mfu0, 0) << i;
+    EXPECT_DOUBLE_EQ(mfu1, mfu0 / 2) << i;
+  }
+  EXPECT_EQ(results[0].health.config_mismatch_intervals, 0u);
+}
+
+// A single wrong step on rank 2 of 4 at its log 5 (logs 1-12 pass steps 1-12 otherwise). Every record is exact:
+// log i's interval runs 10 i tokens per rank in 1 s, 40 i tokens/s over the job.
+void expect_wrong_step_costs(std::int64_t wrong_step, const std::vector<std::int64_t>& lost,
+                             std::uint64_t out_of_step) {
+  const auto results = run_logged_job(
+      4, 12, nullptr, [wrong_step](int rank, int i) { return rank == 2 && i == 5 ? wrong_step : std::int64_t{i}; });
+  std::vector<std::int64_t> expected;
+  for (std::int64_t step = 1; step <= 12; ++step) {
+    if (std::find(lost.begin(), lost.end(), step) == lost.end()) expected.push_back(step);
+  }
+  for (std::size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(steps_of(results[r]), expected) << "rank " << r;
+    EXPECT_EQ(results[r].health.out_of_step_intervals, out_of_step) << "rank " << r;
+    EXPECT_EQ(results[r].health.skipped_intervals, lost.size()) << "rank " << r;
+    for (const metrics_record& m : results[r].records) {
+      EXPECT_DOUBLE_EQ(value(m, "perf/tokens_per_second"), 40.0 * static_cast<double>(m.step)) << "rank " << r;
+    }
+  }
+}
+
+TEST(throughput_gloo, a_step_far_ahead_once_costs_three_intervals_then_every_rank_reports_again) {
+  // Log 5 of rank 2 says 10^12. Its rows cannot tell it from a rank that skipped logs, so the others, behind,
+  // skip one log (6), no more; rank 2 is then one log behind them and skips its log 7; from log 8 on every rank
+  // starts the same log's collective. Lost: 5 (discarded), 6 and 7 (discarded on one side, skipped on the
+  // other): two out-of-step results on every rank. Before: the others waited for a step beyond 10^12, and
+  // nothing was reported again.
+  expect_wrong_step_costs(1'000'000'000'000, {5, 6, 7}, 2);
+}
+
+TEST(throughput_gloo, a_step_far_behind_repeated_or_going_backwards_costs_its_own_interval_only) {
+  // Rank 2's log 5 says -10^12, 4 again, or 2: it is behind the latest log in the rows (step 5), which its next
+  // log (step 6) is already beyond. Nobody skips: only interval 5 is discarded.
+  expect_wrong_step_costs(-1'000'000'000'000, {5}, 1);
+  expect_wrong_step_costs(4, {5}, 1);
+  expect_wrong_step_costs(2, {5}, 1);
 }
 
 }  // namespace

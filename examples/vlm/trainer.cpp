@@ -32,6 +32,9 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/torch.h>
+#if VLM_HAVE_CUDA_ALLOCATOR_STATS
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -41,6 +44,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -337,9 +341,31 @@ double finish_step(trainer_run& r, double& loss_sum, double& labels) {
   return grad_norm;
 }
 
+// This rank's allocated and reserved device-memory peaks since the previous call (LibTorch's caching
+// allocator, then reset), or nothing on the CPU or with a LibTorch without CUDA.
+struct memory_peaks {
+  std::int64_t allocated = 0, reserved = 0;
+};
+std::optional<memory_peaks> take_memory_peaks(const trainer_run& r) {
+#if VLM_HAVE_CUDA_ALLOCATOR_STATS
+  if (r.on_cuda) {
+    namespace allocator = c10::cuda::CUDACachingAllocator;
+    const auto device = static_cast<int>(r.device.index());
+    const allocator::DeviceStats stats = allocator::getDeviceStats(device);
+    constexpr auto kAll = static_cast<std::size_t>(allocator::StatType::AGGREGATE);
+    const memory_peaks peaks{stats.allocated_bytes[kAll].peak, stats.reserved_bytes[kAll].peak};
+    allocator::resetPeakStats(device);
+    return peaks;
+  }
+#endif
+  (void)r;
+  return std::nullopt;
+}
+
 // A log step: flopmeter's on_log, this rank's JSONL line and rank 0's progress line.
 void log_interval(trainer_run& r, std::int64_t step, double lr, double grad_norm, double step_loss,
                   const interval_counters& interval, double interval_seconds, std::ofstream& rank_log) {
+  const std::optional<memory_peaks> peaks = take_memory_peaks(r);
   if (r.meter) {
     flopmeter_log log{};
     log.struct_size = sizeof(log);
@@ -350,6 +376,11 @@ void log_interval(trainer_run& r, std::int64_t step, double lr, double grad_norm
     log.grad_norm = grad_norm;
     log.data_time_seconds = interval.data_seconds;
     log.forward_backward_time_seconds = interval.forward_backward_seconds;
+    if (peaks) {
+      log.set_fields |= FLOPMETER_LOG_PEAK_MEMORY | FLOPMETER_LOG_PEAK_RESERVED_MEMORY;
+      log.peak_memory_bytes = peaks->allocated;
+      log.peak_reserved_memory_bytes = peaks->reserved;
+    }
     r.meter->on_log(log);
   }
   if (r.tensor_meter) {
@@ -359,6 +390,10 @@ void log_interval(trainer_run& r, std::int64_t step, double lr, double grad_norm
     log.grad_norm = grad_norm;
     log.data_time = std::chrono::duration<double>(interval.data_seconds);
     log.forward_backward_time = std::chrono::duration<double>(interval.forward_backward_seconds);
+    if (peaks) {
+      log.peak_memory_bytes = peaks->allocated;
+      log.peak_reserved_memory_bytes = peaks->reserved;
+    }
     r.tensor_meter->on_log(log);
   }
   rank_log << "{\"step\":" << step << ",\"rank\":" << r.env.rank << ",\"world_size\":" << r.env.world_size

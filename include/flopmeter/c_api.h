@@ -19,7 +19,14 @@
  *    counter changes. The first record is then that of the first interval with micro-batches; later
  *    intervals without micro-batches are delivered as usual.
  *  - Every rank calls on_log at the same steps, with the same, increasing `step`: the ranks' rows are
- *    matched by it (METRICS.md, "When things go wrong", for what a skipped or extra on_log costs).
+ *    matched by it (METRICS.md, "When things go wrong", for what a skipped or extra on_log costs). A single
+ *    wrong step costs at most 3 records on every rank; no record mixes two steps.
+ *  - Every rank loads the same plugin file: ranks whose model, scope, [parallel] layout or tpi_multiplier
+ *    differ get no record at all (health config_mismatch_intervals), and every emitting rank logs one warning
+ *    naming the ranks and the settings. The peak and the sinks may differ.
+ *  - flopmeter_log's data time, forward-backward time and peak memory: a field whose FLOPMETER_LOG_* bit is
+ *    set is reported, 0 included (emitted as 0); one whose bit is clear on every rank is left out of the
+ *    record; set on some ranks only, the record holds the maximum over those ranks.
  *  - Every rank of a tensor-, context- or pipeline-parallel group passes the WHOLE micro-batch its replica
  *    runs (all documents and images, not its shard): flopmeter divides the work between the group's ranks
  *    itself ([parallel] in the plugin config). A context-parallel rank passing its shard would be billed
@@ -125,6 +132,7 @@ typedef struct flopmeter_microbatch {
 #define FLOPMETER_LOG_DATA_TIME 0x4u
 #define FLOPMETER_LOG_FORWARD_BACKWARD_TIME 0x8u
 #define FLOPMETER_LOG_PEAK_MEMORY 0x10u
+#define FLOPMETER_LOG_PEAK_RESERVED_MEMORY 0x20u /* 0.3: read only when struct_size covers the field */
 
 typedef struct flopmeter_log {
   uint32_t struct_size;
@@ -135,6 +143,9 @@ typedef struct flopmeter_log {
   double data_time_seconds;
   double forward_backward_time_seconds;
   int64_t peak_memory_bytes;
+  /* Added in 0.3; read only when struct_size covers it (and FLOPMETER_LOG_PEAK_RESERVED_MEMORY is set): the
+   * allocator's reserved (cached) peak in the interval, perf/mem_reserved_gib (max over the world). */
+  int64_t peak_reserved_memory_bytes;
 } flopmeter_log;
 
 #define FLOPMETER_MAX_WORLD_SIZE 1048576
@@ -151,7 +162,7 @@ typedef struct flopmeter_comm {
   uint32_t struct_size;
   int rank;       /* in [0, world_size) */
   int world_size; /* in [1, FLOPMETER_MAX_WORLD_SIZE]; larger is a create error (the per-log buffer is
-                   * world_size rows of 22 doubles in this version: 176 MiB at the bound; use `count`) */
+                   * world_size rows of 34 doubles in this version: 272 MiB at the bound; use `count`) */
   void* user;
   void* (*start_allreduce_sum)(void* user, double* values, size_t count);
   int (*wait)(void* user, void* handle, int64_t timeout_ms);
@@ -229,6 +240,10 @@ typedef struct flopmeter_health_counters {
   uint64_t out_of_step_intervals; /* of failed_collectives: intervals whose rows came from different logs */
   uint64_t dropped_records;       /* records a sink could not write (full disk, closed file, ...) */
   uint64_t reentrant_calls;       /* calls refused with FLOPMETER_E_REENTRANT (see "Re-entry" at the top) */
+  /* Added in 0.3; written only when struct_size covers it. */
+  uint64_t config_mismatch_intervals; /* of skipped_intervals: intervals not delivered because the ranks loaded
+                                       * different settings (model, scope, [parallel], tpi_multiplier); one
+                                       * warning on each emitting rank names the ranks and the settings */
 } flopmeter_health_counters;
 
 /* FLOPMETER_OK; FLOPMETER_E_NULL_ARGUMENT (plugin or out NULL), FLOPMETER_E_STRUCT_SIZE (out->struct_size
@@ -265,6 +280,7 @@ typedef struct flopmeter_row_layout {
   uint32_t device_rejected; /* micro-batches rejected where they were counted: health's bad_microbatches */
   uint32_t tokens_seen;     /* this rank's running total of real tokens, this interval included */
   uint32_t samples_seen;    /* this rank's running total of samples, this interval included */
+  uint32_t label_tokens_seen; /* this rank's running total of label tokens: train/assistant_tokens_seen */
   uint32_t num_counts;      /* how many counts start at `counts`: the nine of flopmeter_counts, then the
                              * device tokens and causal pairs of the micro-batches without images (which a
                              * regime with a frozen decoder bills with other coefficients) */
@@ -361,7 +377,10 @@ FLOPMETER_EXPORT int64_t flopmeter_model_estimate_json(const flopmeter_model* mo
  * Later in version 2, library 0.3 (additions only: every earlier call, struct and code is unchanged; check for
  * the new functions with dlsym when the library may be older): flopmeter_create_from_text,
  * flopmeter_get_row_layout, and the FLOP model alone (flopmeter_model_*: load, parse_json, count, flops, the
- * coefficients and estimate reports; flopmeter_plugin_model). */
+ * coefficients and estimate reports; flopmeter_plugin_model).
+ * Also in 0.3 (within struct_size): flopmeter_health_counters gained config_mismatch_intervals;
+ * flopmeter_log gained peak_reserved_memory_bytes with FLOPMETER_LOG_PEAK_RESERVED_MEMORY. A FLOPMETER_LOG_*
+ * bit set with the value 0 is now reported as 0 (before, a 0 on every rank read as not reported). */
 
 #ifdef __cplusplus
 }

@@ -35,9 +35,14 @@ struct log_event {
   std::int64_t step = 0;                          // the optimizer step being logged
   std::optional<double> learning_rate;
   std::optional<double> grad_norm;
+  // The trainer's own figures: unset is "not reported" (left out of the record when no rank sets it), a
+  // set 0 is a measured 0 (emitted as 0). The record holds the maximum over the ranks that set it.
   std::optional<std::chrono::duration<double>> data_time;              // time spent waiting for data
   std::optional<std::chrono::duration<double>> forward_backward_time;  // time in forward + backward
   std::optional<std::int64_t> peak_memory_bytes;  // this rank's peak device memory in the interval
+  // The allocator's reserved (cached) peak in the interval, e.g. LibTorch's
+  // CUDACachingAllocator reserved_bytes peak: perf/mem_reserved_gib
+  std::optional<std::int64_t> peak_reserved_memory_bytes;
 };
 
 }  // namespace FLOPMETER_EXPORT

@@ -19,8 +19,11 @@ inline constexpr char kMfu[] = "perf/mfu";                             // percen
 inline constexpr char kStepTime[] = "perf/step_time";                  // seconds per micro-batch
 inline constexpr char kOptimizerStepTime[] = "perf/optimizer_step_time";
 inline constexpr char kMemGib[] = "perf/mem_gib";
+inline constexpr char kMemReservedGib[] = "perf/mem_reserved_gib";  // the allocator's reserved peak
 inline constexpr char kDataTime[] = "perf/data_time";
-inline constexpr char kForwardBackwardTime[] = "perf/forward_backward_time";
+inline constexpr char kDataTimePct[] = "perf/data_time_pct";  // percent of the interval
+inline constexpr char kForwardBackwardTime[] =
+    "perf/fwd_bwd_time";  // the reference's name (0.2: forward_backward_time)
 inline constexpr char kLogWaitMs[] = "perf/log_wait_ms";
 inline constexpr char kLogEmitMs[] = "perf/log_emit_ms";
 // What the Megatron per-token constant at each micro-batch's row length would report for the same interval,
@@ -31,8 +34,10 @@ inline constexpr char kMfuMegatron[] = "perf/mfu_megatron";                     
 // Training (train/...)
 inline constexpr char kBatchEfficiency[] = "train/batch_efficiency";
 inline constexpr char kLoss[] = "train/loss";
+inline constexpr char kMaxLoss[] = "train/max_loss";  // the highest mean loss of a data-parallel rank
 inline constexpr char kTokensSeen[] = "train/tokens_seen";
 inline constexpr char kNumSamples[] = "train/num_samples";
+inline constexpr char kAssistantTokensSeen[] = "train/assistant_tokens_seen";  // label tokens, running total
 inline constexpr char kLearningRate[] = "train/lr";
 inline constexpr char kGradNorm[] = "train/grad_norm";
 // The training regime the FLOPs are billed for (training_regime): 1 when the part is frozen, else 0; the
@@ -49,6 +54,7 @@ inline constexpr char kHealthSkippedIntervals[] = "health/skipped_intervals";
 inline constexpr char kHealthOutOfStepIntervals[] = "health/out_of_step_intervals";
 inline constexpr char kHealthDroppedRecords[] = "health/dropped_records";
 inline constexpr char kHealthReentrantCalls[] = "health/reentrant_calls";
+inline constexpr char kHealthConfigMismatchIntervals[] = "health/config_mismatch_intervals";
 
 // Bases of the per-rank top-k rows (perf_topk/<base>_...)
 inline constexpr char kTopkTps[] = "tps";
@@ -56,7 +62,7 @@ inline constexpr char kTopkStepTime[] = "step_time";
 inline constexpr char kTopkTflops[] = "tflops";
 inline constexpr char kTopkMfu[] = "mfu";
 inline constexpr char kTopkMemGib[] = "mem_gib";
-inline constexpr char kTopkForwardBackwardTime[] = "forward_backward_time";
+inline constexpr char kTopkForwardBackwardTime[] = "fwd_bwd_time";
 inline constexpr char kTopkDataTime[] = "data_time";
 inline constexpr char kTopkLogWaitMs[] = "log_wait_ms";
 

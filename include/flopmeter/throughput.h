@@ -16,7 +16,16 @@
 // on_log's (and is a poll while reporting is paused), so destruction never blocks longer than that.
 // Every rank must call on_log at the same steps with the same, increasing `step`: a rank whose step
 // disagrees with its peers' (it skipped or added an on_log) costs one interval on every rank, which is
-// counted (out_of_step_intervals), logged once, and the ranks get back in step by themselves.
+// counted (out_of_step_intervals), logged once, and the ranks get back in step by themselves. A single wrong
+// step (10^12 once, one far behind, repeated, going backwards) costs at most 3 intervals on every rank, then
+// reporting resumes; no record ever mixes the rows of two steps.
+// Every rank must load the same settings: model, scope, [parallel] tp/cp/pp/order and tpi_multiplier. Each
+// row carries a fingerprint of them; while the ranks differ no interval is emitted (config_mismatch_intervals),
+// and every emitting rank logs once which ranks differ in which setting. The peak may differ (a mixed fleet:
+// each rank's records use its own peak), and so may the sinks, emit, topk and the timeouts.
+// The trainer's data_time, forward_backward_time and peak_memory_bytes (log_event): a reported 0 is
+// emitted as 0; a field left unset on every rank is left out of the record; set on some ranks only, the
+// record holds the maximum over those ranks and the per-rank top-k ranks only them.
 //
 // Ownership: the plugin shares the communicator and the sinks (shared_ptr); it owns its counters.
 // Errors: `create` throws flopmeter::error for bad options; the hooks never throw: a bad batch, a failed or
@@ -120,6 +129,9 @@ struct throughput_health {
   std::uint64_t reentrant_calls = 0;      // on_microbatch / on_log / flush refused because they were called
                                           // from inside this plugin's own sink, logger, clock or communicator
                                           // on the emitting thread (see "Re-entry" above)
+  std::uint64_t config_mismatch_intervals = 0;  // of skipped_intervals: intervals not reported because the
+                                                // ranks loaded different settings (model, scope, [parallel],
+                                                // tpi_multiplier); one warning names the ranks and settings
 };
 
 // What became of one micro-batch: record_microbatch's answer (the C ABI returns it to its caller).

@@ -134,6 +134,7 @@ std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm*
 
 // The smallest struct_size accepted for each struct: the end of its last field in its first version.
 constexpr std::size_t kLogV1Size = offsetof(flopmeter_log, peak_memory_bytes) + sizeof(int64_t);
+constexpr std::size_t kLogReservedMemorySize = offsetof(flopmeter_log, peak_reserved_memory_bytes) + sizeof(int64_t);
 constexpr std::size_t kHealthV2Size = offsetof(flopmeter_health_counters, rejected_logs) + sizeof(uint64_t);
 
 // One warning a minute per kind, as the plugin's own; under a lock of its own, since the C ABI's refusals
@@ -347,6 +348,9 @@ int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_log* l) {
     e.forward_backward_time = std::chrono::duration<double>(l->forward_backward_time_seconds);
   }
   if (l->set_fields & FLOPMETER_LOG_PEAK_MEMORY) e.peak_memory_bytes = l->peak_memory_bytes;
+  if ((l->set_fields & FLOPMETER_LOG_PEAK_RESERVED_MEMORY) && l->struct_size >= kLogReservedMemorySize) {
+    e.peak_reserved_memory_bytes = l->peak_reserved_memory_bytes;
+  }
   // Only this thread can make in_callout() true for itself, so the answer holds for the on_log below.
   const bool reentrant = state->plugin->in_callout();
   state->plugin->on_log(e);  // counted by the plugin: in reentrant_calls, or after flush in events_after_flush
@@ -412,6 +416,9 @@ int flopmeter_health(const flopmeter_plugin* plugin, flopmeter_health_counters* 
   if (covers(offsetof(flopmeter_health_counters, reentrant_calls))) {
     out->reentrant_calls = h.reentrant_calls + state->refused_reentrant_destroys.load(std::memory_order_relaxed);
   }
+  if (covers(offsetof(flopmeter_health_counters, config_mismatch_intervals))) {
+    out->config_mismatch_intervals = h.config_mismatch_intervals;
+  }
   return FLOPMETER_OK;
 }
 
@@ -445,6 +452,7 @@ int flopmeter_get_row_layout(const flopmeter_plugin* plugin, flopmeter_row_layou
   out->device_rejected = static_cast<uint32_t>(d::row_device_rejected);
   out->tokens_seen = static_cast<uint32_t>(d::row_tokens_seen);
   out->samples_seen = static_cast<uint32_t>(d::row_samples_seen);
+  out->label_tokens_seen = static_cast<uint32_t>(d::row_label_tokens_seen);
   out->num_counts = static_cast<uint32_t>(d::kRowCountFields);
   out->megatron_flops = static_cast<uint32_t>(d::row_megatron_flops);
   const d::megatron_billing billing = d::megatron_billing::of(state->plugin->model(), state->plugin->scope());

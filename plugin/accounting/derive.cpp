@@ -22,8 +22,11 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kInverseGiB = 1.0 / kGiB;
 
-// A time a row carries, or 0 when it is not a positive finite number (not reported).
+// A wait a row carries, or 0 when it is not a positive finite number.
 double reported(double value) { return std::isfinite(value) && value > 0 ? value : 0.0; }
+
+// A time or memory figure the trainer reported (>= 0; kNotReported and anything else negative or NaN: not).
+bool is_reported(double value) { return value >= 0 && std::isfinite(value); }
 
 std::string format_number(double value) {
   // The message only: "%g" keeps 1e+16 readable.
@@ -58,11 +61,14 @@ checked_log check_log_fields(const log_event& event) {
   };
   check_time(out.event.data_time, "data_time");
   check_time(out.event.forward_backward_time, "forward_backward_time");
-  if (out.event.peak_memory_bytes &&
-      !(*out.event.peak_memory_bytes >= 0 && static_cast<double>(*out.event.peak_memory_bytes) < kExactIntegerLimit)) {
-    drop("peak_memory_bytes", static_cast<double>(*out.event.peak_memory_bytes), "", "must be in [0, 2^53)");
-    out.event.peak_memory_bytes.reset();
-  }
+  const auto check_bytes = [&](std::optional<std::int64_t>& field, const char* name) {
+    if (field && !(*field >= 0 && static_cast<double>(*field) < kExactIntegerLimit)) {
+      drop(name, static_cast<double>(*field), "", "must be in [0, 2^53)");
+      field.reset();
+    }
+  };
+  check_bytes(out.event.peak_memory_bytes, "peak_memory_bytes");
+  check_bytes(out.event.peak_reserved_memory_bytes, "peak_reserved_memory_bytes");
   return out;
 }
 
@@ -111,6 +117,9 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   }
   double max_mem = 0, max_data = 0, max_fwd_bwd = 0, max_wait = 0, sum_tps = 0, sum_tflops = 0, sum_step = 0;
   double sum_megatron_tflops = 0;  // the Megatron constant's view of the same intervals, formed like sum_tflops
+  // How many ranks reported each trainer figure: a reported 0 counts, a figure no rank reported is left out.
+  std::size_t mem_ranks = 0, data_ranks = 0, fwd_bwd_ranks = 0, reserved_ranks = 0;
+  double max_reserved = 0, max_data_pct = 0;
   std::size_t fastest_rank = 0;  // the rank with the most TFLOP/s (for the MFU plausibility check)
   bool step_time_known = true;
   for (std::int64_t r = 0; r < world; ++r) {
@@ -150,9 +159,22 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
       return result;
     }
     step_time_[i] = x[row_microbatches] > 0 ? t / x[row_microbatches] : std::numeric_limits<double>::quiet_NaN();
-    mem_gib_[i] = x[row_peak_memory_bytes] * kInverseGiB;  // exact: a power of two
-    forward_backward_[i] = reported(x[row_forward_backward_seconds]);
-    data_[i] = reported(x[row_data_seconds]);
+    // Not reported: kNotReported in the column, so that the top-k leaves the rank out (add_topk).
+    const bool mem_known = is_reported(x[row_peak_memory_bytes]);
+    const bool data_known = is_reported(x[row_data_seconds]);
+    const bool fwd_bwd_known = is_reported(x[row_forward_backward_seconds]);
+    mem_gib_[i] = mem_known ? x[row_peak_memory_bytes] * kInverseGiB : kNotReported;  // exact: a power of two
+    forward_backward_[i] = fwd_bwd_known ? x[row_forward_backward_seconds] : kNotReported;
+    data_[i] = data_known ? x[row_data_seconds] : kNotReported;
+    if (is_reported(x[row_peak_reserved_memory_bytes])) {
+      ++reserved_ranks;
+      max_reserved = std::max(max_reserved, x[row_peak_reserved_memory_bytes]);
+    }
+    // perf/data_time_pct: the highest share of its own interval a rank spent waiting for data.
+    if (data_known) max_data_pct = std::max(max_data_pct, x[row_data_seconds] / t * 100.0);
+    mem_ranks += mem_known ? 1 : 0;
+    data_ranks += data_known ? 1 : 0;
+    fwd_bwd_ranks += fwd_bwd_known ? 1 : 0;
     log_wait_[i] = reported(x[row_log_wait_ms]);
     sum_tps += tps_[i];
     sum_tflops += tflops_[i];
@@ -162,9 +184,9 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     if (tflops_[i] > tflops_[fastest_rank]) fastest_rank = i;
     sum_step += step_time_[i];
     step_time_known = step_time_known && std::isfinite(step_time_[i]);
-    max_mem = std::max(max_mem, x[row_peak_memory_bytes]);
-    max_data = std::max(max_data, x[row_data_seconds]);
-    max_fwd_bwd = std::max(max_fwd_bwd, x[row_forward_backward_seconds]);
+    if (mem_known) max_mem = std::max(max_mem, x[row_peak_memory_bytes]);
+    if (data_known) max_data = std::max(max_data, x[row_data_seconds]);
+    if (fwd_bwd_known) max_fwd_bwd = std::max(max_fwd_bwd, x[row_forward_backward_seconds]);
     max_wait = std::max(max_wait, log_wait_[i]);
   }
   // Finite per-rank rates can still sum past the double range (many ranks at ~1e308 tokens/s).
@@ -174,10 +196,12 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   }
 
   // Additive figures: sums over this rank's DP group (TP/CP/PP ranks share micro-batches: not added).
-  double real = 0, device = 0, loss = 0, labels = 0, tokens_seen = 0, samples_seen = 0;
+  double real = 0, device = 0, loss = 0, labels = 0, tokens_seen = 0, samples_seen = 0, labels_seen = 0;
+  // train/max_loss: the highest mean loss (loss sum over label tokens) of a DP rank with label tokens.
+  std::optional<double> max_loss;
   // A running total of 2^53 or more is no longer exact in a row (9e15 tokens on one rank): that total is left
   // out of the record, with a warning, and the interval's rates are reported as usual.
-  bool tokens_seen_exact = true, samples_seen_exact = true;
+  bool tokens_seen_exact = true, samples_seen_exact = true, labels_seen_exact = true;
   for (const std::int64_t r : setup_.dp_group) {
     const double* x = row(r);
     const batch_counts counts = counts_from_row(x);
@@ -187,6 +211,13 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     labels += x[row_label_tokens];
     tokens_seen += x[row_tokens_seen];
     samples_seen += x[row_samples_seen];
+    labels_seen += x[row_label_tokens_seen];
+    labels_seen_exact =
+        labels_seen_exact && x[row_label_tokens_seen] >= 0 && x[row_label_tokens_seen] < kExactIntegerLimit;
+    if (x[row_label_tokens] > 0 && std::isfinite(x[row_loss_sum] / x[row_label_tokens])) {
+      const double mean = x[row_loss_sum] / x[row_label_tokens];
+      max_loss = max_loss ? std::max(*max_loss, mean) : mean;
+    }
     tokens_seen_exact = tokens_seen_exact && x[row_tokens_seen] >= 0 && x[row_tokens_seen] < kExactIntegerLimit;
     samples_seen_exact = samples_seen_exact && x[row_samples_seen] >= 0 && x[row_samples_seen] < kExactIntegerLimit;
   }
@@ -236,12 +267,22 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     v.emplace_back(m::kOptimizerStepTime, step_time * setup_.tpi_multiplier);
   }
   if (device > 0) v.emplace_back(m::kBatchEfficiency, real / device);
-  // Peak memory only when some rank reported it: 0 GiB would read as a measurement (a CPU trainer has none).
-  if (max_mem > 0) v.emplace_back(m::kMemGib, max_mem / kGiB);
+  // Peak memory only when some rank reported it (a CPU trainer has none): the max over the ranks that did, a
+  // reported 0 included.
+  if (mem_ranks > 0) v.emplace_back(m::kMemGib, max_mem / kGiB);
+  if (reserved_ranks > 0) v.emplace_back(m::kMemReservedGib, max_reserved / kGiB);
   // A DP sum of finite loss sums can still overflow the double range: then there is no loss to report.
   if (labels > 0 && std::isfinite(loss)) v.emplace_back(m::kLoss, loss / labels);
+  if (max_loss) v.emplace_back(m::kMaxLoss, *max_loss);
   if (tokens_seen_exact) v.emplace_back(m::kTokensSeen, result.tokens_seen);
   if (samples_seen_exact) v.emplace_back(m::kNumSamples, result.samples_seen);
+  if (labels_seen_exact) {
+    v.emplace_back(m::kAssistantTokensSeen, labels_seen);
+  } else {
+    result.warning += std::string(result.warning.empty() ? "" : "; ") +
+                      "train/assistant_tokens_seen not reported: a rank's running total reached 2^53, beyond what a "
+                      "row carries exactly";
+  }
   if (!tokens_seen_exact || !samples_seen_exact) {
     result.warning += std::string(result.warning.empty() ? "" : "; ") +
                       (tokens_seen_exact    ? "train/num_samples"
@@ -255,13 +296,14 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   v.emplace_back(m::kLoraRank, static_cast<double>(setup_.regime.lora_rank));
   if (context.learning_rate) v.emplace_back(m::kLearningRate, *context.learning_rate);
   if (context.grad_norm) v.emplace_back(m::kGradNorm, *context.grad_norm);
-  if (max_data > 0) v.emplace_back(m::kDataTime, max_data);
-  if (max_fwd_bwd > 0) v.emplace_back(m::kForwardBackwardTime, max_fwd_bwd);
+  if (data_ranks > 0) v.emplace_back(m::kDataTime, max_data);
+  if (data_ranks > 0) v.emplace_back(m::kDataTimePct, max_data_pct);
+  if (fwd_bwd_ranks > 0) v.emplace_back(m::kForwardBackwardTime, max_fwd_bwd);
   v.emplace_back(m::kLogWaitMs, context.log_wait_ms);
   v.emplace_back(m::kLogEmitMs, context.log_emit_ms);
   if (setup_.topk > 0) {
-    add_topk(record, reported_columns{step_time_known, max_fwd_bwd > 0, max_data > 0, max_wait > 0, mfu_plausible,
-                                      max_mem > 0});
+    add_topk(record, reported_columns{step_time_known, fwd_bwd_ranks > 0, data_ranks > 0, max_wait > 0, mfu_plausible,
+                                      mem_ranks > 0, fwd_bwd_ranks < n, data_ranks < n, mem_ranks < n});
   }
   result.derived = true;
   return result;
@@ -322,17 +364,35 @@ void metrics_deriver::select_ends(const std::vector<double>& column, std::size_t
 // do best ("fast") for each metric. Ties go to the lower rank on the slow side and the higher rank on the
 // fast side: the two sides are the two ends of one order (worst first, ties by rank).
 // step_time only when every rank ran a micro-batch (as perf/step_time): a rank without one has no step
-// time. The trainer-reported times only when some rank reported them (as perf/data_time...): a rank that
-// did not report shows 0. log_wait_ms from the second log on (a rank's row carries its previous wait).
+// time. The trainer-reported figures (times, memory) only when some rank reported them (as perf/data_time...),
+// ranked over the ranks that did: a rank that did not report is in no row, a rank that reported 0 is. log_wait_ms from the second log on (a rank's row carries its previous wait).
 void metrics_deriver::add_topk(metrics_record& record, const reported_columns& reported) {
   const std::size_t n = tps_.size();
   const std::size_t k = std::min<std::size_t>(static_cast<std::size_t>(setup_.topk), n);
   order_.resize(n);
   fast_order_.resize(n);
-  const auto emit = [&](const char* base, const std::vector<double>& column, bool higher_is_better) {
-    select_ends(column, k, higher_is_better);
-    for (std::size_t i = 0; i < k; ++i) {
-      const std::uint32_t slow = order_[i], fast = fast_order_[i];
+  // `some_missing`: only the ranks with a reported value (>= 0) are ranked; the others are in no row.
+  const auto emit = [&](const char* base, const std::vector<double>& column, bool higher_is_better,
+                        bool some_missing = false) {
+    const std::vector<double>* keys = &column;
+    if (some_missing) {
+      reported_ranks_.clear();
+      reported_values_.clear();
+      for (std::size_t r = 0; r < n; ++r) {
+        if (column[r] >= 0) {
+          reported_ranks_.push_back(static_cast<std::uint32_t>(r));
+          reported_values_.push_back(column[r]);
+        }
+      }
+      keys = &reported_values_;
+    }
+    const std::size_t kk = std::min(k, keys->size());
+    order_.resize(keys->size());
+    fast_order_.resize(keys->size());
+    select_ends(*keys, kk, higher_is_better);
+    const auto rank_of = [&](std::uint32_t i) { return some_missing ? reported_ranks_[i] : i; };
+    for (std::size_t i = 0; i < kk; ++i) {
+      const std::uint32_t slow = rank_of(order_[i]), fast = rank_of(fast_order_[i]);
       record.values.emplace_back(metric::topk_name(base, metric::topk_side::slow, i), column[slow]);
       record.values.emplace_back(metric::topk_name(base, metric::topk_side::slow, i, true), static_cast<double>(slow));
       record.values.emplace_back(metric::topk_name(base, metric::topk_side::fast, i), column[fast]);
@@ -348,9 +408,11 @@ void metrics_deriver::add_topk(metrics_record& record, const reported_columns& r
     for (std::size_t i = 0; i < n; ++i) mfu_[i] = tflops_[i] / peak * 100.0;
     emit(metric::kTopkMfu, mfu_, true);
   }
-  if (reported.memory) emit(metric::kTopkMemGib, mem_gib_, false);
-  if (reported.forward_backward) emit(metric::kTopkForwardBackwardTime, forward_backward_, false);
-  if (reported.data) emit(metric::kTopkDataTime, data_, false);
+  if (reported.memory) emit(metric::kTopkMemGib, mem_gib_, false, reported.memory_partly);
+  if (reported.forward_backward) {
+    emit(metric::kTopkForwardBackwardTime, forward_backward_, false, reported.forward_backward_partly);
+  }
+  if (reported.data) emit(metric::kTopkDataTime, data_, false, reported.data_partly);
   // The host's wait in flopmeter: the rank that waited least is the one the others waited for (slow).
   if (reported.log_wait) emit(metric::kTopkLogWaitMs, log_wait_, true);
 }

@@ -112,6 +112,8 @@ class metrics_deriver {
   // The optional columns some rank reported (or, for MFU, that are plausible): only those get a top-k.
   struct reported_columns {
     bool step_time = false, forward_backward = false, data = false, log_wait = false, mfu = false, memory = false;
+    // Reported by some ranks but not all: ranked over those that did.
+    bool forward_backward_partly = false, data_partly = false, memory_partly = false;
   };
   void add_topk(metrics_record& record, const reported_columns& reported);
 
@@ -120,6 +122,8 @@ class metrics_deriver {
   std::vector<double> tps_, tflops_, step_time_, mem_gib_, forward_backward_, data_, log_wait_, mfu_;
   std::vector<std::uint32_t> order_;       // the slow end of each top-k
   std::vector<std::uint32_t> fast_order_;  // the fast end
+  std::vector<std::uint32_t> reported_ranks_;  // a column reported by some ranks only: those ranks,
+  std::vector<double> reported_values_;        // and their values
 };
 
 }  // namespace flopmeter::detail

@@ -14,6 +14,10 @@
 
 namespace flopmeter::detail {
 
+// A time or memory figure the trainer did not report (data, forward-backward time, peak memory): every reported
+// value is >= 0, so a negative one in a row means "not reported", distinct from a reported 0.
+constexpr double kNotReported = -1.0;
+
 enum row_field : std::size_t {
   // batch_counts, in its declaration order
   row_real_tokens,
@@ -48,8 +52,27 @@ enum row_field : std::size_t {
   // (full-training form; perf/tflops_per_second_megatron). A double, not a count: an estimate, never checked
   // for exactness.
   row_megatron_flops,
+  row_label_tokens_seen,           // label tokens, likewise (train/assistant_tokens_seen)
+  row_peak_reserved_memory_bytes,  // the allocator's reserved peak; kNotReported when absent
+  // The configuration fingerprint (config_fingerprint.h): the same in every row of a job whose ranks loaded
+  // the same settings. Whole numbers below 2^48, except tpi_multiplier.
+  row_config_model_name_0,  // the model's name, 6 bytes per field (its first 18 bytes)
+  row_config_model_name_1,
+  row_config_model_name_2,
+  row_config_model_hash,  // 48 bits of a hash of the model's name and coefficients
+  row_config_scope,       // 1 + flop_scope
+  row_config_tp,
+  row_config_cp,
+  row_config_pp,
+  row_config_order,           // the rank order: 1 + 2 bits per dimension (tp 0, cp 1, dp 2, pp 3), first lowest
+  row_config_tpi_multiplier,  // as configured
+  row_config_training,        // what trains: 1 + frozen parts (vision 1, merger 2, text 4) + 8 x LoRA rank
+  row_config_lora_targets,    // 1 + the LoRA targets as bits (training_regime's order)
   kRowFields
 };
+
+constexpr std::size_t kRowConfigFirst = row_config_model_name_0;
+constexpr std::size_t kRowConfigEnd = row_config_lora_targets + 1;
 
 constexpr std::size_t kRowCountFields = row_itemless_causal_pairs + 1;
 

@@ -31,6 +31,7 @@
 #include "flopmeter/model_config.h"
 #include "flopmeter/peak_table.h"
 #include "flopmeter/throughput.h"
+#include "accounting/sanitize_options.h"
 #include "accounting/throughput_config.h"
 #include "core/spec_rules.h"
 #include "core/toml_reader.h"
@@ -57,11 +58,11 @@ constexpr std::string_view kSchemaDoc = "plugin_configs/SCHEMA.md";
 // Bounds. Parallel sizes: 2^20 GPUs per dimension is beyond any job and catches typos. topk: rows per side
 // of the top-k tables; more than 1024 is no longer a summary. Counts and milliseconds: the reader's 2^31.
 constexpr detail::int_bounds kParallelSize{1, std::int64_t{1} << 20};
-constexpr detail::int_bounds kTopk{0, 1024};
+constexpr detail::int_bounds kTopk{detail::kMinTopk, detail::kMaxTopkInFile};
 constexpr detail::int_bounds kPositive{1};
 // Timeouts: at most an hour (setting_range::max_timeout_ms); a rendezvous needs a positive one.
-constexpr detail::int_bounds kTimeoutMs{0, setting_range::max_timeout_ms};
-constexpr detail::int_bounds kRendezvousTimeoutMs{1, setting_range::max_timeout_ms};
+constexpr detail::int_bounds kTimeoutMs{detail::kMinCollectiveTimeoutMs, setting_range::max_timeout_ms};
+constexpr detail::int_bounds kRendezvousTimeoutMs{detail::kMinRendezvousTimeoutMs, setting_range::max_timeout_ms};
 
 // A string from the file as shown between single quotes in a message: control characters escaped as
 // detail::quoted writes them (\u001b), so a value cannot drive the terminal the message is printed on.
@@ -149,6 +150,10 @@ class options_loader : private detail::toml_reader {
         fail_at(training->source(), "table [training]: " + e.description());
       }
     }
+    // The keys above were read against the bounds sanitize_options uses (a value outside is reported at its
+    // line); the options as a whole pass the same check as create()'s, so a file never builds options that
+    // create() refuses.
+    detail::sanitize_options(options);
     return config;
   }
 

@@ -178,7 +178,7 @@ class tensor_throughput::impl {
     }
     accumulated_ = at::zeros({kAccumulated}, at::TensorOptions().dtype(at::kDouble).device(device));
     loss_sum_ = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
-    seen_ = at::zeros({2}, at::TensorOptions().dtype(at::kDouble).device(device));
+    seen_ = at::zeros({3}, at::TensorOptions().dtype(at::kDouble).device(device));
     logger_ = options.logger;
     if (!logger_) logger_ = make_tensor_path_logger();
     rank_ = group->getRank();
@@ -318,6 +318,7 @@ class tensor_throughput::impl {
     end_interval(/*keep_rejections=*/false);
     at_field(row_tokens_seen).add_(seen_.select(0, 0));  // the running totals, this interval included
     at_field(row_samples_seen).add_(seen_.select(0, 1));
+    at_field(row_label_tokens_seen).add_(seen_.select(0, 2));
     contributed_ = true;
   }
 
@@ -326,6 +327,7 @@ class tensor_throughput::impl {
   void end_interval(bool keep_rejections) {
     seen_.select(0, 0).add_(accumulated_.select(0, row_real_tokens));
     seen_.select(0, 1).add_(accumulated_.select(0, kSamples));
+    seen_.select(0, 2).add_(accumulated_.select(0, kLabelTokens));
     if (keep_rejections) {
       accumulated_.slice(0, 0, kInvalid).zero_();
       accumulated_.slice(0, kInvalid + 1).zero_();
@@ -342,7 +344,7 @@ class tensor_throughput::impl {
   std::shared_ptr<throughput_plugin> plugin_;
   at::Tensor accumulated_;
   at::Tensor loss_sum_;
-  at::Tensor seen_;           // this rank's running totals: real tokens, samples (row_tokens_seen, row_samples_seen)
+  at::Tensor seen_;           // this rank's running totals: real tokens, samples, label tokens (row_*_seen)
   bool contributed_ = false;  // whether the current on_log's collective took this rank's device counts
   std::int64_t rank_ = 0;
   std::shared_ptr<rate_limiter> uncounted_warning_ = make_warning_limiter();

@@ -127,7 +127,7 @@ class DeviceCounts:
         self.device = device
         self.merge_size = merge_size
         self.accumulated = torch.zeros(SLOTS, dtype=torch.float64, device=device)
-        self.seen = torch.zeros(2, dtype=torch.float64, device=device)  # real tokens, samples
+        self.seen = torch.zeros(3, dtype=torch.float64, device=device)  # real tokens, samples, label tokens
 
     def add(self, fmt: Optional[str], batch: Any, grids: Any, padding_tokens: int, samples: int,
             loss_sum: Any, label_tokens: Any) -> None:
@@ -181,8 +181,10 @@ class DeviceCounts:
                                                 + a[TOKENS_TIMES_PATCHES] * layout.megatron_vision_attention_slope)
         self.seen[0] += a[0]
         self.seen[1] += a[SAMPLES]
+        self.seen[2] += a[LABEL_TOKENS]
         buffer[row + layout.tokens_seen] += self.seen[0]
         buffer[row + layout.samples_seen] += self.seen[1]
+        buffer[row + layout.label_tokens_seen] += self.seen[2]
         self.accumulated.zero_()
         return buffer
 
@@ -192,6 +194,7 @@ class DeviceCounts:
         a = self.accumulated
         self.seen[0] += a[0]
         self.seen[1] += a[SAMPLES]
+        self.seen[2] += a[LABEL_TOKENS]
         rejected = a[INVALID].clone()
         a.zero_()
         a[INVALID] = rejected

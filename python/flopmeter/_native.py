@@ -83,6 +83,7 @@ class Log(ctypes.Structure):
         ("data_time_seconds", ctypes.c_double),
         ("forward_backward_time_seconds", ctypes.c_double),
         ("peak_memory_bytes", ctypes.c_int64),
+        ("peak_reserved_memory_bytes", ctypes.c_int64),
     ]
 
 
@@ -122,6 +123,7 @@ HEALTH_FIELDS = (
     "out_of_step_intervals",
     "dropped_records",
     "reentrant_calls",
+    "config_mismatch_intervals",
 )
 
 
@@ -139,6 +141,7 @@ class RowLayout(ctypes.Structure):
         ("device_rejected", ctypes.c_uint32),
         ("tokens_seen", ctypes.c_uint32),
         ("samples_seen", ctypes.c_uint32),
+        ("label_tokens_seen", ctypes.c_uint32),
         ("num_counts", ctypes.c_uint32),
         ("megatron_flops", ctypes.c_uint32),
         ("megatron_text_linear", ctypes.c_double),

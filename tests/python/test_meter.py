@@ -41,7 +41,7 @@ def test_one_interval_by_hand():
     assert record["step"] == 1
     assert record["train/tokens_seen"] == 8 and record["train/num_samples"] == 2
     assert record["train/loss"] == 5 and record["train/batch_efficiency"] == 0.8 and record["perf/mem_gib"] == 1
-    assert record["perf/forward_backward_time"] == 0.002
+    assert record["perf/fwd_bwd_time"] == 0.002
     assert flops_per_token(record) == pytest.approx(flops / 8, rel=1e-12)
     assert record["perf/mfu"] == pytest.approx(record["perf/tflops_per_second"] / 1.0 * 100, rel=1e-12)
     assert record["perf/step_time"] > 0.01  # one micro-batch in an interval of at least the 10 ms slept

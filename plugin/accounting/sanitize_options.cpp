@@ -1,0 +1,51 @@
+// The one check of throughput_options (sanitize_options.h).
+#include "accounting/sanitize_options.h"
+
+#include <cstdio>
+#include <string>
+
+#include "flopmeter/error.h"
+#include "flopmeter/megatron.h"
+#include "flopmeter/model_config.h"
+
+namespace flopmeter::detail {
+
+void sanitize_options(const throughput_options& options) {
+  if (options.topk < kMinTopk) throw error("topk must be >= 0 (got " + std::to_string(options.topk) + ")");
+  if (!(options.tpi_multiplier >= setting_range::min_tpi_multiplier &&
+        options.tpi_multiplier <= setting_range::max_tpi_multiplier)) {  // also false for NaN
+    throw error("tpi_multiplier must be in [1, 1e6] (got " + std::to_string(options.tpi_multiplier) + ")");
+  }
+  if (options.collective_timeout.count() < kMinCollectiveTimeoutMs ||
+      options.collective_timeout.count() > setting_range::max_timeout_ms) {
+    throw error("collective_timeout must be in [0, 3600000] ms (got " +
+                std::to_string(options.collective_timeout.count()) + " ms)");
+  }
+  validate_model_spec(options.model);
+  if (options.peak_tflops_per_gpu) {
+    const double peak = *options.peak_tflops_per_gpu;
+    if (!(peak >= setting_range::min_peak_tflops_per_gpu && peak <= setting_range::max_peak_tflops_per_gpu)) {
+      char shown[64];
+      std::snprintf(shown, sizeof shown, "%g", peak);  // 1e-300 shows as itself, not as 0.000000
+      throw error(std::string("peak_tflops_per_gpu must be in [0.001, 100000] TFLOP/s (got ") + shown + ")");
+    }
+  }
+}
+
+void refuse_failed_sanity_check(const model_spec& model) {
+  for (const std::int64_t s : {4096, 8192, 32768}) {
+    const check_report report = run_sanity_check(model, s);
+    if (!report.pass) {
+      std::string failed;
+      for (const check_row& row : report.rows) {
+        if (!row.pass) {
+          failed += "\n  " + row.term + ": ratio " + std::to_string(row.ratio) + ", expected " +
+                    std::to_string(row.expected_ratio);
+        }
+      }
+      throw error("sanity check failed for model '" + model.name + "' at S=" + std::to_string(s) + ":" + failed);
+    }
+  }
+}
+
+}  // namespace flopmeter::detail
