@@ -277,14 +277,14 @@ typedef struct flopmeter_row_layout {
   uint32_t counts;      /* the nine counts of flopmeter_counts, in its field order, from here */
   uint32_t loss_sum;
   uint32_t label_tokens;
-  uint32_t device_rejected; /* micro-batches rejected where they were counted: health's bad_microbatches */
-  uint32_t tokens_seen;     /* this rank's running total of real tokens, this interval included */
-  uint32_t samples_seen;    /* this rank's running total of samples, this interval included */
+  uint32_t device_rejected;   /* micro-batches rejected where they were counted: health's bad_microbatches */
+  uint32_t tokens_seen;       /* this rank's running total of real tokens, this interval included */
+  uint32_t samples_seen;      /* this rank's running total of samples, this interval included */
   uint32_t label_tokens_seen; /* this rank's running total of label tokens: train/assistant_tokens_seen */
-  uint32_t num_counts;      /* how many counts start at `counts`: the nine of flopmeter_counts, then the
+  uint32_t num_counts;        /* how many counts start at `counts`: the nine of flopmeter_counts, then the
                              * device tokens and causal pairs of the micro-batches without images (which a
                              * regime with a frozen decoder bills with other coefficients) */
-  uint32_t megatron_flops;  /* what the Megatron constant bills for the interval's micro-batches: for each
+  uint32_t megatron_flops;    /* what the Megatron constant bills for the interval's micro-batches: for each
                              * micro-batch of S device tokens and P patches, text_linear * S +
                              * text_attention_slope * S^2 + vision_linear * P + vision_attention_slope * S * P,
                              * with the four factors below, in that order of operations */

@@ -405,11 +405,14 @@ class Meter:
 
     def on_log(self, step: int, *, learning_rate: Optional[float] = None, grad_norm: Optional[float] = None,
                data_time: Any = None, forward_backward_time: Any = None,
-               peak_memory_bytes: Optional[int] = None) -> Optional[Dict[str, Any]]:
+               peak_memory_bytes: Optional[int] = None,
+               peak_reserved_memory_bytes: Optional[int] = None) -> Optional[Dict[str, Any]]:
         """Ends the interval of `step` and starts the next; returns the record of the interval that ended one
         log earlier (None while none is due: the first log, a warm-up log before any micro-batch, a skipped
         interval, a rank that does not emit). Every rank calls it at the same steps with the same step.
-        Times are seconds (a float or a datetime.timedelta); peak_memory_bytes is this rank's peak."""
+        Times are seconds (a float or a datetime.timedelta); peak_memory_bytes is this rank's peak of allocated
+        device memory (torch.cuda.max_memory_allocated()), peak_reserved_memory_bytes the allocator's reserved
+        peak (torch.cuda.max_memory_reserved()): perf/mem_gib and perf/mem_reserved_gib, the max over the world."""
         step = _batch.count_argument("step", step, minimum=-(2**63))
         log = _native.sized(_native.Log)
         log.step = step
@@ -429,6 +432,10 @@ class Meter:
         if peak_memory_bytes is not None:
             log.peak_memory_bytes = _batch.count_argument("peak_memory_bytes", peak_memory_bytes)
             fields |= _native.LOG_PEAK_MEMORY
+        if peak_reserved_memory_bytes is not None:
+            log.peak_reserved_memory_bytes = _batch.count_argument("peak_reserved_memory_bytes",
+                                                                   peak_reserved_memory_bytes)
+            fields |= _native.LOG_PEAK_RESERVED_MEMORY
         log.set_fields = fields
         with self._lock:
             if self._closed:

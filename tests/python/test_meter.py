@@ -36,11 +36,16 @@ def test_one_interval_by_hand():
         assert meter.on_log(0) is None  # a warm-up log: no record, now or later
         assert meter.on_microbatch(**batch, samples=2, loss_sum=30.0, label_tokens=6)
         time.sleep(0.01)
-        assert meter.on_log(1, forward_backward_time=0.002, peak_memory_bytes=2**30) is None  # read one log later
+        assert meter.on_log(1, forward_backward_time=0.002, peak_memory_bytes=2**30,
+                            peak_reserved_memory_bytes=3 * 2**29) is None  # read one log later
         record = meter.flush()
     assert record["step"] == 1
     assert record["train/tokens_seen"] == 8 and record["train/num_samples"] == 2
     assert record["train/loss"] == 5 and record["train/batch_efficiency"] == 0.8 and record["perf/mem_gib"] == 1
+    assert record["perf/mem_reserved_gib"] == 1.5  # 3 x 2^29 bytes = 1.5 GiB
+    assert record["train/assistant_tokens_seen"] == 6  # the label tokens so far
+    assert record["train/max_loss"] == 5  # one DP rank: its mean loss
+    assert "perf/data_time_pct" not in record  # no data time was reported
     assert record["perf/fwd_bwd_time"] == 0.002
     assert flops_per_token(record) == pytest.approx(flops / 8, rel=1e-12)
     assert record["perf/mfu"] == pytest.approx(record["perf/tflops_per_second"] / 1.0 * 100, rel=1e-12)
