@@ -146,7 +146,7 @@ const std::vector<setting>& settings() {
        {row_config_order},
        [](const double* row) { return order_text(row[row_config_order]); }},
       {"[training]",
-       "training",
+       "",  // "the others frozen vision"
        {row_config_training, row_config_lora_targets},
        [](const double* row) { return training_text(row); }},
       {"[logging] tpi_multiplier",

@@ -130,7 +130,7 @@ class throughput_plugin::impl {
     deriver_.emplace(std::move(setup));
     detail::config_settings settings;
     settings.model_name = options_.model.name;
-    settings.model = coefficients_;
+    settings.model = compute_coefficients(options_.model);  // the model alone: the regime is its own field
     settings.regime = options_.training;
     settings.scope = options_.scope;
     settings.parallel = options_.parallel;

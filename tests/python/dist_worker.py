@@ -57,6 +57,21 @@ def main() -> None:
         if record is not None:
             records[record["step"]] = record
         result["health"] = meter.health
+    elif scenario == "different_training":
+        # Rank 1 trains everything, the others freeze the ViT: their rows mean different FLOPs per token.
+        frozen = [] if rank == 1 else ["vision"]
+        meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, frozen=frozen,
+                                logging={"emit": "all"}, sinks={"console": False})
+        for step in range(1, 4):
+            meter.on_microbatch(cu_seqlens=[0, 10], image_grid_thw=[[1, 4, 4]], samples=1)
+            time.sleep(0.01)
+            record = meter.on_log(step)
+            if record is not None:
+                records[record["step"]] = record
+        record = meter.flush()
+        if record is not None:
+            records[record["step"]] = record
+        result["health"] = meter.health
     elif scenario == "small_group":
         # Every rank makes every group, in the same order (torch.distributed's rule for new_group).
         first_two = dist.new_group(ranks=[0, 1], backend="gloo")

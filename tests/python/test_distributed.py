@@ -18,7 +18,7 @@ WORKER = Path(__file__).with_name("dist_worker.py")
 LOCAL = ("perf/log_wait_ms", "perf/log_emit_ms")
 
 
-def run_job(tmp_path: Path, scenario: str, world: int):
+def run_job(tmp_path: Path, scenario: str, world: int, logs_out=None):
     init = tmp_path / "init"
     outs = [tmp_path / f"rank{r}.json" for r in range(world)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -36,6 +36,8 @@ def run_job(tmp_path: Path, scenario: str, world: int):
                 p.kill()
     for r, p in enumerate(procs):
         assert p.returncode == 0, f"rank {r} failed:\n{logs[r]}"
+    if logs_out is not None:
+        logs_out.extend(logs)
     return [json.loads(o.read_text()) for o in outs]
 
 
@@ -118,3 +120,16 @@ def test_a_process_group_smaller_than_the_job_is_refused(tmp_path):
     assert "spans 1 of the job's 3 ranks" in ranks[2]["error"]
     # A group over the whole world is taken as it is.
     assert [r["whole_world"] for r in ranks] == [[0, 3], [1, 3], [2, 3]]
+
+
+def test_ranks_that_train_different_parts_are_refused_and_named(tmp_path):
+    logs = []
+    ranks = run_job(tmp_path, "different_training", 3, logs_out=logs)
+    for rank in ranks:
+        # No interval is emitted while the ranks differ: 3 logs and the flush, none delivered.
+        assert rank["records"] == {}, rank["records"]
+        assert rank["health"]["config_mismatch_intervals"] >= 3, rank["health"]
+    # Each emitting rank names the rank that differs and how (ranks 0 and 2 freeze the ViT, rank 1 does not).
+    for log in logs:
+        assert "rank 1: [training] all trains, the others frozen vision" in log, log
+        assert "rank 1: model" not in log, log  # the same model: only the regime is named
