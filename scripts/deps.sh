@@ -13,6 +13,7 @@ FLOPMETER_PACKAGES=(
   libgtest-dev
   nlohmann-json3-dev    # tests read the JSON output (CLI, JSONL sink) with nlohmann-json
   libprotobuf-dev protobuf-compiler  # the TensorBoard sink encodes its events with protobuf
+  python3-dev           # the Python package's C fast path (python/flopmeter/_fastpath.c)
   python3-venv          # test_tensorboard reads the event files with TensorBoard from PyPI, in a venv
   python3-torch python3-numpy python3-pytest python3-hypothesis  # the Python package's tests (tests/python)
   libbenchmark-dev

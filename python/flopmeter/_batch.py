@@ -24,6 +24,13 @@ INT64_MAX = 2**63 - 1
 # Meter.on_microbatch's fast path for plain CPU tensors (the same counts as the general path, which the tests
 # check by turning it off; they also turn it off to run the device path on CPU tensors).
 FAST_PATH = True
+# The same fast path in C (flopmeter/_fastpath.c), when the package was built with Python's headers; the tests
+# turn it off to run the ctypes one.
+try:
+    from . import _fastpath
+except ImportError:  # built without Python's development headers: the ctypes fast path serves
+    _fastpath = None  # type: ignore[assignment]
+NATIVE_FAST_PATH = _fastpath is not None
 
 # (torch.Tensor, torch.int64, torch.int32, torch.strided) once the trainer has imported torch: what Meter's fast path
 # compares against (looked up in sys.modules, so that flopmeter never imports torch itself).

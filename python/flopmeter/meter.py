@@ -8,7 +8,8 @@ log earlier (a dict with the JSONL sink's keys, what ``wandb.log`` takes), or No
 Ownership: a Meter owns its plugin in the library, released by ``close()``, by leaving the ``with`` block, or
 when the Meter is garbage-collected (which flushes first, bounded by ``[logging] collective_timeout_ms``, as
 the C ABI's destroy does).
-Thread-safety: every method may be called from any thread; calls are serialised by the Meter.
+Thread-safety: every method may be called from any thread; calls are serialised by the Meter (on_microbatch's
+C fast path for CPU tensors by the library itself, which serialises calls on one plugin).
 """
 
 from __future__ import annotations
@@ -159,6 +160,7 @@ class Meter:
         self._fast_cu = self._fast_struct()
         self._fast_positions = self._fast_struct()
         self._fast_positions32 = self._fast_struct()
+        self._binding: Any = None  # the C fast path's (flopmeter/_fastpath.c), made at the first call
         self._fast_call = lib._FuncPtr(("flopmeter_on_microbatch", lib))  # argtypes None: no conversion
         self._fast_call.restype = ctypes.c_int
         self._fast_handle = ctypes.c_void_p(handle)
@@ -221,6 +223,18 @@ class Meter:
         # [items, 3] int64, contiguous), ints, and a float loss over int label tokens. Anything else, and
         # every error, takes the general path below, which checks and converts every form and names what is
         # wrong.
+        if _batch.NATIVE_FAST_PATH and _batch.FAST_PATH and document_lengths is None:
+            binding = self._binding or self._bind_native_fast_path()
+            if binding is not None:
+                code = _batch._fastpath.on_microbatch(binding, cu_seqlens, position_ids, image_grid_thw,
+                                                      padding_tokens, samples, loss_sum, label_tokens)
+                if code == _native.OK:
+                    return True
+                if code is not None:  # None: not a form the C fast path takes; the paths below check it
+                    if code != _native.E_REJECTED:
+                        return False
+                    self._raise_fast_rejection(cu_seqlens, position_ids, image_grid_thw, padding_tokens,
+                                               loss_sum, label_tokens)
         facts = _batch.torch_facts or _batch.load_torch_facts()
         if _batch.FAST_PATH and facts is not None and document_lengths is None and type(samples) is int and \
                 type(padding_tokens) is int and 0 <= samples <= _INT64_MAX and 0 <= padding_tokens <= _INT64_MAX and \
@@ -266,12 +280,8 @@ class Meter:
                         return True
                     if code != _native.E_REJECTED:
                         return False
-                    # Rejected (and counted so by the library): explain why, as the general path does.
-                    fmt = "cu_seqlens" if position_ids is None else "position_ids"
-                    raise ValueError(self._explain_rejection(
-                        fmt, _batch.host_array(fmt, t, allow_int32=True),
-                        None if grids is None else _batch.host_array("image_grid_thw", grids, want_rows=True),
-                        padding_tokens, loss_sum is not None, label_tokens or 0))
+                    self._raise_fast_rejection(cu_seqlens, position_ids, grids, padding_tokens, loss_sum,
+                                               label_tokens)
         fmt, value = _batch.one_batch_format(document_lengths, cu_seqlens, position_ids)
         if _batch.is_device_tensor(value) or _batch.is_device_tensor(image_grid_thw) or \
                 _batch.is_device_tensor(loss_sum) or _batch.is_device_tensor(label_tokens):
@@ -280,9 +290,10 @@ class Meter:
         batch = None if fmt is None else _batch.host_array(fmt, value, allow_int32=fmt == "position_ids")
         grids = None if image_grid_thw is None else _batch.host_array("image_grid_thw", image_grid_thw,
                                                                       want_rows=True)
-        padding = padding_tokens if type(padding_tokens) is int and padding_tokens >= 0 else \
+        padding = padding_tokens if type(padding_tokens) is int and 0 <= padding_tokens <= _INT64_MAX else \
             _batch.count_argument("padding_tokens", padding_tokens)
-        samples = samples if type(samples) is int and samples >= 0 else _batch.count_argument("samples", samples)
+        samples = samples if type(samples) is int and 0 <= samples <= _INT64_MAX else \
+            _batch.count_argument("samples", samples)
         has_loss = loss_sum is not None or label_tokens is not None
         if has_loss:
             if loss_sum is None or label_tokens is None:
@@ -303,6 +314,29 @@ class Meter:
                 raise ValueError(self._explain_rejection(fmt, batch, grids, padding, has_loss, labels if has_loss
                                                          else 0))
         return code == _native.OK
+
+    def _bind_native_fast_path(self) -> Any:
+        """The C fast path's binding to this plugin, made once torch is imported (None before, or when closed)."""
+        facts = _batch.torch_facts or _batch.load_torch_facts()
+        with self._lock:
+            if facts is None or self._closed:
+                return None
+            if self._binding is None:
+                lib = _native.lib()
+                tensor, int64, int32, strided = facts
+                self._binding = _batch._fastpath.Binding(
+                    ctypes.cast(lib.flopmeter_on_microbatch, ctypes.c_void_p).value, self._handle, tensor, int64,
+                    int32, strided)
+            return self._binding
+
+    def _raise_fast_rejection(self, cu_seqlens, position_ids, grids, padding_tokens, loss_sum, label_tokens):
+        """A fast path's micro-batch was rejected (and counted so by the library): say why, as the general path
+        does. Its arguments are plain CPU tensors and ints (what the fast paths take)."""
+        fmt = "cu_seqlens" if position_ids is None else "position_ids"
+        raise ValueError(self._explain_rejection(
+            fmt, _batch.host_array(fmt, cu_seqlens if position_ids is None else position_ids, allow_int32=True),
+            None if grids is None else _batch.host_array("image_grid_thw", grids, want_rows=True),
+            padding_tokens, loss_sum is not None, label_tokens or 0))
 
     def _fast_scalars(self, mb, mb_ref, grids, padding_tokens, samples, loss_sum, label_tokens) -> int:
         """The fast path's call, under the lock: `mb` already points at the batch array."""
@@ -466,6 +500,8 @@ class Meter:
             record = self.flush()
             self._read_health()
             self._closed = True
+            if self._binding is not None:
+                _batch._fastpath.disable(self._binding)  # later C fast-path calls: E_INVALID_HANDLE, no call
             self._finalizer()  # destroy, once
         return record
 

@@ -264,7 +264,30 @@ def test_a_tensor_on_another_device_than_the_meters_is_refused(monkeypatch):
         assert meter.flush()["train/tokens_seen"] == 5
 
 
-def test_the_fast_path_for_cpu_tensors_gives_the_general_paths_records(monkeypatch):
+# The three host paths for plain CPU tensors: the C fast path (flopmeter/_fastpath.c), the ctypes fast path
+# (a package built without Python's headers), and the general path that converts every form.
+HOST_PATHS = {
+    "c": dict(NATIVE_FAST_PATH=True, FAST_PATH=True),
+    "ctypes": dict(NATIVE_FAST_PATH=False, FAST_PATH=True),
+    "general": dict(NATIVE_FAST_PATH=False, FAST_PATH=False),
+}
+
+
+def take_host_path(monkeypatch, path):
+    for name, value in HOST_PATHS[path].items():
+        monkeypatch.setattr(_batch, name, value)
+
+
+def test_the_package_built_here_has_the_c_fast_path():
+    # scripts/deps.sh installs python3-dev, so the wheel the suite tests carries flopmeter/_fastpath; a build
+    # without Python's headers (FLOPMETER_EXPECT_NO_FASTPATH=1) takes the ctypes one.
+    import os
+
+    assert _batch.NATIVE_FAST_PATH is (os.environ.get("FLOPMETER_EXPECT_NO_FASTPATH") != "1")
+
+
+@pytest.mark.parametrize("path", ["c", "ctypes"])
+def test_the_fast_paths_for_cpu_tensors_give_the_general_paths_records(monkeypatch, path):
     import torch
 
     batches = [
@@ -272,30 +295,96 @@ def test_the_fast_path_for_cpu_tensors_gives_the_general_paths_records(monkeypat
              loss_sum=7.0, label_tokens=70),
         dict(position_ids=torch.cat([torch.arange(50), torch.arange(10)]), padding_tokens=4, samples=1),
         dict(position_ids=torch.arange(33, dtype=torch.int32), samples=1),
+        dict(cu_seqlens=torch.tensor([0, 8]), image_grid_thw=torch.zeros(0, 3, dtype=torch.int64)),
     ]
+    if path == "c" and not _batch.NATIVE_FAST_PATH:
+        pytest.skip("this package was built without its C fast path")
+    take_host_path(monkeypatch, path)
     fast_records, fast_health = run(batches)
-    monkeypatch.setattr(_batch, "FAST_PATH", False)
+    take_host_path(monkeypatch, "general")
     general_records, general_health = run(batches)
     for f, g in zip(fast_records, general_records):
         assert {k: f.get(k) for k in EXACT_FIELDS} == {k: g.get(k) for k in EXACT_FIELDS}
         assert flops_per_token(f) == pytest.approx(flops_per_token(g), rel=1e-12)
-    assert fast_records[0]["train/tokens_seen"] == 2000 + 60 + 33
+    assert fast_records[0]["train/tokens_seen"] == 2000 + 60 + 33 + 8
     assert fast_health == general_health
 
 
-def test_the_fast_path_refuses_what_the_general_path_refuses():
+def test_the_c_fast_path_is_the_one_a_plain_cpu_batch_takes(monkeypatch):
     import torch
 
+    if not _batch.NATIVE_FAST_PATH:
+        pytest.skip("this package was built without its C fast path")
+    taken = []
+    real = _batch._fastpath
+
+    class Spy:
+        Binding = real.Binding
+        disable = real.disable
+
+        @staticmethod
+        def on_microbatch(*args):
+            code = real.on_microbatch(*args)
+            taken.append(code)
+            return code
+
+    monkeypatch.setattr(_batch, "_fastpath", Spy)
+    with flopmeter.Meter(model="tiny_vlm", sinks=QUIET, peak={"tflops_per_gpu": 1.0}) as meter:
+        assert meter.on_microbatch(cu_seqlens=torch.tensor([0, 5]), samples=1)
+        # Forms the C path leaves to the others (it answers None, nothing counted there): a strided view
+        # ([0, 5], stride 2), a Parameter (a Tensor subclass), a list.
+        assert meter.on_microbatch(cu_seqlens=torch.tensor([0, 9, 5, 10])[::2])
+        assert meter.on_microbatch(cu_seqlens=torch.nn.Parameter(torch.tensor([0, 3]), requires_grad=False))
+        assert meter.on_microbatch(cu_seqlens=[0, 2], samples=1)
+        meter.on_log(1)
+        record = meter.flush()
+        assert taken == [0, None, None, None]
+        assert record["train/tokens_seen"] == 5 + 5 + 3 + 2
+    # After close, the C path answers "invalid handle" without calling the library: on_microbatch is False.
+    assert meter.on_microbatch(cu_seqlens=torch.tensor([0, 5])) is False
+
+
+@pytest.mark.parametrize("path", ["c", "ctypes"])
+def test_the_fast_paths_refuse_what_the_general_path_refuses(monkeypatch, path):
+    import torch
+
+    if path == "c" and not _batch.NATIVE_FAST_PATH:
+        pytest.skip("this package was built without its C fast path")
+    take_host_path(monkeypatch, path)
     with flopmeter.Meter(model="qwen3_vl_2b", sinks=QUIET, peak={"gpu": "H100 SXM"}) as meter:
         with pytest.raises(ValueError, match="invalid micro-batch"):
             meter.on_microbatch(cu_seqlens=torch.tensor([0, 9, 4]))
         with pytest.raises(ValueError, match="invalid micro-batch"):
             meter.on_microbatch(position_ids=torch.tensor([0, 1, 5]))
+        with pytest.raises(ValueError, match="invalid micro-batch"):
+            meter.on_microbatch(position_ids=torch.tensor([3, 4], dtype=torch.int32))
         with pytest.raises(ValueError, match="label_tokens 9 exceed"):
             meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), loss_sum=1.0, label_tokens=9)
         with pytest.raises(TypeError, match="must be a dense tensor"):
             meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]).to_sparse())
-        assert meter.health["bad_microbatches"] == 3
+        assert meter.health["bad_microbatches"] == 4
+        # What the fast paths leave to the general path, which names the argument:
+        two_columns = torch.tensor([[1, 2, 2, 0], [1, 4, 4, 0]])[:, :3][:, :2]  # stride (4, 1), 2 columns
+        with pytest.raises(ValueError, match="image_grid_thw"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), image_grid_thw=two_columns)
+        sliced = torch.tensor([[1, 2, 2], [1, 4, 4]])[:, :2]  # stride (3, 1), shape [2, 2]
+        with pytest.raises(ValueError, match="image_grid_thw"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), image_grid_thw=sliced)
+        with pytest.raises(TypeError, match="cu_seqlens"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0.0, 4.0]))
+        with pytest.raises(TypeError, match="position_ids"):
+            meter.on_microbatch(position_ids=torch.tensor([False, True]))
+        with pytest.raises(ValueError, match="samples"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), samples=-1)
+        with pytest.raises(ValueError, match="samples"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), samples=2**63)
+        with pytest.raises(ValueError, match="loss_sum"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), loss_sum=math.nan, label_tokens=1)
+        with pytest.raises(ValueError, match="together"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), loss_sum=1.0)
+        with pytest.raises(TypeError, match="samples"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), samples=True)
+        assert meter.health["bad_microbatches"] == 4  # refused before counting: not the library's to count
 
 
 def test_peak_gpu_auto_reads_the_device_name_through_torch(monkeypatch):
