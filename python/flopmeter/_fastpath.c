@@ -39,7 +39,7 @@
 typedef int (*on_microbatch_fn)(flopmeter_plugin*, const flopmeter_microbatch*);
 
 typedef struct {
-  PyObject_HEAD
+  PyObject ob_base; /* what PyObject_HEAD declares */
   on_microbatch_fn call;
   flopmeter_plugin* handle;
   PyObject* tensor_type; /* torch.Tensor */
@@ -206,10 +206,9 @@ static int take_grids(const binding* b, PyObject* grids, flopmeter_microbatch* m
   PyObject* shape = PyObject_GetAttr(grids, name_shape);
   if (shape == NULL) return -1;
   int64_t rows = -1;
-  const int three_columns = PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) == 2 &&
-                            count_value(PyTuple_GET_ITEM(shape, 0), &rows) &&
-                            PyLong_CheckExact(PyTuple_GET_ITEM(shape, 1)) &&
-                            PyLong_AsLong(PyTuple_GET_ITEM(shape, 1)) == 3;
+  const int three_columns =
+      PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) == 2 && count_value(PyTuple_GET_ITEM(shape, 0), &rows) &&
+      PyLong_CheckExact(PyTuple_GET_ITEM(shape, 1)) && PyLong_AsLong(PyTuple_GET_ITEM(shape, 1)) == 3;
   Py_DECREF(shape);
   if (!three_columns) return 0;
   PyObject* pointer = PyObject_CallMethodNoArgs(grids, name_data_ptr);
@@ -274,8 +273,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_definition = {
-    PyModuleDef_HEAD_INIT, "flopmeter._fastpath", "Meter.on_microbatch's hot path for plain CPU tensors", -1,
-    methods,
+    PyModuleDef_HEAD_INIT, "flopmeter._fastpath", "Meter.on_microbatch's hot path for plain CPU tensors", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
