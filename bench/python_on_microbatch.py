@@ -8,6 +8,9 @@ as CPU tensors the way a trainer holds them:
     sum(positions + 1) (the causal pairs), sum(t*h*w) and sum((t*h*w)^2) over grid_thw, a dot product with the
     four seed coefficients, accumulated into a float64 tensor).
 
+flopmeter's variants take its C fast path (flopmeter/_fastpath.c) when the package has it; the same calls
+through the ctypes fast path (a package built without Python's headers) are timed beside them, for information.
+
 Each round times every variant over the same number of calls, in a rotating order, so that a load spike on a
 shared machine hits all of them; the report is the median over rounds of the calling thread's CPU time per
 call (wall time beside it) and the ratios reference / flopmeter (goals: >= 20x for cu_seqlens, >= 5x for position_ids). `--breakdown` also times the
@@ -33,6 +36,7 @@ from typing import Callable, Dict, List
 import torch
 
 import flopmeter
+from flopmeter import _batch  # which fast path the installed package has (NATIVE_FAST_PATH: the C one)
 
 LENGTHS = [8192, 6000, 4096, 3500, 3000, 2600, 2000, 1500, 1024, 600, 256]
 GRIDS = [[1, 32, 32], [1, 16, 24], [2, 16, 16], [1, 8, 8], [1, 24, 32], [4, 12, 12], [1, 10, 14], [1, 2, 2]]
@@ -103,6 +107,11 @@ def run(rounds: int, calls: int, cold: bool = False) -> Dict[str, List[tuple]]:
         "flopmeter position_ids i32": lambda: meter.on_microbatch(position_ids=positions32, image_grid_thw=grids,
                                                                   samples=11),
     }
+    # Information, no goal: the ctypes fast path, which a package built without Python's headers takes.
+    ctypes_variants = {"flopmeter cu_seqlens, ctypes", "flopmeter position_ids, ctypes"}
+    if _batch.NATIVE_FAST_PATH:
+        variants["flopmeter cu_seqlens, ctypes"] = variants["flopmeter cu_seqlens"]
+        variants["flopmeter position_ids, ctypes"] = variants["flopmeter position_ids"]
     # The same FLOPs both ways in seed scope is the precondition for comparing their cost at all.
     seed_flops = meter.model.flops(cu_seqlens=cu, image_grid_thw=grids, scope="seed")
     reference.on_microbatch(positions, grids)
@@ -110,6 +119,7 @@ def run(rounds: int, calls: int, cold: bool = False) -> Dict[str, List[tuple]]:
         raise SystemExit(f"reference counts {reference.flops.item()} FLOPs, flopmeter's seed scope {seed_flops}")
     scratch = torch.zeros(8 << 20, dtype=torch.float32) if cold else None  # 32 MiB
     measure = (lambda fn: per_call_cold_us(fn, calls, scratch)) if cold else (lambda fn: per_call_us(fn, calls))
+    native = _batch.NATIVE_FAST_PATH
     for fn in variants.values():  # warm-up
         per_call_us(fn, calls // 10 + 1)
     names = list(variants)
@@ -117,7 +127,9 @@ def run(rounds: int, calls: int, cold: bool = False) -> Dict[str, List[tuple]]:
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
+            _batch.NATIVE_FAST_PATH = native and name not in ctypes_variants
             times[name].append(measure(variants[name]))
+        _batch.NATIVE_FAST_PATH = native
         meter.on_log(r + 1)  # end the interval between rounds, outside the timing
     if meter.health["bad_microbatches"]:
         raise SystemExit("the benchmark batch was rejected")
@@ -127,7 +139,7 @@ def run(rounds: int, calls: int, cold: bool = False) -> Dict[str, List[tuple]]:
 
 def breakdown(calls: int) -> List[tuple]:
     """Each stage of Meter.on_microbatch on its own (private helpers; the minimum over 5 repeats)."""
-    from flopmeter import _batch, _native  # private: this is a profile, not an API use
+    from flopmeter import _native  # private: this is a profile, not an API use
 
     batch = make_batch()
     cu, positions, grids = batch["cu_seqlens"], batch["position_ids"], batch["image_grid_thw"]
@@ -163,7 +175,19 @@ def breakdown(calls: int) -> List[tuple]:
         ("  C call, empty micro-batch (ctypes call overhead + the hook's fixed cost)", "call(handle, mb_ref)",
          "_batch.fill_microbatch(mb, None, None, None, 0)"),
     ]
-    results = [(stage[0], cost(*stage[1:])) for stage in stages]
+    if _batch.NATIVE_FAST_PATH:
+        meter.on_microbatch(cu_seqlens=cu)  # makes the binding
+        fast, binding = _batch._fastpath.on_microbatch, meter._binding
+        env.update(fast=fast, binding=binding)
+        stages[2:2] = [
+            ("  the C fast path's call alone, cu_seqlens (checks, struct, the C++ hook)",
+             "fast(binding, cu, None, grids, 0, 11, None, None)"),
+            ("    the same without grids (the grids' checks are the difference)",
+             "fast(binding, cu, None, None, 0, 11, None, None)"),
+            ("  the C fast path's call alone, position_ids", "fast(binding, None, positions, grids, 0, 11, None, None)"),
+            ("  the ctypes fast path's and the general path's stages:", None),
+        ]
+    results = [(stage[0], None if stage[1] is None else cost(*stage[1:])) for stage in stages]
     meter.close()
     return results
 
@@ -192,7 +216,7 @@ def main(argv: List[str]) -> int:
     for name in times:
         low = min(t[0] for t in times[name])
         high = max(t[0] for t in times[name])
-        print(f"  {name:27s} {cpu[name]:8.2f} us/call CPU (min {low:.2f}, max {high:.2f})   [wall {wall[name]:.2f}]")
+        print(f"  {name:31s} {cpu[name]:8.2f} us/call CPU (min {low:.2f}, max {high:.2f})   [wall {wall[name]:.2f}]")
     for fmt, goal in GOALS.items():
         name = f"flopmeter {fmt}"
         ratio = cpu["reference (torch ops)"] / cpu[name]
@@ -209,7 +233,7 @@ def main(argv: List[str]) -> int:
               f"{args.calls * 5} calls; the stages add up to the whole call only approximately):")
         stages = breakdown(args.calls * 5)
         for name, value in stages:
-            print(f"  {name:78s} {value:7.3f} us")
+            print(f"  {name}" if value is None else f"  {name:78s} {value:7.3f} us")
         summary["breakdown_us"] = dict(stages)
     if args.json:
         with open(args.json, "w") as f:
