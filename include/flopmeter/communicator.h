@@ -23,6 +23,10 @@
 
 namespace flopmeter FLOPMETER_EXPORT {
 
+// The most ranks a job may have (a per-log buffer is world x row doubles: 272 MiB at this bound). The C ABI's
+// FLOPMETER_MAX_WORLD_SIZE is the same number (c_api.cpp checks that they agree).
+inline constexpr int max_world_size = 1048576;
+
 // The outcome of waiting on a collective.
 enum class collective_status {
   done,       // the buffer holds the reduced values

@@ -39,6 +39,8 @@
 #include "output/json_line.h"
 #include "output/logging.h"
 
+static_assert(FLOPMETER_MAX_WORLD_SIZE == flopmeter::max_world_size, "c_api.h and communicator.h must agree");
+
 namespace {
 
 // The C callback, settable after create (the record sink holds the slot, the handle sets it).

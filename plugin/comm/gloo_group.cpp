@@ -35,7 +35,7 @@
 #include <c10/util/Exception.h>
 
 #include "flopmeter/c10d.h"
-#include "flopmeter/c_api.h"  // FLOPMETER_MAX_WORLD_SIZE
+#include "flopmeter/communicator.h"  // max_world_size
 #include "comm/c10d_internal.h"
 
 #if __has_include(<gloo/algorithm.h>)
@@ -280,8 +280,8 @@ std::shared_ptr<communicator> make_gloo_communicator_from_env(const gloo_env_opt
   }
   // Refused up front, not after a rendezvous timeout that would blame a dead peer: a job larger than
   // flopmeter's per-log buffer allows (the C ABI's bound) can never finish a rendezvous worth having.
-  const long long world = parse_integer(who, "WORLD_SIZE", require_env("WORLD_SIZE"), 1, FLOPMETER_MAX_WORLD_SIZE,
-                                        "must be in [1, " + std::to_string(FLOPMETER_MAX_WORLD_SIZE) +
+  const long long world = parse_integer(who, "WORLD_SIZE", require_env("WORLD_SIZE"), 1, max_world_size,
+                                        "must be in [1, " + std::to_string(max_world_size) +
                                             "], the most ranks flopmeter supports (FLOPMETER_MAX_WORLD_SIZE)");
   const long long rank = parse_integer(who, "RANK", require_env("RANK"), 0, world - 1,
                                        "must be in [0, WORLD_SIZE) = [0, " + std::to_string(world) + ")");

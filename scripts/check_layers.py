@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""The floors of the library, and that every #include goes down or sideways, never up.
+
+Floors, from the ground up (README.md, "Layout"):
+    core -> output -> accounting -> comm -> tensor -> abi -> tools
+A file may include files of its own floor and of the floors below it. The public headers in include/flopmeter/
+belong to the floor that implements them (PUBLIC below); python/ sits over abi (it reaches the library only
+through the C ABI, checked by the Python tests, not here).
+
+Usage: scripts/check_layers.py [--root DIR]     exit 0 when no include goes up; otherwise each one is printed
+as file:line: floor A includes header of floor B.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+FLOORS = ["core", "output", "accounting", "comm", "tensor", "abi", "tools"]
+# Public headers, by the floor whose code they describe. A header missing here is an error: a new public
+# header must be given its floor.
+PUBLIC = {
+    "array_view.h": "core", "error.h": "core", "export.h": "core", "flop_model.h": "core", "layout.h": "core",
+    "megatron.h": "core", "model_config.h": "core", "model_spec.h": "core", "peak_table.h": "core",
+    "metric_names.h": "output", "sinks.h": "output", "tensorboard.h": "output",
+    "events.h": "accounting", "hooks.h": "accounting", "throughput.h": "accounting",
+    # The communicator interface is the accounting floor's: the per-log protocol needs one collective; comm/
+    # implements it (c10d, NCCL, Gloo from the environment, the C ABI's callbacks).
+    "communicator.h": "accounting",
+    "c10d.h": "comm", "gloo_env.h": "comm", "nccl.h": "comm",
+    "torch.h": "tensor",
+    "c_api.h": "abi",
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def floor_of_header(name: str, including: Path, root: Path):
+    """The floor of an included header, or None for one outside the floors (a generated .pb.h, a local file)."""
+    if name.startswith("flopmeter/"):
+        return PUBLIC.get(name[len("flopmeter/"):], "unknown public header")
+    first = name.split("/", 1)[0]
+    if first in FLOORS:
+        return first
+    # A header next to the including file ("cli.h" in tools/): the including file's own floor.
+    if (including.parent / name).exists():
+        return floor_of_file(including.parent / name, root)
+    return None
+
+
+def floor_of_file(path: Path, root: Path):
+    rel = path.relative_to(root).parts
+    if rel[0] == "plugin" and len(rel) > 2 and rel[1] in FLOORS:
+        return rel[1]
+    if rel[0] == "tools":
+        return "tools"
+    if rel[0] == "include":
+        return PUBLIC.get(rel[-1], "unknown public header")
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", default=str(Path(__file__).resolve().parent.parent))
+    root = Path(parser.parse_args().root).resolve()
+    files = [p for d in ("plugin", "tools", "include/flopmeter") for p in sorted((root / d).rglob("*"))
+             if p.suffix in (".h", ".cpp", ".cu", ".in")]
+    problems = []
+    for path in files:
+        floor = floor_of_file(path, root)
+        if floor == "unknown public header":
+            problems.append(f"{path.relative_to(root)}: a public header with no floor (add it to PUBLIC in "
+                            f"scripts/check_layers.py)")
+            continue
+        if floor is None:
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            m = INCLUDE.match(line)
+            if not m:
+                continue
+            target = floor_of_header(m.group(1), path, root)
+            if target is None:
+                continue
+            if target == "unknown public header":
+                problems.append(f"{path.relative_to(root)}:{number}: includes {m.group(1)}, a public header with "
+                                f"no floor (add it to PUBLIC in scripts/check_layers.py)")
+            elif FLOORS.index(target) > FLOORS.index(floor):
+                problems.append(f"{path.relative_to(root)}:{number}: floor {floor} includes {m.group(1)} of floor "
+                                f"{target}, above it")
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"check_layers: {len(problems)} include(s) against the floors " + " -> ".join(FLOORS))
+        return 1
+    print(f"check_layers: {len(files)} files, every include goes down or sideways: " + " -> ".join(FLOORS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
