@@ -212,8 +212,6 @@ const char* kind_name(layer_kind kind) {
 
 }  // namespace
 
-std::string quoted(std::string_view text) { return "\"" + printable_text(text) + "\""; }
-
 bool is_supported_model_type(std::string_view model_type) {
   return model_type == kQwen3Vl || model_type == kQwen35 || model_type == kQwen3VlMoe || model_type == kQwen35Moe ||
          is_text_only_model_type(model_type);

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "flopmeter/error.h"
-#include "core/spec_rules.h"
+#include "core/printable_text.h"
 
 namespace flopmeter::detail {
 namespace {
