@@ -32,6 +32,7 @@
 
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
+#include "core/config_files.h"
 #include "core/hf_config.h"
 #include "core/spec_rules.h"
 #include "core/toml_reader.h"

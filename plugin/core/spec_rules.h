@@ -107,7 +107,8 @@ struct schema_field {
   std::string_view table;
   std::string_view key;
 };
-// Every field of [text_config] and [vision_config] in SCHEMA.md order.
+// Every field of [text_config] and [vision_config] in SCHEMA.md order: the keys the TOML loader allows in those
+// tables (model_toml.cpp) and the lines `flopmeter import` writes (hf_config.cpp).
 const std::vector<schema_field>& schema_fields();
 
 }  // namespace flopmeter::detail
