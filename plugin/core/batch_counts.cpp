@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/count_fields.h"
 #include "core/positions_scan.h"
 #include "flopmeter/array_view.h"
 #include "flopmeter/error.h"
@@ -21,55 +22,41 @@ std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
   return sum;
 }
 
-// The slow path of batch_counts::operator+=: which count overflows, in a fixed order (the first checked_add
-// that overflows throws, naming it).
+// The slow path of batch_counts::operator+=: which count overflows, in the table's order, the device tokens
+// (real + padding) checked after the padding (the first checked_add that overflows throws, naming it).
 [[noreturn]] void throw_count_overflow(const batch_counts& a, const batch_counts& o) {
-  const std::int64_t real = checked_add(a.real_tokens, o.real_tokens, "real token count");
-  const std::int64_t padding = checked_add(a.padding_tokens, o.padding_tokens, "padding token count");
-  checked_add(real, padding, "device token count");
-  checked_add(a.documents, o.documents, "document count");
-  checked_add(a.causal_pairs, o.causal_pairs, "causal pair count");
-  checked_add(a.items, o.items, "image count");
-  checked_add(a.patches, o.patches, "patch count");
-  checked_add(a.merged_tokens, o.merged_tokens, "merged token count");
-  checked_add(a.vision_pairs_per_frame, o.vision_pairs_per_frame, "vision pair count");
-  checked_add(a.vision_pairs_whole, o.vision_pairs_whole, "vision pair count");
-  checked_add(a.itemless_device_tokens, o.itemless_device_tokens, "device token count");
-  checked_add(a.itemless_causal_pairs, o.itemless_causal_pairs, "causal pair count");
+  batch_counts sum;
+  for (const detail::count_field& field : detail::kCountFields) {
+    sum.*field.member = checked_add(a.*field.member, o.*field.member, field.overflow_name);
+    if (field.member == &batch_counts::padding_tokens) {
+      checked_add(sum.real_tokens, sum.padding_tokens, "device token count");
+    }
+  }
   throw error("a batch count overflows a 64-bit count");  // not reached: one of the sums above overflows
 }
 
 }  // namespace
 
 batch_counts& batch_counts::operator+=(const batch_counts& o) {
-  // The hot path (on_microbatch adds every batch): the sums into a copy, leaving at the first overflow for the
-  // slow path, which names the count; *this is unchanged then.
+  // The hot path (on_microbatch adds every batch): the sums into a copy, then the slow path on any overflow,
+  // which names the count; *this is unchanged then.
   batch_counts sum = *this;
-  std::int64_t device = 0;
-  if (__builtin_add_overflow(sum.real_tokens, o.real_tokens, &sum.real_tokens) ||
-      __builtin_add_overflow(sum.padding_tokens, o.padding_tokens, &sum.padding_tokens) ||
-      __builtin_add_overflow(sum.real_tokens, sum.padding_tokens, &device) ||
-      __builtin_add_overflow(sum.documents, o.documents, &sum.documents) ||
-      __builtin_add_overflow(sum.causal_pairs, o.causal_pairs, &sum.causal_pairs) ||
-      __builtin_add_overflow(sum.items, o.items, &sum.items) ||
-      __builtin_add_overflow(sum.patches, o.patches, &sum.patches) ||
-      __builtin_add_overflow(sum.merged_tokens, o.merged_tokens, &sum.merged_tokens) ||
-      __builtin_add_overflow(sum.vision_pairs_per_frame, o.vision_pairs_per_frame, &sum.vision_pairs_per_frame) ||
-      __builtin_add_overflow(sum.vision_pairs_whole, o.vision_pairs_whole, &sum.vision_pairs_whole) ||
-      __builtin_add_overflow(sum.itemless_device_tokens, o.itemless_device_tokens, &sum.itemless_device_tokens) ||
-      __builtin_add_overflow(sum.itemless_causal_pairs, o.itemless_causal_pairs, &sum.itemless_causal_pairs)) {
-    throw_count_overflow(*this, o);
+  bool overflow = false;
+  for (const detail::count_field& field : detail::kCountFields) {
+    overflow |= __builtin_add_overflow(sum.*field.member, o.*field.member, &(sum.*field.member));
   }
+  std::int64_t device = 0;
+  overflow |= __builtin_add_overflow(sum.real_tokens, sum.padding_tokens, &device);
+  if (overflow) throw_count_overflow(*this, o);
   *this = sum;
   return *this;
 }
 
 bool operator==(const batch_counts& a, const batch_counts& b) {
-  return a.real_tokens == b.real_tokens && a.padding_tokens == b.padding_tokens && a.documents == b.documents &&
-         a.causal_pairs == b.causal_pairs && a.items == b.items && a.patches == b.patches &&
-         a.merged_tokens == b.merged_tokens && a.vision_pairs_per_frame == b.vision_pairs_per_frame &&
-         a.vision_pairs_whole == b.vision_pairs_whole && a.itemless_device_tokens == b.itemless_device_tokens &&
-         a.itemless_causal_pairs == b.itemless_causal_pairs;
+  for (const detail::count_field& field : detail::kCountFields) {
+    if (a.*field.member != b.*field.member) return false;
+  }
+  return true;
 }
 
 vision_geometry geometry_of(const model_spec& spec) {
