@@ -1,4 +1,4 @@
-// plugin/core/toml_reader.h — internal: the TOML++ helpers both config loaders share (model_config.cpp for the
+// plugin/core/toml_reader.h — internal: the TOML++ helpers both config loaders share (model_toml.cpp for the
 // model file, throughput_config.cpp for the plugin file). Not installed; TOML++ never reaches include/.
 //
 // Every problem throws flopmeter::error. Messages read
