@@ -1,6 +1,7 @@
 // `flopmeter estimate`: exact training FLOPs of a described micro-batch (count_from_lengths + compute_flops),
 // and how far the Megatron per-token constant would be off for it.
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "core/count_fields.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/megatron.h"
@@ -126,6 +128,18 @@ estimate_result compute_estimate(const estimate_request& request) {
   return detail::estimate_batch(spec, counts, request.scope, request.seq_len, request.regime);
 }
 
+// What a count is, beside it in the text output ("" for the plain ones).
+std::string count_note(std::int64_t batch_counts::*member, const estimate_result& r) {
+  if (member == &batch_counts::causal_pairs) return "sum of L(L+1)/2";
+  if (member == &batch_counts::patches) return "sum of t*h*w";
+  if (member == &batch_counts::merged_tokens) {
+    return "patches / " + std::to_string(r.c.with_items.patches_per_merged_token);
+  }
+  if (member == &batch_counts::vision_pairs_per_frame) return "sum of t*(h*w)^2 (complete scope)";
+  if (member == &batch_counts::vision_pairs_whole) return "sum of (t*h*w)^2 (seed scope)";
+  return "";
+}
+
 void print_text(const estimate_request& request, const estimate_result& r) {
   const batch_counts& n = r.n;
   const flop_breakdown& f = r.f;
@@ -138,18 +152,13 @@ void print_text(const estimate_request& request, const estimate_result& r) {
   }
   std::printf("\n");
   std::printf("counts\n");
-  std::printf("  %-24s %20s\n", "real_tokens", group_digits(n.real_tokens).c_str());
-  std::printf("  %-24s %20s\n", "padding_tokens", group_digits(n.padding_tokens).c_str());
-  std::printf("  %-24s %20s\n", "documents", group_digits(n.documents).c_str());
-  std::printf("  %-24s %20s   sum of L(L+1)/2\n", "causal_pairs", group_digits(n.causal_pairs).c_str());
-  std::printf("  %-24s %20s\n", "items", group_digits(n.items).c_str());
-  std::printf("  %-24s %20s   sum of t*h*w\n", "patches", group_digits(n.patches).c_str());
-  std::printf("  %-24s %20s   patches / %lld\n", "merged_tokens", group_digits(n.merged_tokens).c_str(),
-              static_cast<long long>(r.c.with_items.patches_per_merged_token));
-  std::printf("  %-24s %20s   sum of t*(h*w)^2 (complete scope)\n", "vision_pairs_per_frame",
-              group_digits(n.vision_pairs_per_frame).c_str());
-  std::printf("  %-24s %20s   sum of (t*h*w)^2 (seed scope)\n", "vision_pairs_whole",
-              group_digits(n.vision_pairs_whole).c_str());
+  for (std::size_t i = 0; i < detail::kReportedCountFields; ++i) {
+    const detail::count_field& field = detail::kCountFields[i];
+    const std::string note = count_note(field.member, r);
+    const std::string suffix = note.empty() ? std::string() : "   " + note;
+    std::printf("  %-24s %20s%s\n", std::string(field.name).c_str(), group_digits(n.*field.member).c_str(),
+                suffix.c_str());
+  }
 
   std::printf("\nFLOPs per term\n");
   const struct {

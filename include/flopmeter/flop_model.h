@@ -4,8 +4,8 @@
 // (query, key) pair, per patch, ...) and a micro-batch description into exact integer counts of those units.
 // FLOPs = sum over terms of coefficient x count. Training = forward + backward = 3x the forward matmul work;
 // one multiply-add = 2 FLOPs; only matmul work is counted (norms, activations, softmax, RoPE are not).
-// The derivation of every coefficient is next to its code in plugin/core/flop_model.cpp and, for users, in
-// METRICS.md.
+// The derivation of every coefficient is next to its code (plugin/core/flop_terms.cpp per GEMM family,
+// flop_model.cpp and training_regime.cpp per coefficient) and, for users, in METRICS.md.
 //
 // Numeric types (chosen so 1M-token rows, 100k-patch items and 100k documents stay exact):
 // - coefficients and counts are std::int64_t, exact; count_* functions reject input whose counts would
@@ -166,7 +166,7 @@ std::string exact_total_flops(const coefficients& coeffs, const batch_counts& co
 // trainable lies upstream of it), + weight gradient 2 when its weight trains. A weightless product (attention
 // core, Gated DeltaNet delta rule) costs forward 2 + backward 4 when a gradient flows through it, forward 2
 // otherwise. With everything trainable that is the 6 of compute_coefficients(spec) (4 for the patch embedding,
-// whose input is pixels). The derivation per GEMM is in plugin/core/flop_model.cpp; METRICS.md has the table.
+// whose input is pixels). The derivation per GEMM is in plugin/core/training_regime.cpp; METRICS.md has the table.
 
 // The decoder projections a LoRA adapter can sit on, named as Hugging Face and PEFT name them. in_proj_qkv,
 // in_proj_z and out_proj are Gated DeltaNet projections; gate_proj, up_proj, down_proj the dense SwiGLU's.

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/count_fields.h"
 #include "flopmeter/flop_model.h"
 
 namespace flopmeter::detail {
@@ -19,20 +20,20 @@ namespace flopmeter::detail {
 constexpr double kNotReported = -1.0;
 
 enum row_field : std::size_t {
-  // batch_counts, in its declaration order
-  row_real_tokens,
-  row_padding_tokens,
-  row_documents,
-  row_causal_pairs,
-  row_items,
-  row_patches,
-  row_merged_tokens,
-  row_vision_pairs_per_frame,
-  row_vision_pairs_whole,
-  row_itemless_device_tokens,
-  row_itemless_causal_pairs,
+  // batch_counts: entry i is kCountFields[i] (core/count_fields.h), named here for the code that reads one
+  row_real_tokens = count_field_index(&batch_counts::real_tokens),
+  row_padding_tokens = count_field_index(&batch_counts::padding_tokens),
+  row_documents = count_field_index(&batch_counts::documents),
+  row_causal_pairs = count_field_index(&batch_counts::causal_pairs),
+  row_items = count_field_index(&batch_counts::items),
+  row_patches = count_field_index(&batch_counts::patches),
+  row_merged_tokens = count_field_index(&batch_counts::merged_tokens),
+  row_vision_pairs_per_frame = count_field_index(&batch_counts::vision_pairs_per_frame),
+  row_vision_pairs_whole = count_field_index(&batch_counts::vision_pairs_whole),
+  row_itemless_device_tokens = count_field_index(&batch_counts::itemless_device_tokens),
+  row_itemless_causal_pairs = count_field_index(&batch_counts::itemless_causal_pairs),
   // the rest of the interval
-  row_loss_sum,
+  row_loss_sum = kCountFieldCount,
   row_label_tokens,
   row_microbatches,      // micro-batches run (rejected descriptions included: they ran)
   row_interval_seconds,  // this rank's own interval
@@ -74,39 +75,18 @@ enum row_field : std::size_t {
 constexpr std::size_t kRowConfigFirst = row_config_model_name_0;
 constexpr std::size_t kRowConfigEnd = row_config_lora_targets + 1;
 
-constexpr std::size_t kRowCountFields = row_itemless_causal_pairs + 1;
+constexpr std::size_t kRowCountFields = kCountFieldCount;
 
 inline void counts_to_row(const batch_counts& n, double* row) {
-  row[row_real_tokens] = static_cast<double>(n.real_tokens);
-  row[row_padding_tokens] = static_cast<double>(n.padding_tokens);
-  row[row_documents] = static_cast<double>(n.documents);
-  row[row_causal_pairs] = static_cast<double>(n.causal_pairs);
-  row[row_items] = static_cast<double>(n.items);
-  row[row_patches] = static_cast<double>(n.patches);
-  row[row_merged_tokens] = static_cast<double>(n.merged_tokens);
-  row[row_vision_pairs_per_frame] = static_cast<double>(n.vision_pairs_per_frame);
-  row[row_vision_pairs_whole] = static_cast<double>(n.vision_pairs_whole);
-  row[row_itemless_device_tokens] = static_cast<double>(n.itemless_device_tokens);
-  row[row_itemless_causal_pairs] = static_cast<double>(n.itemless_causal_pairs);
+  for (std::size_t i = 0; i < kCountFieldCount; ++i) row[i] = static_cast<double>(n.*kCountFields[i].member);
 }
 
 // The counts of a row, from the doubles of the collective buffer or the int64 counters of the tensor path.
 // A double must be a whole number in [0, 2^53) (derive() checks before it converts).
 template <class T>
 batch_counts counts_from_row(const T* row) {
-  const auto count = [](T v) { return static_cast<std::int64_t>(v); };
   batch_counts n;
-  n.real_tokens = count(row[row_real_tokens]);
-  n.padding_tokens = count(row[row_padding_tokens]);
-  n.documents = count(row[row_documents]);
-  n.causal_pairs = count(row[row_causal_pairs]);
-  n.items = count(row[row_items]);
-  n.patches = count(row[row_patches]);
-  n.merged_tokens = count(row[row_merged_tokens]);
-  n.vision_pairs_per_frame = count(row[row_vision_pairs_per_frame]);
-  n.vision_pairs_whole = count(row[row_vision_pairs_whole]);
-  n.itemless_device_tokens = count(row[row_itemless_device_tokens]);
-  n.itemless_causal_pairs = count(row[row_itemless_causal_pairs]);
+  for (std::size_t i = 0; i < kCountFieldCount; ++i) n.*kCountFields[i].member = static_cast<std::int64_t>(row[i]);
   return n;
 }
 

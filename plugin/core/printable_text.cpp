@@ -1,5 +1,7 @@
 // printable_text (flopmeter/error.h): the one escaping of text for terminals and logs. detail::quoted
-// (spec_rules.h), the tool's output and every error's message go through it.
+// (printable_text.h), the tool's output and every error's message go through it.
+#include "core/printable_text.h"
+
 #include <string>
 #include <string_view>
 
@@ -42,5 +44,7 @@ std::string printable_text(std::string_view text, bool keep_newlines) {
   }
   return out;
 }
+
+std::string detail::quoted(std::string_view text) { return "\"" + printable_text(text) + "\""; }
 
 }  // namespace flopmeter

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/printable_text.h"  // quoted(), which the rules' messages and their readers use
 #include "flopmeter/error.h"
 #include "flopmeter/model_spec.h"
 
@@ -35,11 +36,6 @@ struct spec_violation {
   std::string what;
   std::vector<std::string> also;  // other fields the problem involves; a loader cites the first one its file sets
 };
-
-// `text` in double quotes for a message, through printable_text (flopmeter/error.h): control characters
-// (C0, DEL, C1) written as \u00XX and invalid UTF-8 as \xHH, so that a value from a hostile file cannot drive
-// the user's terminal when the message is printed.
-std::string quoted(std::string_view text);
 
 // The model types flopmeter models, for "unknown model type" messages: "\"qwen3_vl\", \"qwen3_5\"".
 bool is_supported_model_type(std::string_view model_type);
@@ -111,7 +107,8 @@ struct schema_field {
   std::string_view table;
   std::string_view key;
 };
-// Every field of [text_config] and [vision_config] in SCHEMA.md order.
+// Every field of [text_config] and [vision_config] in SCHEMA.md order: the keys the TOML loader allows in those
+// tables (model_toml.cpp) and the lines `flopmeter import` writes (hf_config.cpp).
 const std::vector<schema_field>& schema_fields();
 
 }  // namespace flopmeter::detail

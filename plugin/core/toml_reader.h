@@ -1,4 +1,4 @@
-// plugin/core/toml_reader.h — internal: the TOML++ helpers both config loaders share (model_config.cpp for the
+// plugin/core/toml_reader.h — internal: the TOML++ helpers both config loaders share (model_toml.cpp for the
 // model file, throughput_config.cpp for the plugin file). Not installed; TOML++ never reaches include/.
 //
 // Every problem throws flopmeter::error. Messages read
@@ -19,16 +19,11 @@
 
 #include <toml++/toml.h>
 
+#include "core/config_files.h"  // read_file, which every TOML loader calls before parse_toml
 #include "flopmeter/array_view.h"
 #include "flopmeter/error.h"
 
 namespace flopmeter::detail {
-
-// The contents of the file at `path`. `what` names the file's role in the errors, e.g. "model config":
-//   PATH: cannot open model config: no such file
-// The cause is the operating system's (errno / std::filesystem): "no such file", "permission denied",
-// "too many levels of symbolic links", "is a directory", "not a regular file (a FIFO)", ...
-std::string read_file(const std::string& path, std::string_view what);
 
 // Limits of the pre-scan that runs before TOML++ sees a document. TOML++ parses dotted keys, table headers
 // and nested arrays / inline tables recursively, so a header of 35,000 parts overflowed its stack (and the

@@ -21,7 +21,7 @@
 #include <utility>
 
 #include "flopmeter/error.h"
-#include "core/spec_rules.h"
+#include "core/printable_text.h"
 #include "output/logging.h"
 #include "output/sink_paths.h"
 #include "output/tensorboard_records.h"

@@ -16,6 +16,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "comm/c10d_internal.h"
 #include "flopmeter/c10d.h"
@@ -145,8 +146,21 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
   // Whether the micro-batch has images or videos is a shape fact, known on the host (regime_coefficients).
   const at::Tensor padding = constant(b.padding_tokens, options);
   const at::Tensor itemless_tokens = has_grids ? zero : real + padding, itemless_pairs = has_grids ? zero : pairs;
-  return at::stack({real, padding, documents, pairs, items, patches, merged, per_frame, whole, itemless_tokens,
-                    itemless_pairs, invalid.to(at::kDouble)});
+  // In the row's order (row_layout.h, kCountFields), then the invalid entries.
+  std::vector<at::Tensor> entries(static_cast<std::size_t>(kCountEntries));
+  entries[row_real_tokens] = real;
+  entries[row_padding_tokens] = padding;
+  entries[row_documents] = documents;
+  entries[row_causal_pairs] = pairs;
+  entries[row_items] = items;
+  entries[row_patches] = patches;
+  entries[row_merged_tokens] = merged;
+  entries[row_vision_pairs_per_frame] = per_frame;
+  entries[row_vision_pairs_whole] = whole;
+  entries[row_itemless_device_tokens] = itemless_tokens;
+  entries[row_itemless_causal_pairs] = itemless_pairs;
+  entries[kRowCountFields] = invalid.to(at::kDouble);
+  return at::stack(entries);
 }
 
 batch_counts to_batch_counts(const at::Tensor& counts) {

@@ -1,0 +1,213 @@
+// plugin/core/batch_counts.cpp — the exact unit counts of a micro-batch (flopmeter/flop_model.h batch_counts):
+// tokens, documents and causal pairs from the three ways a trainer describes documents, patches and vision
+// pairs from the image grids, and their overflow-checked sums. Positions are scanned in positions_scan.cpp.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/count_fields.h"
+#include "core/positions_scan.h"
+#include "flopmeter/array_view.h"
+#include "flopmeter/error.h"
+#include "flopmeter/flop_model.h"
+
+namespace flopmeter {
+namespace {
+
+std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
+  std::int64_t sum = 0;
+  if (__builtin_add_overflow(a, b, &sum)) {
+    throw error(std::string(what) + " overflows a 64-bit count");
+  }
+  return sum;
+}
+
+// The slow path of batch_counts::operator+=: which count overflows, in the table's order, the device tokens
+// (real + padding) checked after the padding (the first checked_add that overflows throws, naming it).
+[[noreturn]] void throw_count_overflow(const batch_counts& a, const batch_counts& o) {
+  batch_counts sum;
+  for (const detail::count_field& field : detail::kCountFields) {
+    sum.*field.member = checked_add(a.*field.member, o.*field.member, field.overflow_name);
+    if (field.member == &batch_counts::padding_tokens) {
+      checked_add(sum.real_tokens, sum.padding_tokens, "device token count");
+    }
+  }
+  throw error("a batch count overflows a 64-bit count");  // not reached: one of the sums above overflows
+}
+
+}  // namespace
+
+batch_counts& batch_counts::operator+=(const batch_counts& o) {
+  // The hot path (on_microbatch adds every batch): the sums into a copy, then the slow path on any overflow,
+  // which names the count; *this is unchanged then.
+  batch_counts sum = *this;
+  bool overflow = false;
+  for (const detail::count_field& field : detail::kCountFields) {
+    overflow |= __builtin_add_overflow(sum.*field.member, o.*field.member, &(sum.*field.member));
+  }
+  std::int64_t device = 0;
+  overflow |= __builtin_add_overflow(sum.real_tokens, sum.padding_tokens, &device);
+  if (overflow) throw_count_overflow(*this, o);
+  *this = sum;
+  return *this;
+}
+
+bool operator==(const batch_counts& a, const batch_counts& b) {
+  for (const detail::count_field& field : detail::kCountFields) {
+    if (a.*field.member != b.*field.member) return false;
+  }
+  return true;
+}
+
+vision_geometry geometry_of(const model_spec& spec) {
+  vision_geometry g;
+  if (spec.vision) {
+    g.has_vision = true;
+    g.spatial_merge_size = spec.vision->spatial_merge_size;
+  }
+  return g;
+}
+
+namespace {
+
+void check_padding(std::int64_t padding_tokens) {
+  if (padding_tokens < 0) {
+    throw error("padding_tokens must be >= 0 (got " + std::to_string(padding_tokens) + ")");
+  }
+}
+
+// Sets the padding once the documents are counted; real + padding (the device tokens) must fit too.
+void set_padding(batch_counts& counts, std::int64_t padding_tokens) {
+  std::int64_t device_tokens = 0;
+  if (__builtin_add_overflow(counts.real_tokens, padding_tokens, &device_tokens)) {
+    throw error("real tokens + padding_tokens overflows a 64-bit count");
+  }
+  counts.padding_tokens = padding_tokens;
+}
+
+// Adds one document of `length` tokens: L tokens, L(L+1)/2 causal pairs. The hot path allocates nothing:
+// messages are built only on the error path.
+[[noreturn]] void document_error(const char* source, std::size_t index, std::int64_t length, const char* what) {
+  throw error(std::string(source) + "[" + std::to_string(index) + "] = " + std::to_string(length) + ": " + what);
+}
+
+void add_document(batch_counts& counts, std::int64_t length, std::size_t index, const char* source) {
+  if (length < 0) {
+    throw error(std::string(source) + "[" + std::to_string(index) + "]: document length must be >= 0 (got " +
+                std::to_string(length) + ")");
+  }
+  // L(L+1)/2 without forming L(L+1): one of L and L+1 is even, so halve that one first. The pair count fits
+  // int64 up to L = 2^32 - 1 (L(L+1) itself would overflow from L = 3,037,000,500); check it exactly.
+  std::int64_t next = 0, pairs = 0;
+  if (__builtin_add_overflow(length, 1, &next) ||
+      __builtin_mul_overflow(length % 2 == 0 ? length / 2 : length, length % 2 == 0 ? next : next / 2, &pairs)) {
+    document_error(source, index, length, "causal pair count overflows a 64-bit count");
+  }
+  if (__builtin_add_overflow(counts.real_tokens, length, &counts.real_tokens) ||
+      __builtin_add_overflow(counts.causal_pairs, pairs, &counts.causal_pairs)) {
+    document_error(source, index, length, "the batch's token or pair count overflows a 64-bit count");
+  }
+  counts.documents += 1;
+}
+
+// Adds the grids' counts to `counts` (shared by the three count_from_* functions).
+void add_grids(batch_counts& counts, array_view<image_grid> grids, const vision_geometry& geometry) {
+  if (!grids.empty() && !geometry.has_vision) {
+    throw error("the batch has " + std::to_string(grids.size()) + " image grid(s) but the model has no vision tower");
+  }
+  const std::int64_t m = geometry.spatial_merge_size;
+  for (std::size_t i = 0; i < grids.size(); ++i) {
+    const image_grid& g = grids[i];
+    // Built only on the error path, so a valid batch allocates nothing.
+    const auto fail = [&](const std::string& what) {
+      throw error("image_grids[" + std::to_string(i) + "] = (" + std::to_string(g.t) + ", " + std::to_string(g.h) +
+                  ", " + std::to_string(g.w) + "): " + what);
+    };
+    if (g.t < 1 || g.h < 1 || g.w < 1) fail("t, h and w must be >= 1");
+    if (g.h % m != 0 || g.w % m != 0) fail("h and w must be multiples of spatial_merge_size " + std::to_string(m));
+    std::int64_t frame = 0, patches = 0, frame_squared = 0, per_frame_pairs = 0, whole_pairs = 0;
+    if (__builtin_mul_overflow(g.h, g.w, &frame) || __builtin_mul_overflow(g.t, frame, &patches) ||
+        __builtin_mul_overflow(frame, frame, &frame_squared) ||
+        __builtin_mul_overflow(frame_squared, g.t, &per_frame_pairs) ||
+        __builtin_mul_overflow(patches, patches, &whole_pairs)) {
+      fail("patch or pair count overflows a 64-bit count");
+    }
+    if (__builtin_add_overflow(counts.patches, patches, &counts.patches) ||
+        __builtin_add_overflow(counts.merged_tokens, patches / (m * m), &counts.merged_tokens) ||
+        __builtin_add_overflow(counts.vision_pairs_per_frame, per_frame_pairs, &counts.vision_pairs_per_frame) ||
+        __builtin_add_overflow(counts.vision_pairs_whole, whole_pairs, &counts.vision_pairs_whole)) {
+      fail("the batch's patch or pair count overflows a 64-bit count");
+    }
+    counts.items += 1;
+  }
+  // A micro-batch without images or videos: all of its text work is itemless (regime_coefficients).
+  if (counts.items == 0) {
+    counts.itemless_device_tokens = counts.real_tokens + counts.padding_tokens;  // checked by set_padding
+    counts.itemless_causal_pairs = counts.causal_pairs;
+  }
+}
+
+}  // namespace
+
+batch_counts count_from_lengths(array_view<std::int64_t> document_lengths, std::int64_t padding_tokens,
+                                array_view<image_grid> grids, const vision_geometry& geometry) {
+  check_padding(padding_tokens);
+  batch_counts counts;
+  for (std::size_t i = 0; i < document_lengths.size(); ++i)
+    add_document(counts, document_lengths[i], i, "document_lengths");
+  set_padding(counts, padding_tokens);
+  add_grids(counts, grids, geometry);
+  return counts;
+}
+
+batch_counts count_from_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int64_t padding_tokens,
+                                   array_view<image_grid> grids, const vision_geometry& geometry) {
+  check_padding(padding_tokens);
+  batch_counts counts;
+  if (!cu_seqlens.empty() && cu_seqlens[0] != 0) {
+    throw error("cu_seqlens[0] must be 0 (got " + std::to_string(cu_seqlens[0]) + ")");
+  }
+  for (std::size_t i = 1; i < cu_seqlens.size(); ++i) {
+    if (cu_seqlens[i] < cu_seqlens[i - 1]) {
+      throw error("cu_seqlens[" + std::to_string(i) + "] = " + std::to_string(cu_seqlens[i]) +
+                  " is less than cu_seqlens[" + std::to_string(i - 1) + "] = " + std::to_string(cu_seqlens[i - 1]) +
+                  " (cu_seqlens must be non-decreasing)");
+    }
+    std::int64_t length = 0;
+    if (__builtin_sub_overflow(cu_seqlens[i], cu_seqlens[i - 1], &length)) {
+      throw error("cu_seqlens[" + std::to_string(i) + "]: document length overflows a 64-bit count");
+    }
+    add_document(counts, length, i - 1, "cu_seqlens document");
+  }
+  set_padding(counts, padding_tokens);
+  add_grids(counts, grids, geometry);
+  return counts;
+}
+
+namespace {
+// Positions are scanned in core/positions_scan.cpp (one entry per token, so it runs at memory speed).
+template <class T>
+batch_counts count_positions(array_view<T> positions, std::int64_t padding_tokens, array_view<image_grid> grids,
+                             const vision_geometry& geometry) {
+  check_padding(padding_tokens);
+  const detail::positions_totals totals = detail::scan_positions(positions);
+  batch_counts counts;
+  counts.real_tokens = totals.tokens;
+  counts.documents = totals.documents;
+  counts.causal_pairs = totals.causal_pairs;
+  set_padding(counts, padding_tokens);
+  add_grids(counts, grids, geometry);
+  return counts;
+}
+}  // namespace
+
+batch_counts count_from_positions(array_view<std::int64_t> positions, std::int64_t padding_tokens,
+                                  array_view<image_grid> grids, const vision_geometry& geometry) {
+  return count_positions(positions, padding_tokens, grids, geometry);
+}
+batch_counts count_from_positions(array_view<std::int32_t> positions, std::int64_t padding_tokens,
+                                  array_view<image_grid> grids, const vision_geometry& geometry) {
+  return count_positions(positions, padding_tokens, grids, geometry);
+}
+
+}  // namespace flopmeter

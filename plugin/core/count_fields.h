@@ -1,0 +1,54 @@
+// plugin/core/count_fields.h — internal: the one table of batch_counts' fields (flopmeter/flop_model.h). Every
+// place that goes through the counts field by field reads it: their sums and comparison (batch_counts.cpp), the
+// per-log row (accounting/row_layout.h, whose count entries are the table's indexes), the tensor path's counts
+// (tensor/torch_path.cpp) and `flopmeter estimate`'s counts (tools/cli_estimate.cpp).
+// Not installed. Thread-safety: an immutable table.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <string_view>
+
+#include "flopmeter/flop_model.h"
+
+namespace flopmeter::detail {
+
+struct count_field {
+  std::string_view name;               // as reports name it ("real_tokens")
+  std::int64_t batch_counts::*member;  // the field
+  const char* overflow_name;           // what a sum that overflows says: "<overflow_name> overflows a 64-bit count"
+};
+
+// batch_counts' fields in declaration order. The first kReportedCountFields are the counts reports show (the
+// nine of `flopmeter estimate` and the C ABI's flopmeter_counts); the two itemless_* split the text counts by
+// micro-batches without images (regime_coefficients) and travel in the per-log row only.
+inline constexpr count_field kCountFields[] = {
+    {"real_tokens", &batch_counts::real_tokens, "real token count"},
+    {"padding_tokens", &batch_counts::padding_tokens, "padding token count"},
+    {"documents", &batch_counts::documents, "document count"},
+    {"causal_pairs", &batch_counts::causal_pairs, "causal pair count"},
+    {"items", &batch_counts::items, "image count"},
+    {"patches", &batch_counts::patches, "patch count"},
+    {"merged_tokens", &batch_counts::merged_tokens, "merged token count"},
+    {"vision_pairs_per_frame", &batch_counts::vision_pairs_per_frame, "vision pair count"},
+    {"vision_pairs_whole", &batch_counts::vision_pairs_whole, "vision pair count"},
+    {"itemless_device_tokens", &batch_counts::itemless_device_tokens, "device token count"},
+    {"itemless_causal_pairs", &batch_counts::itemless_causal_pairs, "causal pair count"},
+};
+inline constexpr std::size_t kCountFieldCount = std::size(kCountFields);
+inline constexpr std::size_t kReportedCountFields = 9;
+
+// A field added to batch_counts and not to the table fails here.
+static_assert(sizeof(batch_counts) == kCountFieldCount * sizeof(std::int64_t),
+              "every batch_counts field has an entry in kCountFields");
+
+// The index of `member` in kCountFields; kCountFieldCount for a member the table lacks.
+constexpr std::size_t count_field_index(std::int64_t batch_counts::*member) {
+  for (std::size_t i = 0; i < kCountFieldCount; ++i) {
+    if (kCountFields[i].member == member) return i;
+  }
+  return kCountFieldCount;
+}
+
+}  // namespace flopmeter::detail

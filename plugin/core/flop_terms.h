@@ -1,0 +1,71 @@
+// plugin/core/flop_terms.h — internal: the pieces every FLOP coefficient is built from. Saturating 128-bit
+// multiply-add counts that remember which model_spec fields formed them (`term`), and the multiply-adds per
+// token (or per pair, per patch) of each GEMM family, each with its derivation in flop_terms.cpp. The
+// full-training coefficients (flop_model.cpp) and the per-regime ones (training_regime.cpp) both bill these;
+// flop_terms.cpp also builds the coefficient_overflow they throw. The bottom of the FLOP model's files.
+// Not installed. Thread-safety: pure functions on values.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "flopmeter/model_spec.h"
+
+namespace flopmeter::detail {
+
+__extension__ typedef __int128 int128;
+__extension__ typedef unsigned __int128 uint128;
+
+// fwd + dgrad + wgrad (3) x FLOPs per multiply-add (2).
+constexpr int128 kTrain = 3 * 2;
+// A layer whose input needs no gradient (the first one, on pixels): fwd + wgrad (2) x 2.
+constexpr int128 kForwardAndWeightGradient = 2 * 2;
+
+// Saturating arithmetic with provenance. Sizes are capped at 2^31 by the loader, but products of several
+// (the merger's (m^2 * hv)^2 is up to 2^186) and layer counts times per-layer work can exceed even 128 bits.
+// A `term` saturates at kSaturated (2^120, far above any int64) instead of wrapping, and remembers the
+// model_spec fields it was formed from, so an overflow says which sizes are to blame. A sum keeps the fields
+// of its largest part: the part that made it too large.
+constexpr int128 kSaturated = int128{1} << 120;
+
+struct term {
+  int128 value = 0;
+  std::vector<const char*> fields;
+};
+
+// A product of sizes (each >= 0); `field` is nullptr for a constant factor.
+struct factor {
+  int128 value;
+  const char* field;
+};
+
+term product(std::initializer_list<factor> factors);
+term operator*(term t, const factor& f);
+term operator+(const term& a, const term& b);
+
+// Training FLOPs of a per-unit multiply-add count, as int64; coefficient_overflow names the fields otherwise.
+std::int64_t to_coefficient(const term& macs, int128 passes, const char* name);
+// Reports add some coefficients (dense_per_token + mtp_per_token, the text + MTP pair terms): the sums must fit
+// too; throws coefficient_overflow named `name` otherwise.
+void check_sum_fits(std::int64_t a, const term& a_macs, std::int64_t b, const term& b_macs, const char* name);
+// Exact a*b rounded once to double (a, b are exact int64 counts / coefficients).
+double exact_product(std::int64_t a, std::int64_t b);
+
+// Per-token (per-pair, per-patch) multiply-adds of each GEMM family. Field names are model_spec paths.
+term full_attention_projection_macs(const text_spec& t);
+term gated_deltanet_macs(const text_spec& t);
+term swiglu_macs(const text_spec& t, std::int64_t width, const char* width_field);
+struct moe_block_macs {
+  term router, routed_experts, shared_expert, shared_expert_gate;
+  term total() const { return router + routed_experts + shared_expert + shared_expert_gate; }
+};
+moe_block_macs moe_macs(const text_spec& t);
+term logits_macs(const text_spec& t);
+term attention_pair_macs(const text_spec& t);
+term vit_block_macs(const vision_spec& v);
+term vit_attention_pair_macs(const vision_spec& v);
+term patch_embed_macs(const vision_spec& v);
+term merger_macs(const vision_spec& v);
+
+}  // namespace flopmeter::detail

@@ -1,0 +1,122 @@
+// plugin/core/flop_totals.cpp — the FLOPs of a micro-batch's counts (compute_flops, exact_total_flops,
+// flopmeter/flop_model.h): coefficient x count per term, formed exactly in 128 bits and rounded once to double,
+// or summed exactly as a decimal integer.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/flop_terms.h"
+#include "flopmeter/flop_model.h"
+
+namespace flopmeter {
+
+using detail::exact_product;
+using detail::int128;
+using detail::uint128;
+
+double flop_breakdown::total() const {
+  return text_dense + text_attention + vision_dense + vision_attention + patch_embed + merger + mtp;
+}
+
+namespace {
+
+// The products of one micro-batch, term by term: compute_flops rounds each once to double, exact_total_flops
+// sums them exactly. One list, so that the two can never disagree on which coefficient meets which count.
+struct flop_product {
+  double flop_breakdown::*term;
+  std::int64_t coefficient;
+  std::int64_t count;
+};
+
+// At most 8 products (complete scope: 7 terms, mtp has two); `out` must hold that many. Returns how many.
+std::size_t flop_products(const coefficients& c, const batch_counts& n, flop_scope scope, flop_product* out) {
+  std::size_t k = 0;
+  // Padding tokens run through every projection and the MLP (the device computes them), so they cost dense
+  // FLOPs; they belong to no document, so they add no attention pairs.
+  out[k++] = {&flop_breakdown::text_dense, c.dense_per_token, n.device_tokens()};
+  out[k++] = {&flop_breakdown::text_attention, c.text_attn_pair, n.causal_pairs};
+  out[k++] = {&flop_breakdown::vision_dense, c.vision_per_patch, n.patches};
+  if (scope == flop_scope::seed) {
+    out[k++] = {&flop_breakdown::vision_attention, c.vision_attn_pair, n.vision_pairs_whole};
+    return k;
+  }
+  out[k++] = {&flop_breakdown::vision_attention, c.vision_attn_pair, n.vision_pairs_per_frame};
+  out[k++] = {&flop_breakdown::patch_embed, c.patch_embed_per_patch, n.patches};
+  out[k++] = {&flop_breakdown::merger, c.merger_per_merged_token, n.merged_tokens};
+  out[k++] = {&flop_breakdown::mtp, c.mtp_per_token, n.device_tokens()};
+  out[k++] = {&flop_breakdown::mtp, c.mtp_attn_pair, n.causal_pairs};
+  return k;
+}
+
+constexpr std::size_t kMaxFlopProducts = 8;
+
+}  // namespace
+
+flop_breakdown compute_flops(const coefficients& c, const batch_counts& n, flop_scope scope) {
+  flop_product products[kMaxFlopProducts];
+  const std::size_t count = flop_products(c, n, scope, products);
+  flop_breakdown f;
+  for (std::size_t i = 0; i < count; ++i)
+    f.*products[i].term += exact_product(products[i].coefficient, products[i].count);
+  return f;
+}
+
+flop_breakdown compute_flops(const regime_coefficients& rc, const batch_counts& n, flop_scope scope) {
+  flop_breakdown f = compute_flops(rc.with_items, n, scope);
+  const coefficients& with = rc.with_items;
+  const coefficients& without = rc.without_items;
+  // One set for every micro-batch (every regime but a frozen decoder): exactly compute_flops(with_items, ...),
+  // bit for bit (two rounded products would not always sum to the one rounded product above 2^53).
+  const bool same = with.dense_per_token == without.dense_per_token && with.text_attn_pair == without.text_attn_pair &&
+                    with.mtp_per_token == without.mtp_per_token && with.mtp_attn_pair == without.mtp_attn_pair;
+  if (same || (n.itemless_device_tokens == 0 && n.itemless_causal_pairs == 0)) return f;
+  // Text terms: with_items over the tokens and pairs of micro-batches with items, without_items over the rest.
+  const std::int64_t device = n.device_tokens() - n.itemless_device_tokens;
+  const std::int64_t pairs = n.causal_pairs - n.itemless_causal_pairs;
+  f.text_dense =
+      exact_product(with.dense_per_token, device) + exact_product(without.dense_per_token, n.itemless_device_tokens);
+  f.text_attention =
+      exact_product(with.text_attn_pair, pairs) + exact_product(without.text_attn_pair, n.itemless_causal_pairs);
+  if (scope == flop_scope::complete) {
+    f.mtp = exact_product(with.mtp_per_token, device) + exact_product(with.mtp_attn_pair, pairs) +
+            exact_product(without.mtp_per_token, n.itemless_device_tokens) +
+            exact_product(without.mtp_attn_pair, n.itemless_causal_pairs);
+  }
+  return f;
+}
+
+std::string exact_total_flops(const coefficients& c, const batch_counts& n, flop_scope scope) {
+  flop_product products[kMaxFlopProducts];
+  const std::size_t count = flop_products(c, n, scope, products);
+  // Each product of two int64 fits in int128 with a bit to spare (|a*b| < 2^126); coefficients and counts are
+  // >= 0, so 8 of them sum below 2^129: the sum is kept in unsigned 128 bits plus a carry count of 2^128s.
+  uint128 low = 0;
+  unsigned carries = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const uint128 product =
+        static_cast<uint128>(static_cast<int128>(products[i].coefficient) * static_cast<int128>(products[i].count));
+    if (low + product < low) ++carries;
+    low += product;
+  }
+  // Decimal digits of carries * 2^128 + low, by long division of the two-limb number by 10.
+  std::string digits;
+  do {
+    // (carries * 2^128 + low) / 10: carries < 10 here, so carries * 2^128 = q * 10 + r with the division done
+    // on (r * 2^128 + low) via 2^128 = 10 * 34028236692093846346337460743176821145 + 6.
+    const uint128 kTwo128Div10 = (~static_cast<uint128>(0)) / 10;  // floor((2^128 - 1) / 10)
+    const unsigned kTwo128Mod10 = 6;                               // 2^128 mod 10
+    const uint128 high_quotient = static_cast<uint128>(carries) * kTwo128Div10;
+    const unsigned high_remainder = carries * kTwo128Mod10;  // < 60
+    const uint128 low_quotient = low / 10;
+    const unsigned low_remainder = static_cast<unsigned>(low % 10);
+    const unsigned remainder = high_remainder + low_remainder;  // < 70
+    uint128 quotient = high_quotient + low_quotient + remainder / 10;
+    // high_quotient + low_quotient fits: the true quotient is below 2^129 / 10 < 2^128 for carries <= 1.
+    digits.push_back(static_cast<char>('0' + remainder % 10));
+    carries = 0;
+    low = quotient;
+  } while (low != 0);
+  return std::string(digits.rbegin(), digits.rend());
+}
+
+}  // namespace flopmeter
