@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "abi/abi_common.h"
 #include "accounting/count_event.h"
+#include "core/count_fields.h"
 #include "flopmeter/c_api.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
@@ -98,7 +100,7 @@ bool scope_from(int value, flop_scope& scope) {
 }
 
 // The nine counts, field by field: the C struct's and batch_counts' (one table for both directions).
-constexpr std::pair<int64_t flopmeter_counts::*, std::int64_t batch_counts::*> kCountFields[] = {
+constexpr std::pair<int64_t flopmeter_counts::*, std::int64_t batch_counts::*> kAbiCountFields[] = {
     {&flopmeter_counts::real_tokens, &batch_counts::real_tokens},
     {&flopmeter_counts::padding_tokens, &batch_counts::padding_tokens},
     {&flopmeter_counts::documents, &batch_counts::documents},
@@ -110,20 +112,30 @@ constexpr std::pair<int64_t flopmeter_counts::*, std::int64_t batch_counts::*> k
     {&flopmeter_counts::vision_pairs_whole, &batch_counts::vision_pairs_whole},
 };
 
+// flopmeter_counts holds the counts reports show, in the order of the one field table (core/count_fields.h).
+constexpr bool in_table_order() {
+  if (std::size(kAbiCountFields) != detail::kReportedCountFields) return false;
+  for (std::size_t i = 0; i < std::size(kAbiCountFields); ++i) {
+    if (kAbiCountFields[i].second != detail::kCountFields[i].member) return false;
+  }
+  return true;
+}
+static_assert(in_table_order(), "flopmeter_counts' fields are core/count_fields.h's reported counts, in order");
+
 batch_counts counts_from(const flopmeter_counts& c) {
   batch_counts n;
-  for (const auto& [c_field, field] : kCountFields) n.*field = c.*c_field;
+  for (const auto& [c_field, field] : kAbiCountFields) n.*field = c.*c_field;
   return n;
 }
 
 void counts_to(const batch_counts& n, flopmeter_counts& c) {
-  for (const auto& [c_field, field] : kCountFields) c.*c_field = n.*field;
+  for (const auto& [c_field, field] : kAbiCountFields) c.*c_field = n.*field;
 }
 
 // Counts must be >= 0: the FLOP model's products are exact only for the counts a batch can have.
 bool counts_valid(const flopmeter_counts* c) {
   if (c == nullptr || c->struct_size < sizeof(flopmeter_counts)) return false;
-  for (const auto& entry : kCountFields) {
+  for (const auto& entry : kAbiCountFields) {
     if (c->*entry.first < 0) return false;
   }
   return true;

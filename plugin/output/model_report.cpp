@@ -1,6 +1,7 @@
 // The FLOP model's reports (model_report.h): what `flopmeter coefficients --json` and `estimate --json` print.
 #include "output/model_report.h"
 
+#include "core/count_fields.h"
 #include "output/json_writer.h"
 
 namespace flopmeter::detail {
@@ -117,15 +118,8 @@ estimate_result estimate_batch(const model_spec& spec, const batch_counts& count
 
 std::string counts_json(const batch_counts& n) {
   json_object object;
-  object.integer("real_tokens", n.real_tokens)
-      .integer("padding_tokens", n.padding_tokens)
-      .integer("documents", n.documents)
-      .integer("causal_pairs", n.causal_pairs)
-      .integer("items", n.items)
-      .integer("patches", n.patches)
-      .integer("merged_tokens", n.merged_tokens)
-      .integer("vision_pairs_per_frame", n.vision_pairs_per_frame)
-      .integer("vision_pairs_whole", n.vision_pairs_whole);
+  for (std::size_t i = 0; i < kReportedCountFields; ++i)
+    object.integer(kCountFields[i].name, n.*kCountFields[i].member);
   return object.str();
 }
 
