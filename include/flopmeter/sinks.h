@@ -80,28 +80,20 @@ struct sink_config {
   std::string tensorboard_dir;  // TensorBoard event files (make_tensorboard_sink, flopmeter/tensorboard.h);
                                 // "{rank}" is replaced by the rank; relative to the working directory when
                                 // make_sinks runs; empty (the default): no TensorBoard sink
-  // Where each path was written (the plugin file, the value's line and column, and the key "sinks.jsonl" /
-  // "sinks.tensorboard"), so that make_sinks reports a path it cannot open there. The plugin TOML loader
-  // fills them; a config built in code may leave them empty (errors then name the key alone).
-  error_location jsonl_at;
-  error_location tensorboard_at;
-  // Files no sink may write into: the plugin file and the model config it names (the plugin TOML loader fills
-  // them). make_sinks refuses a JSONL path that is one of them, compared by device and inode (so a link or
-  // another spelling of the same file is caught): appending records would corrupt the next run's config.
-  std::vector<std::string> config_files;
 };
 
 // The sinks `config` names, for the process of rank `rank`, logging through `logger` (a private one when
 // null): the console sink first, then the JSONL sink, then the TensorBoard sink. Throws flopmeter::error when
 // a sink cannot be made: a path holding a NUL character, a JSONL path that cannot be opened for append now,
 // that exists and is not a regular file (a FIFO, socket, device or directory; /dev/null and /dev/full are
-// accepted: writing to them never blocks), or that is one of config_files, or a TensorBoard directory that
-// cannot be created or written, or that exists and is not a directory. The error is located at jsonl_at /
-// tensorboard_at (file:line:col and key), and its text names the path (with the working directory a
-// relative path is resolved against), the system's reason and, where the reason implies one, what to do:
-//   p.toml:4:9: key 'sinks.jsonl': cannot open "out/m_0.jsonl" (relative to the working directory "/w") for
-//   append: No such file or directory (the directory "out" does not exist: create it first, or change
-//   [sinks] jsonl)
+// accepted: writing to them never blocks), or a TensorBoard directory that cannot be created or written, or
+// that exists and is not a directory. The error names the key ("sinks.jsonl" / "sinks.tensorboard"), the path
+// (with the working directory a relative path is resolved against), the system's reason and, where the
+// reason implies one, what to do:
+//   key 'sinks.jsonl': cannot open "out/m_0.jsonl" (relative to the working directory "/w") for append: No
+//   such file or directory (the directory "out" does not exist: create it first, or change [sinks] jsonl)
+// From a plugin file (create_throughput_plugin and the C ABI), the same errors also cite the file:line:col
+// the path was written at, and a JSONL path that is the plugin file or its model config is refused.
 // (make_jsonl_sink alone opens lazily and counts failed records.)
 std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
                                               std::shared_ptr<spdlog::logger> logger = nullptr);

@@ -183,10 +183,6 @@ struct plugin_config {
   // [logging] rendezvous_timeout_ms: only for the Gloo group flopmeter builds itself from a plugin file (C ABI
   // flopmeter_create_gloo_from_env): the bound on the rendezvous on every rank, and Gloo's collective timeout.
   std::chrono::milliseconds rendezvous_timeout{60000};
-  // Where the [parallel] table was written (the plugin file, its line and column, key "parallel"), so that a
-  // layout that does not fit the world (tp*cp*pp above or not dividing world_size, known only at create) is
-  // reported there. The loader fills it when the file has a [parallel] table; otherwise it stays empty.
-  error_location parallel_at;
 };
 
 // Reads a plugin TOML file (see docs in plugin_configs/SCHEMA.md): the model config path (relative to the
