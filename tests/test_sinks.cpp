@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <spdlog/logger.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <fcntl.h>
@@ -19,6 +20,7 @@
 #include <future>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -492,6 +494,61 @@ TEST(CallbackSink, ThrowingCallbackIsCountedNotPropagated) {
 }
 
 TEST(CallbackSink, EmptyCallbackIsASetupError) { EXPECT_THROW(make_callback_sink(nullptr), error); }
+
+// ---- flush ---------------------------------------------------------------------------------------------
+
+// A sink whose flush_ fails the first time.
+class failing_flush_sink final : public sink {
+ public:
+  int flushes = 0;
+
+ protected:
+  void write_(const metrics_record&) override {}
+  void flush_() override {
+    if (++flushes == 1) throw std::runtime_error("device gone");
+  }
+};
+
+TEST(Sink, AFailingFlushIsCountedNotThrown) {
+  failing_flush_sink s;
+  EXPECT_NO_THROW(s.flush());
+  EXPECT_NO_THROW(s.flush());
+  EXPECT_EQ(s.flushes, 2);
+  EXPECT_EQ(s.failures(), 1u);
+}
+
+TEST(Sink, FlushDoesNothingForASinkThatWritesThrough) {
+  temp_dir dir;
+  const fs::path path = dir.path / "m.jsonl";
+  auto jsonl = make_jsonl_sink(path.string());
+  jsonl->write(record_at(1, 40.0));
+  EXPECT_NO_THROW(jsonl->flush());
+  EXPECT_EQ(jsonl->failures(), 0u);
+  EXPECT_EQ(read_file(path), "{\"step\":1,\"perf/mfu\":40,\"train/loss\":2.5}\n");  // written before the flush
+  auto callback = make_callback_sink([](const metrics_record&) {});
+  EXPECT_NO_THROW(callback->flush());
+  EXPECT_EQ(callback->failures(), 0u);
+}
+
+// An spdlog sink that counts its flushes, as spdlog's base_sink calls flush_().
+class counting_log_sink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  int flushes = 0;
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg&) override {}
+  void flush_() override { ++flushes; }
+};
+
+TEST(ConsoleSink, FlushFlushesItsLogger) {
+  auto log_sink = std::make_shared<counting_log_sink>();
+  auto logger = std::make_shared<spdlog::logger>("flush-test", log_sink);
+  auto console = make_console_sink(logger);
+  console->write(record_at(1, 40.0));
+  EXPECT_EQ(log_sink->flushes, 0);
+  console->flush();
+  EXPECT_EQ(log_sink->flushes, 1);
+}
 
 TEST(Sink, WritesFromSeveralThreadsAreSerialised) {
   std::int64_t total = 0;  // plain: the sink's lock must make this safe

@@ -413,18 +413,60 @@ TEST(throughput, events_after_flush_are_ignored_and_counted) {
   EXPECT_TRUE(job.sinks[0]->records.empty());
 }
 
-TEST(throughput, emits_on_rank0_only_by_default) {
-  auto group = std::make_shared<fake_group>(2);
+// flush() emits the last interval, then flushes every sink once, after that record; a second flush() does
+// nothing. Records that on_log emits are not followed by a flush.
+TEST(throughput, flush_flushes_each_sink_once_after_the_last_record) {
+  simulated_job job(2, parallel_sizes{}, 0);
+  for (int r = 0; r < 2; ++r) job.microbatch(r, {100});
+  job.advance(1.0);
+  job.log_all(1);
+  for (int r = 0; r < 2; ++r) job.microbatch(r, {100});
+  job.advance(1.0);
+  job.log_all(2);  // emits step 1
+  for (const auto& s : job.sinks) {
+    EXPECT_EQ(s->records.size(), 1u);
+    EXPECT_TRUE(s->flushed_after.empty());
+  }
+  job.flush_all();  // emits step 2, then flushes
+  job.flush_all();
+  for (const auto& s : job.sinks) {
+    EXPECT_EQ(s->records.size(), 2u);
+    EXPECT_EQ(s->flushed_after, std::vector<std::size_t>{2});
+  }
+}
+
+// Two plugins over one fake group with the default options (emit = rank0), a capture sink each.
+struct default_pair {
+  std::shared_ptr<fake_group> group = std::make_shared<fake_group>(2);
   std::vector<std::shared_ptr<capture_sink>> sinks;
   std::vector<std::shared_ptr<throughput_plugin>> plugins;
-  for (int r = 0; r < 2; ++r) {
-    throughput_options o;
-    o.model = small_text_model();
-    auto sink = std::make_shared<capture_sink>();
-    o.sinks = {sink};
-    sinks.push_back(sink);
-    plugins.push_back(throughput_plugin::create(std::move(o), group->rank(r)));
+
+  default_pair() {
+    for (int r = 0; r < 2; ++r) {
+      throughput_options o;
+      o.model = small_text_model();
+      auto sink = std::make_shared<capture_sink>();
+      o.sinks = {sink};
+      sinks.push_back(sink);
+      plugins.push_back(throughput_plugin::create(std::move(o), group->rank(r)));
+    }
   }
+};
+
+// A rank that writes no record (emit = rank0, the default) flushes no sink either.
+TEST(throughput, flush_reaches_the_sinks_only_where_records_are_written) {
+  default_pair pair;
+  auto& sinks = pair.sinks;
+  auto& plugins = pair.plugins;
+  for (auto& p : plugins) p->flush();
+  EXPECT_EQ(sinks[0]->flushed_after, std::vector<std::size_t>{0});
+  EXPECT_TRUE(sinks[1]->flushed_after.empty());
+}
+
+TEST(throughput, emits_on_rank0_only_by_default) {
+  default_pair pair;
+  auto& sinks = pair.sinks;
+  auto& plugins = pair.plugins;
   // A micro-batch on each rank: an interval without any would be a warm-up, written by no rank.
   const std::vector<std::int64_t> lengths = {10};
   microbatch_event batch;

@@ -1,15 +1,15 @@
 // flopmeter/sinks.h — where derived metrics go: a console line, a JSONL file, a user callback.
 //
 // A `metrics_record` is one log's metrics as (name, value) pairs in a fixed order, names exactly as in
-// METRICS.md (perf/..., perf_topk/..., train/...). Sinks follow spdlog's base_sink: the public `write()` is
-// final, takes the sink's lock and calls the protected `write_()`, so a sink is safe to share between
-// threads. A sink never throws out of write(): a failing file (disk full, removed) becomes one logged error
-// and the sink keeps trying on later records.
-// Re-entry: a plugin calls write() while holding its own lock, on the thread that fired on_log or flush. From
-// inside write_() (a callback sink's callback) that plugin's health() works, and its on_microbatch, on_log
-// and flush are refused, not deadlocked (throughput.h, "Re-entry"); failures() may be read at any time. A
-// write_() must not write to the same sink again (e.g. through another plugin that shares it): the sink's
-// lock is not recursive.
+// METRICS.md (perf/..., perf_topk/..., train/...). Sinks follow spdlog's base_sink: the public `write()` and
+// `flush()` are not virtual, take the sink's lock and call the protected `write_()` / `flush_()`, so a sink is
+// safe to share between threads. A sink never throws out of write() or flush(): a failing file (disk full,
+// removed) becomes one logged error and the sink keeps trying on later records.
+// Re-entry: a plugin calls write() and flush() while holding its own lock, on the thread that fired on_log or
+// flush. From inside write_() or flush_() (a callback sink's callback) that plugin's health() works, and its
+// on_microbatch, on_log and flush are refused, not deadlocked (throughput.h, "Re-entry"); failures() may be
+// read at any time. A write_() or flush_() must not write to or flush the same sink again (e.g. through
+// another plugin that shares it): the sink's lock is not recursive.
 #pragma once
 
 #include <atomic>
@@ -42,10 +42,18 @@ class sink {
  public:
   virtual ~sink() = default;
   void write(const metrics_record& record) noexcept;  // locks, calls write_(), swallows and counts failures
-  std::uint64_t failures() const;  // lock-free: safe from inside write_() (a plugin's health() reads it there)
+  // Locks, calls flush_(): what the sink holds back reaches its destination. Swallows and counts failures,
+  // like write(). A plugin's flush() calls it on each of its sinks after the last record (throughput.h).
+  void flush() noexcept;
+  // Records that could not be written, and flushes that failed. Lock-free: safe from inside write_() (a
+  // plugin's health() reads it there).
+  std::uint64_t failures() const;
 
  protected:
   virtual void write_(const metrics_record& record) = 0;
+  // Pushes out what write_() held back. The default does nothing: for a sink that writes each record through
+  // at once (the JSONL and TensorBoard sinks do). The console sink flushes its logger.
+  virtual void flush_() {}
 
  private:
   mutable std::mutex mutex_;

@@ -11,7 +11,8 @@
 // micro-batch (every rank's running totals and interval counts are 0), is not written to the sinks and is not
 // counted in health(): its on_log starts the next interval as any on_log does, and the first record the sinks
 // see is the first interval with micro-batches. Later intervals without micro-batches are emitted as usual.
-// flush() waits for and emits the last interval. Destroying the plugin
+// flush() waits for and emits the last interval, then flushes the sinks (sink::flush) on the ranks that
+// write to them. Destroying the plugin
 // without flush() flushes it: the wait for the last collective is bounded by collective_timeout like any
 // on_log's (and is a poll while reporting is paused), so destruction never blocks longer than that.
 // Every rank must call on_log at the same steps with the same, increasing `step`: a rank whose step

@@ -60,6 +60,15 @@ void sink::write(const metrics_record& record) noexcept {
   }
 }
 
+void sink::flush() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  try {
+    flush_();
+  } catch (...) {
+    ++failures_;
+  }
+}
+
 std::uint64_t sink::failures() const { return failures_.load(std::memory_order_relaxed); }
 
 namespace {
@@ -115,6 +124,7 @@ class console_sink final : public sink {
 
  protected:
   void write_(const metrics_record& record) override { logger_->info("{}", console_line(record)); }
+  void flush_() override { logger_->flush(); }
 
  private:
   std::shared_ptr<spdlog::logger> logger_;
