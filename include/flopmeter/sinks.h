@@ -24,6 +24,9 @@
 #include "flopmeter/error.h"
 #include "flopmeter/export.h"
 
+// spdlog is part of this API: the sinks log through the trainer's std::shared_ptr<spdlog::logger>, which
+// libflopmeter.so calls with the spdlog it was built against; find_package(flopmeter) finds that spdlog and
+// flopmeter::flopmeter links it (README, "Linking, embedding, installing").
 namespace spdlog {
 class logger;
 }
