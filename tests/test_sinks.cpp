@@ -258,7 +258,7 @@ std::string make_sinks_error(const sink_config& config, int rank = 0) {
   return make_sinks_error(config, detail::sink_provenance{}, rank);
 }
 
-// Open failures (issue 9, F7): located at the key (here a config built in code: the key alone), the path in
+// Open failures: located at the key (here a config built in code: the key alone), the path in
 // double quotes, the system's reason, and a hint that follows from errno and is true for it.
 TEST(MakeSinks, AJsonlPathInAMissingDirectoryNamesTheDirectory) {
   temp_dir dir;
@@ -572,7 +572,7 @@ TEST(Sink, WritesFromSeveralThreadsAreSerialised) {
   EXPECT_FALSE(overlapped);
 }
 
-// ---- paths a sink must not write (red-team pass 3): FIFOs, devices, the configuration's own files -----------
+// ---- paths a sink must not write: FIFOs, devices, the configuration's own files ------------------------------
 
 // Runs `call` on its own thread and says whether it returned within 10 s: a call that blocks (opening a FIFO
 // without a reader waits forever) fails its test instead of hanging the suite. The thread is left behind.

@@ -86,7 +86,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The reference's decomposition case: DP 4 x TP 2 (world 8, Megatron order: rank = tp_rank + 2*dp_rank),
 // replicas see 700, 900, 1100 and 1300 real tokens in a 2 s interval.
-TEST(throughput, seed_decomposition_dp4_tp2) {
+TEST(throughput, dp4_tp2_sums_each_replica_once_and_its_rows_add_up_to_the_headline) {
   simulated_job job(8, parallel_sizes{2, 1, 1}, /*peak_tflops=*/1e-3, /*topk=*/4);
   const std::int64_t replica_tokens[] = {700, 900, 1100, 1300};
   for (int r = 0; r < 8; ++r) job.microbatch(r, {replica_tokens[r / 2]});
@@ -188,7 +188,7 @@ TEST(throughput, metrics_of_each_interval_are_emitted_one_log_later) {
   EXPECT_FALSE(job.sinks[0]->has(0, "perf_topk/mfu_slow_0"));
 }
 
-TEST(throughput, padding_loss_and_step_time) {
+TEST(throughput, padding_lowers_efficiency_and_loss_and_step_time_follow_the_counts) {
   simulated_job job(2, parallel_sizes{}, 0, 3, /*tpi_multiplier=*/2.5);
   // Rank 0: two micro-batches of 90 real + 10 padding tokens; rank 1: two of 60 real + 40 padding.
   // Loss: rank 0 sums 45.0 over 180 label tokens, rank 1 30.0 over 120 -> 75 / 300 = 0.25 per token.
@@ -279,7 +279,7 @@ TEST(throughput, layouts_sum_over_the_dp_group_only) {
   }
 }
 
-TEST(throughput, dp2_cp2) {
+TEST(throughput, context_parallel_ranks_share_their_replicas_micro_batch) {
   // cp2 x dp2 (rank = cp + 2*dp): both CP ranks of replica d pass the whole micro-batch.
   simulated_job job(4, parallel_sizes{1, 2, 1}, 0);
   for (int r = 0; r < 4; ++r) job.microbatch(r, {r < 2 ? 300 : 500});
@@ -391,7 +391,7 @@ TEST(throughput, an_interval_with_a_microbatch_on_any_rank_is_no_warm_up) {
   }
 }
 
-TEST(throughput, zero_interval_is_skipped) {
+TEST(throughput, an_interval_of_zero_seconds_is_skipped) {
   simulated_job job(1, parallel_sizes{}, 0);
   job.microbatch(0, {100});
   job.log_all(1);  // the clock did not move: 0 s
@@ -478,7 +478,7 @@ TEST(throughput, emits_on_rank0_only_by_default) {
   EXPECT_TRUE(sinks[1]->records.empty());
 }
 
-TEST(throughput, create_rejects_bad_options) {
+TEST(throughput, create_refuses_bad_options) {
   auto group = std::make_shared<fake_group>(6);
   throughput_options o;
   o.model = small_text_model();
@@ -633,7 +633,7 @@ TEST(throughput, a_clock_calling_back_into_its_plugin_is_refused) {
   EXPECT_EQ(sink->records[1].step, 2);
 }
 
-TEST(accumulation_schedule, fractional_multipliers) {
+TEST(accumulation_schedule, a_fractional_multiplier_spreads_its_micro_batches_over_whole_steps) {
   EXPECT_EQ(accumulation_schedule(1.5), (std::vector<std::int64_t>{1, 2}));
   EXPECT_EQ(accumulation_schedule(2.25), (std::vector<std::int64_t>{2, 2, 2, 3}));
   EXPECT_EQ(accumulation_schedule(3.0), (std::vector<std::int64_t>{3}));

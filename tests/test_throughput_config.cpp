@@ -271,7 +271,7 @@ const edit_case kBadCases[] = {
      ":7:18: key 'peak.tflops_per_gpu': must be >= 0.001 (got 0)"},
     {"tflops_as_string", "tflops_per_gpu = 989.4", "tflops_per_gpu = \"989.4\"",
      ":7:18: key 'peak.tflops_per_gpu': expected a number, got string"},
-    // Issue 9 item 4: a peak beyond the documented range [0.001, 100000] TFLOP/s (setting_range) is a unit
+    // A peak beyond the documented range [0.001, 100000] TFLOP/s (setting_range) is a unit
     // mix-up, not a GPU: 1e300 would give an MFU of ~0, 1e-300 or a subnormal an MFU of ~1e300 %.
     {"absurd_tflops", "tflops_per_gpu = 989.4", "tflops_per_gpu = 1e300",
      ":7:18: key 'peak.tflops_per_gpu': too large: must be <= 1e+05 (got 1e+300)"},
@@ -403,7 +403,7 @@ TEST_F(throughput_config, missing_plugin_file_names_the_path) {
             path + ": cannot open plugin config: no such file");
 }
 
-// Issue 9 item 12: a model file that cannot be read is reported where the user fixes it, at model.config in
+// A model file that cannot be read is reported where the user fixes it, at model.config in
 // the plugin file ("config = " is 9 characters -> 2:10), with the resolved path and the operating system's
 // reason.
 TEST_F(throughput_config, missing_model_file_is_cited_at_model_config_in_the_plugin_file) {
@@ -487,7 +487,7 @@ TEST_F(throughput_config, rendezvous_timeout_is_read_with_its_default_and_bounds
             plugin_path() + ":20:25: key 'logging.rendezvous_timeout_ms': too large: must be <= 3600000 (got 3600001)");
 }
 
-// [sinks] paths keep where they were written (issue 9, F7), and make_sinks reports a path it cannot open
+// [sinks] paths keep where they were written, and make_sinks reports a path it cannot open
 // there. kBase line 22 is `jsonl = "out/metrics_{rank}.jsonl"`: "jsonl = " is 8 characters -> 22:9.
 TEST_F(throughput_config, sink_paths_carry_their_location_into_open_errors) {
   const std::string missing = (dir_ / "missing").string();
