@@ -9,7 +9,7 @@ over that stretch. Rank 0 prints the table and compares the first 10% of the run
 CPU time of the calling thread, not wall time: the comparison of the process with itself then holds on a
 machine that other work shares.
 
-  long form (the issue's figures):  python bench/soak.py --logs 100000 --microbatches-per-log 20
+  long form (run by hand):          python bench/soak.py --logs 100000 --microbatches-per-log 20
   short form (CI, tests/python/test_soak.py):  python bench/soak.py --logs 6000 --report-every 600 --check
 Exit status with --check: 1 when a goal is missed.
 """

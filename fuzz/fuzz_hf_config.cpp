@@ -1,6 +1,6 @@
 // Fuzz target: the Hugging Face config.json loader on arbitrary text (parse_hf_config), then the FLOP model
 // and the Megatron check on whatever it accepts. config.json comes from checkpoints a user downloads, so it
-// is hostile input like the TOML files (issue 9 "config.json as input").
+// is hostile input like the TOML files.
 //
 // Invariants: the loader either returns a spec or throws flopmeter::error located in the source: where()
 // names "fuzz/config.json" with a line in [1, lines of the text] and a column >= 1, what() starts with

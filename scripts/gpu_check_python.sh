@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Python package's GPU check (issue 18, "GPU"): installs the package from this tree against the GPU
+# The Python package's GPU check: installs the package from this tree against the GPU
 # machine's own PyTorch and runs tests/python/test_cuda.py there, which
 #   - feeds Meter CUDA tensors (cu_seqlens int32, grid_thw int64, the loss sum and label count on the device)
 #     under torch.cuda.set_sync_debug_mode("error") around every on_microbatch: any host-device sync raises;

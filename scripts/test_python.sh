@@ -20,8 +20,8 @@ wheel="$(ls "$build"/wheels/flopmeter-*.whl)"
 export FLOPMETER_TENSORBOARD_PYTHON="$build/tensorboard-venv/bin/python"
 (cd "$root/tests/python" && "$venv/bin/python" -m pytest -q -p no:cacheprovider .)
 
-# No torch, no numpy: `import flopmeter` and the FLOP model still work (issue: the package must coexist with
-# any torch, or none).
+# No torch, no numpy: `import flopmeter` and the FLOP model still work (the package must coexist with any
+# torch, or none).
 bare="$build/venv-bare"
 [ -x "$bare/bin/python" ] || "$python" -m venv "$bare"
 "$bare/bin/pip" install --quiet --force-reinstall --no-deps "$wheel"

@@ -751,8 +751,7 @@ TEST_F(CliTest, JsonStringsAreEscaped) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Global options (issue 9 item 11), config.json wherever a model is named and `flopmeter import` (issue 8
-// section 3), file-system causes (issue 9 item 7).
+// Global options, config.json wherever a model is named and `flopmeter import`, file-system causes.
 
 // Qwen3-VL-2B's FLOP fields as a config.json (the full file, with the fields flopmeter ignores, is in
 // test_model_config.cpp); line 3 holds the text sizes.
@@ -908,7 +907,7 @@ TEST_F(CliTest, ImportWritesTheEquivalentTomlWithSources) {
   EXPECT_EQ(to_stdout.out, text);
 }
 
-// Red-team F1: Qwen3.5-0.8B's config.json without attn_output_gate (transformers has no such setting: its
+// Qwen3.5-0.8B's config.json without attn_output_gate (transformers has no such setting: its
 // Qwen3.5 attention always builds the gated q_proj). `import` wrote no gate line and `coefficients` billed no
 // gate; now both state the gate, and the imported TOML's dense coefficient is the shipped file's, 4,627,267,584
 // (test_flop_model derives it), not 75,497,472 (= 6 * 1024 * 8 * 256 per full layer x 6 layers) less.
@@ -990,7 +989,7 @@ TEST_F(CliTest, ImportAndCoefficientsOfATextOnlyQwen3NextConfig) {
   EXPECT_EQ(bad.err, "flopmeter: error: " + config_json.string() + ":2:16: key 'hidden_size': must be > 0 (got -1)\n");
 }
 
-// Red-team F8: a plugin config where a model config is expected said only "unknown key 'logging'".
+// A plugin config where a model config is expected said only "unknown key 'logging'".
 TEST_F(CliTest, APluginConfigGivenAsTheModelSaysWhatItIs) {
   const fs::path plugin = dir_ / "plugin.toml";
   write_file(plugin, "[model]\nconfig = \"m.toml\"\n[logging]\nlog_interval_steps = 10\n");
@@ -1046,7 +1045,7 @@ TEST_F(CliTest, SymlinkLoopAndEscapeSequencesInErrors) {
   EXPECT_NE(r.err.find("unsupported model type \"\\u001b[2J\""), std::string::npos) << r.err;
 }
 
-// `import DIR -o DIR/config.json` wrote the TOML over its own input (issue 9, F5). The output is refused when
+// `import DIR -o DIR/config.json` wrote the TOML over its own input. The output is refused when
 // it is the input file by any name (the same path, a path through "..", a symbolic link to it), with exit
 // status 1 and the input left byte for byte as it was.
 TEST_F(CliTest, ImportOntoItsOwnInputIsRefusedAndLeavesItUntouched) {
@@ -1077,8 +1076,8 @@ TEST_F(CliTest, ImportOntoItsOwnInputIsRefusedAndLeavesItUntouched) {
   EXPECT_EQ(read_file(checkpoint / "model.toml").rfind("# flopmeter model config imported from config.json", 0), 0u);
 }
 
-// `check` over the configs directory skipped a *.toml it could not read and said every check passed (issue 9,
-// F6): a dangling symbolic link, or a directory named *.toml, now fails the run naming it and why.
+// `check` over the configs directory skipped a *.toml it could not read and said every check passed: a
+// dangling symbolic link, or a directory named *.toml, now fails the run naming it and why.
 TEST_F(CliTest, CheckFailsNamingATomlEntryThatIsNotAReadableFile) {
   const fs::path configs = dir_ / "configs";
   fs::create_directory(configs);

@@ -254,7 +254,7 @@ TEST(moe, sparse_step_and_mlp_only_layers_make_dense_layers) {
   EXPECT_EQ(d.attention_projections, 6 * 4 * 192);
 }
 
-// Issue: cost grew with num_hidden_layers (a per-layer vector). Layer kinds are counted, so a near-maximal
+// Before, cost grew with num_hidden_layers (a per-layer vector). Layer kinds are counted, so a near-maximal
 // layer count is as cheap as a small one, and the coefficients follow from the counts.
 TEST(range, layer_count_near_its_bound_costs_nothing_per_layer) {
   model_spec spec = load_shipped("qwen3_5_0_8b");
@@ -267,7 +267,7 @@ TEST(range, layer_count_near_its_bound_costs_nothing_per_layer) {
   EXPECT_EQ(c.text_attn_pair, 6 * 2 * 8 * 256 * (std::int64_t{1} << 29));
 }
 
-// Issue: the merger coefficient wrapped in 128-bit arithmetic ((m^2 hv)^2 with a large spatial_merge_size),
+// Before, the merger coefficient wrapped in 128-bit arithmetic ((m^2 hv)^2 with a large spatial_merge_size),
 // giving a negative, zero or garbage coefficient. Now it saturates and names the fields.
 TEST(overflow, merger_coefficient_does_not_wrap_and_names_the_fields) {
   model_spec spec = testing::small_vlm();
@@ -283,7 +283,7 @@ TEST(overflow, merger_coefficient_does_not_wrap_and_names_the_fields) {
   }
 }
 
-// Issue: dense_per_token + mtp_per_token passed 2^63 and `check` printed a wrapped int64. Each fits; the sum
+// Before, dense_per_token + mtp_per_token passed 2^63 and `check` printed a wrapped int64. Each fits; the sum
 // does not: refused.
 TEST(overflow, dense_plus_mtp_must_fit_together) {
   model_spec spec = testing::small_text_model();
@@ -310,7 +310,7 @@ TEST(overflow, dense_plus_mtp_must_fit_together) {
   }
 }
 
-// Issue: documents of 3,037,000,500 to 4,294,967,295 tokens were refused although L(L+1)/2 fits.
+// Before, documents of 3,037,000,500 to 4,294,967,295 tokens were refused although L(L+1)/2 fits.
 TEST(range, longest_document_whose_pair_count_fits) {
   const vision_geometry none;
   // 3,037,000,500 (first L whose L(L+1) overflows): pairs = 1,518,500,250 * 3,037,000,501.

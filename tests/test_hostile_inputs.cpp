@@ -1,4 +1,4 @@
-// Hostile inputs, round two (issue 9): files and texts built to crash, hang or mislead the loaders, each
+// Hostile inputs: files and texts built to crash, hang or mislead the loaders, each
 // pinned to the exact error it must give (file, line and column, key path, what) or to the exact value it
 // must yield. Classes: parser-stack exhaustion (deep keys, headers, nesting) refused by the pre-scans before
 // parsing; the did-you-mean bound; the operating system's real reason for a file that cannot be read
@@ -108,7 +108,7 @@ TEST_P(hostile_edits, message_names_file_location_key_and_problem) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// TOML: what overflowed TOML++'s stack is refused by the pre-scan, before parsing (issue 9 item 1).
+// TOML: what overflowed TOML++'s stack is refused by the pre-scan, before parsing.
 
 TEST(hostile_toml, dotted_key_of_35000_parts_is_refused_before_parsing) {
   // Line 12: "a.a.a...": the 64th '.' starts part 65, at column 1 + 63 * 2 + 1 = 128.
@@ -164,7 +164,7 @@ TEST(hostile_toml, dots_in_strings_comments_and_numbers_are_not_key_parts) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// TOML: the did-you-mean bound (issue 9 item 5).
+// TOML: the did-you-mean bound.
 
 TEST(hostile_toml, multi_megabyte_unknown_key_gets_no_hint_and_no_quadratic_time) {
   // 4 MiB key: an edit distance against each schema key would be 4M x 20 cells x 25 keys; the bound skips
@@ -233,7 +233,7 @@ TEST(hostile_toml, empty_and_comment_only_documents_lack_the_model_table) {
 }
 
 TEST(hostile_toml, field_of_another_model_type_is_refused) {
-  // Issue 9 item 10: full_attention_interval is a Qwen3.5 field; on qwen3_vl it would make Gated DeltaNet
+  // full_attention_interval is a Qwen3.5 field; on qwen3_vl it would make Gated DeltaNet
   // layers. Line 12, "full_attention_interval = " + 26 -> column 27.
   EXPECT_EQ(
       toml_error(kVl + "full_attention_interval = 4\n"),
@@ -243,7 +243,7 @@ TEST(hostile_toml, field_of_another_model_type_is_refused) {
   EXPECT_EQ(toml_error(kVl + "num_experts = 8\n"),
             "h.toml:12:15: key 'text_config.num_experts': not allowed for model_type \"qwen3_vl\", a dense model (no "
             "experts); a mixture-of-experts model has model_type \"qwen3_vl_moe\"");
-  // Red-team F2: MTP layers on Qwen3-VL. "mtp_num_hidden_layers = " + 24 -> column 25.
+  // MTP layers on Qwen3-VL. "mtp_num_hidden_layers = " + 24 -> column 25.
   EXPECT_EQ(toml_error(kVl + "mtp_num_hidden_layers = 1\n"),
             "h.toml:12:25: key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", which "
             "has no multi-token-prediction (MTP) layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and "
@@ -255,7 +255,7 @@ TEST(hostile_toml, field_of_another_model_type_is_refused) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Files: the operating system's reason (issue 9 item 7). Each test has its own directory.
+// Files: the operating system's reason. Each test has its own directory.
 
 class hostile_files : public ::testing::Test {
  protected:
@@ -376,7 +376,7 @@ TEST_F(hostile_files, plugin_config_with_a_deep_header_is_refused_before_parsing
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// config.json (issue 8 section 3 as hostile input).
+// config.json as hostile input.
 
 TEST(hostile_json, valid_document_loads_and_ignores_non_flop_fields) {
   const model_spec spec = parse_hf_config(kVlJson, "ckpt/config.json");
@@ -441,13 +441,13 @@ const hostile_edit kJsonEdits[] = {
     {document::json, "output_gate_on_qwen3_vl_is_refused", "\"rope_theta\": 5000000", "\"attn_output_gate\": true",
      "config.json:11:25: key 'text_config.attn_output_gate': not allowed for model_type \"qwen3_vl\", which has "
      "no attention output gate (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")"},
-    // Red-team F1: a top-level attn_output_gate was ignored; it is read like tie_word_embeddings, so true on
+    // A top-level attn_output_gate was ignored; it is read like tie_word_embeddings, so true on
     // Qwen3-VL is refused at it. Line 2 becomes two: "  \"attn_output_gate\": " + 22 -> 3:23.
     {document::json, "top_level_output_gate_on_qwen3_vl_is_refused", "  \"model_type\": \"qwen3_vl\",\n",
      "  \"model_type\": \"qwen3_vl\",\n  \"attn_output_gate\": true,\n",
      "config.json:3:23: key 'attn_output_gate': not allowed for model_type \"qwen3_vl\", which has no attention "
      "output gate (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")"},
-    // Red-team F2: MTP layers on Qwen3-VL were billed. "    \"mtp_num_hidden_layers\": " + 29 -> 11:30.
+    // MTP layers on Qwen3-VL were billed. "    \"mtp_num_hidden_layers\": " + 29 -> 11:30.
     {document::json, "mtp_layers_on_qwen3_vl_are_refused", "\"rope_theta\": 5000000", "\"mtp_num_hidden_layers\": 2",
      "config.json:11:30: key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", which "
      "has no multi-token-prediction (MTP) layers (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and "
@@ -550,7 +550,7 @@ TEST(hostile_json, unicode_and_unknown_keys_are_ignored) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Peak lookup ignores all punctuation (issue 9 item 13).
+// Peak lookup ignores all punctuation.
 
 TEST(hostile_peak, every_punctuation_and_non_ascii_byte_is_ignored) {
   for (const char* name : {"H100.SXM", "h100/sxm", "H100 (SXM)", "H100·SXM", "[H100]::SXM!", "H100\tSXM"}) {
@@ -564,7 +564,7 @@ TEST(hostile_peak, every_punctuation_and_non_ascii_byte_is_ignored) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// NUL characters in strings (issue 9, F4). TOML's "\u0000" and JSON's "\u0000" are valid escapes, but a
+// NUL characters in strings. TOML's "\u0000" and JSON's "\u0000" are valid escapes, but a
 // string flopmeter reads becomes a path, a name or a message, where a NUL cuts it short: a plugin file's
 // `config = "m.toml\u0000junk"` loaded m.toml, and a message through the C ABI ended at the NUL. Every string
 // of a TOML document (model or plugin) and every string a config.json field is read from is refused at its

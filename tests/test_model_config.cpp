@@ -293,7 +293,7 @@ TEST(model_config, qwen3_vl_text_only_defaults) {
   EXPECT_EQ(spec.text.num_full_attention_layers(), 3);
 }
 
-// Issue 9 item 10: a field of another model type is refused when its value would change the work (a Qwen3.5
+// A field of another model type is refused when its value would change the work (a Qwen3.5
 // Gated DeltaNet size, or the output gate, on a Qwen3-VL); at its neutral value (false, 0) it states the
 // absence of the feature, as the shipped Qwen3-VL files' "attn_output_gate = false" does.
 TEST(model_config, qwen3_vl_refuses_qwen3_5_fields) {
@@ -305,7 +305,7 @@ TEST(model_config, qwen3_vl_refuses_qwen3_5_fields) {
   EXPECT_EQ(error_of(kVlBase + "attn_output_gate = true\n", "vl.toml"),
             "vl.toml:12:20: key 'text_config.attn_output_gate': not allowed for model_type \"qwen3_vl\", which has "
             "no attention output gate (a field of the hybrid types \"qwen3_5\", \"qwen3_5_moe\" and \"qwen3_next\")");
-  // Red-team F2: MTP layers on Qwen3-VL (transformers' Qwen3-VL has no MTP module) were accepted and billed
+  // MTP layers on Qwen3-VL (transformers' Qwen3-VL has no MTP module) were accepted and billed
   // as mtp_per_token. "mtp_num_hidden_layers = " is 24 characters -> column 25.
   EXPECT_EQ(error_of(kVlBase + "mtp_num_hidden_layers = 1\n", "vl.toml"),
             "vl.toml:12:25: key 'text_config.mtp_num_hidden_layers': not allowed for model_type \"qwen3_vl\", which "
@@ -317,7 +317,7 @@ TEST(model_config, qwen3_vl_refuses_qwen3_5_fields) {
   EXPECT_EQ(spec.text.mtp_num_hidden_layers, 0);
 }
 
-// Red-team F2: DeepStack indexes on Qwen3.5 doubled the merger coefficient (transformers' Qwen3_5VisionModel
+// DeepStack indexes on Qwen3.5 doubled the merger coefficient (transformers' Qwen3_5VisionModel
 // deletes the DeepStack mergers it inherits from Qwen3-VL). Line 30: "deepstack_visual_indexes = " is 27
 // characters -> the array at column 28. [] and an absent key are accepted (one merger).
 TEST(model_config, qwen3_5_refuses_deepstack_indexes) {
@@ -329,7 +329,7 @@ TEST(model_config, qwen3_5_refuses_deepstack_indexes) {
       parse_model_spec(replace_once(kBase, "deepstack_visual_indexes = []\n", ""), "q.toml").vision->num_mergers(), 1);
 }
 
-// Red-team F1: transformers' Qwen3.5 attention (Qwen3NextAttention, which Qwen3_5Attention and
+// transformers' Qwen3.5 attention (Qwen3NextAttention, which Qwen3_5Attention and
 // Qwen3_5MoeAttention subclass unchanged) always builds q_proj as hidden -> 2 x heads x head_dim and multiplies
 // the attention output by sigmoid(gate); Qwen3_5TextConfig has no attn_output_gate. A file without the key was
 // billed without the gate. Now absent means true, and false is refused.
@@ -604,7 +604,7 @@ TEST(validate_model_spec, names_the_offending_field) {
               "model_spec 'tiny': key 'vision_config.deepstack_visual_indexes[0]': must be a ViT block index in [0, vision_config.depth = 2) (got 2)");
   }
   {
-    // The same type rules as the loaders (red-team F1, F2), for specs built in code.
+    // The same type rules as the loaders (the output gate, DeepStack and MTP fields), for specs built in code.
     model_spec s = good;
     s.text.attn_output_gate = false;
     EXPECT_EQ(validation_error(s),
@@ -656,7 +656,7 @@ TEST(validate_model_spec, qwen3_vl_spec_built_in_code) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Hugging Face config.json (issue 8 section 3): the same rules, the same spec as the shipped TOML.
+// Hugging Face config.json: the same rules, the same spec as the shipped TOML.
 
 // Qwen3-VL-2B-Instruct's config.json as the checkpoint ships it: the FLOP fields of
 // ../shared/reference/qwen-configs.md and the fields flopmeter must ignore (rope settings, token ids, dtype,
@@ -880,7 +880,7 @@ std::string hf_error(const std::string& json, const std::string& source = "ckpt/
   return error_message_of([&] { (void)parse_hf_config(json, source); }, json);
 }
 
-// Red-team F1 through config.json: without attn_output_gate (transformers has no such setting, and a config
+// The Qwen3.5 output gate through config.json: without attn_output_gate (transformers has no such setting, and a config
 // may leave it out) the gate is on, as transformers runs it: the shipped TOML's coefficients exactly, where
 // before the dense coefficient lacked 6 * h * nh * hd = 6 * 1024 * 8 * 256 = 12,582,912 FLOPs per token on
 // each of the 6 full attention layers (75,497,472, 1.6% of 4,627,267,584).
@@ -939,7 +939,7 @@ TEST(hf_config, qwen3_vl_top_level_output_gate_true_is_refused) {
                    .text.attn_output_gate);
 }
 
-// Red-team F2 through config.json: DeepStack indexes on Qwen3.5 (the merger coefficient doubled) and MTP
+// Fields of another model type through config.json: DeepStack indexes on Qwen3.5 (the merger coefficient doubled) and MTP
 // layers on Qwen3-VL (billed as mtp_per_token) are refused at the value. Line 8 of the Qwen3.5 JSON:
 // "\"vision_config\": {\"model_type\": \"qwen3_5\", \"deepstack_visual_indexes\": " is 71 characters -> 8:72.
 // kQwen3Vl2bJson line 24 "    \"use_cache\": true," becomes "    \"mtp_num_hidden_layers\": 1,": 4 + 25 -> 24:30.
@@ -976,7 +976,7 @@ TEST(hf_config, import_writes_the_resolved_output_gate) {
   expect_same_coefficients(parse_model_spec(toml, "imported.toml"), load_model_spec(config_path("qwen3_5_0_8b.toml")));
 }
 
-// Red-team F8: a plugin config passed where a model config is expected said only "unknown key 'logging'".
+// A plugin config passed where a model config is expected said only "unknown key 'logging'".
 // The first plugin key in the model loader's key order ([logging] sorts first) is cited: line 3, the key's
 // name inside "[logging]" at column 2.
 TEST(model_config_errors, a_plugin_config_given_as_a_model_config_says_so) {

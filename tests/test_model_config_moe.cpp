@@ -180,7 +180,7 @@ TEST_P(moe_bad_input, message_names_file_location_key_and_problem) {
 INSTANTIATE_TEST_SUITE_P(model_config_moe, moe_bad_input, ::testing::ValuesIn(kBadCases), testing::row_name<bad_case>);
 
 // Every combination of sizes is checked at load time: the error cites where the first field of the product
-// that is too large is set, and names all its keys (issue: coefficients beyond 2^63 were refused with no file,
+// that is too large is set, and names all its keys (before, coefficients beyond 2^63 were refused with no file,
 // line or key).
 TEST(model_config_overflow, product_of_sizes_cites_file_line_col_and_keys) {
   // hidden 2^31 x vocab 2^31 = 2^62 logits multiply-adds, x6 > 2^63. "hidden_size = " is 14 characters.

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 #include <spdlog/logger.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <fcntl.h>
@@ -19,6 +20,7 @@
 #include <future>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -29,6 +31,7 @@
 #include "flopmeter/sinks.h"
 #include "output/json_line.h"
 #include "output/sink_paths.h"
+#include "output/sink_provenance.h"
 #include "support/captured_log.h"
 #include "support/json_reading.h"
 
@@ -239,9 +242,10 @@ TEST(MakeSinks, ConsoleThenJsonlWithEveryRankPlaceholderReplaced) {
 }
 
 // The message of the flopmeter::error make_sinks(config, rank) throws, "" and a failure when it throws none.
-std::string make_sinks_error(const sink_config& config, int rank = 0) {
+// make_sinks as from a plugin file: its errors located at `provenance` (detail::make_sinks).
+std::string make_sinks_error(const sink_config& config, const detail::sink_provenance& provenance, int rank = 0) {
   try {
-    (void)make_sinks(config, rank);
+    (void)detail::make_sinks(config, provenance, rank, nullptr);
   } catch (const error& e) {
     return e.what();
   }
@@ -250,7 +254,11 @@ std::string make_sinks_error(const sink_config& config, int rank = 0) {
   return "";
 }
 
-// Open failures (issue 9, F7): located at the key (here a config built in code: the key alone), the path in
+std::string make_sinks_error(const sink_config& config, int rank = 0) {
+  return make_sinks_error(config, detail::sink_provenance{}, rank);
+}
+
+// Open failures: located at the key (here a config built in code: the key alone), the path in
 // double quotes, the system's reason, and a hint that follows from errno and is true for it.
 TEST(MakeSinks, AJsonlPathInAMissingDirectoryNamesTheDirectory) {
   temp_dir dir;
@@ -353,9 +361,10 @@ TEST(MakeSinks, ErrorsAreReportedWhereThePathWasConfigured) {
   sink_config config;
   config.console = false;
   config.jsonl_path = (dir.path / "missing" / "m.jsonl").string();
-  config.jsonl_at = error_location{"p.toml", 5, 9, "sinks.jsonl"};
+  detail::sink_provenance provenance;
+  provenance.jsonl_at = error_location{"p.toml", 5, 9, "sinks.jsonl"};
   try {
-    (void)make_sinks(config, 0);
+    (void)detail::make_sinks(config, provenance, 0, nullptr);
     FAIL() << "no error";
   } catch (const error& e) {
     EXPECT_EQ(e.where().file, "p.toml");
@@ -372,8 +381,9 @@ TEST(MakeSinks, ATensorboardDirectoryUnderAFileIsLocatedAndExplained) {
   sink_config config;
   config.console = false;
   config.tensorboard_dir = (dir.path / "file" / "tb").string();
-  config.tensorboard_at = error_location{"p.toml", 4, 15, "sinks.tensorboard"};
-  const std::string message = make_sinks_error(config);
+  detail::sink_provenance provenance;
+  provenance.tensorboard_at = error_location{"p.toml", 4, 15, "sinks.tensorboard"};
+  const std::string message = make_sinks_error(config, provenance);
   if (message.find("built without TensorBoard support") != std::string::npos) GTEST_SKIP() << message;
   // ENOTDIR: create_directories meets the regular file "file" where a directory must be.
   EXPECT_EQ(message, "p.toml:4:15: key 'sinks.tensorboard': cannot create the directory \"" + config.tensorboard_dir +
@@ -485,6 +495,61 @@ TEST(CallbackSink, ThrowingCallbackIsCountedNotPropagated) {
 
 TEST(CallbackSink, EmptyCallbackIsASetupError) { EXPECT_THROW(make_callback_sink(nullptr), error); }
 
+// ---- flush ---------------------------------------------------------------------------------------------
+
+// A sink whose flush_ fails the first time.
+class failing_flush_sink final : public sink {
+ public:
+  int flushes = 0;
+
+ protected:
+  void write_(const metrics_record&) override {}
+  void flush_() override {
+    if (++flushes == 1) throw std::runtime_error("device gone");
+  }
+};
+
+TEST(Sink, AFailingFlushIsCountedNotThrown) {
+  failing_flush_sink s;
+  EXPECT_NO_THROW(s.flush());
+  EXPECT_NO_THROW(s.flush());
+  EXPECT_EQ(s.flushes, 2);
+  EXPECT_EQ(s.failures(), 1u);
+}
+
+TEST(Sink, FlushDoesNothingForASinkThatWritesThrough) {
+  temp_dir dir;
+  const fs::path path = dir.path / "m.jsonl";
+  auto jsonl = make_jsonl_sink(path.string());
+  jsonl->write(record_at(1, 40.0));
+  EXPECT_NO_THROW(jsonl->flush());
+  EXPECT_EQ(jsonl->failures(), 0u);
+  EXPECT_EQ(read_file(path), "{\"step\":1,\"perf/mfu\":40,\"train/loss\":2.5}\n");  // written before the flush
+  auto callback = make_callback_sink([](const metrics_record&) {});
+  EXPECT_NO_THROW(callback->flush());
+  EXPECT_EQ(callback->failures(), 0u);
+}
+
+// An spdlog sink that counts its flushes, as spdlog's base_sink calls flush_().
+class counting_log_sink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  int flushes = 0;
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg&) override {}
+  void flush_() override { ++flushes; }
+};
+
+TEST(ConsoleSink, FlushFlushesItsLogger) {
+  auto log_sink = std::make_shared<counting_log_sink>();
+  auto logger = std::make_shared<spdlog::logger>("flush-test", log_sink);
+  auto console = make_console_sink(logger);
+  console->write(record_at(1, 40.0));
+  EXPECT_EQ(log_sink->flushes, 0);
+  console->flush();
+  EXPECT_EQ(log_sink->flushes, 1);
+}
+
 TEST(Sink, WritesFromSeveralThreadsAreSerialised) {
   std::int64_t total = 0;  // plain: the sink's lock must make this safe
   std::atomic<bool> inside{false};
@@ -507,7 +572,7 @@ TEST(Sink, WritesFromSeveralThreadsAreSerialised) {
   EXPECT_FALSE(overlapped);
 }
 
-// ---- paths a sink must not write (red-team pass 3): FIFOs, devices, the configuration's own files -----------
+// ---- paths a sink must not write: FIFOs, devices, the configuration's own files ------------------------------
 
 // Runs `call` on its own thread and says whether it returned within 10 s: a call that blocks (opening a FIFO
 // without a reader waits forever) fails its test instead of hanging the suite. The thread is left behind.
@@ -528,7 +593,8 @@ TEST(MakeSinks, AJsonlPathThatIsAFifoIsRefusedAtCreateWithoutBlocking) {
   sink_config config;
   config.console = false;
   config.jsonl_path = fifo.string();
-  config.jsonl_at = error_location{"p.toml", 5, 9, "sinks.jsonl"};
+  detail::sink_provenance provenance;
+  provenance.jsonl_at = error_location{"p.toml", 5, 9, "sinks.jsonl"};
   const std::string expected = "p.toml:5:9: key 'sinks.jsonl': \"" + fifo.string() +
                                "\" is a FIFO (named pipe): a JSONL sink writes only to a regular file (or /dev/null "
                                "to discard its records), never to anything that could block the trainer; change "
@@ -537,7 +603,7 @@ TEST(MakeSinks, AJsonlPathThatIsAFifoIsRefusedAtCreateWithoutBlocking) {
   // record then blocked forever, opening the FIFO for reading to check its last byte.
   const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
   ASSERT_GE(reader, 0);
-  EXPECT_EQ(make_sinks_error(config), expected);
+  EXPECT_EQ(make_sinks_error(config, provenance), expected);
   // The C++ API refuses it at create too, naming the function.
   try {
     (void)make_jsonl_sink(fifo.string());
@@ -550,7 +616,7 @@ TEST(MakeSinks, AJsonlPathThatIsAFifoIsRefusedAtCreateWithoutBlocking) {
   if (::testing::Test::HasFailure()) return;  // the old code would now block below, not fail
   // Without a reader: before, create blocked forever in open(O_WRONLY).
   std::string message;
-  ASSERT_TRUE(returns_within_10s([config, &message] { message = make_sinks_error(config); }))
+  ASSERT_TRUE(returns_within_10s([config, provenance, &message] { message = make_sinks_error(config, provenance); }))
       << "make_sinks blocked on a FIFO without a reader";
   EXPECT_EQ(message, expected);
 }
@@ -595,19 +661,21 @@ TEST(MakeSinks, AJsonlPathThatIsTheConfigurationItselfIsRefusedWhateverTheSpelli
   fs::create_symlink(model, dir.path / "soft.toml");
   sink_config config;
   config.console = false;
-  config.jsonl_at = error_location{"p.toml", 6, 9, "sinks.jsonl"};
-  config.config_files = {(dir.path / "plugin.toml").string(), model.string()};  // plugin.toml: missing, ignored
+  detail::sink_provenance provenance;
+  provenance.jsonl_at = error_location{"p.toml", 6, 9, "sinks.jsonl"};
+  provenance.config_files = {(dir.path / "plugin.toml").string(), model.string()};  // plugin.toml: missing, ignored
   for (const fs::path& spelling :
        {model, dir.path / "sub" / ".." / "model.toml", dir.path / "hard.toml", dir.path / "soft.toml"}) {
     config.jsonl_path = spelling.string();
-    EXPECT_EQ(make_sinks_error(config), "p.toml:6:9: key 'sinks.jsonl': the JSONL file \"" + spelling.string() +
-                                            "\" is the configuration file \"" + model.string() +
-                                            "\" itself; records appended to it would corrupt it: name another file");
+    EXPECT_EQ(make_sinks_error(config, provenance),
+              "p.toml:6:9: key 'sinks.jsonl': the JSONL file \"" + spelling.string() +
+                  "\" is the configuration file \"" + model.string() +
+                  "\" itself; records appended to it would corrupt it: name another file");
   }
   EXPECT_EQ(read_file(model), "[text_config]\n");  // untouched
   // Another file in the same directory is fine.
   config.jsonl_path = (dir.path / "metrics.jsonl").string();
-  EXPECT_EQ(make_sinks(config, 0).size(), 1u);
+  EXPECT_EQ(detail::make_sinks(config, provenance, 0, nullptr).size(), 1u);
 }
 
 TEST(MakeSinks, ATensorboardPathThatIsNotADirectorySaysWhatItIs) {
@@ -619,13 +687,14 @@ TEST(MakeSinks, ATensorboardPathThatIsNotADirectorySaysWhatItIs) {
   std::ofstream(dir.path / "file") << "x";
   sink_config config;
   config.console = false;
-  config.tensorboard_at = error_location{"p.toml", 4, 15, "sinks.tensorboard"};
+  detail::sink_provenance provenance;
+  provenance.tensorboard_at = error_location{"p.toml", 4, 15, "sinks.tensorboard"};
   const std::pair<std::string, const char*> cases[] = {{fifo.string(), "a FIFO (named pipe)"},
                                                        {"/dev/null", "a character device"},
                                                        {(dir.path / "file").string(), "a regular file"}};
   for (const auto& [path, what] : cases) {
     config.tensorboard_dir = path;
-    const std::string message = make_sinks_error(config);
+    const std::string message = make_sinks_error(config, provenance);
     if (message.find("built without TensorBoard support") != std::string::npos) GTEST_SKIP() << message;
     EXPECT_EQ(message, "p.toml:4:15: key 'sinks.tensorboard': cannot use \"" + path +
                            "\" for TensorBoard event files: it is " + what +

@@ -109,7 +109,7 @@ TEST(TensorboardSink, PluginConfigKey) {
   fs::remove(config);
 }
 
-// ---- files removed mid-run, a full disk (red-team pass 3) -------------------------------------------------
+// ---- files removed mid-run, a full disk ------------------------------------------------------------------
 
 std::vector<fs::path> event_files(const fs::path& directory) {
   std::vector<fs::path> files;

@@ -86,7 +86,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The reference's decomposition case: DP 4 x TP 2 (world 8, Megatron order: rank = tp_rank + 2*dp_rank),
 // replicas see 700, 900, 1100 and 1300 real tokens in a 2 s interval.
-TEST(throughput, seed_decomposition_dp4_tp2) {
+TEST(throughput, dp4_tp2_sums_each_replica_once_and_its_rows_add_up_to_the_headline) {
   simulated_job job(8, parallel_sizes{2, 1, 1}, /*peak_tflops=*/1e-3, /*topk=*/4);
   const std::int64_t replica_tokens[] = {700, 900, 1100, 1300};
   for (int r = 0; r < 8; ++r) job.microbatch(r, {replica_tokens[r / 2]});
@@ -188,7 +188,7 @@ TEST(throughput, metrics_of_each_interval_are_emitted_one_log_later) {
   EXPECT_FALSE(job.sinks[0]->has(0, "perf_topk/mfu_slow_0"));
 }
 
-TEST(throughput, padding_loss_and_step_time) {
+TEST(throughput, padding_lowers_efficiency_and_loss_and_step_time_follow_the_counts) {
   simulated_job job(2, parallel_sizes{}, 0, 3, /*tpi_multiplier=*/2.5);
   // Rank 0: two micro-batches of 90 real + 10 padding tokens; rank 1: two of 60 real + 40 padding.
   // Loss: rank 0 sums 45.0 over 180 label tokens, rank 1 30.0 over 120 -> 75 / 300 = 0.25 per token.
@@ -279,7 +279,7 @@ TEST(throughput, layouts_sum_over_the_dp_group_only) {
   }
 }
 
-TEST(throughput, dp2_cp2) {
+TEST(throughput, context_parallel_ranks_share_their_replicas_micro_batch) {
   // cp2 x dp2 (rank = cp + 2*dp): both CP ranks of replica d pass the whole micro-batch.
   simulated_job job(4, parallel_sizes{1, 2, 1}, 0);
   for (int r = 0; r < 4; ++r) job.microbatch(r, {r < 2 ? 300 : 500});
@@ -391,7 +391,7 @@ TEST(throughput, an_interval_with_a_microbatch_on_any_rank_is_no_warm_up) {
   }
 }
 
-TEST(throughput, zero_interval_is_skipped) {
+TEST(throughput, an_interval_of_zero_seconds_is_skipped) {
   simulated_job job(1, parallel_sizes{}, 0);
   job.microbatch(0, {100});
   job.log_all(1);  // the clock did not move: 0 s
@@ -413,18 +413,60 @@ TEST(throughput, events_after_flush_are_ignored_and_counted) {
   EXPECT_TRUE(job.sinks[0]->records.empty());
 }
 
-TEST(throughput, emits_on_rank0_only_by_default) {
-  auto group = std::make_shared<fake_group>(2);
+// flush() emits the last interval, then flushes every sink once, after that record; a second flush() does
+// nothing. Records that on_log emits are not followed by a flush.
+TEST(throughput, flush_flushes_each_sink_once_after_the_last_record) {
+  simulated_job job(2, parallel_sizes{}, 0);
+  for (int r = 0; r < 2; ++r) job.microbatch(r, {100});
+  job.advance(1.0);
+  job.log_all(1);
+  for (int r = 0; r < 2; ++r) job.microbatch(r, {100});
+  job.advance(1.0);
+  job.log_all(2);  // emits step 1
+  for (const auto& s : job.sinks) {
+    EXPECT_EQ(s->records.size(), 1u);
+    EXPECT_TRUE(s->flushed_after.empty());
+  }
+  job.flush_all();  // emits step 2, then flushes
+  job.flush_all();
+  for (const auto& s : job.sinks) {
+    EXPECT_EQ(s->records.size(), 2u);
+    EXPECT_EQ(s->flushed_after, std::vector<std::size_t>{2});
+  }
+}
+
+// Two plugins over one fake group with the default options (emit = rank0), a capture sink each.
+struct default_pair {
+  std::shared_ptr<fake_group> group = std::make_shared<fake_group>(2);
   std::vector<std::shared_ptr<capture_sink>> sinks;
   std::vector<std::shared_ptr<throughput_plugin>> plugins;
-  for (int r = 0; r < 2; ++r) {
-    throughput_options o;
-    o.model = small_text_model();
-    auto sink = std::make_shared<capture_sink>();
-    o.sinks = {sink};
-    sinks.push_back(sink);
-    plugins.push_back(throughput_plugin::create(std::move(o), group->rank(r)));
+
+  default_pair() {
+    for (int r = 0; r < 2; ++r) {
+      throughput_options o;
+      o.model = small_text_model();
+      auto sink = std::make_shared<capture_sink>();
+      o.sinks = {sink};
+      sinks.push_back(sink);
+      plugins.push_back(throughput_plugin::create(std::move(o), group->rank(r)));
+    }
   }
+};
+
+// A rank that writes no record (emit = rank0, the default) flushes no sink either.
+TEST(throughput, flush_reaches_the_sinks_only_where_records_are_written) {
+  default_pair pair;
+  auto& sinks = pair.sinks;
+  auto& plugins = pair.plugins;
+  for (auto& p : plugins) p->flush();
+  EXPECT_EQ(sinks[0]->flushed_after, std::vector<std::size_t>{0});
+  EXPECT_TRUE(sinks[1]->flushed_after.empty());
+}
+
+TEST(throughput, emits_on_rank0_only_by_default) {
+  default_pair pair;
+  auto& sinks = pair.sinks;
+  auto& plugins = pair.plugins;
   // A micro-batch on each rank: an interval without any would be a warm-up, written by no rank.
   const std::vector<std::int64_t> lengths = {10};
   microbatch_event batch;
@@ -436,7 +478,7 @@ TEST(throughput, emits_on_rank0_only_by_default) {
   EXPECT_TRUE(sinks[1]->records.empty());
 }
 
-TEST(throughput, create_rejects_bad_options) {
+TEST(throughput, create_refuses_bad_options) {
   auto group = std::make_shared<fake_group>(6);
   throughput_options o;
   o.model = small_text_model();
@@ -591,7 +633,7 @@ TEST(throughput, a_clock_calling_back_into_its_plugin_is_refused) {
   EXPECT_EQ(sink->records[1].step, 2);
 }
 
-TEST(accumulation_schedule, fractional_multipliers) {
+TEST(accumulation_schedule, a_fractional_multiplier_spreads_its_micro_batches_over_whole_steps) {
   EXPECT_EQ(accumulation_schedule(1.5), (std::vector<std::int64_t>{1, 2}));
   EXPECT_EQ(accumulation_schedule(2.25), (std::vector<std::int64_t>{2, 2, 2, 3}));
   EXPECT_EQ(accumulation_schedule(3.0), (std::vector<std::int64_t>{3}));

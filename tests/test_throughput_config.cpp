@@ -271,7 +271,7 @@ const edit_case kBadCases[] = {
      ":7:18: key 'peak.tflops_per_gpu': must be >= 0.001 (got 0)"},
     {"tflops_as_string", "tflops_per_gpu = 989.4", "tflops_per_gpu = \"989.4\"",
      ":7:18: key 'peak.tflops_per_gpu': expected a number, got string"},
-    // Issue 9 item 4: a peak beyond the documented range [0.001, 100000] TFLOP/s (setting_range) is a unit
+    // A peak beyond the documented range [0.001, 100000] TFLOP/s (setting_range) is a unit
     // mix-up, not a GPU: 1e300 would give an MFU of ~0, 1e-300 or a subnormal an MFU of ~1e300 %.
     {"absurd_tflops", "tflops_per_gpu = 989.4", "tflops_per_gpu = 1e300",
      ":7:18: key 'peak.tflops_per_gpu': too large: must be <= 1e+05 (got 1e+300)"},
@@ -403,7 +403,7 @@ TEST_F(throughput_config, missing_plugin_file_names_the_path) {
             path + ": cannot open plugin config: no such file");
 }
 
-// Issue 9 item 12: a model file that cannot be read is reported where the user fixes it, at model.config in
+// A model file that cannot be read is reported where the user fixes it, at model.config in
 // the plugin file ("config = " is 9 characters -> 2:10), with the resolved path and the operating system's
 // reason.
 TEST_F(throughput_config, missing_model_file_is_cited_at_model_config_in_the_plugin_file) {
@@ -487,26 +487,28 @@ TEST_F(throughput_config, rendezvous_timeout_is_read_with_its_default_and_bounds
             plugin_path() + ":20:25: key 'logging.rendezvous_timeout_ms': too large: must be <= 3600000 (got 3600001)");
 }
 
-// [sinks] paths keep where they were written (issue 9, F7), and make_sinks reports a path it cannot open
+// [sinks] paths keep where they were written, and make_sinks reports a path it cannot open
 // there. kBase line 22 is `jsonl = "out/metrics_{rank}.jsonl"`: "jsonl = " is 8 characters -> 22:9.
 TEST_F(throughput_config, sink_paths_carry_their_location_into_open_errors) {
   const std::string missing = (dir_ / "missing").string();
   const std::string doc =
       replace_once(kBase, "jsonl = \"out/metrics_{rank}.jsonl\"",
                    "jsonl = \"" + missing + "/metrics_{rank}.jsonl\"\ntensorboard = \"" + write("file", "x") + "/tb\"");
-  const plugin_config config = load_plugin_config(write("plugin.toml", doc));
-  EXPECT_EQ(format_error(config.sinks.jsonl_at, "x"), plugin_path() + ":22:9: key 'sinks.jsonl': x");
+  const detail::plugin_file config = detail::load_plugin_file(write("plugin.toml", doc));
+  EXPECT_EQ(format_error(config.sinks_at.jsonl_at, "x"), plugin_path() + ":22:9: key 'sinks.jsonl': x");
   // The next line, "tensorboard = " is 14 characters -> 23:15.
-  EXPECT_EQ(format_error(config.sinks.tensorboard_at, "x"), plugin_path() + ":23:15: key 'sinks.tensorboard': x");
+  EXPECT_EQ(format_error(config.sinks_at.tensorboard_at, "x"), plugin_path() + ":23:15: key 'sinks.tensorboard': x");
   // Rank 2 of a job: "{rank}" -> "2"; <dir>/missing is the first missing directory (ENOENT).
-  EXPECT_EQ(testing::error_message_of([&] { (void)make_sinks(config.sinks, 2); }),
-            plugin_path() + ":22:9: key 'sinks.jsonl': cannot open \"" + missing +
-                "/metrics_2.jsonl\" for append: No such file or directory (the directory \"" + missing +
-                "\" does not exist: create it first, or change [sinks] jsonl)");
+  EXPECT_EQ(
+      testing::error_message_of([&] { (void)detail::make_sinks(config.config.sinks, config.sinks_at, 2, nullptr); }),
+      plugin_path() + ":22:9: key 'sinks.jsonl': cannot open \"" + missing +
+          "/metrics_2.jsonl\" for append: No such file or directory (the directory \"" + missing +
+          "\" does not exist: create it first, or change [sinks] jsonl)");
   // With the JSONL path fixed, the TensorBoard directory under a regular file fails at its own line (ENOTDIR).
-  sink_config tensorboard_only = config.sinks;
+  sink_config tensorboard_only = config.config.sinks;
   tensorboard_only.jsonl_path.clear();
-  const std::string message = testing::error_message_of([&] { (void)make_sinks(tensorboard_only, 2); });
+  const std::string message =
+      testing::error_message_of([&] { (void)detail::make_sinks(tensorboard_only, config.sinks_at, 2, nullptr); });
   if (message.find("built without TensorBoard support") != std::string::npos) GTEST_SKIP() << message;
   EXPECT_EQ(message, plugin_path() + ":23:15: key 'sinks.tensorboard': cannot create the directory \"" +
                          (dir_ / "file" / "tb").string() +
@@ -515,7 +517,8 @@ TEST_F(throughput_config, sink_paths_carry_their_location_into_open_errors) {
 }
 
 // A JSONL path naming the plugin file or the model config it loads would append records to it, and the next
-// run would fail on a TOML syntax error: refused at the key (22:9, as above), whatever the spelling.
+// run would fail on a TOML syntax error: the sinks made from that file (detail::make_sinks with the loader's
+// provenance, as create_throughput_plugin does) are refused at the key (22:9, as above), whatever the spelling.
 TEST_F(throughput_config, a_jsonl_path_naming_the_configuration_is_refused_at_its_key) {
   const std::string model = write("model.toml", read_text(kTinyVlm));
   const std::string base = replace_once(kBase, "config = \"" + kTinyVlm + "\"", "config = \"model.toml\"");
@@ -526,11 +529,11 @@ TEST_F(throughput_config, a_jsonl_path_naming_the_configuration_is_refused_at_it
                                                        {(dir_ / "link.toml").string(), plugin_path()}};
   for (const auto& [jsonl, config_file] : cases) {
     const std::string doc = replace_once(base, "jsonl = \"out/metrics_{rank}.jsonl\"", "jsonl = \"" + jsonl + "\"");
-    const plugin_config config = load_plugin_config(write("plugin.toml", doc));
-    EXPECT_EQ(testing::error_message_of([&] { (void)make_sinks(config.sinks, 0); }),
-              plugin_path() + ":22:9: key 'sinks.jsonl': the JSONL file \"" + jsonl +
-                  "\" is the configuration file \"" + config_file +
-                  "\" itself; records appended to it would corrupt it: name another file");
+    const detail::plugin_file config = detail::load_plugin_file(write("plugin.toml", doc));
+    EXPECT_EQ(
+        testing::error_message_of([&] { (void)detail::make_sinks(config.config.sinks, config.sinks_at, 0, nullptr); }),
+        plugin_path() + ":22:9: key 'sinks.jsonl': the JSONL file \"" + jsonl + "\" is the configuration file \"" +
+            config_file + "\" itself; records appended to it would corrupt it: name another file");
     EXPECT_EQ(read_text(config_file == model ? model : plugin_path()).find("{\"step\""), std::string::npos);
   }
 }

@@ -83,7 +83,7 @@ double sum_of_tps_rows(const metrics_record& r, int world) {
   return sum;
 }
 
-TEST(throughput_gloo, dp4_uneven_tokens) {
+TEST(throughput_gloo, uneven_replicas_sum_to_the_job_rate_and_memory_is_the_worlds_max) {
   // Four replicas of 1000, 2000, 3000, 4000 real tokens in 2 s: 10000 / 2 = 5000 tok/s, 1250 per GPU.
   const auto results = run_job(4, parallel_sizes{}, [](int r) { return std::vector<std::int64_t>{1000 * (r + 1)}; });
   for (const rank_result& rr : results) {
@@ -99,7 +99,7 @@ TEST(throughput_gloo, dp4_uneven_tokens) {
   }
 }
 
-TEST(throughput_gloo, dp2_tp2) {
+TEST(throughput_gloo, tensor_parallel_ranks_share_their_replicas_tokens) {
   // rank = tp + 2*dp. Replica 0 (ranks 0, 1): 600 tokens; replica 1 (ranks 2, 3): 1000. TP ranks share the
   // micro-batch: tokens/s = (600 + 1000) / 2 = 800, not 1600.
   const auto results = run_job(4, parallel_sizes{2, 1, 1}, [](int r) { return std::vector<std::int64_t>{r < 2 ? 600 : 1000}; });
@@ -112,7 +112,7 @@ TEST(throughput_gloo, dp2_tp2) {
   }
 }
 
-TEST(throughput_gloo, tp2_pp2) {
+TEST(throughput_gloo, one_replica_over_tensor_and_pipeline_ranks_counts_its_tokens_once) {
   // One replica over 4 GPUs: 2048 tokens in 2 s -> 1024 tok/s, 256 per GPU; F(2048) / 2 / 4 per GPU.
   const auto results = run_job(4, parallel_sizes{2, 1, 2}, [](int) { return std::vector<std::int64_t>{1024, 1024}; });
   for (const rank_result& rr : results) {
@@ -124,7 +124,7 @@ TEST(throughput_gloo, tp2_pp2) {
   }
 }
 
-TEST(throughput_gloo, dp2_cp2_with_padding) {
+TEST(throughput_gloo, context_parallel_padding_counts_as_work_but_not_as_tokens) {
   // rank = cp + 2*dp. Replica 0: 700 real + 300 padding; replica 1: 900 real + 100 padding.
   // tokens/s = (700 + 900) / 2 = 800; batch efficiency = 1600 / 2000 = 0.8.
   const auto results = run_job(

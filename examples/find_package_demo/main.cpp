@@ -1,14 +1,20 @@
 // flopmeter_demo — the C++ API from an installed flopmeter (find_package(flopmeter) + flopmeter::flopmeter):
 // a throughput plugin over a local (one-process) communicator, a few micro-batches and logs on a
-// deterministic clock, metrics to the console, a JSONL file and a callback. It checks the numbers it can
-// derive by hand and exits non-zero when one is off.
+// deterministic clock, metrics to the console (through the demo's own spdlog logger, which
+// find_package(flopmeter) makes available: spdlog::spdlog comes with flopmeter::flopmeter), a JSONL file and a
+// callback. It checks the numbers it can derive by hand and exits non-zero when one is off.
 //
 //   flopmeter_demo MODEL.toml OUT.jsonl
+#include <spdlog/logger.h>
+#include <spdlog/sinks/ostream_sink.h>
+
 #include <cmath>
 #include <cstdio>
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -33,8 +39,12 @@ int main(int argc, char** argv) {
     options.topk = 0;
     options.clock_seconds = [&now] { return now; };
     std::remove(argv[2]);
-    options.sinks = {flopmeter::make_console_sink(), flopmeter::make_jsonl_sink(argv[2]),
-                     flopmeter::make_callback_sink([&records](const flopmeter::metrics_record& r) { records.push_back(r); })};
+    std::ostringstream console;
+    auto logger = std::make_shared<spdlog::logger>("demo", std::make_shared<spdlog::sinks::ostream_sink_mt>(console));
+    options.logger = logger;
+    options.sinks = {
+        flopmeter::make_console_sink(logger), flopmeter::make_jsonl_sink(argv[2]),
+        flopmeter::make_callback_sink([&records](const flopmeter::metrics_record& r) { records.push_back(r); })};
     auto plugin = flopmeter::throughput_plugin::create(options, flopmeter::make_local_communicator());
 
     // Each micro-batch: documents of 100, 60 and 40 tokens, 56 padding tokens, one 1x4x4 image.
@@ -89,6 +99,11 @@ int main(int argc, char** argv) {
     }
     if (lines != 3) {
       std::printf("expected 3 JSONL lines, got %d\n", lines);
+      ++failures;
+    }
+    std::printf("-- console\n%s", console.str().c_str());
+    if (console.str().find("step 3 | tok/s 400.0") == std::string::npos) {
+      std::printf("expected the console line of step 3 in the demo's logger\n");
       ++failures;
     }
     if (failures == 0) {

@@ -1,15 +1,15 @@
 // flopmeter/sinks.h — where derived metrics go: a console line, a JSONL file, a user callback.
 //
 // A `metrics_record` is one log's metrics as (name, value) pairs in a fixed order, names exactly as in
-// METRICS.md (perf/..., perf_topk/..., train/...). Sinks follow spdlog's base_sink: the public `write()` is
-// final, takes the sink's lock and calls the protected `write_()`, so a sink is safe to share between
-// threads. A sink never throws out of write(): a failing file (disk full, removed) becomes one logged error
-// and the sink keeps trying on later records.
-// Re-entry: a plugin calls write() while holding its own lock, on the thread that fired on_log or flush. From
-// inside write_() (a callback sink's callback) that plugin's health() works, and its on_microbatch, on_log
-// and flush are refused, not deadlocked (throughput.h, "Re-entry"); failures() may be read at any time. A
-// write_() must not write to the same sink again (e.g. through another plugin that shares it): the sink's
-// lock is not recursive.
+// METRICS.md (perf/..., perf_topk/..., train/...). Sinks follow spdlog's base_sink: the public `write()` and
+// `flush()` are not virtual, take the sink's lock and call the protected `write_()` / `flush_()`, so a sink is
+// safe to share between threads. A sink never throws out of write() or flush(): a failing file (disk full,
+// removed) becomes one logged error and the sink keeps trying on later records.
+// Re-entry: a plugin calls write() and flush() while holding its own lock, on the thread that fired on_log or
+// flush. From inside write_() or flush_() (a callback sink's callback) that plugin's health() works, and its
+// on_microbatch, on_log and flush are refused, not deadlocked (throughput.h, "Re-entry"); failures() may be
+// read at any time. A write_() or flush_() must not write to or flush the same sink again (e.g. through
+// another plugin that shares it): the sink's lock is not recursive.
 #pragma once
 
 #include <atomic>
@@ -24,6 +24,9 @@
 #include "flopmeter/error.h"
 #include "flopmeter/export.h"
 
+// spdlog is part of this API: the sinks log through the trainer's std::shared_ptr<spdlog::logger>, which
+// libflopmeter.so calls with the spdlog it was built against; find_package(flopmeter) finds that spdlog and
+// flopmeter::flopmeter links it (README, "Linking, embedding, installing").
 namespace spdlog {
 class logger;
 }
@@ -42,10 +45,18 @@ class sink {
  public:
   virtual ~sink() = default;
   void write(const metrics_record& record) noexcept;  // locks, calls write_(), swallows and counts failures
-  std::uint64_t failures() const;  // lock-free: safe from inside write_() (a plugin's health() reads it there)
+  // Locks, calls flush_(): what the sink holds back reaches its destination. Swallows and counts failures,
+  // like write(). A plugin's flush() calls it on each of its sinks after the last record (throughput.h).
+  void flush() noexcept;
+  // Records that could not be written, and flushes that failed. Lock-free: safe from inside write_() (a
+  // plugin's health() reads it there).
+  std::uint64_t failures() const;
 
  protected:
   virtual void write_(const metrics_record& record) = 0;
+  // Pushes out what write_() held back. The default does nothing: for a sink that writes each record through
+  // at once (the JSONL and TensorBoard sinks do). The console sink flushes its logger.
+  virtual void flush_() {}
 
  private:
   mutable std::mutex mutex_;
@@ -80,28 +91,20 @@ struct sink_config {
   std::string tensorboard_dir;  // TensorBoard event files (make_tensorboard_sink, flopmeter/tensorboard.h);
                                 // "{rank}" is replaced by the rank; relative to the working directory when
                                 // make_sinks runs; empty (the default): no TensorBoard sink
-  // Where each path was written (the plugin file, the value's line and column, and the key "sinks.jsonl" /
-  // "sinks.tensorboard"), so that make_sinks reports a path it cannot open there. The plugin TOML loader
-  // fills them; a config built in code may leave them empty (errors then name the key alone).
-  error_location jsonl_at;
-  error_location tensorboard_at;
-  // Files no sink may write into: the plugin file and the model config it names (the plugin TOML loader fills
-  // them). make_sinks refuses a JSONL path that is one of them, compared by device and inode (so a link or
-  // another spelling of the same file is caught): appending records would corrupt the next run's config.
-  std::vector<std::string> config_files;
 };
 
 // The sinks `config` names, for the process of rank `rank`, logging through `logger` (a private one when
 // null): the console sink first, then the JSONL sink, then the TensorBoard sink. Throws flopmeter::error when
 // a sink cannot be made: a path holding a NUL character, a JSONL path that cannot be opened for append now,
 // that exists and is not a regular file (a FIFO, socket, device or directory; /dev/null and /dev/full are
-// accepted: writing to them never blocks), or that is one of config_files, or a TensorBoard directory that
-// cannot be created or written, or that exists and is not a directory. The error is located at jsonl_at /
-// tensorboard_at (file:line:col and key), and its text names the path (with the working directory a
-// relative path is resolved against), the system's reason and, where the reason implies one, what to do:
-//   p.toml:4:9: key 'sinks.jsonl': cannot open "out/m_0.jsonl" (relative to the working directory "/w") for
-//   append: No such file or directory (the directory "out" does not exist: create it first, or change
-//   [sinks] jsonl)
+// accepted: writing to them never blocks), or a TensorBoard directory that cannot be created or written, or
+// that exists and is not a directory. The error names the key ("sinks.jsonl" / "sinks.tensorboard"), the path
+// (with the working directory a relative path is resolved against), the system's reason and, where the
+// reason implies one, what to do:
+//   key 'sinks.jsonl': cannot open "out/m_0.jsonl" (relative to the working directory "/w") for append: No
+//   such file or directory (the directory "out" does not exist: create it first, or change [sinks] jsonl)
+// From a plugin file (create_throughput_plugin and the C ABI), the same errors also cite the file:line:col
+// the path was written at, and a JSONL path that is the plugin file or its model config is refused.
 // (make_jsonl_sink alone opens lazily and counts failed records.)
 std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
                                               std::shared_ptr<spdlog::logger> logger = nullptr);

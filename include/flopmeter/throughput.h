@@ -11,7 +11,8 @@
 // micro-batch (every rank's running totals and interval counts are 0), is not written to the sinks and is not
 // counted in health(): its on_log starts the next interval as any on_log does, and the first record the sinks
 // see is the first interval with micro-batches. Later intervals without micro-batches are emitted as usual.
-// flush() waits for and emits the last interval. Destroying the plugin
+// flush() waits for and emits the last interval, then flushes the sinks (sink::flush) on the ranks that
+// write to them. Destroying the plugin
 // without flush() flushes it: the wait for the last collective is bounded by collective_timeout like any
 // on_log's (and is a poll while reporting is paused), so destruction never blocks longer than that.
 // Every rank must call on_log at the same steps with the same, increasing `step`: a rank whose step
@@ -183,10 +184,6 @@ struct plugin_config {
   // [logging] rendezvous_timeout_ms: only for the Gloo group flopmeter builds itself from a plugin file (C ABI
   // flopmeter_create_gloo_from_env): the bound on the rendezvous on every rank, and Gloo's collective timeout.
   std::chrono::milliseconds rendezvous_timeout{60000};
-  // Where the [parallel] table was written (the plugin file, its line and column, key "parallel"), so that a
-  // layout that does not fit the world (tp*cp*pp above or not dividing world_size, known only at create) is
-  // reported there. The loader fills it when the file has a [parallel] table; otherwise it stays empty.
-  error_location parallel_at;
 };
 
 // Reads a plugin TOML file (see docs in plugin_configs/SCHEMA.md): the model config path (relative to the

@@ -264,11 +264,11 @@ static flopmeter_plugin* create_gloo_from_env(const char* config_path, int port_
     throw flopmeter::error("flopmeter_gloo_options.rendezvous_timeout_ms must be in [0, 3600000] (got " +
                            std::to_string(timeout_ms) + "; 0 takes the plugin config's)");
   }
-  flopmeter::plugin_config config = flopmeter::load_plugin_config(config_path);
+  flopmeter::detail::plugin_file config = flopmeter::detail::load_plugin_file(config_path);
   flopmeter::gloo_env_options gloo;
   gloo.start_store_server = true;
   gloo.store_port_offset = port_offset;
-  gloo.timeout = timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms) : config.rendezvous_timeout;
+  gloo.timeout = timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms) : config.config.rendezvous_timeout;
   auto communicator = flopmeter::make_gloo_communicator_from_env(gloo);
   return register_plugin([&](const std::shared_ptr<spdlog::logger>& logger, std::shared_ptr<flopmeter::sink> callback) {
     return flopmeter::detail::create_configured_plugin(config_path, std::move(config), std::move(communicator), logger,
@@ -430,7 +430,7 @@ flopmeter_plugin* flopmeter_create_from_text(const char* toml_text, size_t lengt
   return create_or_report(error, error_size, [&] {
     if (toml_text == nullptr && length > 0) throw flopmeter::error("toml_text is NULL with a non-zero length");
     const std::string name = source_name != nullptr && *source_name != '\0' ? source_name : "<text>";
-    flopmeter::plugin_config config = flopmeter::detail::parse_plugin_config(
+    flopmeter::detail::plugin_file config = flopmeter::detail::parse_plugin_file(
         std::string(toml_text != nullptr ? toml_text : "", length), name, base_dir != nullptr ? base_dir : "");
     std::shared_ptr<flopmeter::communicator> communicator = communicator_from(comm);
     return register_plugin(

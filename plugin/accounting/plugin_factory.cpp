@@ -33,42 +33,42 @@ std::string with_rank_in_file_name(const std::string& path) {
 
 }  // namespace
 
-void detail::check_layout_fits(const plugin_config& config, std::int64_t world_size) {
+void detail::check_layout_fits(const plugin_file& file, std::int64_t world_size) {
   try {
-    (void)parallel_layout(config.options.parallel, world_size, config.options.rank_order);
+    (void)parallel_layout(file.config.options.parallel, world_size, file.config.options.rank_order);
   } catch (const error& e) {
     // parallel_layout names the key ("parallel", "parallel.tp", ...) but knows no file: the [parallel] table's.
     const std::string& key = e.where().key;
-    if (e.where().line != 0 || config.parallel_at.line == 0 || key.rfind("parallel", 0) != 0) throw;
-    error_location at = config.parallel_at;
+    if (e.where().line != 0 || file.parallel_at.line == 0 || key.rfind("parallel", 0) != 0) throw;
+    error_location at = file.parallel_at;
     at.key = key;
     throw error(at, e.description());
   }
 }
 
-std::vector<std::shared_ptr<sink>> detail::make_emitting_sinks(const plugin_config& config, std::int64_t rank,
+std::vector<std::shared_ptr<sink>> detail::make_emitting_sinks(const plugin_file& file, std::int64_t rank,
                                                                std::int64_t world_size,
                                                                std::shared_ptr<spdlog::logger> logger) {
+  const plugin_config& config = file.config;
   const bool every_rank_emits = config.options.emit == emit_ranks::all;
   if (every_rank_emits && world_size > 1) {
-    refuse_path_shared_by_ranks(config.sinks.jsonl_path, config.sinks.jsonl_at, "sinks.jsonl",
+    refuse_path_shared_by_ranks(config.sinks.jsonl_path, file.sinks_at.jsonl_at, "sinks.jsonl",
                                 "they would all append to this one file, each record once per rank, with no "
                                 "rank in it",
                                 with_rank_in_file_name(config.sinks.jsonl_path), world_size);
     // Event file names carry the host and process id, so the files differ; but TensorBoard reads every
     // event file of a directory as one run and would draw the ranks' points over each other.
-    refuse_path_shared_by_ranks(config.sinks.tensorboard_dir, config.sinks.tensorboard_at, "sinks.tensorboard",
+    refuse_path_shared_by_ranks(config.sinks.tensorboard_dir, file.sinks_at.tensorboard_at, "sinks.tensorboard",
                                 "TensorBoard would show all their event files as one run, the ranks' points "
                                 "drawn over each other",
                                 (std::filesystem::path(config.sinks.tensorboard_dir) / "rank{rank}").string(),
                                 world_size);
   }
   if (!every_rank_emits && rank != 0) return {};  // this rank writes no record: no files
-  return make_sinks(config.sinks, static_cast<int>(rank), std::move(logger));
+  return make_sinks(config.sinks, file.sinks_at, static_cast<int>(rank), std::move(logger));
 }
 
-std::shared_ptr<throughput_plugin> detail::create_configured_plugin(const std::string& config_path,
-                                                                    plugin_config config,
+std::shared_ptr<throughput_plugin> detail::create_configured_plugin(const std::string& config_path, plugin_file file,
                                                                     std::shared_ptr<communicator> comm,
                                                                     std::shared_ptr<spdlog::logger> logger,
                                                                     std::vector<std::shared_ptr<sink>> extra_sinks) {
@@ -76,9 +76,9 @@ std::shared_ptr<throughput_plugin> detail::create_configured_plugin(const std::s
   // What needs the communicator (the layout dividing its world, its rank), the sinks' files and the sanity
   // check are only known here; name the file those settings came from, as every other configuration error does.
   try {
-    check_layout_fits(config, comm->world_size());
-    std::vector<std::shared_ptr<sink>> sinks = make_emitting_sinks(config, comm->rank(), comm->world_size(), logger);
-    throughput_options options = std::move(config.options);
+    check_layout_fits(file, comm->world_size());
+    std::vector<std::shared_ptr<sink>> sinks = make_emitting_sinks(file, comm->rank(), comm->world_size(), logger);
+    throughput_options options = std::move(file.config.options);
     options.logger = logger;
     options.sinks = std::move(sinks);
     for (auto& s : extra_sinks) options.sinks.push_back(std::move(s));
@@ -93,7 +93,7 @@ std::shared_ptr<throughput_plugin> create_throughput_plugin(const std::string& c
                                                             std::shared_ptr<spdlog::logger> logger,
                                                             std::vector<std::shared_ptr<sink>> extra_sinks) {
   if (!comm) throw error("create_throughput_plugin: a communicator is required");
-  return detail::create_configured_plugin(config_path, load_plugin_config(config_path), std::move(comm),
+  return detail::create_configured_plugin(config_path, detail::load_plugin_file(config_path), std::move(comm),
                                           std::move(logger), std::move(extra_sinks));
 }
 

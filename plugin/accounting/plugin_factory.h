@@ -12,28 +12,29 @@
 #include "flopmeter/communicator.h"
 #include "flopmeter/sinks.h"
 #include "flopmeter/throughput.h"
+#include "accounting/throughput_config.h"
 
 namespace flopmeter::detail {
 
-// Checks the layout (check_layout_fits), builds the sinks `config.sinks` names (make_emitting_sinks, for
+// Checks the layout (check_layout_fits), builds the sinks `file.config.sinks` names (make_emitting_sinks, for
 // comm->rank(), through `logger`), appends `extra_sinks`, sets the logger and creates the plugin from
-// `config.options`. Errors name `config_path`, the file the
+// `file.config.options`. Errors name `config_path`, the file the
 // configuration came from. Throws flopmeter::error.
-std::shared_ptr<throughput_plugin> create_configured_plugin(const std::string& config_path, plugin_config config,
+std::shared_ptr<throughput_plugin> create_configured_plugin(const std::string& config_path, plugin_file file,
                                                             std::shared_ptr<communicator> comm,
                                                             std::shared_ptr<spdlog::logger> logger,
                                                             std::vector<std::shared_ptr<sink>> extra_sinks);
 
-// Checks `config`'s [parallel] layout against a world of `world_size` ranks (parallel_layout): a layout that
-// does not fit is reported at config.parallel_at, the [parallel] table's file:line:col, with the key the
+// Checks `file`'s [parallel] layout against a world of `world_size` ranks (parallel_layout): a layout that
+// does not fit is reported at file.parallel_at, the [parallel] table's file:line:col, with the key the
 // problem names. Throws flopmeter::error.
-void check_layout_fits(const plugin_config& config, std::int64_t world_size);
+void check_layout_fits(const plugin_file& file, std::int64_t world_size);
 
-// The sinks `config.sinks` names, for rank `rank` of a world of `world_size`, only where this rank emits
+// The sinks `file.config.sinks` names (located at file.sinks_at), for rank `rank` of a world of `world_size`, only where this rank emits
 // (rank 0, or every rank with emit = "all"): the other ranks get none and create no files. With emit = "all"
 // and more than one rank, a JSONL path or TensorBoard directory without "{rank}" is refused at its key (every
 // rank would write into the same file, or the same TensorBoard run). Throws flopmeter::error.
-std::vector<std::shared_ptr<sink>> make_emitting_sinks(const plugin_config& config, std::int64_t rank,
+std::vector<std::shared_ptr<sink>> make_emitting_sinks(const plugin_file& file, std::int64_t rank,
                                                        std::int64_t world_size, std::shared_ptr<spdlog::logger> logger);
 
 }  // namespace flopmeter::detail

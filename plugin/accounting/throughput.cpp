@@ -252,6 +252,12 @@ class throughput_plugin::impl {
     } catch (const std::exception& e) {
       warn_rate_limited(last_log_warning_, "flopmeter: flush failed: {}", e.what());
     }
+    // Then each sink pushes out what it holds (sink::flush never throws), where records are written.
+    if (emits_here()) {
+      for (const auto& s : options_.sinks) {
+        if (s) s->flush();
+      }
+    }
   }
 
   // Called from inside a call-out of this plugin (a sink reading health in its callback): this thread holds

@@ -84,7 +84,7 @@ class options_loader : private detail::toml_reader {
   options_loader(std::string source_name, std::string base_dir)
       : toml_reader(std::move(source_name)), base_dir_(std::move(base_dir)) {}
 
-  plugin_config load(const toml::table& root) const {
+  detail::plugin_file load(const toml::table& root) const {
     // A model config given where the plugin config goes (both are TOML): say so, not "unknown key".
     for (const char* model_table : {"text_config", "vision_config"}) {
       if (const toml::node* node = root.get(model_table)) {
@@ -109,7 +109,8 @@ class options_loader : private detail::toml_reader {
     if (logging != nullptr) check_keys(*logging, "logging", kLoggingKeys, kSchemaDoc);
     if (sinks != nullptr) check_keys(*sinks, "sinks", kSinksKeys, kSchemaDoc);
 
-    plugin_config config;
+    detail::plugin_file file;
+    plugin_config& config = file.config;
     throughput_options& options = config.options;
     const std::string model_path = model_config_path(*model);
     if (const toml::node* node = model->get("scope")) {
@@ -123,21 +124,21 @@ class options_loader : private detail::toml_reader {
     if (parallel != nullptr) {
       read_parallel(*parallel, options);
       // The layout is checked against the world at create (plugin_factory.cpp), which reports it here.
-      config.parallel_at = location(parallel->source(), "parallel");
+      file.parallel_at = location(parallel->source(), "parallel");
     }
     if (logging != nullptr) read_logging(*logging, options);
     if (logging != nullptr) {
       config.rendezvous_timeout = std::chrono::milliseconds(optional_int(
           *logging, "logging", "rendezvous_timeout_ms", kRendezvousTimeoutMs, config.rendezvous_timeout.count()));
     }
-    if (sinks != nullptr) read_sinks(*sinks, config.sinks);
+    if (sinks != nullptr) read_sinks(*sinks, config.sinks, file.sinks_at);
     // The files this configuration comes from, which no sink may write into (make_sinks refuses them): this
     // file, and the model config (a file, or a checkpoint directory's config.json). Absolute now, like the
     // sink paths, so a later chdir() changes nothing.
-    for (const std::string& file : {source_name(), model_path, model_path + "/config.json"}) {
+    for (const std::string& path : {source_name(), model_path, model_path + "/config.json"}) {
       std::error_code ec;
-      const std::filesystem::path absolute = std::filesystem::absolute(file, ec);
-      config.sinks.config_files.push_back(ec ? file : absolute.string());
+      const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+      file.sinks_at.config_files.push_back(ec ? path : absolute.string());
     }
 
     options.model = load_model(*model->get("config"), model_path);
@@ -154,7 +155,7 @@ class options_loader : private detail::toml_reader {
     // line); the options as a whole pass the same check as create()'s, so a file never builds options that
     // create() refuses.
     detail::sanitize_options(options);
-    return config;
+    return file;
   }
 
  private:
@@ -270,7 +271,7 @@ class options_loader : private detail::toml_reader {
         optional_int(logging, p, "collective_timeout_ms", kTimeoutMs, options.collective_timeout.count()));
   }
 
-  void read_sinks(const toml::table& sinks, sink_config& config) const {
+  void read_sinks(const toml::table& sinks, sink_config& config, detail::sink_provenance& provenance) const {
     config.console = optional_bool(sinks, "sinks", "console", config.console);
     // Each path keeps where it was written: make_sinks opens it when the plugin starts and reports a failure
     // there (file:line:col, key), which is where the user fixes it.
@@ -278,13 +279,13 @@ class options_loader : private detail::toml_reader {
       const toml::node& node = *sinks.get("jsonl");
       if (jsonl->empty()) fail_key(node, "sinks.jsonl", "must not be empty");
       config.jsonl_path = std::move(*jsonl);  // "{rank}" is substituted by make_sinks
-      config.jsonl_at = location(node.source(), "sinks.jsonl");
+      provenance.jsonl_at = location(node.source(), "sinks.jsonl");
     }
     if (auto tensorboard = optional_string(sinks, "sinks", "tensorboard")) {
       const toml::node& node = *sinks.get("tensorboard");
       if (tensorboard->empty()) fail_key(node, "sinks.tensorboard", "must not be empty");
       config.tensorboard_dir = std::move(*tensorboard);  // "{rank}" is substituted by make_sinks
-      config.tensorboard_at = location(node.source(), "sinks.tensorboard");
+      provenance.tensorboard_at = location(node.source(), "sinks.tensorboard");
     }
   }
 
@@ -313,8 +314,8 @@ class options_loader : private detail::toml_reader {
 
 namespace detail {
 
-plugin_config parse_plugin_config(const std::string& toml_text, const std::string& source_name,
-                                  const std::string& base_dir) {
+plugin_file parse_plugin_file(const std::string& toml_text, const std::string& source_name,
+                              const std::string& base_dir) {
   // A JSON file (a Hugging Face config.json) given where the plugin config goes: say so, not "TOML syntax
   // error". TOML cannot start with '{'; the error points at it.
   const std::size_t first = toml_text.find_first_not_of(" \t\r\n");
@@ -334,17 +335,23 @@ plugin_config parse_plugin_config(const std::string& toml_text, const std::strin
   return options_loader(source_name, base_dir).load(root);
 }
 
+plugin_config parse_plugin_config(const std::string& toml_text, const std::string& source_name,
+                                  const std::string& base_dir) {
+  return parse_plugin_file(toml_text, source_name, base_dir).config;
+}
+
 throughput_options parse_throughput_options(const std::string& toml_text, const std::string& source_name,
                                             const std::string& base_dir) {
   return parse_plugin_config(toml_text, source_name, base_dir).options;
 }
 
+plugin_file load_plugin_file(const std::string& path) {
+  return parse_plugin_file(read_file(path, "plugin config"), path, std::filesystem::path(path).parent_path().string());
+}
+
 }  // namespace detail
 
-plugin_config load_plugin_config(const std::string& path) {
-  return detail::parse_plugin_config(detail::read_file(path, "plugin config"), path,
-                                     std::filesystem::path(path).parent_path().string());
-}
+plugin_config load_plugin_config(const std::string& path) { return detail::load_plugin_file(path).config; }
 
 throughput_options load_throughput_options(const std::string& path) { return load_plugin_config(path).options; }
 

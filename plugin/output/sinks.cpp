@@ -31,6 +31,7 @@
 #include "output/json_line.h"
 #include "output/logging.h"
 #include "output/sink_paths.h"
+#include "output/sink_provenance.h"
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <fcntl.h>
@@ -54,6 +55,15 @@ void sink::write(const metrics_record& record) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   try {
     write_(record);
+  } catch (...) {
+    ++failures_;
+  }
+}
+
+void sink::flush() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  try {
+    flush_();
   } catch (...) {
     ++failures_;
   }
@@ -114,6 +124,7 @@ class console_sink final : public sink {
 
  protected:
   void write_(const metrics_record& record) override { logger_->info("{}", console_line(record)); }
+  void flush_() override { logger_->flush(); }
 
  private:
   std::shared_ptr<spdlog::logger> logger_;
@@ -342,15 +353,20 @@ void refuse_config_file(const std::string& path, const std::vector<std::string>&
 
 std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int rank,
                                               std::shared_ptr<spdlog::logger> logger) {
+  return detail::make_sinks(config, detail::sink_provenance{}, rank, std::move(logger));
+}
+
+std::vector<std::shared_ptr<sink>> detail::make_sinks(const sink_config& config, const sink_provenance& provenance,
+                                                      int rank, std::shared_ptr<spdlog::logger> logger) {
   std::vector<std::shared_ptr<sink>> sinks;
   if (config.console) sinks.push_back(make_console_sink(logger));
   if (!config.jsonl_path.empty()) {
-    const error_location at = located(config.jsonl_at, "sinks.jsonl");
+    const error_location at = located(provenance.jsonl_at, "sinks.jsonl");
     refuse_nul(config.jsonl_path, at);
     const std::string path = expand_rank(config.jsonl_path, rank);
     // Checked here, where the trainer can still act on it: a missing or unwritable directory would otherwise
     // drop every record of the run (each one counted in health().dropped_records, but no file at all).
-    refuse_config_file(path, config.config_files, at);
+    refuse_config_file(path, provenance.config_files, at);
     const detail::opened_sink_file probe = detail::open_jsonl_for_append(path);
     if (probe.wrong_type != nullptr) {
       throw error(at, detail::jsonl_wrong_type_text(detail::sink_path_text(path), probe.wrong_type, "[sinks] jsonl"));
@@ -363,7 +379,7 @@ std::vector<std::shared_ptr<sink>> make_sinks(const sink_config& config, int ran
     sinks.push_back(make_jsonl_sink(path, logger));
   }
   if (!config.tensorboard_dir.empty()) {
-    const error_location at = located(config.tensorboard_at, "sinks.tensorboard");
+    const error_location at = located(provenance.tensorboard_at, "sinks.tensorboard");
     refuse_nul(config.tensorboard_dir, at);
     const std::string directory = expand_rank(config.tensorboard_dir, rank);
     // make_tensorboard_sink creates the directory and opens the first file now, so a bad directory fails here;

@@ -379,12 +379,12 @@ std::shared_ptr<tensor_throughput> create_tensor_throughput(const std::string& c
                                                             std::vector<std::shared_ptr<sink>> extra_sinks,
                                                             const c10d_options& checks) {
   if (!group) throw error("create_tensor_throughput: the process group is null");
-  plugin_config config = load_plugin_config(config_path);
+  detail::plugin_file file = detail::load_plugin_file(config_path);
   try {
-    detail::check_layout_fits(config, group->getSize());
+    detail::check_layout_fits(file, group->getSize());
     std::vector<std::shared_ptr<sink>> sinks =
-        detail::make_emitting_sinks(config, group->getRank(), group->getSize(), logger);
-    throughput_options options = std::move(config.options);
+        detail::make_emitting_sinks(file, group->getRank(), group->getSize(), logger);
+    throughput_options options = std::move(file.config.options);
     options.logger = logger;
     options.sinks = std::move(sinks);
     for (auto& s : extra_sinks) options.sinks.push_back(std::move(s));

@@ -53,7 +53,7 @@ function(expect_no_file path why)
   endif()
 endfunction()
 
-# The program must not load a CUDA library: none on its ldd list (the CPU-only trainer of issue 12).
+# The program must not load a CUDA library: none on its ldd list (a CPU-only trainer).
 function(expect_no_cuda program)
   step("ldd ${program}" ldd "${program}")
   string(REGEX MATCHALL "(^|[\n\t /])lib(cuda|cudart|nccl|cublas|cublasLt|nvrtc|cudnn|nvToolsExt)[^\n\t /]*\\.so[^\n\t ]*"

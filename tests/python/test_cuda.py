@@ -1,5 +1,5 @@
 """Meter fed CUDA tensors: no device sync on the micro-batch path, the same records as the CPU path, and the
-deferred read that perf/log_wait_ms reports (issue 18, "CUDA tensors" and "GPU").
+deferred read that perf/log_wait_ms reports.
 
 Skipped where torch has no CUDA device (CI, the development machine); scripts/gpu_check_python.sh runs it on a
 GPU machine. FLOPMETER_TEST_DEVICE_PATH_ON_CPU=1 runs the same assertions (except the sync check, which
