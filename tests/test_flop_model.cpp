@@ -498,10 +498,14 @@ TEST(bad_batch, each_error_names_the_entry) {
 }
 
 TEST(scope, parse_and_print) {
-  EXPECT_EQ(parse_flop_scope("seed", "x"), flop_scope::seed);
-  EXPECT_EQ(parse_flop_scope("complete", "x"), flop_scope::complete);
+  EXPECT_EQ(parse_flop_scope("seed", error_location{}), flop_scope::seed);
+  EXPECT_EQ(parse_flop_scope("complete", error_location{}), flop_scope::complete);
   EXPECT_STREQ(to_string(flop_scope::seed), "seed");
-  expect_error([] { parse_flop_scope("all", "cfg.toml:3:9"); }, "cfg.toml:3:9: unknown FLOP scope 'all'");
+  expect_error(
+      [] {
+        parse_flop_scope("all", error_location{"cfg.toml", 3, 9, {}});
+      },
+      "cfg.toml:3:9: unknown FLOP scope 'all'");
 }
 
 // printable_text (flopmeter/error.h), by hand: ESC (0x1b) -> \u001b, BEL -> \u0007, DEL -> \u007f, CSI U+009B
@@ -527,7 +531,11 @@ TEST(printable, error_messages_escape_every_part) {
   EXPECT_EQ(e.description(), "bad\\u001b[2J value\nnext line");
   EXPECT_EQ(e.where().file, "m\x1b]0;t\x07.toml");  // the location stays as given: it is data
   EXPECT_EQ(std::string(e.in_file("other.toml").what()), std::string(e.what()));
-  expect_error([] { parse_flop_scope("\x1b[2J", "cfg.toml:3:9"); }, "cfg.toml:3:9: unknown FLOP scope '\\u001b[2J'");
+  expect_error(
+      [] {
+        parse_flop_scope("\x1b[2J", error_location{"cfg.toml", 3, 9, {}});
+      },
+      "cfg.toml:3:9: unknown FLOP scope '\\u001b[2J'");
 }
 
 // ---- what trains: frozen parts and LoRA ---------------------------------------------------------------------

@@ -204,7 +204,7 @@ std::vector<image_grid> parse_grid_list(const std::string& command, const std::s
 
 flop_scope parse_scope_option(const std::string& command, const std::string& text) {
   try {
-    return parse_flop_scope(text, "--scope");
+    return parse_flop_scope(text, error_location{"--scope", 0, 0, {}});
   } catch (const error& e) {
     throw usage_error(command, e.what());
   }

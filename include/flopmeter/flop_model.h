@@ -35,8 +35,9 @@ enum class flop_scope {
 };
 
 const char* to_string(flop_scope scope);
-// Parses "seed" / "complete"; throws flopmeter::error naming `where` otherwise.
-flop_scope parse_flop_scope(const std::string& text, const std::string& where);
+// Parses "seed" / "complete"; throws flopmeter::error located at `where` otherwise (a config file's line and
+// column and key, or a command-line flag as the file: {"--scope"}).
+flop_scope parse_flop_scope(const std::string& text, const error_location& where);
 
 // dense_per_token split by GEMM family; the parts sum to dense_per_token exactly. Mixture of experts (dropless
 // routing: every token visits exactly num_experts_per_tok experts, none is dropped for capacity):

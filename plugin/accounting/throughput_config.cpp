@@ -114,8 +114,7 @@ class options_loader : private detail::toml_reader {
     throughput_options& options = config.options;
     const std::string model_path = model_config_path(*model);
     if (const toml::node* node = model->get("scope")) {
-      options.scope =
-          parse_flop_scope(string_value(*node, "model.scope"), where(node->source()) + ": key 'model.scope'");
+      options.scope = parse_flop_scope(string_value(*node, "model.scope"), location(node->source(), "model.scope"));
     }
     options.sanity_check = optional_bool(*model, "model", "sanity_check", false);
     const std::optional<bool> train_mtp_layers = optional_bool(*model, "model", "train_mtp_layers");

@@ -29,10 +29,10 @@ term dense_part(std::int64_t& out, const term& per_layer, std::int64_t layers, c
 
 const char* to_string(flop_scope scope) { return scope == flop_scope::seed ? "seed" : "complete"; }
 
-flop_scope parse_flop_scope(const std::string& text, const std::string& where) {
+flop_scope parse_flop_scope(const std::string& text, const error_location& where) {
   if (text == "seed") return flop_scope::seed;
   if (text == "complete") return flop_scope::complete;
-  throw error(where + ": unknown FLOP scope '" + text + "' (expected \"seed\" or \"complete\")");
+  throw error(where, "unknown FLOP scope '" + text + "' (expected \"seed\" or \"complete\")");
 }
 
 coefficients compute_coefficients(const model_spec& spec) {
