@@ -137,29 +137,6 @@ constexpr std::size_t kLogV1Size = offsetof(flopmeter_log, peak_memory_bytes) + 
 constexpr std::size_t kLogReservedMemorySize = offsetof(flopmeter_log, peak_reserved_memory_bytes) + sizeof(int64_t);
 constexpr std::size_t kHealthV2Size = offsetof(flopmeter_health_counters, rejected_logs) + sizeof(uint64_t);
 
-// One warning a minute per kind, as the plugin's own; under a lock of its own, since the C ABI's refusals
-// happen before the plugin and outside its mutex.
-class rate_limited_warning {
- public:
-  template <class... Args>
-  void warn(spdlog::logger& logger, const char* format, const Args&... args) noexcept {
-    try {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (!limiter_.allow()) return;
-      }
-      // Printable: a refusal can quote a trainer-supplied text (an exception message) with control characters.
-      logger.warn("{}", flopmeter::printable_text(fmt::format(fmt::runtime(format), args...), true));
-    } catch (...) {
-      // Logging must not be the thing that throws into the training loop.
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  flopmeter::detail::rate_limiter limiter_;
-};
-
 // What one handle names: the plugin, its callback slot, the logger they share, and the C ABI's own counters
 // of events it refused before they reached the plugin.
 struct plugin_state {
@@ -170,9 +147,9 @@ struct plugin_state {
   std::atomic<std::uint64_t> refused_logs{0};
   std::atomic<std::uint64_t> refused_reentrant_destroys{0};  // the plugin counts the other re-entrant calls
   std::atomic<bool> flushed{false};
-  rate_limited_warning microbatch_warning;
-  rate_limited_warning log_warning;
-  rate_limited_warning reentrant_warning;
+  flopmeter::detail::rate_limited_log microbatch_warning;  // the C ABI's refusals happen outside the plugin's lock
+  flopmeter::detail::rate_limited_log log_warning;
+  flopmeter::detail::rate_limited_log reentrant_warning;
 };
 
 // The live handles. Never destroyed (a process exit or dlclose must not run plugin destructors from static

@@ -47,22 +47,6 @@ using namespace detail;  // row_layout.h
 // (or a negative one, or not a number) rather than round it or, at 2^63, convert it back to int64 with
 // undefined behaviour. Reaching it takes 9e15 tokens or pairs in one rank's interval.
 
-// True on a thread inside one of the plugin's logger calls. A trainer's logger sink that calls back into the
-// plugin is refused like any call-out (owned_mutex.h); the refusal is then not logged, since logging again
-// from inside that logger could deadlock on the logger's own sink lock.
-thread_local bool t_inside_logger = false;
-
-class inside_logger {
- public:
-  inside_logger() noexcept : was_(std::exchange(t_inside_logger, true)) {}
-  ~inside_logger() { t_inside_logger = was_; }
-  inside_logger(const inside_logger&) = delete;
-  inside_logger& operator=(const inside_logger&) = delete;
-
- private:
-  bool was_;
-};
-
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -308,31 +292,15 @@ class throughput_plugin::impl {
                       hook);
   }
 
-  // One warning a minute per kind (`limit`); the ones held back are counted in the next.
+  // One warning a minute per kind (`limit`), printable, never throwing (output/logging.h).
   template <class... Args>
-  void warn_rate_limited(detail::rate_limiter& limit, const char* format, const Args&... args) noexcept {
-    if (t_inside_logger) return;
-    try {
-      if (!limit.allow()) return;
-      const std::uint64_t suppressed = limit.take_suppressed();
-      std::string message = fmt::format(fmt::runtime(format), args...);
-      if (suppressed > 0) message += fmt::format(" ({} similar warnings suppressed)", suppressed);
-      const inside_logger marker;
-      // Printable: the arguments include exception texts from the trainer's sinks, clock and communicator.
-      logger_->warn("{}", printable_text(message, /*keep_newlines=*/true));
-    } catch (...) {
-      // Logging must not be the thing that throws into the training loop.
-    }
+  void warn_rate_limited(detail::rate_limited_log& limit, const char* format, const Args&... args) noexcept {
+    limit.warn(*logger_, format, args...);
   }
 
   template <class... Args>
   void log_noexcept(spdlog::level::level_enum level, const char* format, const Args&... args) noexcept {
-    if (t_inside_logger) return;
-    try {
-      const inside_logger marker;
-      logger_->log(level, fmt::runtime(format), args...);
-    } catch (...) {
-    }
+    detail::log_noexcept(*logger_, level, format, args...);
   }
 
   // Fills this rank's row and starts the interval's collective (every rank, every log: never gated on
@@ -475,10 +443,10 @@ class throughput_plugin::impl {
   bool flushed_ = false;
   throughput_health health_;
   // One rate limiter per kind of warning (the names are those of the time points they replaced).
-  detail::rate_limiter last_batch_warning_, last_log_warning_, last_collective_warning_, last_interval_warning_;
-  detail::rate_limiter last_derive_warning_;  // what an emitted record leaves out (derive_result::warning)
-  detail::rate_limiter last_log_field_warning_;  // log fields left out (detail::check_log_fields)
-  detail::rate_limiter reentrant_warning_;  // hooks refused from inside our own call-outs (refuse_reentrant)
+  detail::rate_limited_log last_batch_warning_, last_log_warning_, last_collective_warning_, last_interval_warning_;
+  detail::rate_limited_log last_derive_warning_;     // what an emitted record leaves out (derive_result::warning)
+  detail::rate_limited_log last_log_field_warning_;  // log fields left out (detail::check_log_fields)
+  detail::rate_limited_log reentrant_warning_;  // hooks refused from inside our own call-outs (refuse_reentrant)
   // Last: on_microbatch reads only megatron_ of these, and the members it uses most keep their places.
   detail::megatron_billing megatron_;
   regime_coefficients regime_coefficients_;

@@ -347,7 +347,7 @@ class tensor_throughput::impl {
   at::Tensor seen_;           // this rank's running totals: real tokens, samples, label tokens (row_*_seen)
   bool contributed_ = false;  // whether the current on_log's collective took this rank's device counts
   std::int64_t rank_ = 0;
-  std::shared_ptr<rate_limiter> uncounted_warning_ = make_warning_limiter();
+  std::shared_ptr<rate_limited_log> uncounted_warning_ = make_warning_limiter();
   detail::owned_mutex mutex_;  // held_by_this_thread(): inside one of our call-outs (see refused_reentrant)
   std::atomic<std::uint64_t> refused_here_{0};
 };
