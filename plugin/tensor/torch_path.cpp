@@ -24,6 +24,7 @@
 #include "accounting/owned_mutex.h"
 #include "accounting/plugin_factory.h"  // check_layout_fits, make_emitting_sinks
 #include "accounting/row_layout.h"
+#include "accounting/throughput_calls.h"
 #include "core/exact_double.h"
 #include "tensor/torch_path_log.h"  // spdlog stays out of this file: see there
 
@@ -281,7 +282,7 @@ class tensor_throughput::impl {
   template <class Event>
   bool refused_reentrant(const Event& event) noexcept {
     if (!mutex_.held_by_this_thread()) return false;
-    if (plugin_->in_callout()) {
+    if (detail::throughput_calls::in_callout(*plugin_)) {
       if constexpr (std::is_same_v<Event, microbatch_event>) {
         plugin_->on_microbatch(event);
       } else if constexpr (std::is_same_v<Event, log_event>) {
