@@ -1,8 +1,8 @@
 // plugin/accounting/owned_mutex.h — internal: a mutex that knows whether the calling thread holds it: the
-// one way flopmeter detects re-entry (the throughput plugin and the tensor path use it).
+// one way flopmeter detects re-entry (the throughput plugin, the tensor path and the hooks registry use it).
 //
 // The owners hold their mutex while they call out to code they do not own: the sinks (a C metrics callback
-// among them), the trainer's logger, the clock, the communicator. If that code calls
+// among them), the trainer's logger, the clock, the communicator, the registered plugins. If that code calls
 // back into the same owner on the same thread, locking again would deadlock the training loop (a std::mutex
 // locked twice by one thread never returns). Every entry point asks held_by_this_thread() first and, when
 // true, does not lock: it refuses the call (counted, e.g. in health().reentrant_calls), or, for a read such
@@ -14,6 +14,8 @@
 // read-coherence a thread sees its own latest store or a later one, so the answer is exact for the caller.
 // Thread-safety: lock/unlock as std::mutex (use it with owned_lock, which Clang's -Wthread-safety follows);
 // held_by_this_thread() from any thread at any time. Annotated as a capability (thread_annotations.h).
+// Every member is inline: inside libflopmeter.so they stay hidden (VISIBILITY_INLINES_HIDDEN), though hooks.h
+// names the type.
 #pragma once
 
 #include <atomic>
