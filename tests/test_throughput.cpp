@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "flopmeter/error.h"
+#include "accounting/throughput_calls.h"  // internal: compiled into this test (tests/CMakeLists.txt)
 #include "support/capture_sink.h"
 #include "support/fake_group.h"
 #include "support/returns_within.h"
@@ -20,6 +21,8 @@
 namespace flopmeter {
 namespace {
 
+using detail::microbatch_result;
+using detail::throughput_calls;
 using testing::capture_sink;
 using testing::fake_group;
 
@@ -563,16 +566,16 @@ TEST(throughput, a_sink_calling_back_into_its_plugin_is_answered_not_deadlocked)
   sink->on_write = [&] {
     if (sink->records.size() != 1) return;  // the first record only
     seen_first = plugin->health();
-    EXPECT_TRUE(plugin->in_callout());
+    EXPECT_TRUE(throughput_calls::in_callout(*plugin));
     plugin->on_microbatch(documents(five));
-    recorded = plugin->record_microbatch(documents(five));
+    recorded = throughput_calls::record_microbatch(*plugin, documents(five));
     log_event again;
     again.step = 102;
     plugin->on_log(again);
     plugin->flush();
     seen_after = plugin->health();
   };
-  EXPECT_FALSE(plugin->in_callout());
+  EXPECT_FALSE(throughput_calls::in_callout(*plugin));
   testing::returns_within(std::chrono::seconds(10), "a sink calling back into its plugin", [&] {
     plugin->on_microbatch(documents(hundred));
     now = 1;
@@ -590,7 +593,7 @@ TEST(throughput, a_sink_calling_back_into_its_plugin_is_answered_not_deadlocked)
   EXPECT_EQ(seen_after.collectives_started, 1u);  // the refused on_log started none
   EXPECT_EQ(seen_after.bad_microbatches, 0u);     // refused, not bad
   // The refused flush did not flush: a micro-batch now is counted, and the real flush emits step 2.
-  EXPECT_EQ(plugin->record_microbatch(documents(five)), microbatch_result::counted);
+  EXPECT_EQ(throughput_calls::record_microbatch(*plugin, documents(five)), microbatch_result::counted);
   plugin->flush();
   ASSERT_EQ(sink->records.size(), 2u);
   EXPECT_EQ(sink->records[1].step, 2);

@@ -44,9 +44,14 @@
  *    FLOPMETER_OK or a negative FLOPMETER_E_* code; every refused event is counted in the health counters
  *    and logged (at most one line a minute per kind, on stderr), so the training loop can ignore the codes.
  *
- * Ownership: the plugin owns its state; pointers inside event structs are read during the call only.
- * Thread-safety: one plugin may be called from several threads (calls are serialized internally); different
- * plugins are independent.
+ * Ownership: the plugin owns its state; pointers inside event structs are read during the call only. create
+ * copies the flopmeter_comm struct; its `user` pointer and callbacks must stay valid until flopmeter_destroy
+ * has returned (and any call racing it on another thread has returned too): every handle start_allreduce_sum
+ * returned has been released by then. The metrics callback's `user` must stay valid while it is set.
+ * Thread-safety: one plugin may be called from several threads (calls are serialized internally: whether an
+ * event counts, comes after flush or is re-entrant is decided under the plugin's lock, so the returned code
+ * is exactly what was counted); different plugins are independent. The flopmeter_comm callbacks of one plugin
+ * are called one at a time, on the thread of the on_log, flush or destroy that needs them.
  * Re-entry: the metrics callback, and the flopmeter_comm callbacks, run on the thread that called on_log,
  * flush or destroy, while the plugin holds its lock. From inside them, on the same plugin:
  *  - flopmeter_health works (FLOPMETER_OK; the record being delivered is already counted in it);

@@ -39,6 +39,10 @@ class plugin {
 
 class hooks;
 
+namespace detail {
+class owned_mutex;  // internal: a mutex that knows whether the calling thread holds it
+}  // namespace detail
+
 // RAII handle of one registration. Movable, not copyable.
 class registration {
  public:
@@ -60,7 +64,8 @@ class registration {
 
 class hooks {
  public:
-  hooks() = default;
+  hooks();
+  ~hooks();
   hooks(const hooks&) = delete;
   hooks& operator=(const hooks&) = delete;
 
@@ -82,7 +87,8 @@ class hooks {
   // function that forwards `event` to one plugin, so firing allocates nothing.
   void fire(void (*call)(plugin&, const void*), const void* event) noexcept;
 
-  mutable std::mutex mutex_;
+  // Held while firing: a call that finds it held by its own thread comes from inside a plugin's hook.
+  std::unique_ptr<detail::owned_mutex> mutex_;
   std::vector<std::pair<std::uint64_t, std::shared_ptr<plugin>>> plugins_;
   std::uint64_t next_id_ = 1;
   std::uint64_t swallowed_ = 0;

@@ -35,12 +35,13 @@
 // the group every 16 logs until a collective succeeds again; it logs when reporting pauses and when it
 // resumes (METRICS.md, "When things go wrong"). Every emitted record ends with this rank's health counters
 // (health/...).
-// Thread-safety: hooks may be called from several threads; an internal mutex serializes them (the
-// expected use is one training thread per rank).
+// Thread-safety: any thread may call the hooks and health() at any time without external synchronization;
+// an internal mutex serializes them (the expected use is one training thread per rank). flop_coefficients(),
+// model(), scope() and peak_tflops_per_gpu() read what create() fixed, never lock, and are safe anywhere.
 // Re-entry: the plugin holds that mutex while it calls code it does not own: its sinks (on_log and flush
 // emit through them), its logger, the clock and the communicator. Such code may call health() on the same
-// plugin (it returns the counters as they are at that moment: a sink's record is already counted in them) and
-// in_callout(); on_microbatch, on_log and flush called from there, on the thread that is emitting, are
+// plugin (it returns the counters as they are at that moment: a sink's record is already counted in them), and
+// the const accessors; on_microbatch, on_log and flush called from there, on the thread that is emitting, are
 // refused instead of deadlocking: they do nothing, are counted in health().reentrant_calls and logged once a
 // minute. Call them after the outer hook returns. Other threads are not affected: they wait for the lock as
 // usual. Do not drop the last shared_ptr to the plugin from inside one of its call-outs.
@@ -135,13 +136,10 @@ struct throughput_health {
                                                 // tpi_multiplier); one warning names the ranks and settings
 };
 
-// What became of one micro-batch: record_microbatch's answer (the C ABI returns it to its caller).
-enum class microbatch_result {
-  counted,      // added to the interval
-  rejected,     // an invalid description: counted in health().bad_microbatches, in no metric
-  after_flush,  // arrived after flush(): counted in health().events_after_flush, ignored
-  reentrant,    // called from inside this plugin's own call-out: counted in health().reentrant_calls, ignored
-};
+namespace detail {
+// Internal (accounting/throughput_calls.h): the hooks with their outcome, for the C ABI and the tensor path.
+struct FLOPMETER_NO_EXPORT throughput_calls;
+}  // namespace detail
 
 class throughput_plugin : public plugin {
  public:
@@ -151,16 +149,11 @@ class throughput_plugin : public plugin {
   ~throughput_plugin() override;
 
   void on_microbatch(const microbatch_event& event) noexcept override;
-  // on_microbatch that says whether the batch was counted, from the same call (no health() diff around it).
-  microbatch_result record_microbatch(const microbatch_event& event) noexcept;
   void on_log(const log_event& event) noexcept override;
   void flush() noexcept override;
 
   // Safe from inside the plugin's own sinks (see "Re-entry" above).
   throughput_health health() const;
-  // True when the calling thread is inside one of this plugin's call-outs (a sink, the logger, the clock or
-  // the communicator, called while the plugin holds its lock): a hook called now would be refused.
-  bool in_callout() const noexcept;
   // The coefficients of a micro-batch with images or videos, in options.training's regime (with full
   // training, compute_coefficients(model)).
   const coefficients& flop_coefficients() const;
@@ -171,6 +164,7 @@ class throughput_plugin : public plugin {
   std::optional<double> peak_tflops_per_gpu() const;
 
  private:
+  friend struct detail::throughput_calls;
   class impl;
   explicit throughput_plugin(std::unique_ptr<impl> state);
   std::unique_ptr<impl> impl_;

@@ -1,4 +1,7 @@
-// The C ABI: a thin, exception-proof shell over the C++ throughput plugin.
+// The C ABI: a thin, exception-proof shell over the C++ throughput plugin. This file marshals only: C structs
+// to events and back, outcomes to return codes, handles to plugins. What a call does (counting, refusing after
+// flush or from inside a callback) the plugin decides (accounting/throughput_calls.h); the trainer's
+// flopmeter_comm callbacks are a communicator like any other (comm/c_callback_communicator.h).
 //
 // Handles: a flopmeter_plugin* is never dereferenced. Its value is a number from a counter that never
 // repeats, looked up among the live plugins (a registry behind one mutex) on every call, so a handle that
@@ -24,6 +27,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -35,7 +39,9 @@
 #include "accounting/derive.h"
 #include "accounting/plugin_factory.h"
 #include "accounting/row_layout.h"
+#include "accounting/throughput_calls.h"
 #include "accounting/throughput_config.h"
+#include "comm/c_callback_communicator.h"
 #include "output/json_line.h"
 #include "output/logging.h"
 
@@ -70,111 +76,48 @@ class callback_slot final : public flopmeter::sink {
   void* user_ = nullptr;
 };
 
-using flopmeter::collective_status;
-
-// Adapts the trainer's flopmeter_comm callbacks to the communicator interface.
-class c_pending final : public flopmeter::pending_collective {
- public:
-  c_pending(flopmeter_comm comm, void* handle) : comm_(comm), handle_(handle) {}
-  ~c_pending() override {
-    if (comm_.release != nullptr) comm_.release(comm_.user, handle_);
-  }
-  collective_status wait(std::chrono::milliseconds timeout) override {
-    const int status = comm_.wait(comm_.user, handle_, static_cast<int64_t>(timeout.count()));
-    if (status == 0) return collective_status::done;
-    if (status == 1) return collective_status::pending;
-    message_ = "the trainer's all-reduce callback reported failure (" + std::to_string(status) + ")";
-    return collective_status::failed;
-  }
-  std::string error_message() const override { return message_; }
-
- private:
-  flopmeter_comm comm_;
-  void* handle_;
-  std::string message_;
-};
-
-class c_communicator final : public flopmeter::communicator {
- public:
-  explicit c_communicator(const flopmeter_comm& comm) : comm_(comm) {}
-  int rank() const override { return comm_.rank; }
-  int world_size() const override { return comm_.world_size; }
-  std::string backend_name() const override { return "c-callbacks"; }
-  std::unique_ptr<flopmeter::pending_collective> start_allreduce_sum(double* values, std::size_t count) override {
-    void* handle = comm_.start_allreduce_sum(comm_.user, values, count);
-    if (handle == nullptr) throw flopmeter::error("the trainer's all-reduce callback could not start the collective");
-    return std::make_unique<c_pending>(comm_, handle);
-  }
-
- private:
-  flopmeter_comm comm_;
-};
-
+// The trainer's flopmeter_comm, checked for its version (struct_size) and copied into the comm floor's
+// callback_collective (the same callbacks; their types are checked to be flopmeter_comm's); NULL: one process.
 std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm* comm) {
   if (comm == nullptr) return flopmeter::make_local_communicator();
   if (comm->struct_size < sizeof(flopmeter_comm)) {
     throw flopmeter::error("flopmeter_comm.struct_size is " + std::to_string(comm->struct_size) + ", below " +
                            std::to_string(sizeof(flopmeter_comm)) + " (set it to sizeof(flopmeter_comm))");
   }
-  if (comm->start_allreduce_sum == nullptr || comm->wait == nullptr || comm->release == nullptr) {
-    throw flopmeter::error("flopmeter_comm: start_allreduce_sum, wait and release must all be set");
-  }
-  if (comm->world_size > FLOPMETER_MAX_WORLD_SIZE) {
-    throw flopmeter::error("flopmeter_comm: world_size " + std::to_string(comm->world_size) + " exceeds " +
-                           std::to_string(FLOPMETER_MAX_WORLD_SIZE) +
-                           " ranks, the largest flopmeter supports (FLOPMETER_MAX_WORLD_SIZE)");
-  }
-  if (comm->world_size < 1) {  // before the rank: "rank 0 is outside [0, 0)" would blame the wrong field
-    throw flopmeter::error("flopmeter_comm: world_size must be >= 1, got " + std::to_string(comm->world_size));
-  }
-  if (comm->rank < 0 || comm->rank >= comm->world_size) {
-    throw flopmeter::error("flopmeter_comm: rank " + std::to_string(comm->rank) + " is outside [0, " +
-                           std::to_string(comm->world_size) + ")");
-  }
-  return std::make_shared<c_communicator>(*comm);
+  flopmeter::detail::callback_collective callbacks;
+  static_assert(std::is_same_v<decltype(callbacks.start_allreduce_sum), decltype(comm->start_allreduce_sum)> &&
+                    std::is_same_v<decltype(callbacks.wait), decltype(comm->wait)> &&
+                    std::is_same_v<decltype(callbacks.release), decltype(comm->release)>,
+                "callback_collective's callbacks are flopmeter_comm's");
+  callbacks.rank = comm->rank;
+  callbacks.world_size = comm->world_size;
+  callbacks.user = comm->user;
+  callbacks.start_allreduce_sum = comm->start_allreduce_sum;
+  callbacks.wait = comm->wait;
+  callbacks.release = comm->release;
+  return flopmeter::detail::make_callback_communicator(callbacks, "flopmeter_comm");
 }
+
+using flopmeter::detail::hook_result;
+using flopmeter::detail::microbatch_result;
+using flopmeter::detail::throughput_calls;
 
 // The smallest struct_size accepted for each struct: the end of its last field in its first version.
 constexpr std::size_t kLogV1Size = offsetof(flopmeter_log, peak_memory_bytes) + sizeof(int64_t);
 constexpr std::size_t kLogReservedMemorySize = offsetof(flopmeter_log, peak_reserved_memory_bytes) + sizeof(int64_t);
 constexpr std::size_t kHealthV2Size = offsetof(flopmeter_health_counters, rejected_logs) + sizeof(uint64_t);
 
-// One warning a minute per kind, as the plugin's own; under a lock of its own, since the C ABI's refusals
-// happen before the plugin and outside its mutex.
-class rate_limited_warning {
- public:
-  template <class... Args>
-  void warn(spdlog::logger& logger, const char* format, const Args&... args) noexcept {
-    try {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (!limiter_.allow()) return;
-      }
-      // Printable: a refusal can quote a trainer-supplied text (an exception message) with control characters.
-      logger.warn("{}", flopmeter::printable_text(fmt::format(fmt::runtime(format), args...), true));
-    } catch (...) {
-      // Logging must not be the thing that throws into the training loop.
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  flopmeter::detail::rate_limiter limiter_;
-};
-
 // What one handle names: the plugin, its callback slot, the logger they share, and the C ABI's own counters
-// of events it refused before they reached the plugin.
+// of the structs it refused before they reached the plugin (everything else, flushes and re-entry included,
+// the plugin decides and counts: throughput_calls).
 struct plugin_state {
   std::shared_ptr<flopmeter::throughput_plugin> plugin;
   std::shared_ptr<callback_slot> callback;
   std::shared_ptr<spdlog::logger> logger;
   std::atomic<std::uint64_t> refused_microbatches{0};
   std::atomic<std::uint64_t> refused_logs{0};
-  std::atomic<std::uint64_t> refused_reentrant_destroys{0};  // the plugin counts the other re-entrant calls
-  std::atomic<bool> flushed{false};
-  rate_limited_warning microbatch_warning;
-  rate_limited_warning log_warning;
-  rate_limited_warning reentrant_warning;
+  flopmeter::detail::rate_limited_log microbatch_warning;  // the C ABI's refusals happen outside the plugin's lock
+  flopmeter::detail::rate_limited_log log_warning;
 };
 
 // The live handles. Never destroyed (a process exit or dlclose must not run plugin destructors from static
@@ -230,6 +173,16 @@ flopmeter_plugin* create_with(const char* config_path, std::shared_ptr<flopmeter
 }
 
 using flopmeter::detail::create_or_report;
+
+// The C ABI's code for what became of an on_log or flush.
+int status_of(hook_result result) noexcept {
+  switch (result) {
+    case hook_result::done: return FLOPMETER_OK;
+    case hook_result::after_flush: return FLOPMETER_E_AFTER_FLUSH;  // counted in events_after_flush
+    case hook_result::reentrant: return FLOPMETER_E_REENTRANT;      // counted in reentrant_calls and logged
+  }
+  return FLOPMETER_OK;
+}
 
 int refuse_microbatch(plugin_state& state, int code, const char* what) noexcept {
   state.refused_microbatches.fetch_add(1, std::memory_order_relaxed);
@@ -310,11 +263,11 @@ int flopmeter_on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch
   const char* why = nullptr;
   const int code = flopmeter::detail::event_from_microbatch(m, e, &why);
   if (code != FLOPMETER_OK) return refuse_microbatch(*state, code, why);
-  switch (state->plugin->record_microbatch(e)) {
-    case flopmeter::microbatch_result::counted: return FLOPMETER_OK;
-    case flopmeter::microbatch_result::rejected: return FLOPMETER_E_REJECTED;  // counted and logged by the plugin
-    case flopmeter::microbatch_result::after_flush: return FLOPMETER_E_AFTER_FLUSH;
-    case flopmeter::microbatch_result::reentrant: return FLOPMETER_E_REENTRANT;  // counted and logged by the plugin
+  switch (throughput_calls::record_microbatch(*state->plugin, e)) {  // each outcome counted by the plugin
+    case microbatch_result::counted: return FLOPMETER_OK;
+    case microbatch_result::rejected: return FLOPMETER_E_REJECTED;  // and logged by the plugin
+    case microbatch_result::after_flush: return FLOPMETER_E_AFTER_FLUSH;
+    case microbatch_result::reentrant: return FLOPMETER_E_REENTRANT;  // and logged by the plugin
   }
   return FLOPMETER_E_REJECTED;
 }
@@ -340,7 +293,6 @@ int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_log* l) {
                             flopmeter_status_string(code), refused);
     return code;
   }
-  const bool after_flush = state->flushed.load();
   flopmeter::log_event e;
   e.step = l->step;
   if (l->set_fields & FLOPMETER_LOG_LEARNING_RATE) e.learning_rate = l->learning_rate;
@@ -353,24 +305,14 @@ int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_log* l) {
   if ((l->set_fields & FLOPMETER_LOG_PEAK_RESERVED_MEMORY) && l->struct_size >= kLogReservedMemorySize) {
     e.peak_reserved_memory_bytes = l->peak_reserved_memory_bytes;
   }
-  // Only this thread can make in_callout() true for itself, so the answer holds for the on_log below.
-  const bool reentrant = state->plugin->in_callout();
-  state->plugin->on_log(e);  // counted by the plugin: in reentrant_calls, or after flush in events_after_flush
-  if (reentrant) return FLOPMETER_E_REENTRANT;
-  return after_flush ? FLOPMETER_E_AFTER_FLUSH : FLOPMETER_OK;
+  return status_of(throughput_calls::record_log(*state->plugin, e));
 }
 
 int flopmeter_flush(flopmeter_plugin* plugin) {
   if (plugin == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
   const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  if (state->plugin->in_callout()) {
-    state->plugin->flush();  // refused: counted in reentrant_calls and logged by the plugin
-    return FLOPMETER_E_REENTRANT;
-  }
-  state->plugin->flush();
-  state->flushed.store(true);
-  return FLOPMETER_OK;
+  return status_of(throughput_calls::record_flush(*state->plugin));
 }
 
 int flopmeter_destroy(flopmeter_plugin* plugin) {
@@ -378,19 +320,13 @@ int flopmeter_destroy(flopmeter_plugin* plugin) {
   {
     const std::shared_ptr<plugin_state> found = handle_registry::instance().find(plugin);
     if (!found) return FLOPMETER_E_INVALID_HANDLE;
-    if (found->plugin->in_callout()) {
-      // Inside this plugin's own callback: the plugin is on the stack below; the handle stays live.
-      found->refused_reentrant_destroys.fetch_add(1, std::memory_order_relaxed);
-      found->reentrant_warning.warn(*found->logger,
-                                    "flopmeter: flopmeter_destroy refused ({}): called from inside this plugin's "
-                                    "own metrics or communicator callback; destroy it after that call returns",
-                                    flopmeter_status_string(FLOPMETER_E_REENTRANT));
-      return FLOPMETER_E_REENTRANT;
-    }
     // Flushed while the handle is still live, so that the callback of the last record can read
     // flopmeter_health (a call racing this one on another thread meets a flushed plugin: AFTER_FLUSH).
-    found->plugin->flush();  // noexcept; bounded by the collective timeout
-    found->flushed.store(true);
+    // Bounded by the collective timeout. From inside this plugin's own callback the plugin refuses the flush
+    // (counted in reentrant_calls, logged): it is on the stack below, so the handle stays live.
+    if (throughput_calls::record_flush(*found->plugin, "flopmeter_destroy") == hook_result::reentrant) {
+      return FLOPMETER_E_REENTRANT;
+    }
   }
   std::shared_ptr<plugin_state> state = handle_registry::instance().remove(plugin);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;  // destroyed by another thread since the lookup
@@ -416,7 +352,7 @@ int flopmeter_health(const flopmeter_plugin* plugin, flopmeter_health_counters* 
   }
   if (covers(offsetof(flopmeter_health_counters, dropped_records))) out->dropped_records = h.dropped_records;
   if (covers(offsetof(flopmeter_health_counters, reentrant_calls))) {
-    out->reentrant_calls = h.reentrant_calls + state->refused_reentrant_destroys.load(std::memory_order_relaxed);
+    out->reentrant_calls = h.reentrant_calls;
   }
   if (covers(offsetof(flopmeter_health_counters, config_mismatch_intervals))) {
     out->config_mismatch_intervals = h.config_mismatch_intervals;

@@ -2,8 +2,8 @@
 // events to a plugin one at a time and in firing order, keeps on_microbatch free of heap allocation (no
 // copy of the list), and guarantees that once a registration's reset() returns, its plugin is not called
 // again. A plugin that calls back into the same hooks object from inside a hook finds the mutex held by its
-// own thread: every entry point first asks whether this thread is firing this object (a chain of frames on
-// the stack, no allocation) and then answers without locking (hooks.h, "Re-entry").
+// own thread: every entry point first asks the mutex whether this thread holds it (owned_mutex.h, the one
+// re-entry check of the library; no allocation) and then answers without locking (hooks.h, "Re-entry").
 
 #include "flopmeter/hooks.h"
 
@@ -12,35 +12,10 @@
 #include <vector>
 
 #include "flopmeter/error.h"
+#include "accounting/owned_mutex.h"
 
 namespace flopmeter {
 namespace {
-
-// The hooks objects firing on this thread, innermost first.
-struct firing_frame {
-  const hooks* owner;
-  const firing_frame* outer;
-};
-thread_local const firing_frame* t_firing = nullptr;
-
-bool firing_on_this_thread(const hooks* owner) {
-  for (const firing_frame* f = t_firing; f != nullptr; f = f->outer) {
-    if (f->owner == owner) return true;
-  }
-  return false;
-}
-
-// Marks `owner` as firing on this thread for its lifetime (under owner's lock).
-class firing_scope {
- public:
-  explicit firing_scope(const hooks* owner) : frame_{owner, t_firing} { t_firing = &frame_; }
-  ~firing_scope() { t_firing = frame_.outer; }
-  firing_scope(const firing_scope&) = delete;
-  firing_scope& operator=(const firing_scope&) = delete;
-
- private:
-  firing_frame frame_;
-};
 
 // An entry reset() from inside a firing keeps its place with id 0 (no longer called) until the firing ends;
 // then it is taken out into `released`, which the caller destroys after unlocking.
@@ -89,21 +64,24 @@ void registration::reset() noexcept {
   id_ = 0;
 }
 
+hooks::hooks() : mutex_(std::make_unique<detail::owned_mutex>()) {}
+hooks::~hooks() = default;
+
 registration hooks::add(std::shared_ptr<plugin> p) {
   if (!p) throw error("hooks: cannot register a null plugin");
-  if (firing_on_this_thread(this)) {
+  if (mutex_->held_by_this_thread()) {
     throw error(
         "hooks: add() called from inside a plugin's hook of the same hooks object; add the plugin after "
         "the event returns");
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  const detail::owned_lock lock(*mutex_);
   const std::uint64_t id = next_id_++;
   plugins_.emplace_back(id, std::move(p));
   return registration(this, id);
 }
 
 void hooks::remove(std::uint64_t id) noexcept {
-  if (firing_on_this_thread(this)) {
+  if (mutex_->held_by_this_thread()) {
     // From inside a hook: the list is being walked (and the plugin may be the one running), so the entry is
     // only marked; the firing skips it and takes it out when it ends.
     for (auto& entry : plugins_) {
@@ -113,7 +91,7 @@ void hooks::remove(std::uint64_t id) noexcept {
   }
   std::shared_ptr<plugin> removed;  // released after the lock, so a plugin's destructor runs unlocked
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    const detail::owned_lock lock(*mutex_);
     for (auto it = plugins_.begin(); it != plugins_.end(); ++it) {
       if (it->first == id) {
         removed = std::move(it->second);
@@ -129,14 +107,13 @@ void hooks::remove(std::uint64_t id) noexcept {
 // thread's already); a plugin that throws costs a count, not the run; plugins removed while firing are
 // destroyed after the lock is released.
 void hooks::fire(void (*call)(plugin&, const void*), const void* event) noexcept {
-  if (firing_on_this_thread(this)) {
+  if (mutex_->held_by_this_thread()) {
     ++reentrant_;  // this thread holds the lock
     return;
   }
   std::vector<std::shared_ptr<plugin>> released;  // destroyed after the lock is released
-  std::lock_guard<std::mutex> lock(mutex_);
+  const detail::owned_lock lock(*mutex_);
   {
-    const firing_scope firing(this);
     for (auto& entry : plugins_) {
       if (entry.first == kRemovedId) continue;
       try {
@@ -167,20 +144,20 @@ std::size_t hooks::size() const {
     for (const auto& entry : plugins_) n += entry.first != kRemovedId ? 1 : 0;
     return n;
   };
-  if (firing_on_this_thread(this)) return live();  // this thread holds the lock
-  std::lock_guard<std::mutex> lock(mutex_);
+  if (mutex_->held_by_this_thread()) return live();  // this thread holds the lock
+  const detail::owned_lock lock(*mutex_);
   return live();
 }
 
 std::uint64_t hooks::swallowed_exceptions() const {
-  if (firing_on_this_thread(this)) return swallowed_;
-  std::lock_guard<std::mutex> lock(mutex_);
+  if (mutex_->held_by_this_thread()) return swallowed_;
+  const detail::owned_lock lock(*mutex_);
   return swallowed_;
 }
 
 std::uint64_t hooks::reentrant_calls() const {
-  if (firing_on_this_thread(this)) return reentrant_;
-  std::lock_guard<std::mutex> lock(mutex_);
+  if (mutex_->held_by_this_thread()) return reentrant_;
+  const detail::owned_lock lock(*mutex_);
   return reentrant_;
 }
 

@@ -19,7 +19,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -28,60 +27,30 @@
 #include "flopmeter/error.h"
 #include "flopmeter/metric_names.h"
 #include "accounting/derive.h"
+#include "accounting/interval_counters.h"
 #include "accounting/log_protocol.h"
 #include "accounting/owned_mutex.h"
-#include "accounting/count_event.h"
 #include "accounting/row_layout.h"
 #include "accounting/sanitize_options.h"
+#include "accounting/thread_annotations.h"
+#include "accounting/throughput_calls.h"
 #include "core/device_name.h"
-#include "core/exact_double.h"
 #include "output/logging.h"
 
 namespace flopmeter {
 namespace {
 
-using namespace detail;  // row_layout.h
-
-// Counts travel in the row as doubles, which hold every integer below 2^53 (kExactIntegerLimit) exactly; an
-// int64 count of 2^53 or more becomes a double of at least 2^53. derive() refuses a row with such a count
-// (or a negative one, or not a number) rather than round it or, at 2^63, convert it back to int64 with
-// undefined behaviour. Reaching it takes 9e15 tokens or pairs in one rank's interval.
-
-// True on a thread inside one of the plugin's logger calls. A trainer's logger sink that calls back into the
-// plugin is refused like any call-out (owned_mutex.h); the refusal is then not logged, since logging again
-// from inside that logger could deadlock on the logger's own sink lock.
-thread_local bool t_inside_logger = false;
-
-class inside_logger {
- public:
-  inside_logger() noexcept : was_(std::exchange(t_inside_logger, true)) {}
-  ~inside_logger() { t_inside_logger = was_; }
-  inside_logger(const inside_logger&) = delete;
-  inside_logger& operator=(const inside_logger&) = delete;
-
- private:
-  bool was_;
-};
+using namespace detail;  // row_layout.h, interval_counters.h, throughput_calls.h
 
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Counters of the interval being filled. Plain integers: on_microbatch only adds.
-struct interval_counters {
-  batch_counts counts;
-  std::int64_t samples = 0;
-  double loss_sum = 0;
-  std::int64_t label_tokens = 0;
-  std::int64_t microbatches = 0;
-  // Per micro-batch of S device tokens and P patches: sums of S^2 and S*P, what the Megatron constant's
-  // attention parts grow with (megatron_billing::interval_flops forms row_megatron_flops from them at the log).
-  double row_tokens_squared = 0;
-  double row_tokens_times_patches = 0;
-};
-
 }  // namespace
 
+// Locking: every member below mutex_ that changes after construction is GUARDED_BY it (Clang checks this
+// with -Wthread-safety); the others are fixed by the constructor. A hook that finds mutex_ held by its own
+// thread is inside one of the plugin's call-outs and is refused without locking (owned_mutex.h).
 class throughput_plugin::impl {
  public:
   impl(throughput_options options, std::shared_ptr<communicator> comm)
@@ -143,40 +112,18 @@ class throughput_plugin::impl {
 
   microbatch_result on_microbatch(const microbatch_event& event) noexcept {
     if (mutex_.held_by_this_thread()) {
+      mutex_.assume_held();
       refuse_reentrant("on_microbatch");
       return microbatch_result::reentrant;
     }
-    std::lock_guard<detail::owned_mutex> lock(mutex_);
+    const owned_lock lock(mutex_);
     if (flushed_) {
       ++health_.events_after_flush;
       return microbatch_result::after_flush;
     }
     current_.microbatches += 1;
     try {
-      if (event.samples < 0) throw error("samples must be >= 0 (got " + std::to_string(event.samples) + ")");
-      if (event.label_tokens && *event.label_tokens < 0) throw error("label_tokens must be >= 0");
-      if (event.loss_sum && !std::isfinite(*event.loss_sum)) throw error("loss_sum is not finite");
-      check_loss_pair(event.loss_sum, event.label_tokens);
-      const batch_counts counts = detail::count_event(event, geometry_);
-      check_label_tokens_within(event.loss_sum, event.label_tokens, counts.real_tokens);
-      interval_counters next = current_;
-      next.counts += counts;
-      const double row_tokens = static_cast<double>(counts.device_tokens());
-      next.row_tokens_squared += row_tokens * row_tokens;
-      next.row_tokens_times_patches += row_tokens * static_cast<double>(counts.patches);
-      // Checked like the counts: samples or label tokens summed past int64 (a trainer passing garbage) were
-      // signed overflow, and a loss sum past the double range an infinite train/loss.
-      if (__builtin_add_overflow(next.samples, event.samples, &next.samples)) {
-        throw error("the interval's sample count overflows a 64-bit count");
-      }
-      if (event.loss_sum && event.label_tokens) {
-        next.loss_sum += *event.loss_sum;
-        if (!std::isfinite(next.loss_sum)) throw error("the interval's loss sum is not finite");
-        if (__builtin_add_overflow(next.label_tokens, *event.label_tokens, &next.label_tokens)) {
-          throw error("the interval's label token count overflows a 64-bit count");
-        }
-      }
-      current_ = next;
+      add_microbatch(current_, event, geometry_);
     } catch (const std::exception& e) {
       ++health_.bad_microbatches;
       warn_rate_limited(last_batch_warning_, "flopmeter: micro-batch not counted: {}", e.what());
@@ -193,30 +140,29 @@ class throughput_plugin::impl {
     bool had_interval = false;
     if (mutex_.held_by_this_thread()) return;
     {
-      std::lock_guard<detail::owned_mutex> lock(mutex_);
+      const owned_lock lock(mutex_);
       had_interval = !flushed_ && in_flight_.pending != nullptr;
     }
-    if (had_interval) flush();
+    if (had_interval) flush("flush");
   }
 
-  void on_log(const log_event& event) noexcept {
+  hook_result on_log(const log_event& event) noexcept {
     if (mutex_.held_by_this_thread()) {
+      mutex_.assume_held();
       refuse_reentrant("on_log");
-      return;
+      return hook_result::reentrant;
     }
-    std::lock_guard<detail::owned_mutex> lock(mutex_);
+    const owned_lock lock(mutex_);
     if (flushed_) {
       ++health_.events_after_flush;
-      return;
+      return hook_result::after_flush;
     }
     // Each stage is guarded on its own: whatever fails, this rank still takes part in the log's collective
     // (the other ranks are issuing theirs) and the next interval starts here.
     protocol_->begin_log();
     // The interval ends here whatever becomes of its collective: its tokens and samples join the running
     // totals now, so a skipped or failed interval still counts in train/tokens_seen at the next record.
-    tokens_seen_ += static_cast<double>(current_.counts.real_tokens);
-    samples_seen_ += static_cast<double>(current_.samples);
-    label_tokens_seen_ += static_cast<double>(current_.label_tokens);
+    totals_.add(current_);
     const double now = read_clock();
     const bool was_in_flight = in_flight_.pending != nullptr;
     try {
@@ -237,15 +183,18 @@ class throughput_plugin::impl {
     }
     interval_start_ = now;
     current_ = interval_counters{};
+    return hook_result::done;
   }
 
-  void flush() noexcept {
+  // `caller` names the call in the warning when it is refused (throughput_calls::record_flush).
+  hook_result flush(const char* caller) noexcept {
     if (mutex_.held_by_this_thread()) {
-      refuse_reentrant("flush");
-      return;
+      mutex_.assume_held();
+      refuse_reentrant(caller);
+      return hook_result::reentrant;
     }
-    std::lock_guard<detail::owned_mutex> lock(mutex_);
-    if (flushed_) return;
+    const owned_lock lock(mutex_);
+    if (flushed_) return hook_result::done;
     flushed_ = true;
     try {
       emit_in_flight();
@@ -258,13 +207,17 @@ class throughput_plugin::impl {
         if (s) s->flush();
       }
     }
+    return hook_result::done;
   }
 
   // Called from inside a call-out of this plugin (a sink reading health in its callback): this thread holds
   // the lock, so nobody else changes the counters; read them directly.
   throughput_health health() const {
-    if (mutex_.held_by_this_thread()) return health_with_sinks();
-    std::lock_guard<detail::owned_mutex> lock(mutex_);
+    if (mutex_.held_by_this_thread()) {
+      mutex_.assume_held();
+      return health_with_sinks();
+    }
+    const owned_lock lock(mutex_);
     return health_with_sinks();
   }
   bool in_callout() const noexcept { return mutex_.held_by_this_thread(); }
@@ -279,8 +232,8 @@ class throughput_plugin::impl {
     log_event event;
   };
 
-  // health_ plus the records the sinks dropped (each sink counts its own failures).
-  throughput_health health_with_sinks() const {
+  // health_ plus the protocol's counters and the records the sinks dropped (each sink counts its own).
+  throughput_health health_with_sinks() const FLOPMETER_REQUIRES(mutex_) {
     throughput_health h = health_;
     const detail::protocol_counters& p = protocol_->counters();
     h.failed_collectives += p.failed_collectives;
@@ -305,7 +258,7 @@ class throughput_plugin::impl {
 
   // A hook called from inside one of this plugin's call-outs on the thread that holds the lock: refused,
   // counted, logged once a minute. Written without locking: this thread holds the lock (owned_mutex.h).
-  void refuse_reentrant(const char* hook) noexcept {
+  void refuse_reentrant(const char* hook) noexcept FLOPMETER_REQUIRES(mutex_) {
     ++health_.reentrant_calls;
     warn_rate_limited(reentrant_warning_,
                       "flopmeter: {} refused: called from inside this plugin's own sink, logger, clock or "
@@ -314,62 +267,20 @@ class throughput_plugin::impl {
                       hook);
   }
 
-  // One warning a minute per kind (`limit`); the ones held back are counted in the next.
+  // One warning a minute per kind (`limit`), printable, never throwing (output/logging.h).
   template <class... Args>
-  void warn_rate_limited(detail::rate_limiter& limit, const char* format, const Args&... args) noexcept {
-    if (t_inside_logger) return;
-    try {
-      if (!limit.allow()) return;
-      const std::uint64_t suppressed = limit.take_suppressed();
-      std::string message = fmt::format(fmt::runtime(format), args...);
-      if (suppressed > 0) message += fmt::format(" ({} similar warnings suppressed)", suppressed);
-      const inside_logger marker;
-      // Printable: the arguments include exception texts from the trainer's sinks, clock and communicator.
-      logger_->warn("{}", printable_text(message, /*keep_newlines=*/true));
-    } catch (...) {
-      // Logging must not be the thing that throws into the training loop.
-    }
-  }
-
-  template <class... Args>
-  void log_noexcept(spdlog::level::level_enum level, const char* format, const Args&... args) noexcept {
-    if (t_inside_logger) return;
-    try {
-      const inside_logger marker;
-      logger_->log(level, fmt::runtime(format), args...);
-    } catch (...) {
-    }
+  void warn_rate_limited(rate_limited_log& limit, const char* format, const Args&... args) noexcept {
+    limit.warn(*logger_, format, args...);
   }
 
   // Fills this rank's row and starts the interval's collective (every rank, every log: never gated on
   // local data).
   // `was_in_flight`: a collective was still out when this log began.
-  void start_collective(const log_event& event, double interval_seconds, bool was_in_flight) {
+  void start_collective(const log_event& event, double interval_seconds, bool was_in_flight)
+      FLOPMETER_REQUIRES(mutex_) {
     if (!protocol_->may_start(event.step, was_in_flight)) return;  // skipped and counted there
-    double* row = row_.data();
-    std::fill(row_.begin(), row_.end(), 0.0);
-    // The counts, not FLOPs: FLOPs are formed from the gathered counts (derive()), identically for counts
-    // accumulated here and counts a tensor path adds on the device.
-    counts_to_row(current_.counts, row);
-    row[row_loss_sum] = current_.loss_sum;
-    row[row_label_tokens] = static_cast<double>(current_.label_tokens);
-    row[row_microbatches] = static_cast<double>(current_.microbatches);
-    row[row_megatron_flops] =
-        megatron_.interval_flops(static_cast<double>(current_.counts.device_tokens()), current_.row_tokens_squared,
-                                 static_cast<double>(current_.counts.patches), current_.row_tokens_times_patches);
-    row[row_interval_seconds] = interval_seconds;
-    // What the trainer did not report travels as kNotReported, so that a reported 0 stays a 0. The event's
-    // fields passed check_log_fields: a value left is finite and >= 0.
-    row[row_peak_memory_bytes] = event.peak_memory_bytes ? static_cast<double>(*event.peak_memory_bytes) : kNotReported;
-    row[row_data_seconds] = seconds_or_not_reported(event.data_time);
-    row[row_forward_backward_seconds] = seconds_or_not_reported(event.forward_backward_time);
-    protocol_->write_identity(row, event.step);
-    row[row_log_wait_ms] = last_wait_ms_;
-    row[row_tokens_seen] = tokens_seen_;
-    row[row_samples_seen] = samples_seen_;
-    row[row_label_tokens_seen] = label_tokens_seen_;
-    row[row_peak_reserved_memory_bytes] =
-        event.peak_reserved_memory_bytes ? static_cast<double>(*event.peak_reserved_memory_bytes) : kNotReported;
+    fill_row(row_.data(), current_, megatron_, event, interval_seconds, totals_, last_wait_ms_);
+    protocol_->write_identity(row_.data(), event.step);
     in_flight_.event = event;
     ++health_.collectives_started;
     try {
@@ -380,25 +291,21 @@ class throughput_plugin::impl {
     }
   }
 
-  static double seconds_or_not_reported(const std::optional<std::chrono::duration<double>>& time) {
-    return time && std::isfinite(time->count()) && time->count() >= 0 ? time->count() : kNotReported;
-  }
-
   // Logs what a verdict of the protocol says, each message with its own rate limit.
-  void report(const detail::log_verdict& verdict) noexcept {
-    if (!verdict.resumed.empty()) log_noexcept(spdlog::level::info, "{}", verdict.resumed);
+  void report(const detail::log_verdict& verdict) noexcept FLOPMETER_REQUIRES(mutex_) {
+    if (!verdict.resumed.empty()) log_noexcept(*logger_, spdlog::level::info, "{}", verdict.resumed);
     if (!verdict.skipped_because.empty()) {
       warn_rate_limited(last_collective_warning_, "flopmeter: metrics of step {} skipped: {}", in_flight_.event.step,
                         verdict.skipped_because);
     }
-    if (!verdict.paused.empty()) log_noexcept(spdlog::level::warn, "{}", verdict.paused);
-    if (!verdict.out_of_step.empty()) log_noexcept(spdlog::level::warn, "{}", verdict.out_of_step);
+    if (!verdict.paused.empty()) log_noexcept(*logger_, spdlog::level::warn, "{}", verdict.paused);
+    if (!verdict.out_of_step.empty()) log_noexcept(*logger_, spdlog::level::warn, "{}", verdict.out_of_step);
     if (!verdict.config_mismatch.empty() && emits_here())
-      log_noexcept(spdlog::level::warn, "{}", verdict.config_mismatch);
+      log_noexcept(*logger_, spdlog::level::warn, "{}", verdict.config_mismatch);
   }
 
   // Waits for the previous log's collective and emits its metrics.
-  void emit_in_flight() {
+  void emit_in_flight() FLOPMETER_REQUIRES(mutex_) {
     if (!in_flight_.pending) return;
     const double wait_start = seconds_now();
     const collective_status status = in_flight_.pending->wait(protocol_->wait_timeout());
@@ -439,7 +346,7 @@ class throughput_plugin::impl {
   }
 
   // This rank's health counters, as of this record, at its end (METRICS.md, "When things go wrong").
-  void append_health(metrics_record& record) const {
+  void append_health(metrics_record& record) const FLOPMETER_REQUIRES(mutex_) {
     const throughput_health h = health_with_sinks();
     auto& v = record.values;
     v.emplace_back(metric::kHealthBadMicrobatches, static_cast<double>(h.bad_microbatches));
@@ -453,6 +360,7 @@ class throughput_plugin::impl {
 
   bool emits_here() const { return options_.emit == emit_ranks::all || rank_ == 0; }
 
+  // Fixed by the constructor.
   throughput_options options_;
   std::shared_ptr<communicator> comm_;
   parallel_layout layout_;
@@ -463,30 +371,29 @@ class throughput_plugin::impl {
   std::int64_t rank_ = 0;
   std::int64_t world_ = 1;
   std::optional<metrics_deriver> deriver_;
-  std::optional<detail::log_protocol> protocol_;  // which logs start a collective, what their rows are worth
-
-  mutable detail::owned_mutex mutex_;  // held_by_this_thread(): inside one of our own call-outs
   std::function<double()> clock_;
-  double interval_start_ = 0;
-  interval_counters current_;
-  std::vector<double> row_;     // this rank's row of the collective in flight (the all-gather's input)
-  std::vector<double> buffer_;  // every rank's row once it completes
-  in_flight in_flight_;
-  // This rank's running totals since it started, every interval included (row_tokens_seen, row_samples_seen).
-  double tokens_seen_ = 0;
-  double samples_seen_ = 0;
-  double label_tokens_seen_ = 0;
-  double last_emit_ms_ = 0;
-  double last_wait_ms_ = 0;  // this rank's latest perf/log_wait_ms, sent in its next row
-  bool flushed_ = false;
-  throughput_health health_;
-  // One rate limiter per kind of warning (the names are those of the time points they replaced).
-  detail::rate_limiter last_batch_warning_, last_log_warning_, last_collective_warning_, last_interval_warning_;
-  detail::rate_limiter last_derive_warning_;  // what an emitted record leaves out (derive_result::warning)
-  detail::rate_limiter last_log_field_warning_;  // log fields left out (detail::check_log_fields)
-  detail::rate_limiter reentrant_warning_;  // hooks refused from inside our own call-outs (refuse_reentrant)
+
+  mutable owned_mutex mutex_;  // held_by_this_thread(): inside one of our own call-outs
+  // which logs start a collective, what their rows are worth
+  std::optional<detail::log_protocol> protocol_ FLOPMETER_GUARDED_BY(mutex_);
+  double interval_start_ FLOPMETER_GUARDED_BY(mutex_) = 0;
+  interval_counters current_ FLOPMETER_GUARDED_BY(mutex_);
+  std::vector<double> row_ FLOPMETER_GUARDED_BY(mutex_);     // this rank's row of the collective in flight
+  std::vector<double> buffer_ FLOPMETER_GUARDED_BY(mutex_);  // every rank's row once it completes
+  in_flight in_flight_ FLOPMETER_GUARDED_BY(mutex_);
+  running_totals totals_ FLOPMETER_GUARDED_BY(mutex_);
+  double last_emit_ms_ FLOPMETER_GUARDED_BY(mutex_) = 0;
+  double last_wait_ms_ FLOPMETER_GUARDED_BY(mutex_) = 0;  // this rank's latest perf/log_wait_ms, in its next row
+  bool flushed_ FLOPMETER_GUARDED_BY(mutex_) = false;
+  throughput_health health_ FLOPMETER_GUARDED_BY(mutex_);
+  // One rate limit per kind of warning (each locks its own limiter; the names are those of the time points
+  // they replaced).
+  rate_limited_log last_batch_warning_, last_log_warning_, last_collective_warning_, last_interval_warning_;
+  rate_limited_log last_derive_warning_;     // what an emitted record leaves out (derive_result::warning)
+  rate_limited_log last_log_field_warning_;  // log fields left out (detail::check_log_fields)
+  rate_limited_log reentrant_warning_;       // hooks refused from inside our own call-outs (refuse_reentrant)
   // Last: on_microbatch reads only megatron_ of these, and the members it uses most keep their places.
-  detail::megatron_billing megatron_;
+  megatron_billing megatron_;
   regime_coefficients regime_coefficients_;
 };
 
@@ -500,16 +407,24 @@ throughput_plugin::throughput_plugin(std::unique_ptr<impl> state) : impl_(std::m
 throughput_plugin::~throughput_plugin() = default;
 
 void throughput_plugin::on_microbatch(const microbatch_event& event) noexcept { (void)impl_->on_microbatch(event); }
-microbatch_result throughput_plugin::record_microbatch(const microbatch_event& event) noexcept {
-  return impl_->on_microbatch(event);
-}
-void throughput_plugin::on_log(const log_event& event) noexcept { impl_->on_log(event); }
-void throughput_plugin::flush() noexcept { impl_->flush(); }
+void throughput_plugin::on_log(const log_event& event) noexcept { (void)impl_->on_log(event); }
+void throughput_plugin::flush() noexcept { (void)impl_->flush("flush"); }
 throughput_health throughput_plugin::health() const { return impl_->health(); }
-bool throughput_plugin::in_callout() const noexcept { return impl_->in_callout(); }
 const coefficients& throughput_plugin::flop_coefficients() const { return impl_->flop_coefficients(); }
 const model_spec& throughput_plugin::model() const { return impl_->model(); }
 flop_scope throughput_plugin::scope() const { return impl_->scope(); }
 std::optional<double> throughput_plugin::peak_tflops_per_gpu() const { return impl_->peak(); }
+
+microbatch_result throughput_calls::record_microbatch(throughput_plugin& plugin,
+                                                      const microbatch_event& event) noexcept {
+  return plugin.impl_->on_microbatch(event);
+}
+hook_result throughput_calls::record_log(throughput_plugin& plugin, const log_event& event) noexcept {
+  return plugin.impl_->on_log(event);
+}
+hook_result throughput_calls::record_flush(throughput_plugin& plugin, const char* caller) noexcept {
+  return plugin.impl_->flush(caller);
+}
+bool throughput_calls::in_callout(const throughput_plugin& plugin) noexcept { return plugin.impl_->in_callout(); }
 
 }  // namespace flopmeter

@@ -230,20 +230,13 @@ class jsonl_sink final : public sink {
 
   // Logs at most one message a minute; the next one says how many were suppressed meanwhile.
   void report(spdlog::level::level_enum level, const std::string& message) {
-    if (!reports_.allow()) return;
-    const std::uint64_t suppressed = reports_.take_suppressed();
-    if (suppressed > 0) {
-      logger_->log(level, "flopmeter jsonl sink {}: {} ({} similar messages suppressed)", printable_text(path_),
-                   message, suppressed);
-    } else {
-      logger_->log(level, "flopmeter jsonl sink {}: {}", printable_text(path_), message);
-    }
+    reports_.log(*logger_, level, "flopmeter jsonl sink {}: {}", printable_text(path_), message);
   }
 
   std::string path_;
   std::shared_ptr<spdlog::logger> logger_;
   std::FILE* file_ = nullptr;
-  detail::rate_limiter reports_;
+  detail::rate_limited_log reports_;
 };
 
 // ---- callback ------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@
 #include "accounting/owned_mutex.h"
 #include "accounting/plugin_factory.h"  // check_layout_fits, make_emitting_sinks
 #include "accounting/row_layout.h"
+#include "accounting/throughput_calls.h"
 #include "core/exact_double.h"
 #include "tensor/torch_path_log.h"  // spdlog stays out of this file: see there
 
@@ -295,7 +296,7 @@ class tensor_throughput::impl {
   template <class Event>
   bool refused_reentrant(const Event& event) noexcept {
     if (!mutex_.held_by_this_thread()) return false;
-    if (plugin_->in_callout()) {
+    if (detail::throughput_calls::in_callout(*plugin_)) {
       if constexpr (std::is_same_v<Event, microbatch_event>) {
         plugin_->on_microbatch(event);
       } else if constexpr (std::is_same_v<Event, log_event>) {
@@ -361,7 +362,7 @@ class tensor_throughput::impl {
   at::Tensor seen_;           // this rank's running totals: real tokens, samples, label tokens (row_*_seen)
   bool contributed_ = false;  // whether the current on_log's collective took this rank's device counts
   std::int64_t rank_ = 0;
-  std::shared_ptr<rate_limiter> uncounted_warning_ = make_warning_limiter();
+  std::shared_ptr<rate_limited_log> uncounted_warning_ = make_warning_limiter();
   detail::owned_mutex mutex_;  // held_by_this_thread(): inside one of our call-outs (see refused_reentrant)
   std::atomic<std::uint64_t> refused_here_{0};
 };

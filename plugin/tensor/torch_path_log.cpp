@@ -3,7 +3,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "flopmeter/error.h"
 #include "output/logging.h"
 
 namespace flopmeter::detail {
@@ -12,27 +11,13 @@ std::shared_ptr<spdlog::logger> make_tensor_path_logger() {
   return private_logger();
 }
 
-std::shared_ptr<rate_limiter> make_warning_limiter() { return std::make_shared<rate_limiter>(); }
+std::shared_ptr<rate_limited_log> make_warning_limiter() { return std::make_shared<rate_limited_log>(); }
 
-bool warn_uncounted_microbatch(spdlog::logger& logger, rate_limiter& limiter, const char* why) noexcept {
-  try {
-    if (!limiter.allow()) return false;
-    const std::uint64_t held_back = limiter.take_suppressed();
-    if (held_back == 0) {
-      logger.warn(
-          "flopmeter: tensor micro-batch not counted: {} (logged at most once a minute; "
-          "health().bad_microbatches counts every one)",
-          printable_text(why, true));
-    } else {
-      logger.warn(
-          "flopmeter: tensor micro-batch not counted: {} ({} more since the last warning; "
-          "health().bad_microbatches counts every one)",
-          printable_text(why, true), held_back);
-    }
-    return true;
-  } catch (...) {
-    return false;
-  }
+bool warn_uncounted_microbatch(spdlog::logger& logger, rate_limited_log& limiter, const char* why) noexcept {
+  return limiter.warn(logger,
+                      "flopmeter: tensor micro-batch not counted: {} (logged at most once a minute; "
+                      "health().bad_microbatches counts every one)",
+                      why);
 }
 
 }  // namespace flopmeter::detail

@@ -16,14 +16,14 @@ namespace flopmeter::detail {
 // not ours to touch).
 std::shared_ptr<spdlog::logger> make_tensor_path_logger();
 
-class rate_limiter;  // output/logging.h: one message a minute per kind, as on the host path
+class rate_limited_log;  // output/logging.h: one message a minute per kind, as on the host path
 
-// A rate limiter for one kind of tensor-path warning (created where spdlog is visible). Used under the tensor
-// path's lock.
-std::shared_ptr<rate_limiter> make_warning_limiter();
+// The rate limit of one kind of tensor-path warning (created where spdlog is visible).
+std::shared_ptr<rate_limited_log> make_warning_limiter();
 
 // "flopmeter: tensor micro-batch not counted: <why>" at warning level when `limiter` allows it (one a minute),
-// saying how many were held back since the last one; returns whether it logged. Never throws.
-bool warn_uncounted_microbatch(spdlog::logger& logger, rate_limiter& limiter, const char* why) noexcept;
+// saying how many were held back since the last one (rate_limited_log); returns whether it logged. Never
+// throws.
+bool warn_uncounted_microbatch(spdlog::logger& logger, rate_limited_log& limiter, const char* why) noexcept;
 
 }  // namespace flopmeter::detail
