@@ -111,11 +111,7 @@ class throughput_plugin::impl {
   }
 
   microbatch_result on_microbatch(const microbatch_event& event) noexcept {
-    if (mutex_.held_by_this_thread()) {
-      mutex_.assume_held();
-      refuse_reentrant("on_microbatch");
-      return microbatch_result::reentrant;
-    }
+    if (refused_as_reentrant("on_microbatch")) return microbatch_result::reentrant;
     const owned_lock lock(mutex_);
     if (flushed_) {
       ++health_.events_after_flush;
@@ -147,11 +143,7 @@ class throughput_plugin::impl {
   }
 
   hook_result on_log(const log_event& event) noexcept {
-    if (mutex_.held_by_this_thread()) {
-      mutex_.assume_held();
-      refuse_reentrant("on_log");
-      return hook_result::reentrant;
-    }
+    if (refused_as_reentrant("on_log")) return hook_result::reentrant;
     const owned_lock lock(mutex_);
     if (flushed_) {
       ++health_.events_after_flush;
@@ -188,11 +180,7 @@ class throughput_plugin::impl {
 
   // `caller` names the call in the warning when it is refused (throughput_calls::record_flush).
   hook_result flush(const char* caller) noexcept {
-    if (mutex_.held_by_this_thread()) {
-      mutex_.assume_held();
-      refuse_reentrant(caller);
-      return hook_result::reentrant;
-    }
+    if (refused_as_reentrant(caller)) return hook_result::reentrant;
     const owned_lock lock(mutex_);
     if (flushed_) return hook_result::done;
     flushed_ = true;
@@ -256,8 +244,16 @@ class throughput_plugin::impl {
     }
   }
 
-  // A hook called from inside one of this plugin's call-outs on the thread that holds the lock: refused,
-  // counted, logged once a minute. Written without locking: this thread holds the lock (owned_mutex.h).
+  // Whether `hook` is called from inside one of this plugin's call-outs (this thread already holds the lock):
+  // then it is refused, counted and logged once a minute, and the caller returns at once.
+  bool refused_as_reentrant(const char* hook) noexcept {
+    if (!mutex_.held_by_this_thread()) return false;
+    mutex_.assume_held();
+    refuse_reentrant(hook);
+    return true;
+  }
+
+  // The refusal itself. Written without locking: this thread holds the lock (owned_mutex.h).
   void refuse_reentrant(const char* hook) noexcept FLOPMETER_REQUIRES(mutex_) {
     ++health_.reentrant_calls;
     warn_rate_limited(reentrant_warning_,
