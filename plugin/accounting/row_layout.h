@@ -78,7 +78,7 @@ constexpr std::size_t kRowConfigEnd = row_config_lora_targets + 1;
 constexpr std::size_t kRowCountFields = kCountFieldCount;
 
 inline void counts_to_row(const batch_counts& n, double* row) {
-  for (std::size_t i = 0; i < kCountFieldCount; ++i) row[i] = static_cast<double>(n.*kCountFields[i].member);
+  for_each_count_field([&](auto i) { row[i] = static_cast<double>(n.*kCountMember<decltype(i)::value>); });
 }
 
 // The counts of a row, from the doubles of the collective buffer or the int64 counters of the tensor path.
@@ -86,7 +86,7 @@ inline void counts_to_row(const batch_counts& n, double* row) {
 template <class T>
 batch_counts counts_from_row(const T* row) {
   batch_counts n;
-  for (std::size_t i = 0; i < kCountFieldCount; ++i) n.*kCountFields[i].member = static_cast<std::int64_t>(row[i]);
+  for_each_count_field([&](auto i) { n.*kCountMember<decltype(i)::value> = static_cast<std::int64_t>(row[i]); });
   return n;
 }
 

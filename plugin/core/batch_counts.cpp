@@ -4,7 +4,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <utility>
 
 #include "core/count_fields.h"
 #include "core/positions_scan.h"
@@ -38,27 +37,15 @@ std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
 
 }  // namespace
 
-namespace {
-
-// The table's member pointers as compile-time constants, so that the hot path's sums compile to fixed offsets
-// (a loop over the table's entries at run time made operator+= four times as costly in bench_on_microbatch).
-template <std::size_t I>
-inline constexpr std::int64_t batch_counts::*kCountMember = detail::kCountFields[I].member;
-
-template <std::size_t... I>
-bool add_each_field(batch_counts& sum, const batch_counts& o, std::index_sequence<I...>) {
-  bool overflow = false;
-  ((overflow |= __builtin_add_overflow(sum.*kCountMember<I>, o.*kCountMember<I>, &(sum.*kCountMember<I>))), ...);
-  return overflow;
-}
-
-}  // namespace
-
 batch_counts& batch_counts::operator+=(const batch_counts& o) {
   // The hot path (on_microbatch adds every batch): the sums into a copy, then the slow path on any overflow,
   // which names the count; *this is unchanged then.
   batch_counts sum = *this;
-  bool overflow = add_each_field(sum, o, std::make_index_sequence<detail::kCountFieldCount>{});
+  bool overflow = false;
+  detail::for_each_count_field([&](auto i) {
+    constexpr std::int64_t batch_counts::*member = detail::kCountMember<decltype(i)::value>;
+    overflow |= __builtin_add_overflow(sum.*member, o.*member, &(sum.*member));
+  });
   std::int64_t device = 0;
   overflow |= __builtin_add_overflow(sum.real_tokens, sum.padding_tokens, &device);
   if (overflow) throw_count_overflow(*this, o);
