@@ -134,9 +134,11 @@ static int tensor_address(PyObject* tensor, void** address, size_t* count) {
   return 1;
 }
 
-/* A CPU, strided tensor of the exact type whose dtype is one of the two given (int32 may be NULL); sets
- * *is_int32. 1 yes, 0 no, -1 an exception. */
-static int plain_cpu_tensor(const binding* b, PyObject* tensor, PyObject* int32, int* is_int32) {
+/* A CPU, strided tensor of the exact type whose dtype is one of the two given (int32 may be NULL) and whose
+ * stride() is exactly `strides` (`dims` entries: its dimensions and their contiguity); sets *is_int32. 1 yes,
+ * 0 no, -1 an exception. */
+static int plain_cpu_tensor(const binding* b, PyObject* tensor, PyObject* int32, Py_ssize_t dims, const long* strides,
+                            int* is_int32) {
   if (Py_TYPE(tensor) != (PyTypeObject*)b->tensor_type) return 0;
   int yes = attribute_is(tensor, name_is_cpu, Py_True);
   if (yes != 1) return yes;
@@ -147,7 +149,12 @@ static int plain_cpu_tensor(const binding* b, PyObject* tensor, PyObject* int32,
   const int int64 = dtype == b->int64, narrow = int32 != NULL && dtype == int32;
   Py_DECREF(dtype);
   *is_int32 = narrow;
-  return int64 || narrow;
+  if (!int64 && !narrow) return 0;
+  PyObject* stride = PyObject_CallMethodNoArgs(tensor, name_stride);
+  if (stride == NULL) return -1;
+  yes = tuple_is(stride, dims, strides);
+  Py_DECREF(stride);
+  return yes;
 }
 
 /* An exact int in [0, 2^63): 1 and *out set, 0 otherwise (never an exception). */
@@ -167,13 +174,8 @@ static int take_batch(const binding* b, PyObject* cu_seqlens, PyObject* position
   if (is_positions == (position_ids == Py_None)) return 0; /* neither, or both: the general path says which */
   PyObject* tensor = is_positions ? position_ids : cu_seqlens;
   int is_int32 = 0;
-  int yes = plain_cpu_tensor(b, tensor, is_positions ? b->int32 : NULL, &is_int32);
+  int yes = plain_cpu_tensor(b, tensor, is_positions ? b->int32 : NULL, 1, contiguous_1d, &is_int32);
   if (yes != 1) return yes;
-  PyObject* stride = PyObject_CallMethodNoArgs(tensor, name_stride);
-  if (stride == NULL) return -1;
-  yes = tuple_is(stride, 1, contiguous_1d);
-  Py_DECREF(stride);
-  if (yes != 1) return 0;
   void* address = NULL;
   size_t count = 0;
   yes = tensor_address(tensor, &address, &count);
@@ -196,13 +198,8 @@ static int take_grids(const binding* b, PyObject* grids, flopmeter_microbatch* m
   static const long row_major[2] = {3, 1};
   if (grids == Py_None) return 1;
   int is_int32 = 0;
-  int yes = plain_cpu_tensor(b, grids, NULL, &is_int32);
+  const int yes = plain_cpu_tensor(b, grids, NULL, 2, row_major, &is_int32);
   if (yes != 1) return yes;
-  PyObject* stride = PyObject_CallMethodNoArgs(grids, name_stride);
-  if (stride == NULL) return -1;
-  yes = tuple_is(stride, 2, row_major);
-  Py_DECREF(stride);
-  if (yes != 1) return 0;
   PyObject* shape = PyObject_GetAttr(grids, name_shape);
   if (shape == NULL) return -1;
   int64_t rows = -1;
@@ -273,7 +270,15 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_definition = {
-    PyModuleDef_HEAD_INIT, "flopmeter._fastpath", "Meter.on_microbatch's hot path for plain CPU tensors", -1, methods,
+    PyModuleDef_HEAD_INIT,
+    "flopmeter._fastpath",
+    "Meter.on_microbatch's hot path for plain CPU tensors",
+    -1,
+    methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
