@@ -15,11 +15,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flopmeter/error.h"
@@ -98,7 +100,7 @@ TEST(bad_inputs, peak_outside_its_documented_range) {
     throughput_options o = base_options();
     o.peak_tflops_per_gpu = peak;
     const std::string message = create_error(o, make_local_communicator());
-    EXPECT_EQ(message.rfind("peak_tflops_per_gpu must be in [0.001, 100000] TFLOP/s (got ", 0), 0u) << message;
+    EXPECT_EQ(message.rfind("key 'peak_tflops_per_gpu': must be in [0.001, 100000] TFLOP/s (got ", 0), 0u) << message;
   }
   for (const double peak : {0.001, 100000.0}) {  // the bounds themselves are accepted
     throughput_options o = base_options();
@@ -110,20 +112,52 @@ TEST(bad_inputs, peak_outside_its_documented_range) {
 TEST(bad_inputs, other_options_the_plugin_refuses) {
   throughput_options o = base_options();
   o.topk = -1;
-  EXPECT_EQ(create_error(o, make_local_communicator()), "topk must be >= 0 (got -1)");
+  EXPECT_EQ(create_error(o, make_local_communicator()), "key 'topk': must be >= 0 (got -1)");
   o = base_options();
   o.tpi_multiplier = 0.5;
-  EXPECT_EQ(create_error(o, make_local_communicator()), "tpi_multiplier must be in [1, 1e6] (got 0.500000)");
+  EXPECT_EQ(create_error(o, make_local_communicator()), "key 'tpi_multiplier': must be in [1, 1e6] (got 0.500000)");
   o.tpi_multiplier = 1e300;  // accepted before: documented range [1, 1e6]
-  EXPECT_EQ(create_error(o, make_local_communicator()).rfind("tpi_multiplier must be in [1, 1e6]", 0), 0u);
+  EXPECT_EQ(create_error(o, make_local_communicator()).rfind("key 'tpi_multiplier': must be in [1, 1e6]", 0), 0u);
   o = base_options();
   o.collective_timeout = std::chrono::milliseconds(-1);
-  EXPECT_EQ(create_error(o, make_local_communicator()), "collective_timeout must be in [0, 3600000] ms (got -1 ms)");
+  EXPECT_EQ(create_error(o, make_local_communicator()),
+            "key 'collective_timeout': must be in [0, 3600000] ms (got -1 ms)");
   o.collective_timeout = std::chrono::milliseconds(3'600'001);  // an hour and a millisecond
   EXPECT_EQ(create_error(o, make_local_communicator()),
-            "collective_timeout must be in [0, 3600000] ms (got 3600001 ms)");
+            "key 'collective_timeout': must be in [0, 3600000] ms (got 3600001 ms)");
   EXPECT_EQ(create_error(base_options(), nullptr),
             "a communicator is required (make_local_communicator() for one process)");
+}
+
+// An option error carries the option it is about as data, as a plugin file's error carries its key: a trainer
+// that builds throughput_options in code reads where().key instead of parsing the text.
+TEST(bad_inputs, an_option_error_names_its_option_as_data) {
+  const std::vector<std::pair<std::string, std::function<void(throughput_options&)>>> cases = {
+      {"topk", [](throughput_options& o) { o.topk = -1; }},
+      {"tpi_multiplier", [](throughput_options& o) { o.tpi_multiplier = kNaN; }},
+      {"collective_timeout", [](throughput_options& o) { o.collective_timeout = std::chrono::milliseconds(-1); }},
+      {"peak_tflops_per_gpu", [](throughput_options& o) { o.peak_tflops_per_gpu = 0.0; }},
+  };
+  for (const auto& [option, spoil] : cases) {
+    throughput_options o = base_options();
+    spoil(o);
+    try {
+      (void)throughput_plugin::create(std::move(o), make_local_communicator());
+      ADD_FAILURE() << option << " was accepted";
+    } catch (const error& e) {
+      EXPECT_EQ(e.where().key, option);
+      EXPECT_TRUE(e.where().file.empty()) << e.where().file;  // set in code: no file to name
+      EXPECT_EQ(e.description().rfind("must be ", 0), 0u) << e.description();  // the problem alone
+      EXPECT_EQ(std::string(e.what()), "key '" + option + "': " + e.description());
+    }
+  }
+  try {
+    (void)accumulation_schedule(0.5);
+    ADD_FAILURE() << "accumulation_schedule(0.5) was accepted";
+  } catch (const error& e) {
+    EXPECT_EQ(e.where().key, "tpi_multiplier");
+    EXPECT_EQ(e.description(), "must be a finite number >= 1 (got 0.500000)");
+  }
 }
 
 // A plugin file whose layout does not fit the communicator's world: only known at start, but the message

@@ -221,6 +221,44 @@ TEST(JsonlSink, PartialLastLineIsTerminatedBeforeAppending) {
 
 TEST(JsonlSink, EmptyPathIsASetupError) { EXPECT_THROW(make_jsonl_sink(""), error); }
 
+// A sink's errors carry where they are as data (error_location), never as a prefix of their own name: a bad
+// argument is named as the key, a file that cannot be written as the file, and the text is the problem alone.
+TEST(JsonlSink, ItsErrorsCarryTheArgumentOrTheFileAsData) {
+  const auto caught = [](const std::function<void()>& make) -> error {
+    try {
+      make();
+    } catch (const error& e) {
+      return e;
+    }
+    ADD_FAILURE() << "accepted";
+    return error("");
+  };
+  const error empty = caught([] { (void)make_jsonl_sink(""); });
+  EXPECT_EQ(empty.where().key, "path");
+  EXPECT_EQ(std::string(empty.what()), "key 'path': is empty");
+  const error rank_missing = caught([] { (void)make_jsonl_sink("m_{rank}.jsonl"); });
+  EXPECT_EQ(rank_missing.where().key, "path");
+  EXPECT_EQ(rank_missing.description().rfind("\"m_{rank}.jsonl\" contains {rank} but no rank was given", 0), 0u)
+      << rank_missing.description();
+  const error negative_rank = caught([] { (void)make_jsonl_sink("m_{rank}.jsonl", -1); });
+  EXPECT_EQ(std::string(negative_rank.what()), "key 'rank': must be >= 0 (got -1)");
+  const error no_callback = caught([] { (void)make_callback_sink(nullptr); });
+  EXPECT_EQ(std::string(no_callback.what()), "key 'callback': is empty");
+
+  // A record that cannot be written: the sink logs it once under its name, "flopmeter jsonl sink PATH: ...",
+  // which sink_report writes in one place; the message itself does not spell the sink's name again.
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
+  captured_logger log;
+  auto sink = make_jsonl_sink("/dev/full", log.logger);
+  sink->write(record_at(1, 40.0));
+  EXPECT_EQ(sink->failures(), 1u);
+  ASSERT_EQ(log.lines().size(), 1u);
+  const std::string line = log.lines()[0];
+  const std::string expected = "error|flopmeter jsonl sink /dev/full: cannot write: No space left on device; the record is dropped";
+  EXPECT_EQ(line.rfind(expected, 0), 0u) << line;
+  EXPECT_EQ(line.find("jsonl sink", expected.find("jsonl sink") + 1), std::string::npos) << line;  // named once
+}
+
 // ---- make_sinks ----------------------------------------------------------------------------------------
 
 TEST(MakeSinks, ConsoleThenJsonlWithEveryRankPlaceholderReplaced) {
@@ -604,13 +642,14 @@ TEST(MakeSinks, AJsonlPathThatIsAFifoIsRefusedAtCreateWithoutBlocking) {
   const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
   ASSERT_GE(reader, 0);
   EXPECT_EQ(make_sinks_error(config, provenance), expected);
-  // The C++ API refuses it at create too, naming the function.
+  // The C++ API refuses it at create too, naming the argument as the error's key.
   try {
     (void)make_jsonl_sink(fifo.string());
     ADD_FAILURE() << "make_jsonl_sink accepted a FIFO";
   } catch (const error& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("make_jsonl_sink: \"" + fifo.string() + "\" is a FIFO (named pipe): ", 0), 0u)
+    EXPECT_EQ(std::string(e.what()).rfind("key 'path': \"" + fifo.string() + "\" is a FIFO (named pipe): ", 0), 0u)
         << e.what();
+    EXPECT_EQ(e.where().key, "path");
   }
   ::close(reader);
   if (::testing::Test::HasFailure()) return;  // the old code would now block below, not fail

@@ -144,6 +144,8 @@ struct FLOPMETER_NO_EXPORT throughput_calls;
 class throughput_plugin : public plugin {
  public:
   // Throws flopmeter::error for invalid options (layout not dividing the world, sanity-check mismatch, ...).
+  // A setting outside its range names the setting as the error's where().key (the member's name) and the
+  // problem as its description(): what() is "key 'topk': must be >= 0 (got -1)".
   static std::shared_ptr<throughput_plugin> create(throughput_options options,
                                                    std::shared_ptr<communicator> comm);
   ~throughput_plugin() override;
@@ -201,7 +203,8 @@ std::shared_ptr<throughput_plugin> create_throughput_plugin(const std::string& c
 // The fractional gradient-accumulation schedule for multiplier m >= 1: entry i is
 // floor((i+1)m) - floor(im), stopping at the first i where (i+1)m is whole. 1.5 -> [1, 2];
 // 2.25 -> [2, 2, 2, 3]; 3 -> [3]. m is taken as the nearest fraction with denominator <= 10^6.
-// Throws flopmeter::error for m < 1, non-finite m, or a schedule longer than 10^6 entries.
+// Throws flopmeter::error for m < 1, non-finite m, or a schedule longer than 10^6 entries, with where().key
+// "tpi_multiplier".
 std::vector<std::int64_t> accumulation_schedule(double tpi_multiplier);
 
 }  // namespace FLOPMETER_EXPORT

@@ -19,33 +19,6 @@ double seconds_or_not_reported(const std::optional<std::chrono::duration<double>
 
 }  // namespace
 
-void add_microbatch(interval_counters& interval, const microbatch_event& event, const vision_geometry& geometry) {
-  if (event.samples < 0) throw error("samples must be >= 0 (got " + std::to_string(event.samples) + ")");
-  if (event.label_tokens && *event.label_tokens < 0) throw error("label_tokens must be >= 0");
-  if (event.loss_sum && !std::isfinite(*event.loss_sum)) throw error("loss_sum is not finite");
-  check_loss_pair(event.loss_sum, event.label_tokens);
-  const batch_counts counts = count_event(event, geometry);
-  check_label_tokens_within(event.loss_sum, event.label_tokens, counts.real_tokens);
-  interval_counters next = interval;
-  next.counts += counts;
-  const double row_tokens = static_cast<double>(counts.device_tokens());
-  next.row_tokens_squared += row_tokens * row_tokens;
-  next.row_tokens_times_patches += row_tokens * static_cast<double>(counts.patches);
-  // Checked like the counts: samples or label tokens summed past int64 (a trainer passing garbage) were
-  // signed overflow, and a loss sum past the double range an infinite train/loss.
-  if (__builtin_add_overflow(next.samples, event.samples, &next.samples)) {
-    throw error("the interval's sample count overflows a 64-bit count");
-  }
-  if (event.loss_sum && event.label_tokens) {
-    next.loss_sum += *event.loss_sum;
-    if (!std::isfinite(next.loss_sum)) throw error("the interval's loss sum is not finite");
-    if (__builtin_add_overflow(next.label_tokens, *event.label_tokens, &next.label_tokens)) {
-      throw error("the interval's label token count overflows a 64-bit count");
-    }
-  }
-  interval = next;
-}
-
 void fill_row(double* row, const interval_counters& interval, const megatron_billing& megatron, const log_event& event,
               double interval_seconds, const running_totals& totals, double log_wait_ms) {
   std::fill(row, row + kRowFields, 0.0);

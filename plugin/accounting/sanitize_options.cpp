@@ -10,16 +10,26 @@
 
 namespace flopmeter::detail {
 
+namespace {
+
+// An option error: the option's name (the throughput_options member) is its location, the text is the
+// problem alone, as a plugin file's error is "FILE:LINE:COL: key 'logging.topk': must be >= 0 (got -1)".
+[[noreturn]] void refuse_option(const char* option, const std::string& problem) {
+  throw error(error_location{"", 0, 0, option}, problem);
+}
+
+}  // namespace
+
 void sanitize_options(const throughput_options& options) {
-  if (options.topk < kMinTopk) throw error("topk must be >= 0 (got " + std::to_string(options.topk) + ")");
+  if (options.topk < kMinTopk) refuse_option("topk", "must be >= 0 (got " + std::to_string(options.topk) + ")");
   if (!(options.tpi_multiplier >= setting_range::min_tpi_multiplier &&
         options.tpi_multiplier <= setting_range::max_tpi_multiplier)) {  // also false for NaN
-    throw error("tpi_multiplier must be in [1, 1e6] (got " + std::to_string(options.tpi_multiplier) + ")");
+    refuse_option("tpi_multiplier", "must be in [1, 1e6] (got " + std::to_string(options.tpi_multiplier) + ")");
   }
   if (options.collective_timeout.count() < kMinCollectiveTimeoutMs ||
       options.collective_timeout.count() > setting_range::max_timeout_ms) {
-    throw error("collective_timeout must be in [0, 3600000] ms (got " +
-                std::to_string(options.collective_timeout.count()) + " ms)");
+    refuse_option("collective_timeout", "must be in [0, 3600000] ms (got " +
+                                            std::to_string(options.collective_timeout.count()) + " ms)");
   }
   validate_model_spec(options.model);
   if (options.peak_tflops_per_gpu) {
@@ -27,7 +37,7 @@ void sanitize_options(const throughput_options& options) {
     if (!(peak >= setting_range::min_peak_tflops_per_gpu && peak <= setting_range::max_peak_tflops_per_gpu)) {
       char shown[64];
       std::snprintf(shown, sizeof shown, "%g", peak);  // 1e-300 shows as itself, not as 0.000000
-      throw error(std::string("peak_tflops_per_gpu must be in [0.001, 100000] TFLOP/s (got ") + shown + ")");
+      refuse_option("peak_tflops_per_gpu", std::string("must be in [0.001, 100000] TFLOP/s (got ") + shown + ")");
     }
   }
 }

@@ -22,8 +22,8 @@ inline constexpr std::int64_t kMinCollectiveTimeoutMs = 0;
 inline constexpr std::int64_t kMinRendezvousTimeoutMs = 1;
 
 // Checks every setting of `options` that has a documented range (setting_range, kMinTopk, the timeouts) and
-// validates the model spec; throws flopmeter::error naming the setting (e.g. "tpi_multiplier must be in
-// [1, 1e6] (got 0.500000)"). The sinks, logger and clock are not checked: any value is valid.
+// validates the model spec; throws flopmeter::error whose where().key is the setting (the throughput_options
+// member) and whose description() is the problem: "key 'tpi_multiplier': must be in [1, 1e6] (got 0.500000)". The sinks, logger and clock are not checked: any value is valid.
 void sanitize_options(const throughput_options& options);
 
 // throughput_options::sanity_check: runs the term-by-term check of `model` against the Megatron constant at

@@ -31,6 +31,7 @@
 #include "output/json_line.h"
 #include "output/logging.h"
 #include "output/sink_paths.h"
+#include "output/sink_report.h"
 #include "output/sink_provenance.h"
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -135,7 +136,7 @@ class console_sink final : public sink {
 class jsonl_sink final : public sink {
  public:
   jsonl_sink(std::string path, std::shared_ptr<spdlog::logger> logger)
-      : path_(std::move(path)), logger_(std::move(logger)) {}
+      : path_(std::move(path)), report_("jsonl", path_, std::move(logger)) {}
   ~jsonl_sink() override { close(); }
   jsonl_sink(const jsonl_sink&) = delete;
   jsonl_sink& operator=(const jsonl_sink&) = delete;
@@ -146,7 +147,7 @@ class jsonl_sink final : public sink {
     line.push_back('\n');
     if (file_ != nullptr && replaced()) {
       close();
-      report(spdlog::level::warn, "was removed or replaced while open; reopening it");
+      report_.log(spdlog::level::warn, "was removed or replaced while open; reopening it");
     }
     if (file_ == nullptr) {
       open_file();
@@ -223,20 +224,14 @@ class jsonl_sink final : public sink {
   }
 
   [[noreturn]] void fail_because(const char* what, const std::string& reason) {
-    report(spdlog::level::err, std::string(what) + ": " + reason + "; the record is dropped and the file is " +
-                                   "reopened for the next one");
-    throw error("jsonl sink " + path_ + ": " + what + ": " + reason);
-  }
-
-  // Logs at most one message a minute; the next one says how many were suppressed meanwhile.
-  void report(spdlog::level::level_enum level, const std::string& message) {
-    reports_.log(*logger_, level, "flopmeter jsonl sink {}: {}", printable_text(path_), message);
+    report_.log(spdlog::level::err, std::string(what) + ": " + reason + "; the record is dropped and the file is " +
+                                        "reopened for the next one");
+    throw detail::sink_error(path_, std::string(what) + ": " + reason);
   }
 
   std::string path_;
-  std::shared_ptr<spdlog::logger> logger_;
+  detail::sink_report report_;  // what this sink logs, under its name (at most one message a minute)
   std::FILE* file_ = nullptr;
-  detail::rate_limited_log reports_;
 };
 
 // ---- callback ------------------------------------------------------------------------------------------
@@ -252,54 +247,6 @@ class callback_sink final : public sink {
   std::function<void(const metrics_record&)> callback_;
 };
 
-// A JSONL path that exists and is something a sink must not write (detail::jsonl_may_write): refused when the
-// sink is made, not at its first record (where opening a FIFO would block).
-void refuse_non_regular_jsonl(const std::string& path) {
-  struct stat info {};
-  if (::stat(path.c_str(), &info) == 0 && (S_ISDIR(info.st_mode) || !detail::jsonl_may_write(info))) {
-    throw error("make_jsonl_sink: " + detail::jsonl_wrong_type_text(detail::sink_path_text(path),
-                                                                    detail::file_type_text(info.st_mode), "the path"));
-  }
-}
-
-}  // namespace
-
-std::shared_ptr<sink> make_console_sink(std::shared_ptr<spdlog::logger> logger) {
-  return std::make_shared<console_sink>(logger_or_private(std::move(logger)));
-}
-
-std::shared_ptr<sink> make_jsonl_sink(const std::string& path, std::shared_ptr<spdlog::logger> logger) {
-  if (path.empty()) throw error("jsonl sink: the path is empty");
-  if (path.find('\0') != std::string::npos) {
-    throw error("jsonl sink: the path " + detail::quoted(path) + " contains a NUL character (\\u0000)");
-  }
-  if (path.find("{rank}") != std::string::npos) {
-    throw error("jsonl sink: the path '" + path + "' contains {rank} but no rank was given; call "
-                "make_jsonl_sink(path, rank, logger) with this process's rank in flopmeter's group (comm->rank())");
-  }
-  refuse_non_regular_jsonl(path);
-  return std::make_shared<jsonl_sink>(detail::absolute_sink_path(path), logger_or_private(std::move(logger)));
-}
-
-std::shared_ptr<sink> make_jsonl_sink(const std::string& path, int rank, std::shared_ptr<spdlog::logger> logger) {
-  if (rank < 0) throw error("jsonl sink: rank must be >= 0 (got " + std::to_string(rank) + ")");
-  const std::string placeholder = "{rank}";
-  const std::string digits = std::to_string(rank);
-  std::string expanded = path;
-  for (std::size_t at = expanded.find(placeholder); at != std::string::npos; at = expanded.find(placeholder, at)) {
-    expanded.replace(at, placeholder.size(), digits);
-    at += digits.size();
-  }
-  return make_jsonl_sink(expanded, std::move(logger));
-}
-
-std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record&)> callback) {
-  if (!callback) throw error("callback sink: the callback is empty");
-  return std::make_shared<callback_sink>(std::move(callback));
-}
-
-namespace {
-
 // The one "{rank}" expansion for every path a plugin file names per rank (the JSONL file, the TensorBoard
 // directory): each occurrence of "{rank}" becomes the decimal rank; the rest of `pattern` is kept as written.
 std::string expand_rank(const std::string& pattern, int rank) {
@@ -312,6 +259,50 @@ std::string expand_rank(const std::string& pattern, int rank) {
   }
   return path;
 }
+
+// A JSONL path that exists and is something a sink must not write (detail::jsonl_may_write): refused when the
+// sink is made, not at its first record (where opening a FIFO would block).
+void refuse_non_regular_jsonl(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && (S_ISDIR(info.st_mode) || !detail::jsonl_may_write(info))) {
+    throw error(error_location{"", 0, 0, "path"},
+                detail::jsonl_wrong_type_text(detail::sink_path_text(path), detail::file_type_text(info.st_mode),
+                                              "the path"));
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<sink> make_console_sink(std::shared_ptr<spdlog::logger> logger) {
+  return std::make_shared<console_sink>(logger_or_private(std::move(logger)));
+}
+
+std::shared_ptr<sink> make_jsonl_sink(const std::string& path, std::shared_ptr<spdlog::logger> logger) {
+  // Argument errors name the argument as their key, as a plugin file's name their key ("key 'path': is empty").
+  const error_location argument{"", 0, 0, "path"};
+  if (path.empty()) throw error(argument, "is empty");
+  if (path.find('\0') != std::string::npos) {
+    throw error(argument, detail::quoted(path) + " contains a NUL character (\\u0000)");
+  }
+  if (path.find("{rank}") != std::string::npos) {
+    throw error(argument, detail::quoted(path) + " contains {rank} but no rank was given; call "
+                "make_jsonl_sink(path, rank, logger) with this process's rank in flopmeter's group (comm->rank())");
+  }
+  refuse_non_regular_jsonl(path);
+  return std::make_shared<jsonl_sink>(detail::absolute_sink_path(path), logger_or_private(std::move(logger)));
+}
+
+std::shared_ptr<sink> make_jsonl_sink(const std::string& path, int rank, std::shared_ptr<spdlog::logger> logger) {
+  if (rank < 0) throw error(error_location{"", 0, 0, "rank"}, "must be >= 0 (got " + std::to_string(rank) + ")");
+  return make_jsonl_sink(expand_rank(path, rank), std::move(logger));
+}
+
+std::shared_ptr<sink> make_callback_sink(std::function<void(const metrics_record&)> callback) {
+  if (!callback) throw error(error_location{"", 0, 0, "callback"}, "is empty");
+  return std::make_shared<callback_sink>(std::move(callback));
+}
+
+namespace {
 
 // Where a sink path was configured; a config built in code has no file, and its errors name the key alone.
 error_location located(const error_location& configured, const char* key) {

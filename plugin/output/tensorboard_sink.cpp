@@ -24,6 +24,7 @@
 #include "core/printable_text.h"
 #include "output/logging.h"
 #include "output/sink_paths.h"
+#include "output/sink_report.h"
 #include "output/tensorboard_records.h"
 #include "output/tensorboard_event.pb.h"
 
@@ -51,7 +52,9 @@ class tensorboard_sink final : public sink {
   // `directory` as written names it in messages; the sink works on it made absolute now, so a later new file
   // goes where the first one went even if the trainer changes directory.
   tensorboard_sink(const std::string& directory, std::shared_ptr<spdlog::logger> logger)
-      : written_(directory), directory_(detail::absolute_sink_path(directory)), logger_(std::move(logger)) {
+      : written_(directory),
+        directory_(detail::absolute_sink_path(directory)),
+        report_("tensorboard", directory_, std::move(logger)) {
     try {
       open_new_file();  // throws: a directory that cannot be written is a setup error, reported at create
     } catch (...) {
@@ -68,10 +71,8 @@ class tensorboard_sink final : public sink {
     try {
       if (fd_ >= 0 && replaced()) {
         // Writes to an unlinked file succeed and vanish: start a new file (recreating the directory) instead.
-        logger_->warn(
-            "flopmeter tensorboard sink {}: the event file {} was removed or replaced while open; "
-            "starting a new one",
-            printable_text(directory_), printable_text(path_));
+        report_.log_always(spdlog::level::warn, "the event file " + detail::quoted(path_) +
+                                                    " was removed or replaced while open; starting a new one");
         close_file();
       }
       if (fd_ < 0) {
@@ -91,18 +92,15 @@ class tensorboard_sink final : public sink {
       }
       append(event);
       if (failing_) {
-        logger_->info("flopmeter tensorboard sink {}: writing again, to {}", printable_text(directory_),
-                      printable_text(path_));
+        report_.log_always(spdlog::level::info, "writing again, to " + detail::quoted(path_));
         failing_ = false;
       }
     } catch (const error& e) {
       // The file stays open (append() cut it back to its last whole record), so a full disk costs records,
       // not one new empty file per record; only a file that could not be opened is tried again.
       if (!failing_) {
-        logger_->error(
-            "flopmeter tensorboard sink {}: {}; records are dropped (and counted) until a new file "
-            "can be written",
-            printable_text(directory_), e.what());
+        report_.log_always(spdlog::level::err, e.description() +
+                                                   "; records are dropped (and counted) until a new file can be written");
         failing_ = true;
       }
       throw;  // sink::write counts it
@@ -182,13 +180,13 @@ class tensorboard_sink final : public sink {
     written_bytes_ += record.size();
   }
 
-  // The message says which sink and path: make_sinks reports it at [sinks] tensorboard as it is, and the
-  // write path logs it after "flopmeter tensorboard sink DIR:".
-  [[noreturn]] void fail(const std::string& what) const { throw error(what); }
+  // The problem alone, with the directory as where().file (sink_report.h): make_sinks reports its description
+  // at [sinks] tensorboard, and the write path logs it under this sink's name.
+  [[noreturn]] void fail(const std::string& what) const { throw detail::sink_error(written_, what); }
 
   std::string written_;    // as given, for messages
   std::string directory_;  // absolute
-  std::shared_ptr<spdlog::logger> logger_;
+  detail::sink_report report_;  // what this sink logs, under its name
   std::string path_;
   int fd_ = -1;                      // the event file, O_APPEND
   std::uint64_t written_bytes_ = 0;  // its whole records (the header first); a failed write is cut back to it
@@ -198,9 +196,11 @@ class tensorboard_sink final : public sink {
 }  // namespace
 
 std::shared_ptr<sink> make_tensorboard_sink(const std::string& directory, std::shared_ptr<spdlog::logger> logger) {
-  if (directory.empty()) throw error("tensorboard sink: the directory is empty");
+  // Argument errors name the argument as their key ("key 'directory': is empty").
+  const error_location argument{"", 0, 0, "directory"};
+  if (directory.empty()) throw error(argument, "is empty");
   if (directory.find('\0') != std::string::npos) {  // mkdir() would stop at it and create another directory
-    throw error("tensorboard sink: the directory " + detail::quoted(directory) + " contains a NUL character (\\u0000)");
+    throw error(argument, detail::quoted(directory) + " contains a NUL character (\\u0000)");
   }
   return std::make_shared<tensorboard_sink>(directory, detail::logger_or_private(std::move(logger)));
 }

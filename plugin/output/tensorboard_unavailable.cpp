@@ -5,8 +5,8 @@
 namespace flopmeter {
 
 std::shared_ptr<sink> make_tensorboard_sink(const std::string& directory, std::shared_ptr<spdlog::logger>) {
-  throw error("tensorboard sink " + directory +
-              ": this flopmeter was built without TensorBoard support (protobuf not found; Debian: "
+  throw error(error_location{directory, 0, 0, ""},
+              "this flopmeter was built without TensorBoard support (protobuf not found; Debian: "
               "libprotobuf-dev protobuf-compiler)");
 }
 
