@@ -97,11 +97,6 @@ void check_sum_fits(std::int64_t a, const term& a_macs, std::int64_t b, const te
   if (__builtin_add_overflow(a, b, &sum)) throw coefficient_overflow(name, field_names(a_macs + b_macs));
 }
 
-double exact_product(std::int64_t a, std::int64_t b) {
-  const int128 product = static_cast<int128>(a) * static_cast<int128>(b);
-  return static_cast<double>(product);
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Per-token multiply-adds of each GEMM family. Field names are model_spec paths.
 
