@@ -20,6 +20,7 @@ FLOPMETER_PACKAGES=(
   gnuplot-nox           # the demo's PNG plot
   clang libclang-rt-14-dev  # libFuzzer and clang's sanitizer runtimes: scripts/fuzz.sh
   clang-format          # scripts/check_format.sh: the changed lines follow .clang-format
+  valgrind              # bench/soak_cost.py: the soak's per-call cost as instructions (ctest soak_cost_stays_flat)
 )
 
 flopmeter_install_deps() {

@@ -25,3 +25,23 @@ def test_a_long_run_stays_flat_in_memory_descriptors_threads_and_cost():
         # this short form on this shared 2-core machine the CPU time per on_microbatch of every rank at once rose
         # by 50% in one run and by 1-5% in the next, with no trend inside either: the machine, not flopmeter.
         # The 10% goal is judged on the long form (100,000 logs), run by hand (bench/soak.py).
+
+
+def test_the_hooks_cost_as_many_instructions_late_in_a_long_run_as_early():
+    """The per-call cost half of the soak, made deterministic: bench/soak_cost.py runs 20,000 logs of 20
+    micro-batches (400,000 micro-batches, a refused one in every 97, one skipped log in every 1,000, the JSONL
+    and TensorBoard sinks on) through the C ABI under valgrind's callgrind, and compares the instructions per
+    micro-batch (the logs' share included) of the last tenth with the first. An instruction count does not
+    move with the machine's load; a hook whose work grew with the run would. Expected: within 10%."""
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "soak_cost.py"), "--logs", "20000",
+                           "--microbatches-per-log", "20"], capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdict = json.loads(done.stdout.strip().splitlines()[-1])
+    run = verdict["run"]
+    # The windows are the first and last 2,000 logs: each has 40,000 micro-batches and 1,998 logs (the logs
+    # numbered 500 and 1,500 from each window's start are skipped), so the two are the same work.
+    assert run["calls"]["first"] == run["calls"]["last"] == {"on_microbatch": 40000, "on_log": 1998}, run
+    assert run["bad_microbatches"] == 400000 // 97, run  # every 97th refused and counted, no other
+    assert run["dropped_records"] == 0, run
+    assert verdict["records_written"] == 20000 - 20, verdict  # one record per log made (the last by flush)
+    assert verdict["last_over_first"] <= 1.10, verdict
