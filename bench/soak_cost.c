@@ -10,7 +10,11 @@
  * The program links the library the Python package installs (no LibTorch: valgrind starts in seconds).
  *
  * Usage: soak_cost LOGS MICROBATCHES PLUGIN_TOML_FILE
- * Prints one JSON line: the calls made in each window and the health counters at the end. */
+ * Prints one JSON line: the calls made in each window, this process's resident memory, threads and open
+ * descriptors at the end of the first window and at the end of the run (the memory half of the soak, from
+ * a run outside valgrind), and the health counters at the end. */
+#define _POSIX_C_SOURCE 200809L /* opendir, readdir */
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +30,29 @@ static char* read_all(const char* path, size_t* length) {
   *length = fread(text, 1, sizeof text, f);
   fclose(f);
   return text;
+}
+
+/* This process's resident memory in KiB and threads (/proc/self/status), and its open descriptors. */
+typedef struct {
+  long rss_kib, threads, fds;
+} footprint;
+
+static footprint measure(void) {
+  footprint f = {-1, -1, 0};
+  FILE* status = fopen("/proc/self/status", "r");
+  char line[256];
+  while (status != NULL && fgets(line, sizeof line, status) != NULL) {
+    if (strncmp(line, "VmRSS:", 6) == 0) f.rss_kib = strtol(line + 6, NULL, 10);
+    if (strncmp(line, "Threads:", 8) == 0) f.threads = strtol(line + 8, NULL, 10);
+  }
+  if (status != NULL) fclose(status);
+  DIR* fds = opendir("/proc/self/fd");
+  for (struct dirent* e; fds != NULL && (e = readdir(fds)) != NULL;) {
+    if (e->d_name[0] != '.') ++f.fds;
+  }
+  if (fds != NULL) closedir(fds);
+  f.fds -= 1; /* the directory stream itself */
+  return f;
 }
 
 int main(int argc, char** argv) {
@@ -69,6 +96,7 @@ int main(int argc, char** argv) {
   const long window = logs / 10;
   long calls[2][2] = {{0, 0}, {0, 0}}; /* [first, last][on_microbatch, on_log] */
   long n = 0;
+  footprint early = {0, 0, 0}, late = {0, 0, 0};
   for (long log = 0; log < logs; ++log) {
     const int in = log < window ? 0 : (log >= logs - window ? 1 : -1);
     if (log == 0 || log == logs - window) CALLGRIND_ZERO_STATS;
@@ -88,8 +116,14 @@ int main(int argc, char** argv) {
       flopmeter_on_log(plugin, &e);
       if (in >= 0) ++calls[in][1];
     }
-    if (log == window - 1) CALLGRIND_DUMP_STATS_AT("first");
-    if (log == logs - 1) CALLGRIND_DUMP_STATS_AT("last");
+    if (log == window - 1) {
+      CALLGRIND_DUMP_STATS_AT("first");
+      early = measure();
+    }
+    if (log == logs - 1) {
+      CALLGRIND_DUMP_STATS_AT("last");
+      late = measure();
+    }
   }
   flopmeter_flush(plugin);
   flopmeter_health_counters health;
@@ -99,8 +133,10 @@ int main(int argc, char** argv) {
   printf("{\"logs\": %ld, \"microbatches_per_log\": %ld, \"window_logs\": %ld, "
          "\"calls\": {\"first\": {\"on_microbatch\": %ld, \"on_log\": %ld}, "
          "\"last\": {\"on_microbatch\": %ld, \"on_log\": %ld}}, "
+         "\"rss_kib\": [%ld, %ld], \"threads\": [%ld, %ld], \"fds\": [%ld, %ld], "
          "\"bad_microbatches\": %llu, \"dropped_records\": %llu}\n",
-         logs, per_log, window, calls[0][0], calls[0][1], calls[1][0], calls[1][1],
+         logs, per_log, window, calls[0][0], calls[0][1], calls[1][0], calls[1][1], early.rss_kib, late.rss_kib,
+         early.threads, late.threads, early.fds, late.fds,
          (unsigned long long)health.bad_microbatches, (unsigned long long)health.dropped_records);
   flopmeter_destroy(plugin);
   return 0;

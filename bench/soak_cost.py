@@ -68,7 +68,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--logs", type=int, default=2000)
     parser.add_argument("--microbatches-per-log", type=int, default=20)
-    parser.add_argument("--limit", type=float, default=1.10)
+    parser.add_argument("--limit", type=float, default=1.10, help="instructions per micro-batch, last/first")
+    parser.add_argument("--rss-limit-kib", type=int, default=1024, help="resident memory growth, first tenth to end")
     parser.add_argument("--python", default=sys.executable, help="an interpreter that imports flopmeter")
     parser.add_argument("--drive", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -94,6 +95,16 @@ console = false
 jsonl = "{scratch / 'soak.jsonl'}"
 tensorboard = "{scratch / 'tensorboard'}"
 """)
+        # Memory, threads and descriptors: the same run natively (valgrind's allocator would be measured
+        # instead of the process's). Then the instructions, under callgrind.
+        native = subprocess.run([str(driver), str(args.logs), str(args.microbatches_per_log), str(plugin)],
+                                capture_output=True, text=True, timeout=3000)
+        if native.returncode != 0:
+            print(native.stdout + native.stderr, file=sys.stderr)
+            return 2
+        footprint = json.loads(native.stdout.strip().splitlines()[-1])
+        (scratch / "soak.jsonl").unlink()  # the callgrind run writes its own records
+        shutil.rmtree(scratch / "tensorboard")
         out = scratch / "callgrind.out"
         run = subprocess.run([valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
                               str(driver), str(args.logs), str(args.microbatches_per_log), str(plugin)],
@@ -115,9 +126,14 @@ tensorboard = "{scratch / 'tensorboard'}"
     # over the same number of micro-batches and logs in both windows.
     first, last = (windows[w] / report["calls"][w]["on_microbatch"] for w in ("first", "last"))
     ratio = last / first
+    rss_growth_kib = footprint["rss_kib"][1] - footprint["rss_kib"][0]
     verdict = {"run": report, "records_written": records,
                "instructions_per_microbatch": {"first": round(first, 1), "last": round(last, 1)},
-               "last_over_first": round(ratio, 4), "limit": args.limit, "flat": ratio <= args.limit}
+               "last_over_first": round(ratio, 4), "limit": args.limit,
+               "native": {key: footprint[key] for key in ("rss_kib", "threads", "fds")},
+               "rss_growth_kib": rss_growth_kib,
+               "flat": ratio <= args.limit and rss_growth_kib <= args.rss_limit_kib and
+               footprint["threads"][1] <= footprint["threads"][0] and footprint["fds"][1] <= footprint["fds"][0]}
     print(json.dumps(verdict))
     return 0 if verdict["flat"] else 1
 

@@ -27,7 +27,7 @@ def test_a_long_run_stays_flat_in_memory_descriptors_threads_and_cost():
         # The 10% goal is judged on the long form (100,000 logs), run by hand (bench/soak.py).
 
 
-def test_the_hooks_cost_as_many_instructions_late_in_a_long_run_as_early():
+def test_the_hooks_cost_as_many_instructions_and_as_much_memory_late_in_a_long_run_as_early():
     """The per-call cost half of the soak, made deterministic: bench/soak_cost.py runs 20,000 logs of 20
     micro-batches (400,000 micro-batches, a refused one in every 97, one skipped log in every 1,000, the JSONL
     and TensorBoard sinks on) through the C ABI under valgrind's callgrind, and compares the instructions per
@@ -45,3 +45,9 @@ def test_the_hooks_cost_as_many_instructions_late_in_a_long_run_as_early():
     assert run["dropped_records"] == 0, run
     assert verdict["records_written"] == 20000 - 20, verdict  # one record per log made (the last by flush)
     assert verdict["last_over_first"] <= 1.10, verdict
+    # The memory half, from the same program run natively (flopmeter alone in the process): resident memory
+    # within 1 MiB from the end of the first tenth to the end, and no thread or descriptor more.
+    native = verdict["native"]
+    assert native["rss_kib"][1] - native["rss_kib"][0] <= 1024, native
+    assert native["threads"][1] <= native["threads"][0] and native["fds"][1] <= native["fds"][0], native
+    assert verdict["flat"], verdict
