@@ -130,14 +130,15 @@ int main(int argc, char** argv) {
   memset(&health, 0, sizeof health);
   health.struct_size = sizeof health;
   flopmeter_health(plugin, &health);
-  printf("{\"logs\": %ld, \"microbatches_per_log\": %ld, \"window_logs\": %ld, "
-         "\"calls\": {\"first\": {\"on_microbatch\": %ld, \"on_log\": %ld}, "
-         "\"last\": {\"on_microbatch\": %ld, \"on_log\": %ld}}, "
-         "\"rss_kib\": [%ld, %ld], \"threads\": [%ld, %ld], \"fds\": [%ld, %ld], "
-         "\"bad_microbatches\": %llu, \"dropped_records\": %llu}\n",
-         logs, per_log, window, calls[0][0], calls[0][1], calls[1][0], calls[1][1], early.rss_kib, late.rss_kib,
-         early.threads, late.threads, early.fds, late.fds,
-         (unsigned long long)health.bad_microbatches, (unsigned long long)health.dropped_records);
+  printf(
+      "{\"logs\": %ld, \"microbatches_per_log\": %ld, \"window_logs\": %ld, "
+      "\"calls\": {\"first\": {\"on_microbatch\": %ld, \"on_log\": %ld}, "
+      "\"last\": {\"on_microbatch\": %ld, \"on_log\": %ld}}, "
+      "\"rss_kib\": [%ld, %ld], \"threads\": [%ld, %ld], \"fds\": [%ld, %ld], "
+      "\"bad_microbatches\": %llu, \"dropped_records\": %llu}\n",
+      logs, per_log, window, calls[0][0], calls[0][1], calls[1][0], calls[1][1], early.rss_kib, late.rss_kib,
+      early.threads, late.threads, early.fds, late.fds, (unsigned long long)health.bad_microbatches,
+      (unsigned long long)health.dropped_records);
   flopmeter_destroy(plugin);
   return 0;
 }

@@ -146,7 +146,7 @@ TEST(bad_inputs, an_option_error_names_its_option_as_data) {
       ADD_FAILURE() << option << " was accepted";
     } catch (const error& e) {
       EXPECT_EQ(e.where().key, option);
-      EXPECT_TRUE(e.where().file.empty()) << e.where().file;  // set in code: no file to name
+      EXPECT_TRUE(e.where().file.empty()) << e.where().file;                   // set in code: no file to name
       EXPECT_EQ(e.description().rfind("must be ", 0), 0u) << e.description();  // the problem alone
       EXPECT_EQ(std::string(e.what()), "key '" + option + "': " + e.description());
     }

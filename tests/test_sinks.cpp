@@ -254,7 +254,8 @@ TEST(JsonlSink, ItsErrorsCarryTheArgumentOrTheFileAsData) {
   EXPECT_EQ(sink->failures(), 1u);
   ASSERT_EQ(log.lines().size(), 1u);
   const std::string line = log.lines()[0];
-  const std::string expected = "error|flopmeter jsonl sink /dev/full: cannot write: No space left on device; the record is dropped";
+  const std::string expected =
+      "error|flopmeter jsonl sink /dev/full: cannot write: No space left on device; the record is dropped";
   EXPECT_EQ(line.rfind(expected, 0), 0u) << line;
   EXPECT_EQ(line.find("jsonl sink", expected.find("jsonl sink") + 1), std::string::npos) << line;  // named once
 }

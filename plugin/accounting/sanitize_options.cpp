@@ -28,8 +28,8 @@ void sanitize_options(const throughput_options& options) {
   }
   if (options.collective_timeout.count() < kMinCollectiveTimeoutMs ||
       options.collective_timeout.count() > setting_range::max_timeout_ms) {
-    refuse_option("collective_timeout", "must be in [0, 3600000] ms (got " +
-                                            std::to_string(options.collective_timeout.count()) + " ms)");
+    refuse_option("collective_timeout",
+                  "must be in [0, 3600000] ms (got " + std::to_string(options.collective_timeout.count()) + " ms)");
   }
   validate_model_spec(options.model);
   if (options.peak_tflops_per_gpu) {

@@ -265,9 +265,9 @@ std::string expand_rank(const std::string& pattern, int rank) {
 void refuse_non_regular_jsonl(const std::string& path) {
   struct stat info {};
   if (::stat(path.c_str(), &info) == 0 && (S_ISDIR(info.st_mode) || !detail::jsonl_may_write(info))) {
-    throw error(error_location{"", 0, 0, "path"},
-                detail::jsonl_wrong_type_text(detail::sink_path_text(path), detail::file_type_text(info.st_mode),
-                                              "the path"));
+    throw error(
+        error_location{"", 0, 0, "path"},
+        detail::jsonl_wrong_type_text(detail::sink_path_text(path), detail::file_type_text(info.st_mode), "the path"));
   }
 }
 
@@ -285,8 +285,10 @@ std::shared_ptr<sink> make_jsonl_sink(const std::string& path, std::shared_ptr<s
     throw error(argument, detail::quoted(path) + " contains a NUL character (\\u0000)");
   }
   if (path.find("{rank}") != std::string::npos) {
-    throw error(argument, detail::quoted(path) + " contains {rank} but no rank was given; call "
-                "make_jsonl_sink(path, rank, logger) with this process's rank in flopmeter's group (comm->rank())");
+    throw error(argument,
+                detail::quoted(path) +
+                    " contains {rank} but no rank was given; call "
+                    "make_jsonl_sink(path, rank, logger) with this process's rank in flopmeter's group (comm->rank())");
   }
   refuse_non_regular_jsonl(path);
   return std::make_shared<jsonl_sink>(detail::absolute_sink_path(path), logger_or_private(std::move(logger)));

@@ -99,8 +99,8 @@ class tensorboard_sink final : public sink {
       // The file stays open (append() cut it back to its last whole record), so a full disk costs records,
       // not one new empty file per record; only a file that could not be opened is tried again.
       if (!failing_) {
-        report_.log_always(spdlog::level::err, e.description() +
-                                                   "; records are dropped (and counted) until a new file can be written");
+        report_.log_always(spdlog::level::err,
+                           e.description() + "; records are dropped (and counted) until a new file can be written");
         failing_ = true;
       }
       throw;  // sink::write counts it
