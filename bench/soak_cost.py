@@ -3,26 +3,27 @@
 instructions counted by valgrind's callgrind.
 
 An instruction count does not move with the machine's load, so this check holds on a shared 2-core CI machine
-where CPU time per call does not: a fresh-clone CI run saw the CPU time per on_microbatch of every rank rise by
-50% at once, and the next run by 1-5%, with no trend inside either. bench/soak.py still reports CPU time, for
-the long form run by hand. What an instruction count catches is what a long run would show: a hook whose
-work grows with the calls or logs so far (a container that grows, a scan over history, a leak the allocator
-pays for).
+where CPU time per call does not (a fresh-clone CI run saw the CPU time per on_microbatch of every rank rise by
+50% at once, and the next run by 1-5%, with no trend inside either). bench/soak.py still reports CPU time, for
+the 4-rank long form run by hand. What an instruction count catches is what a long run would show: a hook
+whose work grows with the calls or logs so far (a container that grows, a scan over history, a leak the
+allocator pays for).
 
-The run (--drive, under valgrind): one Meter in one process (no torch: the local communicator), the JSONL and
-TensorBoard sinks on, LOGS logs of MICROBATCHES micro-batches each, cu_seqlens with image grids, loss and
-label tokens, one refused micro-batch (a decreasing cu_seqlens) in every 97 and one skipped on_log in every
-1,000 (its micro-batches join the next interval). What is measured is the library's side of each hook: the
-calls into the C ABI's flopmeter_on_microbatch and flopmeter_on_log with everything they call, read from the
-call arcs of callgrind's dumps. The windows are marked by calls to flopmeter_abi_version, which no hook makes:
-callgrind dumps its counters and zeroes them before each one (--dump-before), so dump 2 is the first tenth
-and dump 4 the last.
+The run is bench/soak_cost.c, under valgrind: the C ABI over the library the Python package installs (built
+without LibTorch, so valgrind starts in seconds), one process, the JSONL and TensorBoard sinks on, LOGS logs
+of MICROBATCHES micro-batches each, one refused micro-batch in every 97 and one skipped log in every 1,000.
+callgrind's counters are zeroed as each window (the first and the last tenth of the logs) starts and dumped
+as it ends (client requests), so each dump holds that window's calls alone; both windows make the same calls,
+and their instructions per micro-batch (the logs' share included) are compared. The same program also runs
+once natively for the memory half: resident memory, threads and open descriptors at the end of the first
+tenth and at the end, flopmeter alone in the process.
 
     python3 bench/soak_cost.py [--logs 2000] [--microbatches-per-log 20] [--python PYTHON]
 
-PYTHON must import the installed flopmeter package (scripts/test_python.sh's venv). Prints one JSON line:
-per hook, instructions per call in each window and last/first. Exits 1 when a ratio is above --limit (1.10,
-the soak's "per-call cost within 10%"), 2 when it cannot measure (valgrind missing: Debian's valgrind).
+PYTHON must import the installed flopmeter package (scripts/test_python.sh's venv; by default the interpreter
+running this). Prints one JSON line. Exits 1 when instructions per micro-batch grew by more than --limit
+(1.10), RSS by more than --rss-limit-kib (1 MiB), or threads or descriptors at all; 2 when it cannot measure
+(valgrind missing: Debian's valgrind).
 """
 from __future__ import annotations
 
