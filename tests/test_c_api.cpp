@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <system_error>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -61,10 +62,20 @@ struct c_abi {
   }
 };
 
+// This process's scratch directory, removed when the test binary exits (ctest runs each test in a process of
+// its own: without the removal every run left hundreds of directories in /tmp).
+struct scratch_dir {
+  fs::path path = fs::temp_directory_path() / ("flopmeter_c_api_" + std::to_string(::getpid()));
+  scratch_dir() { fs::create_directories(path); }
+  ~scratch_dir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
 fs::path temp_dir() {
-  const fs::path dir = fs::temp_directory_path() / ("flopmeter_c_api_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return dir;
+  static const scratch_dir dir;
+  return dir.path;
 }
 
 // A plugin config over the shipped qwen3_vl_2b model with a round peak, no console, metrics to the callback.

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -68,10 +69,10 @@ class throughput_config : public ::testing::Test {
  protected:
   void SetUp() override {
     std::random_device random;
-    dir_ = fs::temp_directory_path() /
-           ("flopmeter_test_throughput_config_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-            std::to_string(random()));
+    // A parameterised test's name is "test/row": the '/' would nest the directory in one TearDown leaves behind.
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    dir_ = fs::temp_directory_path() / ("flopmeter_test_throughput_config_" + name + "_" + std::to_string(random()));
     fs::create_directories(dir_);
   }
   void TearDown() override {

@@ -24,7 +24,8 @@ std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
 
 // The slow path of batch_counts::operator+=: which count overflows, in the table's order, the device tokens
 // (real + padding) checked after the padding (the first checked_add that overflows throws, naming it).
-[[noreturn]] void throw_count_overflow(const batch_counts& a, const batch_counts& o) {
+// Kept out of line and cold: inlined, its string building made the hot path spill registers to the stack.
+[[noreturn, gnu::noinline, gnu::cold]] void throw_count_overflow(const batch_counts& a, const batch_counts& o) {
   batch_counts sum;
   for (const detail::count_field& field : detail::kCountFields) {
     sum.*field.member = checked_add(a.*field.member, o.*field.member, field.overflow_name);
@@ -38,17 +39,17 @@ std::int64_t checked_add(std::int64_t a, std::int64_t b, const char* what) {
 }  // namespace
 
 batch_counts& batch_counts::operator+=(const batch_counts& o) {
-  // The hot path (on_microbatch adds every batch): the sums into a copy, then the slow path on any overflow,
-  // which names the count; *this is unchanged then.
+  // The hot path (on_microbatch adds every batch): the sums into a copy, leaving at the first overflow for the
+  // slow path, which names the count; *this is unchanged then.
   batch_counts sum = *this;
-  bool overflow = false;
-  detail::for_each_count_field([&](auto i) {
-    constexpr std::int64_t batch_counts::*member = detail::kCountMember<decltype(i)::value>;
-    overflow |= __builtin_add_overflow(sum.*member, o.*member, &(sum.*member));
-  });
   std::int64_t device = 0;
-  overflow |= __builtin_add_overflow(sum.real_tokens, sum.padding_tokens, &device);
-  if (overflow) throw_count_overflow(*this, o);
+  const auto add_overflows = [&](auto i) {
+    constexpr std::int64_t batch_counts::*member = detail::kCountMember<decltype(i)::value>;
+    return __builtin_add_overflow(sum.*member, o.*member, &(sum.*member));
+  };
+  if (detail::any_count_field(add_overflows) || __builtin_add_overflow(sum.real_tokens, sum.padding_tokens, &device)) {
+    throw_count_overflow(*this, o);
+  }
   *this = sum;
   return *this;
 }
