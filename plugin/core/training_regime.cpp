@@ -605,11 +605,11 @@ void validate_recompute(const model_spec& spec, const recompute_options& o) {
         "training.recompute_layers and training.recompute_every are both set: choose the first N layers of "
         "each pipeline stage or every k-th layer");
   }
-  if (o.pipeline_stages < 1 || o.pipeline_stages > n) {
-    throw error("pipeline stages (pp) must be in [1, num_hidden_layers = " + std::to_string(n) + "] (got " +
-                std::to_string(o.pipeline_stages) + ")");
-  }
   if (o.layers > 0) {
+    if (o.pipeline_stages < 1 || o.pipeline_stages > n) {
+      throw error("pipeline stages (pp) must be in [1, num_hidden_layers = " + std::to_string(n) + "] (got " +
+                  std::to_string(o.pipeline_stages) + ")");
+    }
     if (n % o.pipeline_stages != 0) {
       throw error("training.recompute_layers needs the " + std::to_string(n) + " decoder layers split evenly over " +
                   std::to_string(o.pipeline_stages) + " pipeline stages");
