@@ -57,6 +57,23 @@ def main() -> None:
         if record is not None:
             records[record["step"]] = record
         result["health"] = meter.health
+    elif scenario == "slow_peer":
+        # Rank 1 joins the collective of step 1 late: rank 0's on_log(2) waits for it. What that wait costs
+        # rank 0's thread in CPU time is the point (test_distributed.py: no polling while waiting).
+        meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0},
+                                logging={"collective_timeout_ms": 20000}, sinks={"console": False})
+        meter.on_microbatch(cu_seqlens=[0, 10], samples=1)
+        if rank == 1:
+            time.sleep(1.5)
+        meter.on_log(1)
+        meter.on_microbatch(cu_seqlens=[0, 10], samples=1)
+        cpu, wall = time.thread_time(), time.monotonic()
+        record = meter.on_log(2)
+        result["wait_cpu_s"], result["wait_wall_s"] = time.thread_time() - cpu, time.monotonic() - wall
+        if record is not None:
+            records[record["step"]] = record
+        meter.flush()
+        result["health"] = meter.health
     elif scenario == "different_training":
         # Rank 1 trains everything, the others freeze the ViT: their rows mean different FLOPs per token.
         frozen = [] if rank == 1 else ["vision"]

@@ -133,3 +133,18 @@ def test_ranks_that_train_different_parts_are_refused_and_named(tmp_path):
     for log in logs:
         assert "rank 1: [training] all trains, the others frozen vision" in log, log
         assert "rank 1: model" not in log, log  # the same model: only the regime is named
+
+
+def test_waiting_for_a_late_peer_sleeps_instead_of_polling(tmp_path):
+    # Rank 1 joins the collective of step 1 about 1.5 s late, so rank 0's on_log(2) blocks about that long for
+    # it. The wait is Work.wait(timeout) on the work's condition variable: rank 0's thread sleeps. Measured
+    # before (a 0.2 ms sleep loop over Work.is_completed()): about 0.1 s of CPU per second waited on this
+    # machine; after: a few ms in all, whatever the wait. A bound of 2% of the wall time separates the two
+    # with room for a loaded machine.
+    ranks = run_job(tmp_path, "slow_peer", 2)
+    waiter = ranks[0]
+    assert waiter["wait_wall_s"] > 0.5, waiter  # it really waited for rank 1
+    assert waiter["wait_cpu_s"] < 0.02 * waiter["wait_wall_s"], waiter
+    assert waiter["records"]["1"]["perf/log_wait_ms"] > 500
+    for rank in ranks:
+        assert rank["health"]["failed_collectives"] == 0
