@@ -276,11 +276,11 @@ FLOPMETER_EXPORT flopmeter_plugin* flopmeter_create_from_text(const char* toml_t
                                                               const flopmeter_comm* comm, char* error,
                                                               size_t error_size);
 
-/* Where a rank's interval counts sit in the per-log collective (world_size rows of row_doubles doubles; this
+/* Where a rank's interval counts sit in the per-rank table (world_size rows of row_doubles doubles; this
  * rank's row starts at rank * row_doubles). A layer that accumulates a micro-batch's counts where they were
  * computed (a CUDA device) adds them into its own row inside start_allreduce_sum, before the reduction,
- * as the C++ tensor path does: the counts then travel in the log's one collective and are never read back
- * on the micro-batch path. Such micro-batches are reported to on_microbatch without documents (so that they
+ * as the C++ tensor path does: the counts then travel in the table and are never read back on the
+ * micro-batch path (such a layer needs the table at every log: [logging] topk_interval_logs = 1). Such micro-batches are reported to on_microbatch without documents (so that they
  * count as run) and their counts, samples, loss and rejections are added here. Every value is a double,
  * exact below 2^53. Offsets are indices into the row. */
 typedef struct flopmeter_row_layout {

@@ -1,5 +1,6 @@
 // flopmeter/throughput.h — the throughput plugin: tokens/s, TFLOP/s, MFU, step time, batch efficiency,
-// memory and loss, aggregated honestly over the job, with one collective per log and no stall.
+// memory and loss, aggregated honestly over the job, with a fixed number of fixed-size collectives per log
+// and no stall.
 //
 // Life cycle: create it with options and a communicator, register it with `hooks` (or call its hooks
 // directly), fire on_microbatch / on_log, flush at the end. on_microbatch only adds integer counts

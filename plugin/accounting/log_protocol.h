@@ -1,7 +1,8 @@
 // plugin/accounting/log_protocol.h — internal: the per-log protocol of the throughput plugin, apart from its
 // counters and its sinks.
 //
-// Every log, each rank fills one row (row_layout.h) and gathers every rank's row in one collective. Whether a
+// Every log, each rank fills one row (row_layout.h) and either gathers every rank's row (the table) or reduces
+// it with every other rank's into a SUM and a MAX of fixed size (log_reduction.h; resolve_reduced). Whether a
 // log starts its collective, how long on_log waits for it, and what becomes of the gathered rows are decided
 // here, from the rows and this object's own state alone: no communicator, no clock, no logging. The plugin
 // (throughput.cpp) asks, acts and logs the messages a verdict carries; the tests build rows by hand

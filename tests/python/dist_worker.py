@@ -33,10 +33,13 @@ def main() -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     records = {}
     result = {"rank": rank}
-    if scenario in ("dp2_tp2", "skip_one_log"):
-        if scenario == "dp2_tp2":
+    if scenario in ("dp2_tp2", "dp2_tp2_reduced", "skip_one_log"):
+        if scenario.startswith("dp2_tp2"):
+            # dp2_tp2_reduced: the table every third log, a SUM and a MAX of fixed size at the others.
+            interval = 3 if scenario == "dp2_tp2_reduced" else 0
             meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, parallel={"tp": 2},
-                                    logging={"emit": "all", "topk": 4}, sinks={"console": False})
+                                    logging={"emit": "all", "topk": 4, "topk_interval_logs": interval},
+                                    sinks={"console": False})
             replica = rank // 2  # order tp-cp-dp-pp: ranks 0, 1 form replica 0, ranks 2, 3 replica 1
             batches, logs, skipped = REPLICA_BATCHES[replica], LOGS, None
         else:
