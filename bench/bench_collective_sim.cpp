@@ -148,8 +148,8 @@ void simulate(std::int64_t world) {
   // Rank 0's protocol and record, against derivation from the whole table.
   log_protocol protocol(0, world, std::chrono::milliseconds(1000), settings);
   protocol.begin_log();
-  const log_verdict verdict =
-      protocol.resolve_reduced(7, collective_status::done, "", rows.data(), vectors.data(), vectors.data() + kSumFields);
+  const log_verdict verdict = protocol.resolve_reduced(7, collective_status::done, "", rows.data(), vectors.data(),
+                                                       vectors.data() + kSumFields);
   derive_context context;
   context.step = 7;
   start = std::chrono::steady_clock::now();
@@ -177,22 +177,26 @@ void simulate(std::int64_t world) {
   const double log2w = std::log2(w);
   const double table_bytes = (w - 1) * row_bytes;  // a ring all-gather: each rank sends N - 1 rows
   std::printf("\n%lld ranks\n", static_cast<long long>(world));
-  std::printf("  ordinary log: 1 call (a SUM of %zu and a MAX of %zu doubles: 2 collectives), simulated as recursive "
-              "doubling: %d rounds, %llu B sent and %llu B received per rank (every rank alike: %s); "
-              "protocol verdict %s, %zu figures within %.1e of the table's\n",
-              kSumFields, kMaxFields, rounds, static_cast<unsigned long long>(sent[0]),
-              static_cast<unsigned long long>(received[0]), agree ? "yes" : "NO",
-              verdict.what == log_verdict::kind::derive ? "derive" : "NOT derive", compared, worst);
-  std::printf("  table log (every %lld logs): ring all-gather of one %g B row per rank: %lld rounds, %.0f B sent and "
-              "received per rank\n",
-              static_cast<long long>(kTableIntervalLogsAtScale), row_bytes, static_cast<long long>(world - 1), table_bytes);
-  std::printf("  bytes per rank per log: before (table every log) %.0f B; after %.0f B ordinary, %.0f B amortised "
-              "(+ table / %lld)\n",
-              table_bytes, static_cast<double>(sent[0]), static_cast<double>(sent[0]) + table_bytes / kTableEvery,
-              static_cast<long long>(kTableIntervalLogsAtScale));
-  std::printf("  cpu per log: contribute %.2f us per rank, record from the reduction %.1f us, derive from the table "
-              "%.2f ms\n",
-              contribute_s * 1e6, record_s * 1e6, table_s * 1e3);
+  std::printf(
+      "  ordinary log: 1 call (a SUM of %zu and a MAX of %zu doubles: 2 collectives), simulated as recursive "
+      "doubling: %d rounds, %llu B sent and %llu B received per rank (every rank alike: %s); "
+      "protocol verdict %s, %zu figures within %.1e of the table's\n",
+      kSumFields, kMaxFields, rounds, static_cast<unsigned long long>(sent[0]),
+      static_cast<unsigned long long>(received[0]), agree ? "yes" : "NO",
+      verdict.what == log_verdict::kind::derive ? "derive" : "NOT derive", compared, worst);
+  std::printf(
+      "  table log (every %lld logs): ring all-gather of one %g B row per rank: %lld rounds, %.0f B sent and "
+      "received per rank\n",
+      static_cast<long long>(kTableIntervalLogsAtScale), row_bytes, static_cast<long long>(world - 1), table_bytes);
+  std::printf(
+      "  bytes per rank per log: before (table every log) %.0f B; after %.0f B ordinary, %.0f B amortised "
+      "(+ table / %lld)\n",
+      table_bytes, static_cast<double>(sent[0]), static_cast<double>(sent[0]) + table_bytes / kTableEvery,
+      static_cast<long long>(kTableIntervalLogsAtScale));
+  std::printf(
+      "  cpu per log: contribute %.2f us per rank, record from the reduction %.1f us, derive from the table "
+      "%.2f ms\n",
+      contribute_s * 1e6, record_s * 1e6, table_s * 1e3);
   for (const model_constants& m : {kGloo, kNccl}) {
     // Ordinary log: ring all-reduce (Gloo) 2(N-1) rounds of chunks, 2 x the vector sent; tree (NCCL) 2 log2 N
     // rounds of the whole vector; recursive doubling (the simulated one) log2 N rounds of the vector.
@@ -202,10 +206,11 @@ void simulate(std::int64_t world) {
     const double ordinary = ordinary_rounds * m.alpha_s + ordinary_bytes / m.bytes_per_s;
     const double doubling = log2w * m.alpha_s + log2w * vector_bytes / m.bytes_per_s;
     const double table_log = (w - 1) * m.alpha_s + table_bytes / m.bytes_per_s;
-    std::printf("  %-9s (alpha %.0f us, %.1f GB/s): before %.3f s per log (table); after: ordinary %.4f s (%s), "
-                "recursive doubling %.5f s, table log %.3f s, amortised %.4f s per log\n",
-                m.name, m.alpha_s * 1e6, m.bytes_per_s / 1e9, table_log, ordinary, ring ? "c10d's ring" : "tree",
-                doubling, table_log, ordinary + table_log / kTableEvery);
+    std::printf(
+        "  %-9s (alpha %.0f us, %.1f GB/s): before %.3f s per log (table); after: ordinary %.4f s (%s), "
+        "recursive doubling %.5f s, table log %.3f s, amortised %.4f s per log\n",
+        m.name, m.alpha_s * 1e6, m.bytes_per_s / 1e9, table_log, ordinary, ring ? "c10d's ring" : "tree", doubling,
+        table_log, ordinary + table_log / kTableEvery);
   }
 }
 
@@ -217,9 +222,10 @@ int main(int argc, char** argv) {
     sizes.clear();
     for (int i = 1; i < argc; ++i) sizes.push_back(std::atoll(argv[i]));
   }
-  std::printf("flopmeter per-log collectives, simulated (bench/bench_collective_sim.cpp); vector %zu doubles (%zu B), "
-              "row %zu doubles\n",
-              kVector, kVector * sizeof(double), static_cast<std::size_t>(kRowFields));
+  std::printf(
+      "flopmeter per-log collectives, simulated (bench/bench_collective_sim.cpp); vector %zu doubles (%zu B), "
+      "row %zu doubles\n",
+      kVector, kVector * sizeof(double), static_cast<std::size_t>(kRowFields));
   for (const std::int64_t world : sizes) {
     if (world < 2 || (world & (world - 1)) != 0) {
       std::fprintf(stderr, "ranks must be powers of two >= 2 (got %lld)\n", static_cast<long long>(world));

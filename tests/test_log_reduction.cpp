@@ -121,7 +121,8 @@ TEST(log_reduction, random_rows_give_the_gathered_records_figures_bit_for_bit) {
   for (int trial = 0; trial < 200; ++trial) {
     const std::int64_t tp = trial % 3 == 0 ? 2 : 1;
     const std::int64_t world = tp * (1 + trial % 9);
-    const std::optional<double> peak = trial % 4 == 0 ? std::nullopt : std::optional<double>(trial % 5 == 0 ? 1e-9 : 1e3);
+    const std::optional<double> peak =
+        trial % 4 == 0 ? std::nullopt : std::optional<double>(trial % 5 == 0 ? 1e-9 : 1e3);
     std::vector<double> rows(static_cast<std::size_t>(world) * kRowFields, 0.0);
     for (std::int64_t r = 0; r < world; ++r) fill_random_row(rng, rows.data() + r * kRowFields);
     const derive_setup setup = setup_for(world, tp, peak);
@@ -178,7 +179,7 @@ TEST(log_reduction, a_row_that_cannot_be_derived_skips_the_interval_and_names_th
   const std::int64_t world = 6;
   std::vector<double> rows(world * kRowFields, 0.0);
   for (std::int64_t r = 0; r < world; ++r) fill_random_row(rng, rows.data() + r * kRowFields);
-  rows[4 * kRowFields + row_real_tokens] = 1.5;  // rank 4: a fractional count
+  rows[4 * kRowFields + row_real_tokens] = 1.5;     // rank 4: a fractional count
   rows[2 * kRowFields + row_interval_seconds] = 0;  // rank 2: no interval (checked first, and a lower rank)
   const derive_setup setup = setup_for(world, 1, 1e3);
   const reduced red = reduce_rows(setup, rows, world);

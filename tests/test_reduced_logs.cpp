@@ -195,7 +195,8 @@ TEST(reduced_logs, ranks_with_different_settings_are_named_by_the_table_the_next
   job reduced(4, 1000, customize);
   for (std::int64_t step = 1; step <= 4; ++step) reduced.interval(step);
   reduced.flush_all();
-  EXPECT_NE(log.text().find("rank 2: [logging] tpi_multiplier 4, the others tpi_multiplier 1"), std::string::npos) << log.text();
+  EXPECT_NE(log.text().find("rank 2: [logging] tpi_multiplier 4, the others tpi_multiplier 1"), std::string::npos)
+      << log.text();
   for (int r = 0; r < 4; ++r) {
     EXPECT_TRUE(reduced.sinks[static_cast<std::size_t>(r)]->records.empty());
     EXPECT_EQ(reduced.ranks[static_cast<std::size_t>(r)]->health().config_mismatch_intervals, 4u);

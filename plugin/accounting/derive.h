@@ -110,7 +110,7 @@ struct headline_figures {
   bool step_time_known = true;  // every rank ran a micro-batch
   double max_mem = 0, max_reserved = 0, max_data = 0, max_data_pct = 0, max_fwd_bwd = 0, max_wait = 0;
   std::size_t mem_ranks = 0, reserved_ranks = 0, data_ranks = 0, fwd_bwd_ranks = 0;  // ranks that reported each
-  double fastest_tflops = 0;      // the highest TFLOP/s of a rank (MFU plausibility)
+  double fastest_tflops = 0;       // the highest TFLOP/s of a rank (MFU plausibility)
   std::int64_t fastest_rank = -1;  // that rank, when known
   // DP sums
   double real = 0, device = 0, loss = 0, labels = 0, tokens_seen = 0, samples_seen = 0, labels_seen = 0;

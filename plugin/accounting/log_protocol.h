@@ -114,8 +114,8 @@ class log_protocol {
   // steps' and sequence numbers' minimum and maximum (this rank's own within them), each fingerprint field's
   // minimum and maximum. Settings that differ skip the interval like rows that differ, and ask for the table
   // at the next log (table_wanted), which names the ranks.
-  log_verdict resolve_reduced(std::int64_t step, collective_status status, const std::string& error,
-                              const double* sent, const double* sums, const double* maxima);
+  log_verdict resolve_reduced(std::int64_t step, collective_status status, const std::string& error, const double* sent,
+                              const double* sums, const double* maxima);
 
   // Whether the next log gathers the per-rank table whatever its sequence number: a reduction found
   // something only the table can name. Every rank in step resolved the same sums, so every rank agrees.

@@ -70,8 +70,8 @@ void contribute(const reduction_setup& setup, const double* x, std::int64_t rank
     maxima[max_config_first + i] = x[kRowConfigFirst + i];
     maxima[max_config_first + kConfigFields + i] = -x[kRowConfigFirst + i];
   }
-  bool seen_anything = x[row_tokens_seen] != 0 || x[row_samples_seen] != 0 || x[row_microbatches] != 0 ||
-                       x[row_device_rejected] != 0;
+  bool seen_anything =
+      x[row_tokens_seen] != 0 || x[row_samples_seen] != 0 || x[row_microbatches] != 0 || x[row_device_rejected] != 0;
   for (std::size_t f = 0; f < kRowCountFields; ++f) seen_anything = seen_anything || x[f] != 0;
   maxima[max_not_warm_up] = seen_anything ? 1.0 : 0.0;
 
@@ -145,8 +145,7 @@ derive_result reduced_record(const derive_setup& setup, const double* s, const d
       case count_beyond_exact:
         result.why = rank + " reported a count in one interval beyond the 2^53 a row carries exactly";
         break;
-      default:
-        result.why = rank + " reported an interval too short for its rates to be finite numbers";
+      default: result.why = rank + " reported an interval too short for its rates to be finite numbers";
     }
     return result;
   }
@@ -189,8 +188,8 @@ derive_result reduced_record(const derive_setup& setup, const double* s, const d
 
 std::string describe_reduced_differences(const double* m) {
   static constexpr const char* kNames[kConfigFields] = {
-      "model name", "model name", "model name", "model coefficients", "scope", "[parallel] tp", "[parallel] cp",
-      "[parallel] pp", "rank order", "tpi_multiplier", "what trains", "LoRA targets"};
+      "model name",    "model name",    "model name", "model coefficients", "scope",       "[parallel] tp",
+      "[parallel] cp", "[parallel] pp", "rank order", "tpi_multiplier",     "what trains", "LoRA targets"};
   static_assert(kConfigFields == 12, "name every fingerprint field");
   std::string out;
   for (std::size_t i = 0; i < kConfigFields; ++i) {

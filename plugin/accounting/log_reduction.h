@@ -36,18 +36,18 @@
 namespace flopmeter::detail {
 
 enum sum_field : std::size_t {
-  sum_ranks,             // 1 per rank: the group's size as the ranks see it
-  sum_rank_ids,          // the rank's id: 0 + 1 + ... + (world - 1) in a group that is the job
-  sum_tps,               // tokens/s of each rank (real tokens / (tp*cp*pp) / its interval)
-  sum_tflops,            // TFLOP/s of each rank (its FLOPs / (tp*cp*pp) / 1e12 / its interval)
-  sum_megatron_tflops,   // the same by the Megatron constant (ranks with a positive finite figure)
-  sum_step_time,         // each rank's interval / its micro-batches
-  sum_step_ranks,        // ranks with a micro-batch (a step time)
-  sum_mem_ranks,         // ranks that reported peak memory, reserved memory, data time, forward-backward time
+  sum_ranks,            // 1 per rank: the group's size as the ranks see it
+  sum_rank_ids,         // the rank's id: 0 + 1 + ... + (world - 1) in a group that is the job
+  sum_tps,              // tokens/s of each rank (real tokens / (tp*cp*pp) / its interval)
+  sum_tflops,           // TFLOP/s of each rank (its FLOPs / (tp*cp*pp) / 1e12 / its interval)
+  sum_megatron_tflops,  // the same by the Megatron constant (ranks with a positive finite figure)
+  sum_step_time,        // each rank's interval / its micro-batches
+  sum_step_ranks,       // ranks with a micro-batch (a step time)
+  sum_mem_ranks,        // ranks that reported peak memory, reserved memory, data time, forward-backward time
   sum_reserved_ranks,
   sum_data_ranks,
   sum_forward_backward_ranks,
-  sum_dp_real_tokens,    // the DP sums over rank 0's DP group
+  sum_dp_real_tokens,  // the DP sums over rank 0's DP group
   sum_dp_device_tokens,
   sum_dp_loss,
   sum_dp_label_tokens,
@@ -65,9 +65,9 @@ enum max_field : std::size_t {
   max_data_pct,
   max_forward_backward_seconds,
   max_log_wait_ms,
-  max_rank_tflops,        // the fastest rank's TFLOP/s (derive()'s MFU plausibility check)
-  max_dp_loss,            // the highest mean loss of a DP rank with label tokens
-  max_dp_tokens_seen,     // running totals: below 2^53 and >= 0 on every DP rank (exact in a row)
+  max_rank_tflops,     // the fastest rank's TFLOP/s (derive()'s MFU plausibility check)
+  max_dp_loss,         // the highest mean loss of a DP rank with label tokens
+  max_dp_tokens_seen,  // running totals: below 2^53 and >= 0 on every DP rank (exact in a row)
   max_dp_samples_seen,
   max_dp_label_tokens_seen,
   neg_min_dp_tokens_seen,

@@ -92,17 +92,16 @@ class throughput_plugin::impl {
     buffer_.assign(static_cast<std::size_t>(world_) * kRowFields, 0.0);
     row_.assign(kRowFields, 0.0);
     reduced_.assign(kSumFields + kMaxFields, 0.0);
-    table_every_ = options_.topk_interval_logs > 0     ? options_.topk_interval_logs
+    table_every_ = options_.topk_interval_logs > 0    ? options_.topk_interval_logs
                    : world_ <= kTableEveryLogMaxWorld ? 1
-                                                       : kTableIntervalLogsAtScale;
+                                                      : kTableIntervalLogsAtScale;
     reduction_.flop_coefficients = regime_coefficients_;
     reduction_.scope = options_.scope;
     reduction_.tp = layout_.tp();
     reduction_.cp = layout_.cp();
     reduction_.pp = layout_.pp();
     const std::vector<std::int64_t> first_replicas = layout_.dp_group(0);  // one rank of each replica
-    reduction_.in_dp_sums =
-        std::find(first_replicas.begin(), first_replicas.end(), rank_) != first_replicas.end();
+    reduction_.in_dp_sums = std::find(first_replicas.begin(), first_replicas.end(), rank_) != first_replicas.end();
     derive_setup setup;
     setup.flop_coefficients = regime_coefficients_;
     setup.regime = options_.training;
@@ -299,8 +298,7 @@ class throughput_plugin::impl {
     in_flight_.event = event;
     // The same choice on every rank in step: by the shared sequence number, or asked for by a reduction every
     // rank resolved alike.
-    in_flight_.reduced =
-        table_every_ > 1 && !protocol_->table_wanted() && protocol_->sequence() % table_every_ != 0;
+    in_flight_.reduced = table_every_ > 1 && !protocol_->table_wanted() && protocol_->sequence() % table_every_ != 0;
     ++health_.collectives_started;
     try {
       if (in_flight_.reduced) {
@@ -355,9 +353,8 @@ class throughput_plugin::impl {
     context.grad_norm = in_flight_.event.grad_norm;
     context.log_wait_ms = log_wait_ms;
     context.log_emit_ms = last_emit_ms_;
-    derive_result result = in_flight_.reduced
-                               ? reduced_record(deriver_->setup(), sums, maxima, world_, context)
-                               : deriver_->derive(buffer_.data(), world_, context);
+    derive_result result = in_flight_.reduced ? reduced_record(deriver_->setup(), sums, maxima, world_, context)
+                                              : deriver_->derive(buffer_.data(), world_, context);
     if (!result.derived) {
       ++health_.skipped_intervals;
       warn_rate_limited(last_interval_warning_, "flopmeter: metrics of step {} skipped: {}", in_flight_.event.step,

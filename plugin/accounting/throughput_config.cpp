@@ -45,8 +45,8 @@ constexpr std::string_view kModelKeys[] = {"config", "scope", "sanity_check", "t
 constexpr std::string_view kTrainingKeys[] = {"frozen", "lora_rank", "lora_targets"};
 constexpr std::string_view kPeakKeys[] = {"gpu", "tflops_per_gpu", "precision"};
 constexpr std::string_view kParallelKeys[] = {"tp", "cp", "pp", "order"};
-constexpr std::string_view kLoggingKeys[] = {"log_interval_steps",    "tpi_multiplier",        "topk",
-                                             "topk_interval_logs",    "emit",                  "collective_timeout_ms",
+constexpr std::string_view kLoggingKeys[] = {"log_interval_steps",   "tpi_multiplier", "topk",
+                                             "topk_interval_logs",   "emit",           "collective_timeout_ms",
                                              "rendezvous_timeout_ms"};
 constexpr std::string_view kSinksKeys[] = {"console", "jsonl", "tensorboard"};
 
@@ -267,7 +267,8 @@ class options_loader : private detail::toml_reader {
         options.tpi_multiplier);
     options.topk = optional_int(logging, p, "topk", kTopk, options.topk);
     // 0: by the job's size (throughput.h); at most 2^31 like every count in a file.
-    options.topk_interval_logs = optional_int(logging, p, "topk_interval_logs", kNonNegative, options.topk_interval_logs);
+    options.topk_interval_logs =
+        optional_int(logging, p, "topk_interval_logs", kNonNegative, options.topk_interval_logs);
     constexpr choice<emit_ranks> emits[] = {{"rank0", emit_ranks::rank0}, {"all", emit_ranks::all}};
     options.emit = optional_choice(logging, p, "emit", "emit mode", emits, options.emit);
     options.collective_timeout = std::chrono::milliseconds(

@@ -170,8 +170,8 @@ class c10d_communicator final : public communicator {
                                                       const char* what) {
     // Every rank passes the same count, so skipping an empty collective is skipped everywhere.
     if (count == 0) return std::make_unique<c10d_pending>(name_);
-    if (values == nullptr) throw error(name_ + ": " + what + " got a null buffer for " + std::to_string(count) +
-                                       " values");
+    if (values == nullptr)
+      throw error(name_ + ": " + what + " got a null buffer for " + std::to_string(count) + " values");
     if (count > static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max()) / sizeof(double)) {
       throw error(name_ + ": " + what + " count " + std::to_string(count) + " is too large");
     }

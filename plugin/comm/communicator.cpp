@@ -65,11 +65,13 @@ class both_collectives final : public pending_collective {
       return a;
     }
     // The second gets what is left of the timeout (0 after the first used it all: a poll).
-    const auto left = std::max(std::chrono::milliseconds(0), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                 deadline - std::chrono::steady_clock::now()));
+    const auto left =
+        std::max(std::chrono::milliseconds(0),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()));
     const collective_status b = second_->wait(left);
     if (b == collective_status::failed) failed_ = second_.get();
-    if (b == collective_status::failed || a == collective_status::pending) return b == collective_status::failed ? b : a;
+    if (b == collective_status::failed || a == collective_status::pending)
+      return b == collective_status::failed ? b : a;
     return b;
   }
   std::string error_message() const override { return failed_ ? failed_->error_message() : std::string(); }

@@ -193,8 +193,9 @@ void barrier(communicator& comm, std::chrono::milliseconds timeout, const char* 
   std::unique_ptr<pending_collective> pending = comm.start_allreduce_sum(&one, 1);
   const collective_status status = pending->wait(timeout);
   if (status != collective_status::done) {
-    throw error(std::string("the group stands, but the barrier before ") + what +
-                (status == collective_status::pending ? " did not finish in time" : " failed: " + pending->error_message()));
+    throw error(
+        std::string("the group stands, but the barrier before ") + what +
+        (status == collective_status::pending ? " did not finish in time" : " failed: " + pending->error_message()));
   }
 }
 

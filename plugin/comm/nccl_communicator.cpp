@@ -224,21 +224,20 @@ class nccl_communicator final : public communicator {
     if (values == nullptr) {
       throw error("start_allreduce_sum_max got a null buffer for " + std::to_string(count) + " values");
     }
-    return enqueue(values, count, 0, values, count, "ncclAllReduce (SUM and MAX)", "all-reduce",
-                   [sums, maxima](nccl_state& s) {
-                     ncclResult_t status = ncclGroupStart();
-                     if (status != ncclSuccess) return status;
-                     if (sums > 0) {
-                       status = ncclAllReduce(s.device_buffer, s.device_buffer, sums, ncclFloat64, ncclSum, s.comm,
-                                              s.stream);
-                     }
-                     if (status == ncclSuccess && maxima > 0) {
-                       status = ncclAllReduce(s.device_buffer + sums, s.device_buffer + sums, maxima, ncclFloat64,
-                                              ncclMax, s.comm, s.stream);
-                     }
-                     const ncclResult_t ended = ncclGroupEnd();
-                     return status != ncclSuccess ? status : ended;
-                   });
+    return enqueue(
+        values, count, 0, values, count, "ncclAllReduce (SUM and MAX)", "all-reduce", [sums, maxima](nccl_state& s) {
+          ncclResult_t status = ncclGroupStart();
+          if (status != ncclSuccess) return status;
+          if (sums > 0) {
+            status = ncclAllReduce(s.device_buffer, s.device_buffer, sums, ncclFloat64, ncclSum, s.comm, s.stream);
+          }
+          if (status == ncclSuccess && maxima > 0) {
+            status = ncclAllReduce(s.device_buffer + sums, s.device_buffer + sums, maxima, ncclFloat64, ncclMax, s.comm,
+                                   s.stream);
+          }
+          const ncclResult_t ended = ncclGroupEnd();
+          return status != ncclSuccess ? status : ended;
+        });
   }
 
   // ncclAllGather, in place: this rank's row goes to its slot of the device buffer, which then receives
