@@ -5,8 +5,8 @@ doubles through the Python adapter). After: the fixed-size reduction (``topk_int
 18 and a MAX of 44 doubles per log, whatever the world). Each job runs both, one after the other, on groups of
 their own, in the same processes: every rank makes ``LOGS`` back-to-back logs with one micro-batch each, so
 each on_log waits for the previous log's collectives, and the time per log is the collectives' latency plus
-flopmeter's own work. Reported: the median over ranks of the mean time per log, and its growth per doubling
-of the world. On a 2-core machine 32 processes share the cores, so the figures include scheduling; the
+flopmeter's own work. Reported: the median over ranks of the mean time per log, its growth per doubling of
+the world, and the bytes each rank hands to the all-reduces per log (counted in the Python adapter). On a 2-core machine 32 processes share the cores, so the figures include scheduling; the
 growth per doubling is the point.
 
 usage: python3 bench/gloo_per_log.py [SIZES...]     (default 2 4 8 16 32; needs torch and flopmeter)
@@ -30,10 +30,21 @@ def rank_main(rank: int, world: int, init: str, out: str) -> None:
     import torch.distributed as dist
 
     import flopmeter
+    from flopmeter import _distributed
 
+    start_allreduce = _distributed.TorchCollective._start_allreduce
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     result = {}
     for name, interval in (("before", 1), ("after", 1000)):
+        # The doubles each log hands to the all-reduces (this rank's input; Gloo's ring moves about twice that),
+        # counted in the Python adapter's start (patched on the class, before the Meter binds it).
+        doubles = [0]
+
+        def counting(self, user, values, count, op="sum", doubles=doubles):
+            doubles[0] += count
+            return start_allreduce(self, user, values, count, op)
+
+        _distributed.TorchCollective._start_allreduce = counting
         meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, sinks={"console": False},
                                 logging={"topk_interval_logs": interval, "collective_timeout_ms": 60000})
         dist.barrier()
@@ -46,6 +57,7 @@ def rank_main(rank: int, world: int, init: str, out: str) -> None:
             meter.on_microbatch(cu_seqlens=[0, 100, 228], samples=2)
             meter.on_log(step)
         result[name] = (time.perf_counter() - start) / LOGS
+        result[name + "_bytes"] = doubles[0] * 8 / (WARMUP + LOGS)
         meter.flush()
         assert meter.health["failed_collectives"] == 0, meter.health
     with open(out, "w") as f:
@@ -64,7 +76,7 @@ def run(world: int) -> dict:
             if p.wait(timeout=1800) != 0:
                 raise SystemExit(f"a rank of the {world}-process job failed")
         per_rank = [json.load(open(o)) for o in outs]
-    return {k: statistics.median(r[k] for r in per_rank) for k in ("before", "after")}
+    return {k: statistics.median(r[k] for r in per_rank) for k in ("before", "after", "before_bytes", "after_bytes")}
 
 
 def main() -> None:
@@ -73,14 +85,15 @@ def main() -> None:
         return
     sizes = [int(a) for a in sys.argv[1:]] or [2, 4, 8, 16, 32]
     print(f"flopmeter per-log collectives over Gloo (bench/gloo_per_log.py): {LOGS} logs per mode, median over ranks")
-    print(f"{'ranks':>6} {'before ms/log':>14} {'x/doubling':>11} {'after ms/log':>13} {'x/doubling':>11}")
+    print(f"{'ranks':>6} {'before ms/log':>14} {'x/doubling':>11} {'B/log':>8} {'after ms/log':>13} {'x/doubling':>11} "
+          f"{'B/log':>6}")
     previous = None
     for world in sizes:
         t = run(world)
         growth = ("", "") if previous is None else (f"{t['before'] / previous['before']:.2f}",
                                                     f"{t['after'] / previous['after']:.2f}")
-        print(f"{world:>6} {t['before'] * 1e3:>14.2f} {growth[0]:>11} {t['after'] * 1e3:>13.2f} {growth[1]:>11}",
-              flush=True)
+        print(f"{world:>6} {t['before'] * 1e3:>14.2f} {growth[0]:>11} {t['before_bytes']:>8.0f} "
+              f"{t['after'] * 1e3:>13.2f} {growth[1]:>11} {t['after_bytes']:>6.0f}", flush=True)
         previous = t
 
 

@@ -95,6 +95,32 @@ def _recompute_keys(recompute: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
     return {known[key]: value for key, value in recompute.items()}
 
 
+# Up to this many ranks the library gathers the per-rank table at every log by default (throughput.h,
+# kTableEveryLogMaxWorld); above it, ordinary logs reduce a fixed size, which counts kept on a CUDA device
+# cannot join.
+_TABLE_EVERY_LOG_MAX_WORLD = 256
+
+
+def _table_every_log_for_device_counts(tables: Dict[str, Any], world_size: int) -> None:
+    """Above 256 ranks on a machine with CUDA, gathers the per-rank table at every log unless the caller chose.
+
+    Counts of CUDA tensors are accumulated on the device and added into this rank's row of the table inside the
+    collective (nothing is read back on the micro-batch path), so they need the table at every log; a fixed-size
+    reduction with them present is refused. Whether CUDA tensors will come is not known here, so a job that may
+    pass them keeps the table (what every log gathered before 0.3); ``logging={"topk_interval_logs": N}`` decides
+    otherwise.
+    """
+    if world_size <= _TABLE_EVERY_LOG_MAX_WORLD:
+        return
+    logging_table = tables.get("logging")
+    if isinstance(logging_table, Mapping) and "topk_interval_logs" in logging_table:
+        return
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return
+    tables["logging"] = dict(logging_table or {}, topk_interval_logs=1)
+
+
 class Meter:
     """The throughput plugin.
 
@@ -153,6 +179,7 @@ class Meter:
         else:
             merged = _config.merge_tables(config or {}, given_tables)
             _resolve_auto_gpu(merged)
+            _table_every_log_for_device_counts(merged, 1 if group is None else group[2])
             if "model" not in merged or merged["model"] is None:
                 raise TypeError("Meter needs a model: Meter(model='qwen3_vl_2b', ...) or a plugin TOML path")
             text = _config.plugin_toml(merged).encode("utf-8")

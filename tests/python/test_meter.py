@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import sys
 import threading
 import time
 
@@ -407,3 +408,27 @@ def test_peak_gpu_auto_reads_the_device_name_through_torch(monkeypatch):
         meter.on_log(1)
         record = meter.flush()
     assert record["perf/mfu"] == pytest.approx(record["perf/tflops_per_second"] / 989.4 * 100, rel=1e-12)
+
+
+def test_above_256_ranks_with_cuda_the_table_is_gathered_at_every_log_unless_chosen(monkeypatch):
+    # Counts of CUDA tensors travel in the per-rank table, so a job above 256 ranks (where the library would
+    # otherwise reduce a fixed size at most logs) that may pass them keeps the table at every log.
+    import types
+
+    from flopmeter import meter as meter_module
+
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: True))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    tables = {"logging": {"topk": 3}}
+    meter_module._table_every_log_for_device_counts(tables, 257)
+    assert tables["logging"] == {"topk": 3, "topk_interval_logs": 1}
+    tables = {}
+    meter_module._table_every_log_for_device_counts(tables, 256)  # the library's default is every log already
+    assert tables == {}
+    tables = {"logging": {"topk_interval_logs": 50}}
+    meter_module._table_every_log_for_device_counts(tables, 4096)  # the caller chose
+    assert tables["logging"] == {"topk_interval_logs": 50}
+    fake_torch.cuda.is_available = lambda: False
+    tables = {}
+    meter_module._table_every_log_for_device_counts(tables, 4096)  # no CUDA tensors can come
+    assert tables == {}
