@@ -3,6 +3,8 @@
 // attribute the GEMMs LibTorch executes, forward and backward.
 #include "model.h"
 
+#include "checkpoint.h"
+
 #include <ATen/record_function.h>
 #include <torch/nn/functional.h>
 #include <torch/nn/init.h>
@@ -242,8 +244,9 @@ class full_attention_impl : public token_mixer {
     k = k_norm_->forward(k.view({tokens, kv_heads_, head_dim_}));
     v = v.view({tokens, kv_heads_, head_dim_});
 
-    torch::Tensor out;
-    {
+    // The attention core over q, k, v; under the selective policy checkpointed (run again in the backward).
+    const auto attend = [this, segments](const std::vector<torch::Tensor>& in) {
+      const torch::Tensor &qa = in[0], &ka = in[1], &va = in[2];
       VLM_FLOP_SCOPE("text_attn_core");
       const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
       const std::int64_t groups = heads_ / kv_heads_;
@@ -251,29 +254,32 @@ class full_attention_impl : public token_mixer {
       for (const segment& s : segments) {
         if (!s.is_document) {
           // Padding attends to nothing (varlen attention never sees it): zeros, no matmul work.
-          pieces.push_back(torch::zeros({s.length, heads_ * head_dim_}, x.options()));
+          pieces.push_back(torch::zeros({s.length, heads_ * head_dim_}, qa.options()));
           continue;
         }
         const std::int64_t n = s.length;
-        const torch::Tensor qd = q.narrow(0, s.start, n).transpose(0, 1) * scale;                 // [nh, L, hd]
-        const torch::Tensor kd = k.narrow(0, s.start, n).transpose(0, 1).repeat_interleave(groups, 0);
-        const torch::Tensor vd = v.narrow(0, s.start, n).transpose(0, 1).repeat_interleave(groups, 0);
+        const torch::Tensor qd = qa.narrow(0, s.start, n).transpose(0, 1) * scale;  // [nh, L, hd]
+        const torch::Tensor kd = ka.narrow(0, s.start, n).transpose(0, 1).repeat_interleave(groups, 0);
+        const torch::Tensor vd = va.narrow(0, s.start, n).transpose(0, 1).repeat_interleave(groups, 0);
         // The masked square: the scores of all L x L (query, key) pairs of the document are computed with one
         // matmul, the pairs above the diagonal (key after query) are masked to -inf before the softmax, and
         // the probabilities (zero above the diagonal) multiply V as a full L x L matrix. So this example does
         // 2 * nh * hd * L^2 multiply-adds per document and layer, where a causal kernel (FlashAttention's
         // varlen path, and flopmeter's count) does the L(L+1)/2 causal pairs only.
-        const torch::Tensor mask = torch::ones({n, n}, x.options().dtype(torch::kBool)).triu(1);
+        const torch::Tensor mask = torch::ones({n, n}, qa.options().dtype(torch::kBool)).triu(1);
         const torch::Tensor scores = torch::matmul(qd, kd.transpose(1, 2)).masked_fill(mask, -INFINITY);
         const torch::Tensor probs = torch::softmax(scores, -1);
         pieces.push_back(torch::matmul(probs, vd).transpose(0, 1).reshape({n, heads_ * head_dim_}));
       }
-      out = torch::cat(pieces, 0);
-    }
+      return torch::cat(pieces, 0);
+    };
+    torch::Tensor out = checkpoint_core_ ? checkpoint(attend, {q, k, v}, {}) : attend({q, k, v});
     if (gated_) out = out * torch::sigmoid(gate);
     VLM_FLOP_SCOPE("text_attn_proj");
     return project("o_proj", o_proj_, out);
   }
+
+  bool checkpoint_core_ = false;  // the selective policy (set_recompute)
 
  private:
   std::int64_t heads_, kv_heads_, head_dim_;
@@ -410,6 +416,10 @@ class decoder_layer_impl : public torch::nn::Module {
     x = x + mixer_->mix(input_norm_->forward(x), segments);
     return x + mlp_->run(post_norm_->forward(x));
   }
+  // Checkpoint this layer's softmax attention core (the selective policy); a Gated DeltaNet layer has none.
+  void checkpoint_attention_core(bool on) {
+    if (auto* attention = dynamic_cast<full_attention_impl*>(mixer_.get())) attention->checkpoint_core_ = on;
+  }
 
  private:
   std::shared_ptr<rms_norm_impl> input_norm_, post_norm_;
@@ -441,10 +451,10 @@ class vision_block_impl : public torch::nn::Module {
       VLM_FLOP_SCOPE("vision_dense");
       qkv = qkv_->forward(norm1_->forward(x)).view({patches, 3, heads_, head_dim_});
     }
-    torch::Tensor attended;
-    {
-      // Bidirectional attention inside each temporal patch: a frame of h*w patches attends to itself only,
-      // (h*w)^2 pairs, like Qwen's cu_seqlens over grid_t frames.
+    // Bidirectional attention inside each temporal patch: a frame of h*w patches attends to itself only,
+    // (h*w)^2 pairs, like Qwen's cu_seqlens over grid_t frames. Under the selective policy checkpointed.
+    const auto attend = [this, images, width](const std::vector<torch::Tensor>& in) {
+      const torch::Tensor& packed = in[0];
       VLM_FLOP_SCOPE("vision_attn_core");
       const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
       std::vector<torch::Tensor> frames;
@@ -452,7 +462,7 @@ class vision_block_impl : public torch::nn::Module {
       for (const image_item& image : images) {
         const std::int64_t frame = image.h * image.w;
         for (std::int64_t f = 0; f < image.t; ++f, start += frame) {
-          const torch::Tensor piece = qkv.narrow(0, start, frame);                  // [n, 3, heads, hd]
+          const torch::Tensor piece = packed.narrow(0, start, frame);               // [n, 3, heads, hd]
           const torch::Tensor q = piece.select(1, 0).transpose(0, 1) * scale;       // [heads, n, hd]
           const torch::Tensor k = piece.select(1, 1).transpose(0, 1);
           const torch::Tensor v = piece.select(1, 2).transpose(0, 1);
@@ -460,12 +470,15 @@ class vision_block_impl : public torch::nn::Module {
           frames.push_back(torch::matmul(probs, v).transpose(0, 1).reshape({frame, width}));
         }
       }
-      attended = torch::cat(frames, 0);
-    }
+      return torch::cat(frames, 0);
+    };
+    const torch::Tensor attended = checkpoint_core_ ? checkpoint(attend, {qkv}, {}) : attend({qkv});
     VLM_FLOP_SCOPE("vision_dense");
     x = x + proj_->forward(attended);
     return x + fc2_->forward(F::gelu(fc1_->forward(norm2_->forward(x))));
   }
+
+  bool checkpoint_core_ = false;  // the selective policy (set_recompute)
 
  private:
   std::int64_t heads_, head_dim_;
@@ -531,6 +544,12 @@ class vision_tower_impl : public torch::nn::Module {
     }
   }
 
+  // Activation checkpointing of the ViT blocks: whole blocks (full) or their attention cores (selective).
+  void checkpoint_blocks(bool blocks, bool cores) {
+    checkpoint_blocks_ = blocks;
+    for (auto& block : blocks_) block->checkpoint_core_ = cores;
+  }
+
   // Returns the merged tokens [merged, out_hidden] followed by one DeepStack feature per index.
   std::vector<torch::Tensor> forward(const torch::Tensor& pixel_patches, const std::vector<image_item>& images) {
     torch::Tensor x;
@@ -540,7 +559,13 @@ class vision_tower_impl : public torch::nn::Module {
     }
     std::vector<torch::Tensor> deepstack(deepstack_indexes_.size());
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
-      x = blocks_[i]->forward(x, images);
+      if (checkpoint_blocks_) {
+        const std::shared_ptr<vision_block_impl> block = blocks_[i];
+        x = checkpoint([block, images](const std::vector<torch::Tensor>& in) { return block->forward(in[0], images); },
+                       {x}, block->parameters());
+      } else {
+        x = blocks_[i]->forward(x, images);
+      }
       for (std::size_t d = 0; d < deepstack_indexes_.size(); ++d) {
         if (deepstack_indexes_[d] == static_cast<std::int64_t>(i)) deepstack[d] = deepstack_[d]->forward(x);
       }
@@ -556,6 +581,7 @@ class vision_tower_impl : public torch::nn::Module {
   std::vector<std::shared_ptr<vision_block_impl>> blocks_;
   std::shared_ptr<patch_merger_impl> merger_;
   std::vector<std::shared_ptr<patch_merger_impl>> deepstack_;
+  bool checkpoint_blocks_ = false;
 };
 
 // ---- the model ---------------------------------------------------------------------------------------------
@@ -635,6 +661,30 @@ int vlm_model_impl::add_lora(std::int64_t rank, const std::vector<std::string>& 
   return added;
 }
 
+bool vlm_model_impl::checkpointed_layer(std::int64_t i) const {
+  if (recompute_.policy == flopmeter::recompute_policy::none) return false;
+  if (recompute_.every > 0) return (i + 1) % recompute_.every == 0;
+  return recompute_.layers <= 0 || i < recompute_.layers;
+}
+
+void vlm_model_impl::set_recompute(const flopmeter::recompute_options& options) {
+  using flopmeter::recompute_policy;
+  if (options.policy != recompute_policy::none && options.policy != recompute_policy::full &&
+      options.policy != recompute_policy::selective) {
+    throw std::invalid_argument(std::string("vlm_model: recompute policy '") + flopmeter::to_string(options.policy) +
+                                "' is not implemented by this example (none, full, selective)");
+  }
+  if (options.pipeline_stages != 1) throw std::invalid_argument("vlm_model: one pipeline stage only");
+  recompute_ = options;
+  const bool selective = options.policy == recompute_policy::selective;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    layers_[i]->checkpoint_attention_core(selective && checkpointed_layer(static_cast<std::int64_t>(i)));
+  }
+  if (vision_) {
+    vision_->checkpoint_blocks(options.vision && options.policy == recompute_policy::full, options.vision && selective);
+  }
+}
+
 void vlm_model_impl::freeze(bool vision, bool merger, bool text) {
   if (vision_) vision_->freeze(vision, merger);
   if (!text) return;
@@ -657,7 +707,14 @@ torch::Tensor vlm_model_impl::forward(const model_batch& batch) {
     deepstack.assign(vision_out.begin() + 1, vision_out.end());
   }
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    h = layers_[i]->forward(h, segments);
+    if (checkpointed_layer(static_cast<std::int64_t>(i)) && recompute_.policy == flopmeter::recompute_policy::full) {
+      const std::shared_ptr<decoder_layer_impl> layer = layers_[i];
+      h = checkpoint(
+          [layer, segments](const std::vector<torch::Tensor>& in) { return layer->forward(in[0], segments); }, {h},
+          layer->parameters());
+    } else {
+      h = layers_[i]->forward(h, segments);
+    }
     // DeepStack (Qwen3-VL): feature i is added to the image positions after decoder layer i.
     if (i < deepstack.size()) {
       h = h.index_put({batch.image_positions}, h.index({batch.image_positions}) + deepstack[i]);
