@@ -180,6 +180,7 @@ class flop_observer {
   struct thread_state {
     std::vector<std::string> categories;
     std::vector<std::string> backward;
+    std::vector<std::size_t> backward_category_depth;  // categories open when each backward node started
     std::vector<recompute_frame> recomputes;
     int gemm_depth = 0;
   };
@@ -207,6 +208,7 @@ class flop_observer {
       std::lock_guard<std::mutex> lock(self->mutex_);
       const auto it = self->category_of_seq_.find(fn.seqNr());
       s.backward.push_back(it == self->category_of_seq_.end() || it->second.empty() ? kUnattributed : it->second);
+      s.backward_category_depth.push_back(s.categories.size());
       return std::make_unique<context>(kind::backward_node);
     }
     // FUNCTION scope: an aten op (or the engine's evaluate_function wrapper).
@@ -229,8 +231,12 @@ class flop_observer {
     if (s.gemm_depth++ == 0) {
       const bool categorised =
           recomputing ? s.categories.size() > s.recomputes.back().category_depth : !s.categories.empty();
-      const std::string category =
-          in_backward ? s.backward.back() : (categorised ? s.categories.back() : kUnattributed);
+      // A backward node that opens a category scope itself (a checkpoint's saved product, examples/vlm/
+      // checkpoint.h: its forward ran under no-grad, so no sequence number names it) is attributed to it.
+      const bool own_scope = in_backward && s.categories.size() > s.backward_category_depth.back();
+      const std::string category = own_scope     ? s.categories.back()
+                                   : in_backward ? s.backward.back()
+                                                 : (categorised ? s.categories.back() : kUnattributed);
       category_flops& f = self->flops_[category];
       (in_backward ? f.backward : recomputing ? f.recompute : f.forward) += flops;
     }
@@ -242,7 +248,10 @@ class flop_observer {
     thread_state& s = state();
     switch (static_cast<context*>(ctx)->what) {
       case kind::category: s.categories.pop_back(); break;
-      case kind::backward_node: s.backward.pop_back(); break;
+      case kind::backward_node:
+        s.backward.pop_back();
+        s.backward_category_depth.pop_back();
+        break;
       case kind::gemm: --s.gemm_depth; break;
       case kind::recompute: s.recomputes.pop_back(); break;
       case kind::none: break;
@@ -798,8 +807,8 @@ void expect_terms_match(const char* regime_name, const measurement& m, const std
 // have run nothing again. The attention cores compare after the masked square's conversion, as above; the
 // Gated DeltaNet delta rule, where it runs again, against its measured forward (3 of Megatron's 4 products).
 void check_recompute(const flopmeter::model_spec& spec, const vlm::packed_row& row, const char* name,
-                     const measurement& m, const measurement& full_run, const flopmeter::coefficients& c,
-                     const batch_facts& f) {
+                     const flopmeter::recompute_options& options, const measurement& m, const measurement& full_run,
+                     const flopmeter::coefficients& c, const batch_facts& f) {
   const flopmeter::coefficients::recompute_terms& r = c.recompute;
   const auto tokens = static_cast<double>(f.counts.device_tokens());
   const auto recomputed = [&](std::initializer_list<const char*> categories, double scale = 1) {
@@ -834,12 +843,20 @@ void check_recompute(const flopmeter::model_spec& spec, const vlm::packed_row& r
   lines.push_back({"text attention core", recomputed({vlm::kTextAttnCore}, square_share),
                    static_cast<double>(r.text_attn_pair) * static_cast<double>(f.counts.causal_pairs)});
   if (spec.text.num_linear_attention_layers() > 0) {
-    // Billed: proj + conv + Megatron's delta rule (4 products where the example runs 3), one forward each, over
-    // the checkpointed Gated DeltaNet layers: `share` of them (the full-training coefficient is 3 forwards of
-    // every such layer; full policy). The delta rule's measured recompute is then that share of its forward.
+    // Billed: proj + conv + Megatron's delta rule (4 products where the example runs 3), one forward each where
+    // they run again. The delta rule's measured recompute is `share` of its forward.
     const gdn_core_billing gdn = gdn_core_billed(spec, f.counts.device_tokens());
-    const double share = static_cast<double>(r.dense.linear_attention) /
-                         (static_cast<double>(flopmeter::compute_coefficients(spec).dense.linear_attention) / 3);
+    // The delta rule runs again under every policy but selective, in the checkpointed Gated DeltaNet layers
+    // (every one of them runs its backward in these cases).
+    const flopmeter::text_spec& t = spec.text;
+    double checkpointed = 0;
+    for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
+      const bool chosen = options.every > 0 ? (i + 1) % options.every == 0 : options.layers <= 0 || i < options.layers;
+      checkpointed += chosen && t.layer_type(i) == flopmeter::layer_kind::linear_attention ? 1 : 0;
+    }
+    const double share = options.policy == flopmeter::recompute_policy::selective
+                             ? 0.0
+                             : checkpointed / static_cast<double>(t.num_linear_attention_layers());
     lines.push_back({"Gated DeltaNet proj + conv", recomputed({vlm::kGdnProj, vlm::kGdnConv}),
                      static_cast<double>(r.dense.linear_attention) * tokens - share * gdn.delta_rule / 3});
     EXPECT_NEAR(recomputed({vlm::kGdnDeltaRule}), share * full_run.flops.at(vlm::kGdnDeltaRule).forward,
@@ -958,7 +975,7 @@ void check_regime(const flopmeter::model_spec& spec, const vlm::packed_row& row,
   }
   expect_terms_match(rc.name, m, checks);
   if (rc.regime.recompute.policy != flopmeter::recompute_policy::none) {
-    check_recompute(spec, row, rc.name, m, full_run, c, f);
+    check_recompute(spec, row, rc.name, rc.regime.recompute, m, full_run, c, f);
   }
 }
 
@@ -1062,6 +1079,11 @@ void check_recompute_cases(const flopmeter::model_spec& spec, const vlm::data_op
       {"full, every 2nd layer", with_recompute(trains_all, recompute_policy::full, 2, false), 2, 1, 2, 2, 2},
       {"selective, every layer and ViT block", with_recompute(trains_all, recompute_policy::selective, 0, true), 2, 1,
        2, 2, 2},
+      {"op, every layer and ViT block", with_recompute(trains_all, recompute_policy::op, 0, true), 2, 1, 2, 2, 2},
+      {"full_early_stop, every layer and ViT block",
+       with_recompute(trains_all, recompute_policy::full_early_stop, 0, true), 2, 1, 2, 2, 2},
+      {"op, every 2nd layer, frozen [text]", with_recompute(frozen(false, false, true), recompute_policy::op, 2, true),
+       2, 1, 2, 1, 2},
       // A frozen ViT runs no backward: nothing of it is recomputed, recompute_vision or not.
       {"full, frozen [vision]", with_recompute(frozen(true, false, false), recompute_policy::full, 0, true), 0, 0, 2, 2,
        2},
@@ -1081,9 +1103,11 @@ void check_recompute_lora(const flopmeter::model_spec& spec, const vlm::data_opt
   using flopmeter::recompute_policy;
   const vlm::packed_row row = interesting_row(options, spec);
   const measurement full_run = measure(spec, row);
-  for (const auto& [name, policy, every] : {std::tuple{"LoRA, full, every layer", recompute_policy::full, 0},
-                                            std::tuple{"LoRA, full, every 2nd layer", recompute_policy::full, 2},
-                                            std::tuple{"LoRA, selective", recompute_policy::selective, 0}}) {
+  for (const auto& [name, policy, every] :
+       {std::tuple{"LoRA, full, every layer", recompute_policy::full, 0},
+        std::tuple{"LoRA, full, every 2nd layer", recompute_policy::full, 2},
+        std::tuple{"LoRA, selective", recompute_policy::selective, 0}, std::tuple{"LoRA, op", recompute_policy::op, 0},
+        std::tuple{"LoRA, full_early_stop", recompute_policy::full_early_stop, 0}}) {
     regime_case rc{name, with_recompute(frozen(true, true, false), policy, every, false), 0, 0, 0, std::nan(""), 2};
     rc.regime.lora_rank = 4;
     rc.regime.lora_targets = targets;

@@ -111,11 +111,11 @@ class vlm_model_impl : public torch::nn::Module {
   // MoE experts get none). Their matmuls run in the kLoraAdapters scope. Returns the adapters added. Call
   // freeze(..., text = true) too for a LoRA run: the base weights do not train.
   int add_lora(std::int64_t rank, const std::vector<std::string>& targets);
-  // Activation checkpointing (checkpoint.h), as flopmeter bills it (flopmeter::recompute_options): "full"
-  // checkpoints whole decoder layers (all, the first `layers`, or every `every`-th) and, with `vision`, the ViT
-  // blocks; "selective" their softmax attention cores only. The forward they run again is in the
-  // kRecomputeScope user scope. Throws std::invalid_argument for the policies this example does not implement
-  // (full_early_stop, op) and for more than one pipeline stage.
+  // Activation checkpointing (checkpoint.h), as flopmeter bills it (flopmeter::recompute_options): "full",
+  // "full_early_stop" and "op" checkpoint whole decoder layers (all, the first `layers`, or every `every`-th)
+  // and, with `vision`, the ViT blocks, the last two keeping the outputs of the products their policy saves;
+  // "selective" checkpoints their softmax attention cores only. The forward they run again is in the
+  // kRecomputeScope user scope. Throws std::invalid_argument for more than one pipeline stage.
   void set_recompute(const flopmeter::recompute_options& options);
 
  private:
