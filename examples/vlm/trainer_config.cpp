@@ -197,7 +197,7 @@ std::string trainer_usage(const char* program) {
          " [--config trainer.toml] [--steps N] [--microbatches N] [--log-interval N] [--row-length N]\n"
          "       [--seed N] [--threads N] [--lr X] [--output-dir DIR] [--device cpu|cuda] [--model-config PATH]\n"
          "       [--frozen vision,merger,text] [--lora-rank R --lora-targets q_proj,v_proj,...]\n"
-         "       [--recompute none|full|selective [--recompute-every K] [--recompute-vision]]\n"
+         "       [--recompute none|full|full_early_stop|selective|op [--recompute-every K] [--recompute-vision]]\n"
          "       [--flopmeter-library PATH] [--flopmeter-config PATH] [--flopmeter-path c_abi|tensor]\n"
          "       [--no-flopmeter]\n"
          "Multi-process: set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (examples/launch.sh does).\n"
@@ -270,9 +270,9 @@ trainer_config parse_command_line(int argc, char** argv, const std::string& defa
         start = end + 1;
       }
     } else if (flag == "--recompute") {
-      if (value != "none" && value != "full" && value != "selective") {
-        throw std::runtime_error("--recompute: expected none, full or selective (what this example implements), got '" +
-                                 value + "'");
+      if (value != "none" && value != "full" && value != "full_early_stop" && value != "selective" && value != "op") {
+        throw std::runtime_error("--recompute: expected none, full, full_early_stop, selective or op, got '" + value +
+                                 "'");
       }
       c.recompute = value;
     } else if (flag == "--recompute-every") {
@@ -306,7 +306,7 @@ trainer_config parse_command_line(int argc, char** argv, const std::string& defa
     throw std::runtime_error("--lora-rank R (> 0) and --lora-targets NAMES go together");
   }
   if (c.recompute == "none" && (c.recompute_every != 0 || c.recompute_vision)) {
-    throw std::runtime_error("--recompute-every and --recompute-vision need --recompute full or selective");
+    throw std::runtime_error("--recompute-every and --recompute-vision need --recompute POLICY");
   }
   if (c.recompute_every < 0) throw std::runtime_error("--recompute-every must be >= 1");
   if (c.steps < 1 || c.microbatches_per_step < 1 || c.log_interval_steps < 1 || c.threads < 1) {

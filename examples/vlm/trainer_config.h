@@ -37,7 +37,8 @@ struct trainer_config {
   // the decoder's base weights frozen. 0: none. The plugin file's [training] lora_rank / lora_targets must match.
   std::int64_t lora_rank = 0;
   std::vector<std::string> lora_targets;
-  // Activation checkpointing (--recompute none|full|selective [--recompute-every K] [--recompute-vision]): the
+  // Activation checkpointing (--recompute none|full|full_early_stop|selective|op [--recompute-every K]
+  // [--recompute-vision]): the
   // model's blocks checkpointed for real (checkpoint.h). The plugin file's [training] recompute,
   // recompute_every and recompute_vision must match, so that flopmeter bills the same hardware FLOPs.
   std::string recompute = "none";
