@@ -41,18 +41,21 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "data.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/model_config.h"
+#include "checkpoint.h"
 #include "model.h"
 
 namespace {
@@ -62,6 +65,7 @@ namespace {
 struct category_flops {
   double forward = 0;
   double backward = 0;
+  double recompute = 0;  // forward work run again in the backward by activation checkpointing (not in total())
   double total() const { return forward + backward; }
 };
 
@@ -160,16 +164,24 @@ class flop_observer {
   }
 
  private:
-  enum class kind { none, category, backward_node, gemm };
+  enum class kind { none, category, backward_node, gemm, recompute };
   struct context final : at::ObserverContext {
     explicit context(kind k) : what(k) {}
     kind what;
   };
   // Per thread: the open forward categories, the categories of the autograd nodes running, and how many
   // counted ops are open (only the outermost is counted).
+  // A forward run again inside a backward node (vlm::kRecomputeScope): the backward nodes and the categories
+  // open when it started. Its ops are recomputed forward work until a backward node opens inside it.
+  struct recompute_frame {
+    std::size_t backward_depth;
+    std::size_t category_depth;
+  };
   struct thread_state {
     std::vector<std::string> categories;
     std::vector<std::string> backward;
+    std::vector<std::size_t> backward_category_depth;  // categories open when each backward node started
+    std::vector<recompute_frame> recomputes;
     int gemm_depth = 0;
   };
   static thread_state& state() {
@@ -183,6 +195,10 @@ class flop_observer {
     thread_state& s = state();
     const std::string name = fn.name();
     if (fn.scope() == at::RecordScope::USER_SCOPE) {
+      if (name == vlm::kRecomputeScope) {
+        s.recomputes.push_back({s.backward.size(), s.categories.size()});
+        return std::make_unique<context>(kind::recompute);
+      }
       const std::string prefix = vlm::kScopePrefix;
       if (name.rfind(prefix, 0) != 0) return nullptr;
       s.categories.push_back(name.substr(prefix.size()));
@@ -192,10 +208,12 @@ class flop_observer {
       std::lock_guard<std::mutex> lock(self->mutex_);
       const auto it = self->category_of_seq_.find(fn.seqNr());
       s.backward.push_back(it == self->category_of_seq_.end() || it->second.empty() ? kUnattributed : it->second);
+      s.backward_category_depth.push_back(s.categories.size());
       return std::make_unique<context>(kind::backward_node);
     }
     // FUNCTION scope: an aten op (or the engine's evaluate_function wrapper).
-    const bool in_backward = !s.backward.empty();
+    const bool recomputing = !s.recomputes.empty() && s.recomputes.back().backward_depth == s.backward.size();
+    const bool in_backward = !s.backward.empty() && !recomputing;
     std::lock_guard<std::mutex> lock(self->mutex_);
     if (!in_backward && fn.seqNr() >= 0) {
       // The last op to run under a sequence number is the one whose autograd node takes it.
@@ -211,10 +229,16 @@ class flop_observer {
       return std::make_unique<context>(kind::gemm);
     }
     if (s.gemm_depth++ == 0) {
-      const std::string category =
-          in_backward ? s.backward.back() : (s.categories.empty() ? kUnattributed : s.categories.back());
+      const bool categorised =
+          recomputing ? s.categories.size() > s.recomputes.back().category_depth : !s.categories.empty();
+      // A backward node that opens a category scope itself (a checkpoint's saved product, examples/vlm/
+      // checkpoint.h: its forward ran under no-grad, so no sequence number names it) is attributed to it.
+      const bool own_scope = in_backward && s.categories.size() > s.backward_category_depth.back();
+      const std::string category = own_scope     ? s.categories.back()
+                                   : in_backward ? s.backward.back()
+                                                 : (categorised ? s.categories.back() : kUnattributed);
       category_flops& f = self->flops_[category];
-      (in_backward ? f.backward : f.forward) += flops;
+      (in_backward ? f.backward : recomputing ? f.recompute : f.forward) += flops;
     }
     return std::make_unique<context>(kind::gemm);
   }
@@ -224,8 +248,12 @@ class flop_observer {
     thread_state& s = state();
     switch (static_cast<context*>(ctx)->what) {
       case kind::category: s.categories.pop_back(); break;
-      case kind::backward_node: s.backward.pop_back(); break;
+      case kind::backward_node:
+        s.backward.pop_back();
+        s.backward_category_depth.pop_back();
+        break;
       case kind::gemm: --s.gemm_depth; break;
+      case kind::recompute: s.recomputes.pop_back(); break;
       case kind::none: break;
     }
   }
@@ -282,6 +310,7 @@ measurement measure(const flopmeter::model_spec& spec, const vlm::packed_row& ro
   vlm::vlm_model model(spec);
   model->to(device);
   model->freeze(regime.vision_frozen, regime.merger_frozen, regime.text_frozen || regime.lora_rank > 0);
+  model->set_recompute(regime.recompute);  // activation checkpointing, as the regime bills it
   if (regime.lora_rank > 0) {
     std::vector<std::string> names;
     for (const flopmeter::lora_target target : regime.lora_targets) names.push_back(flopmeter::to_string(target));
@@ -772,6 +801,91 @@ void expect_terms_match(const char* regime_name, const measurement& m, const std
   std::fflush(stdout);
 }
 
+// Activation recomputation: the forward the checkpoints ran again in the backward (the observer's `recompute`
+// per category), against flopmeter's recompute coefficients x the row's counts, term by term. Terms flopmeter
+// bills no recompute for (logits, patch embedding, merger; a frozen ViT; a policy that leaves them out) must
+// have run nothing again. The attention cores compare after the masked square's conversion, as above; the
+// Gated DeltaNet delta rule, where it runs again, against its measured forward (3 of Megatron's 4 products).
+void check_recompute(const flopmeter::model_spec& spec, const vlm::packed_row& row, const char* name,
+                     const flopmeter::recompute_options& options, const measurement& m, const measurement& full_run,
+                     const flopmeter::coefficients& c, const batch_facts& f) {
+  const flopmeter::coefficients::recompute_terms& r = c.recompute;
+  const auto tokens = static_cast<double>(f.counts.device_tokens());
+  const auto recomputed = [&](std::initializer_list<const char*> categories, double scale = 1) {
+    double sum = 0;
+    for (const char* category : categories) {
+      const auto it = m.flops.find(category);
+      if (it != m.flops.end()) sum += it->second.recompute / scale;
+    }
+    return sum;
+  };
+  struct line {
+    const char* term;
+    double measured, billed;
+  };
+  std::vector<line> lines = {
+      {"attention projections", recomputed({vlm::kTextAttnProj}),
+       static_cast<double>(r.dense.attention_projections) * tokens},
+      {"dense MLP", recomputed({vlm::kTextMlp}), static_cast<double>(r.dense.dense_mlp) * tokens},
+      {"MoE router", recomputed({vlm::kMoeRouter}), static_cast<double>(r.dense.moe_router) * tokens},
+      {"MoE routed experts", recomputed({vlm::kMoeRoutedExperts}),
+       static_cast<double>(r.dense.moe_routed_experts) * tokens},
+      {"MoE shared expert", recomputed({vlm::kMoeSharedExpert}),
+       static_cast<double>(r.dense.moe_shared_expert) * tokens},
+      {"MoE shared-expert gate", recomputed({vlm::kMoeSharedExpertGate}),
+       static_cast<double>(r.dense.moe_shared_expert_gate) * tokens},
+      {"LoRA adapters", recomputed({vlm::kLoraAdapters}), static_cast<double>(r.dense.lora_adapters) * tokens},
+      {"logits", recomputed({vlm::kLogits}), 0},
+      {"patch embedding", recomputed({vlm::kPatchEmbed}), 0},
+      {"merger", recomputed({vlm::kMerger}), 0},
+  };
+  const double square_share = static_cast<double>(f.sum_l_squared) / static_cast<double>(f.counts.causal_pairs);
+  lines.push_back({"text attention core", recomputed({vlm::kTextAttnCore}, square_share),
+                   static_cast<double>(r.text_attn_pair) * static_cast<double>(f.counts.causal_pairs)});
+  if (spec.text.num_linear_attention_layers() > 0) {
+    // Billed: proj + conv + Megatron's delta rule (4 products where the example runs 3), one forward each where
+    // they run again. The delta rule's measured recompute is `share` of its forward.
+    const gdn_core_billing gdn = gdn_core_billed(spec, f.counts.device_tokens());
+    // The delta rule runs again under every policy but selective, in the checkpointed Gated DeltaNet layers
+    // (every one of them runs its backward in these cases).
+    const flopmeter::text_spec& t = spec.text;
+    double checkpointed = 0;
+    for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
+      const bool chosen = options.every > 0 ? (i + 1) % options.every == 0 : options.layers <= 0 || i < options.layers;
+      checkpointed += chosen && t.layer_type(i) == flopmeter::layer_kind::linear_attention ? 1 : 0;
+    }
+    const double share = options.policy == flopmeter::recompute_policy::selective
+                             ? 0.0
+                             : checkpointed / static_cast<double>(t.num_linear_attention_layers());
+    lines.push_back({"Gated DeltaNet proj + conv", recomputed({vlm::kGdnProj, vlm::kGdnConv}),
+                     static_cast<double>(r.dense.linear_attention) * tokens - share * gdn.delta_rule / 3});
+    EXPECT_NEAR(recomputed({vlm::kGdnDeltaRule}), share * full_run.flops.at(vlm::kGdnDeltaRule).forward,
+                1e-9 * full_run.flops.at(vlm::kGdnDeltaRule).forward)
+        << name << ": the delta rule runs again exactly in the layers flopmeter bills again";
+  }
+  if (!row.images.empty()) {
+    lines.push_back({"vision dense", recomputed({vlm::kVisionDense}),
+                     static_cast<double>(r.vision_per_patch) * static_cast<double>(f.counts.patches)});
+    lines.push_back({"vision attention core", recomputed({vlm::kVisionAttnCore}),
+                     static_cast<double>(r.vision_attn_pair) * static_cast<double>(f.counts.vision_pairs_per_frame)});
+  }
+  std::printf("  %s\n  %-26s %16s %16s %8s\n", name, "term", "recomputed", "billed", "ratio");
+  double measured_total = 0, billed_total = 0;
+  for (const line& l : lines) {
+    std::printf("  %-26s %16.0f %16.0f %8.4f\n", l.term, l.measured, l.billed,
+                l.billed > 0 ? l.measured / l.billed : 0);
+    measured_total += l.measured;
+    billed_total += l.billed;
+    if (l.billed > 0) {
+      EXPECT_NEAR(l.measured / l.billed, 1.0, 1e-9) << name << ": " << l.term << " recomputed";
+    } else {
+      EXPECT_EQ(l.measured, 0.0) << name << ": " << l.term << " ran again but flopmeter bills no recompute for it";
+    }
+  }
+  EXPECT_GT(billed_total, 0) << name << ": a recompute case that recomputes nothing tests nothing";
+  std::fflush(stdout);
+}
+
 // Every term of one row under one regime. `items`: the row has images (the regime's with_items coefficients).
 void check_regime(const flopmeter::model_spec& spec, const vlm::packed_row& row, const regime_case& rc,
                   const measurement& full_run) {
@@ -860,6 +974,9 @@ void check_regime(const flopmeter::model_spec& spec, const vlm::packed_row& row,
     }
   }
   expect_terms_match(rc.name, m, checks);
+  if (rc.regime.recompute.policy != flopmeter::recompute_policy::none) {
+    check_recompute(spec, row, rc.name, rc.regime.recompute, m, full_run, c, f);
+  }
 }
 
 // A row of the trainer's stream without any image or video (the same 160-token rows, another seed).
@@ -936,6 +1053,90 @@ TEST(ExampleFlops, FrozenPartsAndLoraQwen3VlTypeEveryTermMatchesForwardAndBackwa
 TEST(ExampleFlops, FrozenPartsMoeEveryTermMatchesForwardAndBackward) {
   const flopmeter::model_spec spec = flopmeter::load_model_spec(source_path("model_configs/tiny_moe_vlm.toml"));
   check_every_regime(spec, vlm::data_options{});
+}
+
+// ---- activation recomputation ------------------------------------------------------------------------------
+// The example checkpoints its blocks for real (examples/vlm/checkpoint.h: forward under no-grad, then again with
+// grad in the backward). Each case runs one micro-batch and checks, term by term: the model FLOPs (first forward
+// and backward) still match the regime's coefficients (recomputation changes no model FLOP), and the forward
+// run again matches flopmeter's recompute coefficients (check_recompute), at ratio 1.0000.
+
+flopmeter::training_regime with_recompute(flopmeter::training_regime r, flopmeter::recompute_policy policy,
+                                          std::int64_t every, bool vision) {
+  r.recompute.policy = policy;
+  r.recompute.every = every;
+  r.recompute.vision = vision;
+  return r;
+}
+
+void check_recompute_cases(const flopmeter::model_spec& spec, const vlm::data_options& options) {
+  using flopmeter::recompute_policy;
+  const vlm::packed_row row = interesting_row(options, spec);
+  const measurement full_run = measure(spec, row);
+  const flopmeter::training_regime trains_all;
+  const regime_case cases[] = {
+      {"full, every layer and ViT block", with_recompute(trains_all, recompute_policy::full, 0, true), 2, 1, 2, 2, 2},
+      {"full, every 2nd layer", with_recompute(trains_all, recompute_policy::full, 2, false), 2, 1, 2, 2, 2},
+      {"selective, every layer and ViT block", with_recompute(trains_all, recompute_policy::selective, 0, true), 2, 1,
+       2, 2, 2},
+      {"op, every layer and ViT block", with_recompute(trains_all, recompute_policy::op, 0, true), 2, 1, 2, 2, 2},
+      {"full_early_stop, every layer and ViT block",
+       with_recompute(trains_all, recompute_policy::full_early_stop, 0, true), 2, 1, 2, 2, 2},
+      {"op, every 2nd layer, frozen [text]", with_recompute(frozen(false, false, true), recompute_policy::op, 2, true),
+       2, 1, 2, 1, 2},
+      // A frozen ViT runs no backward: nothing of it is recomputed, recompute_vision or not.
+      {"full, frozen [vision]", with_recompute(frozen(true, false, false), recompute_policy::full, 0, true), 0, 0, 2, 2,
+       2},
+      // A frozen decoder still runs its backward (input gradients to the images): recomputed.
+      {"full, frozen [text]", with_recompute(frozen(false, false, true), recompute_policy::full, 0, true), 2, 1, 2, 1,
+       2},
+      {"selective, frozen [vision, text]",
+       with_recompute(frozen(true, false, true), recompute_policy::selective, 0, true), 0, 0, 2, 1, 2},
+  };
+  for (const regime_case& rc : cases) check_regime(spec, row, rc, full_run);
+}
+
+// LoRA (vision side frozen, as PEFT freezes it): layer 0's input needs no gradient, but its adapters train, so
+// the checkpoint's backward runs and the whole layer runs again.
+void check_recompute_lora(const flopmeter::model_spec& spec, const vlm::data_options& options,
+                          std::vector<flopmeter::lora_target> targets) {
+  using flopmeter::recompute_policy;
+  const vlm::packed_row row = interesting_row(options, spec);
+  const measurement full_run = measure(spec, row);
+  for (const auto& [name, policy, every] :
+       {std::tuple{"LoRA, full, every layer", recompute_policy::full, 0},
+        std::tuple{"LoRA, full, every 2nd layer", recompute_policy::full, 2},
+        std::tuple{"LoRA, selective", recompute_policy::selective, 0}, std::tuple{"LoRA, op", recompute_policy::op, 0},
+        std::tuple{"LoRA, full_early_stop", recompute_policy::full_early_stop, 0}}) {
+    regime_case rc{name, with_recompute(frozen(true, true, false), policy, every, false), 0, 0, 0, std::nan(""), 2};
+    rc.regime.lora_rank = 4;
+    rc.regime.lora_targets = targets;
+    check_regime(spec, row, rc, full_run);
+  }
+}
+
+TEST(ExampleFlops, RecomputeQwen3VlTypeEveryRecomputedTermMatches) {
+  using flopmeter::lora_target;
+  const flopmeter::model_spec spec = flopmeter::parse_model_spec(kTinyVlDeepstackToml, "tiny_vl_deepstack.toml");
+  vlm::data_options options;
+  options.row_length = 160;
+  check_recompute_cases(spec, options);
+  check_recompute_lora(spec, options,
+                       {lora_target::q_proj, lora_target::k_proj, lora_target::v_proj, lora_target::o_proj,
+                        lora_target::gate_proj, lora_target::up_proj, lora_target::down_proj});
+}
+
+TEST(ExampleFlops, RecomputeQwen35TypeEveryRecomputedTermMatches) {
+  using flopmeter::lora_target;
+  const flopmeter::model_spec spec = flopmeter::load_model_spec(source_path("model_configs/tiny_vlm.toml"));
+  check_recompute_cases(spec, vlm::data_options{});
+  check_recompute_lora(spec, vlm::data_options{},
+                       {lora_target::q_proj, lora_target::in_proj_qkv, lora_target::out_proj});
+}
+
+TEST(ExampleFlops, RecomputeMoeEveryRecomputedTermMatches) {
+  const flopmeter::model_spec spec = flopmeter::load_model_spec(source_path("model_configs/tiny_moe_vlm.toml"));
+  check_recompute_cases(spec, vlm::data_options{});
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // attribute the GEMMs LibTorch executes, forward and backward.
 #include "model.h"
 
+#include "checkpoint.h"
+
 #include <ATen/record_function.h>
 #include <torch/nn/functional.h>
 #include <torch/nn/init.h>
@@ -23,7 +25,12 @@ namespace F = torch::nn::functional;
 
 // Opens the category scope for the rest of the enclosing block. The literal is concatenated at compile time
 // so the observer sees e.g. "flopmeter_cat:text_mlp".
-#define VLM_FLOP_SCOPE(category_literal) RECORD_USER_SCOPE("flopmeter_cat:" category_literal)
+// It also names the category to a saved product's backward (checkpoint.h, category_guard).
+#define VLM_FLOP_CONCAT_(a, b) a##b
+#define VLM_FLOP_CONCAT(a, b) VLM_FLOP_CONCAT_(a, b)
+#define VLM_FLOP_SCOPE(category_literal)                \
+  RECORD_USER_SCOPE("flopmeter_cat:" category_literal); \
+  const ::vlm::category_guard VLM_FLOP_CONCAT(vlm_category_, __LINE__)("flopmeter_cat:" category_literal)
 
 // One contiguous piece of the row: a document, or the padding tail.
 struct segment {
@@ -93,12 +100,13 @@ class adaptable : public torch::nn::Module {
     projections_[name] = layer.ptr();
     return register_module(name, layer);
   }
-  torch::Tensor project(const std::string& name, torch::nn::Linear& layer, const torch::Tensor& x) {
-    const torch::Tensor y = layer->forward(x);
+  // `last`: the block's final GEMM (checkpoint.h): with an adapter, the adapter's B (PEFT adds it last).
+  torch::Tensor project(const std::string& name, torch::nn::Linear& layer, const torch::Tensor& x, bool last = false) {
     const auto it = adapters_.find(name);
+    const torch::Tensor y = product_linear(x, layer->weight, layer->bias, last && it == adapters_.end());
     if (it == adapters_.end()) return y;
     VLM_FLOP_SCOPE("lora_adapters");
-    return y + torch::matmul(torch::matmul(x, it->second.first), it->second.second);
+    return y + product_matmul(product_matmul(x, it->second.first), it->second.second, last);
   }
 
  private:
@@ -116,18 +124,22 @@ class mlp_block : public adaptable {
 // "flopmeter_cat:<category>" name its matmuls are attributed to (a dense MLP, a routed or the shared expert).
 class swiglu_impl : public mlp_block {
  public:
-  swiglu_impl(std::int64_t hidden, std::int64_t width, std::string scope)
+  // `final_in_block`: a decoder layer's dense MLP, whose down projection is the layer's final GEMM.
+  swiglu_impl(std::int64_t hidden, std::int64_t width, std::string scope, bool final_in_block = false)
       : scope_(std::move(scope)),
+        final_(final_in_block),
         gate_(adaptable_projection("gate_proj", linear(hidden, width, false))),
         up_(adaptable_projection("up_proj", linear(hidden, width, false))),
         down_(adaptable_projection("down_proj", linear(width, hidden, false))) {}
   torch::Tensor run(const torch::Tensor& x) override {
     RECORD_USER_SCOPE(scope_);
-    return project("down_proj", down_, F::silu(project("gate_proj", gate_, x)) * project("up_proj", up_, x));
+    const category_guard category(scope_);
+    return project("down_proj", down_, F::silu(project("gate_proj", gate_, x)) * project("up_proj", up_, x), final_);
   }
 
  private:
   std::string scope_;
+  bool final_;
   torch::nn::Linear gate_, up_, down_;
 };
 
@@ -162,14 +174,17 @@ class moe_block_impl : public mlp_block {
     torch::Tensor logits;
     {
       VLM_FLOP_SCOPE("moe_router");
-      logits = router_->forward(x);  // [T, E]
+      logits = product_linear(x, router_->weight, router_->bias);  // [T, E]
     }
     const torch::Tensor probabilities = torch::softmax(logits, -1);
     auto [weights, chosen] = probabilities.topk(top_k_, -1);  // [T, k] each; k distinct experts per token
     if (normalize_) weights = weights / weights.sum(-1, /*keepdim=*/true);
     torch::Tensor out = torch::zeros_like(x);
     const torch::Tensor chosen_cpu = chosen.to(torch::kCPU);
+    // The experts' gate, up and down are one grouped matmul each in the op numbering (checkpoint.h).
+    const std::int64_t experts_start = product_position();
     for (std::size_t e = 0; e < experts_.size(); ++e) {
+      set_product_position(experts_start);
       // (token, slot) pairs that routed to expert e; at most one slot per token (top-k is distinct).
       const torch::Tensor hits = (chosen_cpu == static_cast<std::int64_t>(e)).nonzero();
       if (hits.size(0) == 0) continue;
@@ -179,13 +194,15 @@ class moe_block_impl : public mlp_block {
       const torch::Tensor w = weights.index({tokens, slots}).unsqueeze(-1);
       out = out.index_add(0, tokens, y * w);
     }
+    set_product_position(experts_start + 3);
     if (shared_) {
+      const torch::Tensor shared = shared_->run(x);  // the shared expert, then its gate (Hugging Face's order)
       torch::Tensor gate;
       {
         VLM_FLOP_SCOPE("moe_shared_expert_gate");
-        gate = shared_gate_->forward(x);  // [T, 1]
+        gate = product_linear(x, shared_gate_->weight, shared_gate_->bias);  // [T, 1]
       }
-      out = out + torch::sigmoid(gate) * shared_->run(x);
+      out = out + torch::sigmoid(gate) * shared;
     }
     return out;
   }
@@ -242,8 +259,9 @@ class full_attention_impl : public token_mixer {
     k = k_norm_->forward(k.view({tokens, kv_heads_, head_dim_}));
     v = v.view({tokens, kv_heads_, head_dim_});
 
-    torch::Tensor out;
-    {
+    // The attention core over q, k, v; under the selective policy checkpointed (run again in the backward).
+    const auto attend = [this, segments](const std::vector<torch::Tensor>& in) {
+      const torch::Tensor &qa = in[0], &ka = in[1], &va = in[2];
       VLM_FLOP_SCOPE("text_attn_core");
       const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
       const std::int64_t groups = heads_ / kv_heads_;
@@ -251,29 +269,32 @@ class full_attention_impl : public token_mixer {
       for (const segment& s : segments) {
         if (!s.is_document) {
           // Padding attends to nothing (varlen attention never sees it): zeros, no matmul work.
-          pieces.push_back(torch::zeros({s.length, heads_ * head_dim_}, x.options()));
+          pieces.push_back(torch::zeros({s.length, heads_ * head_dim_}, qa.options()));
           continue;
         }
         const std::int64_t n = s.length;
-        const torch::Tensor qd = q.narrow(0, s.start, n).transpose(0, 1) * scale;                 // [nh, L, hd]
-        const torch::Tensor kd = k.narrow(0, s.start, n).transpose(0, 1).repeat_interleave(groups, 0);
-        const torch::Tensor vd = v.narrow(0, s.start, n).transpose(0, 1).repeat_interleave(groups, 0);
+        const torch::Tensor qd = qa.narrow(0, s.start, n).transpose(0, 1) * scale;  // [nh, L, hd]
+        const torch::Tensor kd = ka.narrow(0, s.start, n).transpose(0, 1).repeat_interleave(groups, 0);
+        const torch::Tensor vd = va.narrow(0, s.start, n).transpose(0, 1).repeat_interleave(groups, 0);
         // The masked square: the scores of all L x L (query, key) pairs of the document are computed with one
         // matmul, the pairs above the diagonal (key after query) are masked to -inf before the softmax, and
         // the probabilities (zero above the diagonal) multiply V as a full L x L matrix. So this example does
         // 2 * nh * hd * L^2 multiply-adds per document and layer, where a causal kernel (FlashAttention's
         // varlen path, and flopmeter's count) does the L(L+1)/2 causal pairs only.
-        const torch::Tensor mask = torch::ones({n, n}, x.options().dtype(torch::kBool)).triu(1);
-        const torch::Tensor scores = torch::matmul(qd, kd.transpose(1, 2)).masked_fill(mask, -INFINITY);
+        const torch::Tensor mask = torch::ones({n, n}, qa.options().dtype(torch::kBool)).triu(1);
+        const torch::Tensor scores = core_matmul(qd, kd.transpose(1, 2)).masked_fill(mask, -INFINITY);
         const torch::Tensor probs = torch::softmax(scores, -1);
-        pieces.push_back(torch::matmul(probs, vd).transpose(0, 1).reshape({n, heads_ * head_dim_}));
+        pieces.push_back(core_matmul(probs, vd).transpose(0, 1).reshape({n, heads_ * head_dim_}));
       }
-      out = torch::cat(pieces, 0);
-    }
+      return torch::cat(pieces, 0);
+    };
+    torch::Tensor out = checkpoint_core_ ? checkpoint(attend, {q, k, v}, {}) : attend({q, k, v});
     if (gated_) out = out * torch::sigmoid(gate);
     VLM_FLOP_SCOPE("text_attn_proj");
     return project("o_proj", o_proj_, out);
   }
+
+  bool checkpoint_core_ = false;  // the selective policy (set_recompute)
 
  private:
   std::int64_t heads_, kv_heads_, head_dim_;
@@ -317,8 +338,8 @@ class gated_deltanet_impl : public token_mixer {
       VLM_FLOP_SCOPE("gdn_proj");
       qkv = project("in_proj_qkv", in_proj_qkv_, x);
       z = project("in_proj_z", in_proj_z_, x);
-      a = in_proj_a_->forward(x);
-      b = in_proj_b_->forward(x);
+      a = product_linear(x, in_proj_a_->weight, in_proj_a_->bias);
+      b = product_linear(x, in_proj_b_->weight, in_proj_b_->bias);
     }
     torch::Tensor mixed;
     {
@@ -391,7 +412,7 @@ class decoder_layer_impl : public torch::nn::Module {
       mlp_ = register_module("mlp", std::make_shared<moe_block_impl>(t));
     } else {
       mlp_ = register_module("mlp", std::make_shared<swiglu_impl>(t.hidden_size, t.intermediate_size,
-                                                                  std::string(kScopePrefix) + kTextMlp));
+                                                                  std::string(kScopePrefix) + kTextMlp, true));
     }
     if (kind == flopmeter::layer_kind::full_attention) {
       mixer_ = register_module("self_attn", std::make_shared<full_attention_impl>(t));
@@ -409,6 +430,10 @@ class decoder_layer_impl : public torch::nn::Module {
   torch::Tensor forward(torch::Tensor x, const std::vector<segment>& segments) {
     x = x + mixer_->mix(input_norm_->forward(x), segments);
     return x + mlp_->run(post_norm_->forward(x));
+  }
+  // Checkpoint this layer's softmax attention core (the selective policy); a Gated DeltaNet layer has none.
+  void checkpoint_attention_core(bool on) {
+    if (auto* attention = dynamic_cast<full_attention_impl*>(mixer_.get())) attention->checkpoint_core_ = on;
   }
 
  private:
@@ -439,12 +464,12 @@ class vision_block_impl : public torch::nn::Module {
     torch::Tensor qkv;
     {
       VLM_FLOP_SCOPE("vision_dense");
-      qkv = qkv_->forward(norm1_->forward(x)).view({patches, 3, heads_, head_dim_});
+      qkv = product_linear(norm1_->forward(x), qkv_->weight, qkv_->bias).view({patches, 3, heads_, head_dim_});
     }
-    torch::Tensor attended;
-    {
-      // Bidirectional attention inside each temporal patch: a frame of h*w patches attends to itself only,
-      // (h*w)^2 pairs, like Qwen's cu_seqlens over grid_t frames.
+    // Bidirectional attention inside each temporal patch: a frame of h*w patches attends to itself only,
+    // (h*w)^2 pairs, like Qwen's cu_seqlens over grid_t frames. Under the selective policy checkpointed.
+    const auto attend = [this, images, width](const std::vector<torch::Tensor>& in) {
+      const torch::Tensor& packed = in[0];
       VLM_FLOP_SCOPE("vision_attn_core");
       const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
       std::vector<torch::Tensor> frames;
@@ -452,20 +477,24 @@ class vision_block_impl : public torch::nn::Module {
       for (const image_item& image : images) {
         const std::int64_t frame = image.h * image.w;
         for (std::int64_t f = 0; f < image.t; ++f, start += frame) {
-          const torch::Tensor piece = qkv.narrow(0, start, frame);                  // [n, 3, heads, hd]
+          const torch::Tensor piece = packed.narrow(0, start, frame);               // [n, 3, heads, hd]
           const torch::Tensor q = piece.select(1, 0).transpose(0, 1) * scale;       // [heads, n, hd]
           const torch::Tensor k = piece.select(1, 1).transpose(0, 1);
           const torch::Tensor v = piece.select(1, 2).transpose(0, 1);
-          const torch::Tensor probs = torch::softmax(torch::matmul(q, k.transpose(1, 2)), -1);
-          frames.push_back(torch::matmul(probs, v).transpose(0, 1).reshape({frame, width}));
+          const torch::Tensor probs = torch::softmax(core_matmul(q, k.transpose(1, 2)), -1);
+          frames.push_back(core_matmul(probs, v).transpose(0, 1).reshape({frame, width}));
         }
       }
-      attended = torch::cat(frames, 0);
-    }
+      return torch::cat(frames, 0);
+    };
+    const torch::Tensor attended = checkpoint_core_ ? checkpoint(attend, {qkv}, {}) : attend({qkv});
     VLM_FLOP_SCOPE("vision_dense");
-    x = x + proj_->forward(attended);
-    return x + fc2_->forward(F::gelu(fc1_->forward(norm2_->forward(x))));
+    x = x + product_linear(attended, proj_->weight, proj_->bias);
+    const torch::Tensor hidden = F::gelu(product_linear(norm2_->forward(x), fc1_->weight, fc1_->bias));
+    return x + product_linear(hidden, fc2_->weight, fc2_->bias, /*last=*/true);
   }
+
+  bool checkpoint_core_ = false;  // the selective policy (set_recompute)
 
  private:
   std::int64_t heads_, head_dim_;
@@ -531,6 +560,13 @@ class vision_tower_impl : public torch::nn::Module {
     }
   }
 
+  // Activation checkpointing of the ViT blocks: whole blocks (full) or their attention cores (selective).
+  void checkpoint_blocks(bool blocks, bool cores, flopmeter::recompute_policy policy) {
+    checkpoint_blocks_ = blocks;
+    policy_ = policy;
+    for (auto& block : blocks_) block->checkpoint_core_ = cores;
+  }
+
   // Returns the merged tokens [merged, out_hidden] followed by one DeepStack feature per index.
   std::vector<torch::Tensor> forward(const torch::Tensor& pixel_patches, const std::vector<image_item>& images) {
     torch::Tensor x;
@@ -540,7 +576,13 @@ class vision_tower_impl : public torch::nn::Module {
     }
     std::vector<torch::Tensor> deepstack(deepstack_indexes_.size());
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
-      x = blocks_[i]->forward(x, images);
+      if (checkpoint_blocks_) {
+        const std::shared_ptr<vision_block_impl> block = blocks_[i];
+        x = checkpoint([block, images](const std::vector<torch::Tensor>& in) { return block->forward(in[0], images); },
+                       {x}, block->parameters(), policy_);
+      } else {
+        x = blocks_[i]->forward(x, images);
+      }
       for (std::size_t d = 0; d < deepstack_indexes_.size(); ++d) {
         if (deepstack_indexes_[d] == static_cast<std::int64_t>(i)) deepstack[d] = deepstack_[d]->forward(x);
       }
@@ -556,6 +598,8 @@ class vision_tower_impl : public torch::nn::Module {
   std::vector<std::shared_ptr<vision_block_impl>> blocks_;
   std::shared_ptr<patch_merger_impl> merger_;
   std::vector<std::shared_ptr<patch_merger_impl>> deepstack_;
+  bool checkpoint_blocks_ = false;
+  flopmeter::recompute_policy policy_ = flopmeter::recompute_policy::full;
 };
 
 // ---- the model ---------------------------------------------------------------------------------------------
@@ -635,6 +679,26 @@ int vlm_model_impl::add_lora(std::int64_t rank, const std::vector<std::string>& 
   return added;
 }
 
+bool vlm_model_impl::checkpointed_layer(std::int64_t i) const {
+  if (recompute_.policy == flopmeter::recompute_policy::none) return false;
+  if (recompute_.every > 0) return (i + 1) % recompute_.every == 0;
+  return recompute_.layers <= 0 || i < recompute_.layers;
+}
+
+void vlm_model_impl::set_recompute(const flopmeter::recompute_options& options) {
+  using flopmeter::recompute_policy;
+  if (options.pipeline_stages != 1) throw std::invalid_argument("vlm_model: one pipeline stage only");
+  recompute_ = options;
+  const bool selective = options.policy == recompute_policy::selective;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    layers_[i]->checkpoint_attention_core(selective && checkpointed_layer(static_cast<std::int64_t>(i)));
+  }
+  if (vision_) {
+    vision_->checkpoint_blocks(options.vision && !selective && options.policy != recompute_policy::none,
+                               options.vision && selective, options.policy);
+  }
+}
+
 void vlm_model_impl::freeze(bool vision, bool merger, bool text) {
   if (vision_) vision_->freeze(vision, merger);
   if (!text) return;
@@ -657,7 +721,16 @@ torch::Tensor vlm_model_impl::forward(const model_batch& batch) {
     deepstack.assign(vision_out.begin() + 1, vision_out.end());
   }
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    h = layers_[i]->forward(h, segments);
+    // Whole layers (full, full_early_stop, op); the selective policy checkpoints the attention cores instead.
+    if (checkpointed_layer(static_cast<std::int64_t>(i)) &&
+        recompute_.policy != flopmeter::recompute_policy::selective) {
+      const std::shared_ptr<decoder_layer_impl> layer = layers_[i];
+      h = checkpoint(
+          [layer, segments](const std::vector<torch::Tensor>& in) { return layer->forward(in[0], segments); }, {h},
+          layer->parameters(), recompute_.policy);
+    } else {
+      h = layers_[i]->forward(h, segments);
+    }
     // DeepStack (Qwen3-VL): feature i is added to the image positions after decoder layer i.
     if (i < deepstack.size()) {
       h = h.index_put({batch.image_positions}, h.index({batch.image_positions}) + deepstack[i]);

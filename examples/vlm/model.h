@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "data.h"
+#include "flopmeter/flop_model.h"
 #include "flopmeter/model_spec.h"
 
 namespace vlm {
@@ -110,14 +111,23 @@ class vlm_model_impl : public torch::nn::Module {
   // MoE experts get none). Their matmuls run in the kLoraAdapters scope. Returns the adapters added. Call
   // freeze(..., text = true) too for a LoRA run: the base weights do not train.
   int add_lora(std::int64_t rank, const std::vector<std::string>& targets);
+  // Activation checkpointing (checkpoint.h), as flopmeter bills it (flopmeter::recompute_options): "full",
+  // "full_early_stop" and "op" checkpoint whole decoder layers (all, the first `layers`, or every `every`-th)
+  // and, with `vision`, the ViT blocks, the last two keeping the outputs of the products their policy saves;
+  // "selective" checkpoints their softmax attention cores only. The forward they run again is in the
+  // kRecomputeScope user scope. Throws std::invalid_argument for more than one pipeline stage.
+  void set_recompute(const flopmeter::recompute_options& options);
 
  private:
+  bool checkpointed_layer(std::int64_t i) const;
+
   flopmeter::model_spec spec_;
   torch::Tensor embed_tokens_;  // [vocab, h]
   torch::Tensor lm_head_;       // [vocab, h]; the same tensor as embed_tokens_ when tied
   std::shared_ptr<vision_tower_impl> vision_;
   std::vector<std::shared_ptr<decoder_layer_impl>> layers_;
   std::shared_ptr<rms_norm_impl> final_norm_;
+  flopmeter::recompute_options recompute_;
 };
 TORCH_MODULE_IMPL(vlm_model, vlm_model_impl);
 

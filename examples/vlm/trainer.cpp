@@ -194,6 +194,11 @@ void build_model_and_optimizer(trainer_run& r) {
   if (r.config.lora_rank > 0 && r.model->add_lora(r.config.lora_rank, r.config.lora_targets) == 0) {
     throw std::runtime_error("--lora-targets: the model has none of these projections");
   }
+  flopmeter::recompute_options recompute;
+  recompute.policy = flopmeter::parse_recompute_policy(r.config.recompute, "--recompute");
+  recompute.every = r.config.recompute_every;
+  recompute.vision = r.config.recompute_vision;
+  r.model->set_recompute(recompute);
   r.params = r.model->parameters();
   for (const torch::Tensor& p : r.params) r.parameter_count += p.numel();
 

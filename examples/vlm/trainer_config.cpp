@@ -197,10 +197,13 @@ std::string trainer_usage(const char* program) {
          " [--config trainer.toml] [--steps N] [--microbatches N] [--log-interval N] [--row-length N]\n"
          "       [--seed N] [--threads N] [--lr X] [--output-dir DIR] [--device cpu|cuda] [--model-config PATH]\n"
          "       [--frozen vision,merger,text] [--lora-rank R --lora-targets q_proj,v_proj,...]\n"
+         "       [--recompute none|full|full_early_stop|selective|op [--recompute-every K] [--recompute-vision]]\n"
          "       [--flopmeter-library PATH] [--flopmeter-config PATH] [--flopmeter-path c_abi|tensor]\n"
          "       [--no-flopmeter]\n"
          "Multi-process: set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (examples/launch.sh does).\n"
          "--frozen: those parts do not train (set the same list in the plugin file's [training] frozen).\n"
+         "--recompute: checkpoint the decoder layers (every K-th), and the ViT blocks with --recompute-vision; set\n"
+         "the same in the plugin file's [training] recompute, recompute_every, recompute_vision.\n"
          "--device cuda: model and batches on cuda:LOCAL_RANK; flopmeter through its tensor path (flopmeter/torch.h).\n"
          "flopmeter library: --flopmeter-library > $FLOPMETER_LIBRARY > [flopmeter].library > the build's.\n";
 }
@@ -226,6 +229,10 @@ trainer_config parse_command_line(int argc, char** argv, const std::string& defa
     const std::string& flag = args[i];
     if (flag == "--no-flopmeter") {
       c.flopmeter_enabled = false;
+      continue;
+    }
+    if (flag == "--recompute-vision") {
+      c.recompute_vision = true;
       continue;
     }
     if (i + 1 >= args.size()) throw std::runtime_error("unknown flag or missing value: " + flag);
@@ -262,6 +269,14 @@ trainer_config parse_command_line(int argc, char** argv, const std::string& defa
         c.lora_targets.push_back(value.substr(start, end - start));
         start = end + 1;
       }
+    } else if (flag == "--recompute") {
+      if (value != "none" && value != "full" && value != "full_early_stop" && value != "selective" && value != "op") {
+        throw std::runtime_error("--recompute: expected none, full, full_early_stop, selective or op, got '" + value +
+                                 "'");
+      }
+      c.recompute = value;
+    } else if (flag == "--recompute-every") {
+      c.recompute_every = parse_int(flag, value);
     } else if (flag == "--frozen") {
       c.frozen.clear();
       std::string::size_type start = 0;
@@ -290,6 +305,10 @@ trainer_config parse_command_line(int argc, char** argv, const std::string& defa
   if (c.lora_rank < 0 || (c.lora_rank > 0) != !c.lora_targets.empty()) {
     throw std::runtime_error("--lora-rank R (> 0) and --lora-targets NAMES go together");
   }
+  if (c.recompute == "none" && (c.recompute_every != 0 || c.recompute_vision)) {
+    throw std::runtime_error("--recompute-every and --recompute-vision need --recompute POLICY");
+  }
+  if (c.recompute_every < 0) throw std::runtime_error("--recompute-every must be >= 1");
   if (c.steps < 1 || c.microbatches_per_step < 1 || c.log_interval_steps < 1 || c.threads < 1) {
     throw std::runtime_error("--steps, --microbatches, --log-interval and --threads must be >= 1");
   }

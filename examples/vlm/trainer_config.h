@@ -37,6 +37,13 @@ struct trainer_config {
   // the decoder's base weights frozen. 0: none. The plugin file's [training] lora_rank / lora_targets must match.
   std::int64_t lora_rank = 0;
   std::vector<std::string> lora_targets;
+  // Activation checkpointing (--recompute none|full|full_early_stop|selective|op [--recompute-every K]
+  // [--recompute-vision]): the
+  // model's blocks checkpointed for real (checkpoint.h). The plugin file's [training] recompute,
+  // recompute_every and recompute_vision must match, so that flopmeter bills the same hardware FLOPs.
+  std::string recompute = "none";
+  std::int64_t recompute_every = 0;
+  bool recompute_vision = false;
   // [optim] AdamW with linear warm-up then cosine decay to min_lr_ratio * lr.
   double lr = 3e-3;
   double min_lr_ratio = 0.1;
@@ -63,7 +70,8 @@ std::string trainer_usage(const char* program);
 
 // Parses the command line: --config PATH first (else `default_config`), then the overrides
 // (--steps N, --microbatches N, --log-interval N, --row-length N, --seed N, --threads N, --lr X,
-// --output-dir DIR, --device cpu|cuda, --model-config PATH, --frozen PARTS, --lora-rank R, --lora-targets NAMES, --flopmeter-library PATH, --flopmeter-config PATH,
+// --output-dir DIR, --device cpu|cuda, --model-config PATH, --frozen PARTS, --lora-rank R, --lora-targets NAMES,
+// --recompute POLICY, --recompute-every K, --recompute-vision, --flopmeter-library PATH, --flopmeter-config PATH,
 // --flopmeter-path c_abi|tensor, --no-flopmeter).
 // The library path precedence is --flopmeter-library > $FLOPMETER_LIBRARY > [flopmeter].library > the
 // build's libflopmeter.so (`default_library`). Sets `help` and returns early on --help. Throws

@@ -51,6 +51,7 @@ EXPECTED_BATCH_EFFICIENCY = [478 / 512, 486 / 512, 468 / 512, 478 / 512]
 # memory, and sets a peak TFLOP/s (so perf/mfu is there).
 EXPECTED_KEYS = {
     "step", "perf/tokens_per_second", "perf/tokens_per_second_per_gpu", "perf/tflops_per_second", "perf/mfu",
+    "perf/tflops_per_second_hardware", "perf/hfu",
     "perf/step_time", "perf/optimizer_step_time", "perf/data_time", "perf/fwd_bwd_time",
     "perf/log_wait_ms", "perf/mem_gib", "train/loss", "train/lr", "train/grad_norm", "train/num_samples",
     "train/tokens_seen", "train/batch_efficiency", "health/bad_microbatches", "health/failed_collectives",
