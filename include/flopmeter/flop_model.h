@@ -16,6 +16,7 @@
 // Thread-safety: all functions are pure; call them from any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,6 +40,15 @@ const char* to_string(flop_scope scope);
 // column and key, or a command-line flag as the file: {"--scope"}).
 flop_scope parse_flop_scope(const std::string& text, const error_location& where);
 
+// An attention window: a sliding window of `size` keys (query i attends to keys j with i - size < j <= i) or
+// chunks of `size` tokens (a query attends to the keys of its own chunk, causally). Full attention is no window.
+enum class window_kind : std::uint8_t { sliding, chunked };
+struct attention_window {
+  window_kind kind = window_kind::sliding;
+  std::int64_t size = 0;  // size >= 1
+};
+inline constexpr std::size_t kMaxAttentionWindows = 2;  // distinct windows a decoder may use besides full
+
 // dense_per_token split by GEMM family; the parts sum to dense_per_token exactly. Mixture of experts (dropless
 // routing: every token visits exactly num_experts_per_tok experts, none is dropped for capacity):
 //   moe_router             hidden x num_experts per MoE layer (the gate that scores the experts)
@@ -46,7 +56,7 @@ flop_scope parse_flop_scope(const std::string& text, const error_location& where
 //   moe_shared_expert      the shared SwiGLU expert, 3 x hidden x shared_expert_intermediate_size (Qwen3.5 MoE)
 //   moe_shared_expert_gate its sigmoid gate, hidden x 1
 struct dense_terms {
-  std::int64_t attention_projections = 0;  // full-attention q/k/v/o (+ output gate) over full-attention layers
+  std::int64_t attention_projections = 0;  // softmax attention q/k/v/o (+ output gate), or MLA's projections
   std::int64_t linear_attention = 0;       // Gated DeltaNet layers
   std::int64_t dense_mlp = 0;              // SwiGLU of intermediate_size in the dense-MLP layers
   std::int64_t moe_router = 0;
@@ -62,6 +72,9 @@ struct coefficients {
   // The reference trainer's four, exactly as it defines them:
   std::int64_t dense_per_token = 0;   // decoder projections (incl. output gate), Gated DeltaNet, SwiGLU, logits
   std::int64_t text_attn_pair = 0;    // per causal (query, key) pair, summed over full-attention layers
+  // Per (query, key) pair under attention window k (geometry_of(spec).windows[k]), summed over the layers that
+  // use that window; 0 for a model without windows.
+  std::int64_t window_attn_pair[kMaxAttentionWindows] = {};
   std::int64_t vision_per_patch = 0;  // ViT blocks' projections and MLP per patch
   std::int64_t vision_attn_pair = 0;  // per ViT (query, key) pair, summed over blocks
   // What the reference leaves out (counted in complete scope):
