@@ -123,11 +123,21 @@ struct batch_counts {
   std::int64_t merged_tokens = 0;    // sum of t*h*w / spatial_merge_size^2
   std::int64_t vision_pairs_per_frame = 0;  // sum of t*(h*w)^2 (attention within a temporal patch)
   std::int64_t vision_pairs_whole = 0;      // sum of (t*h*w)^2  (the reference's billing)
+  // The (query, key) pairs under each attention window of the decoder (vision_geometry::windows[k]), summed
+  // over documents, attention inside each document as a varlen kernel runs it. A document of L tokens has:
+  //   sliding w: query i attends keys j with i - w < j <= i:  L(L+1)/2 when L <= w, else w(w+1)/2 + (L-w)*w;
+  //   chunked c: query i attends the keys of its own chunk of c tokens, causally: with q = L / c, r = L % c,
+  //              q * c(c+1)/2 + r(r+1)/2.
+  // 0 for a window the geometry does not have (window_count <= k).
+  std::int64_t window_pairs_0 = 0;
+  std::int64_t window_pairs_1 = 0;
   // The part of real + padding tokens and of causal_pairs that lies in micro-batches without any image or
   // video. A frozen decoder gets a gradient only through the images it sees (training_regime), so such a
   // micro-batch may be billed differently (regime_coefficients::without_items).
   std::int64_t itemless_device_tokens = 0;
   std::int64_t itemless_causal_pairs = 0;
+  std::int64_t itemless_window_pairs_0 = 0;
+  std::int64_t itemless_window_pairs_1 = 0;
 
   std::int64_t device_tokens() const { return real_tokens + padding_tokens; }
   // Adds `other`; throws flopmeter::error if any field would overflow.
@@ -140,9 +150,26 @@ bool operator==(const batch_counts& a, const batch_counts& b);
 // per real token, 0 starts a document and otherwise each entry is the previous + 1.
 // `padding_tokens` >= 0. Grids: t, h, w >= 1, h and w divisible by spatial_merge_size; grids need a vision
 // tower (`spec` or `merge` says which). Throws flopmeter::error naming the bad entry by index.
+// What the count functions need of a model besides the documents: its vision tower's merge size and the
+// decoder's attention windows (full attention needs none: causal_pairs counts it).
+enum class window_kind : std::uint8_t {
+  sliding,  // query i attends keys j with i - size < j <= i (transformers' sliding-window mask)
+  chunked,  // query i attends the keys of its own chunk of `size` tokens, causally (Llama 4's chunked attention)
+};
+struct attention_window {
+  window_kind kind = window_kind::sliding;
+  std::int64_t size = 0;  // >= 1
+};
+// The distinct windows a decoder may use besides full attention (a model with two windows has two counts).
+inline constexpr std::size_t kMaxAttentionWindows = 2;
+
+// Windows: the first window_count entries of `windows` are counted, window k into batch_counts::window_pairs_k;
+// each has size >= 1 (the count functions throw flopmeter::error otherwise). geometry_of(spec) fills them.
 struct vision_geometry {
   bool has_vision = false;
   std::int64_t spatial_merge_size = 1;
+  std::int64_t window_count = 0;  // 0 .. kMaxAttentionWindows
+  attention_window windows[kMaxAttentionWindows];
 };
 vision_geometry geometry_of(const model_spec& spec);
 

@@ -22,9 +22,11 @@ struct count_field {
   const char* overflow_name;           // what a sum that overflows says: "<overflow_name> overflows a 64-bit count"
 };
 
-// batch_counts' fields in declaration order. The first kReportedCountFields are the counts reports show (the
-// nine of `flopmeter estimate` and the C ABI's flopmeter_counts); the two itemless_* split the text counts by
-// micro-batches without images (regime_coefficients) and travel in the per-log row only.
+// batch_counts' fields in declaration order. The first kReportedCountFields are the counts reports show (those of
+// `flopmeter estimate` and the C ABI's flopmeter_counts, whose struct_size says how many a caller has); the four
+// itemless_* split the text counts by micro-batches without images (regime_coefficients) and travel in the
+// per-log row only. The window counts sit right after the nine counts of flopmeter_counts' version 1, so that
+// the C struct grew by appending.
 inline constexpr count_field kCountFields[] = {
     {"real_tokens", &batch_counts::real_tokens, "real token count"},
     {"padding_tokens", &batch_counts::padding_tokens, "padding token count"},
@@ -35,11 +37,15 @@ inline constexpr count_field kCountFields[] = {
     {"merged_tokens", &batch_counts::merged_tokens, "merged token count"},
     {"vision_pairs_per_frame", &batch_counts::vision_pairs_per_frame, "vision pair count"},
     {"vision_pairs_whole", &batch_counts::vision_pairs_whole, "vision pair count"},
+    {"window_pairs_0", &batch_counts::window_pairs_0, "window pair count"},
+    {"window_pairs_1", &batch_counts::window_pairs_1, "window pair count"},
     {"itemless_device_tokens", &batch_counts::itemless_device_tokens, "device token count"},
     {"itemless_causal_pairs", &batch_counts::itemless_causal_pairs, "causal pair count"},
+    {"itemless_window_pairs_0", &batch_counts::itemless_window_pairs_0, "window pair count"},
+    {"itemless_window_pairs_1", &batch_counts::itemless_window_pairs_1, "window pair count"},
 };
 inline constexpr std::size_t kCountFieldCount = std::size(kCountFields);
-inline constexpr std::size_t kReportedCountFields = 9;
+inline constexpr std::size_t kReportedCountFields = 11;
 
 // A field added to batch_counts and not to the table fails here.
 static_assert(sizeof(batch_counts) == kCountFieldCount * sizeof(std::int64_t),

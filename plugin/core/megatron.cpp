@@ -233,7 +233,7 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
                                    tolerance, "the constant bills S/2 keys per patch, as for the decoder"));
     // One image of S patches (grid 1 x 1 x S; the merge constraint is irrelevant to the ViT blocks), counted
     // in the reference's scope, against the ViT billed once per decoder token at S.
-    const vision_geometry any_grid{true, 1};
+    const vision_geometry any_grid{true, 1, 0, {}};
     const image_grid row_image[] = {{1, 1, seq_len}};
     const batch_counts vision_row = count_from_lengths({}, 0, row_image, any_grid);
     const flop_breakdown vision_flops = compute_flops(c, vision_row, flop_scope::seed);

@@ -148,7 +148,7 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
   const at::Tensor padding = constant(b.padding_tokens, options);
   const at::Tensor itemless_tokens = has_grids ? zero : real + padding, itemless_pairs = has_grids ? zero : pairs;
   // In the row's order (row_layout.h, kCountFields), then the invalid entries.
-  std::vector<at::Tensor> entries(static_cast<std::size_t>(kCountEntries));
+  std::vector<at::Tensor> entries(static_cast<std::size_t>(kCountEntries), zero);
   entries[row_real_tokens] = real;
   entries[row_padding_tokens] = padding;
   entries[row_documents] = documents;

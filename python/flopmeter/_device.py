@@ -30,14 +30,14 @@ MAX_ITEM_PATCHES = 1 << 31
 
 # The accumulator's slots: the row's counts (flopmeter_counts' nine, then the device tokens and causal pairs of
 # the micro-batches without images), then these.
-COUNTS = 11
-INVALID = 11
-LABEL_TOKENS = 12
-SAMPLES = 13
-LOSS_SUM = 14
-TOKENS_SQUARED = 15        # sum over micro-batches of S^2, S = its device tokens (the Megatron constant's text
-TOKENS_TIMES_PATCHES = 16  # attention grows with it), and of S x its patches (its ViT attention)
-SLOTS = 17
+COUNTS = 15
+INVALID = 15
+LABEL_TOKENS = 16
+SAMPLES = 17
+LOSS_SUM = 18
+TOKENS_SQUARED = 19        # sum over micro-batches of S^2, S = its device tokens (the Megatron constant's text
+TOKENS_TIMES_PATCHES = 20  # attention grows with it), and of S x its patches (its ViT attention)
+SLOTS = 21
 
 
 def _causal_pairs(torch: Any, lengths: Any) -> Any:
@@ -106,8 +106,8 @@ def batch_counts(torch: Any, fmt: Optional[str], batch: Any, grids: Any, padding
     has_items = grids is not None and grids.numel() > 0
     itemless_tokens = zero if has_items else real + padding
     itemless_pairs = zero if has_items else pairs
-    return torch.stack([real, padding, documents, pairs, items, patches, merged, per_frame, whole, itemless_tokens,
-                        itemless_pairs, invalid])
+    return torch.stack([real, padding, documents, pairs, items, patches, merged, per_frame, whole, zero, zero,
+                        itemless_tokens, itemless_pairs, zero, zero, invalid])
 
 
 def _device_scalar(torch: Any, value: Any, device: Any) -> Any:

@@ -162,6 +162,8 @@ COUNT_FIELDS = (
     "merged_tokens",
     "vision_pairs_per_frame",
     "vision_pairs_whole",
+    "window_pairs_0",
+    "window_pairs_1",
 )
 
 
@@ -215,6 +217,7 @@ _SIGNATURES = {
     "flopmeter_model_parse_json": (_P, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p,
                                         ctypes.c_size_t]),
     "flopmeter_model_destroy": (ctypes.c_int, [_P]),
+    "flopmeter_count_field": (ctypes.c_char_p, [ctypes.c_uint32, ctypes.POINTER(ctypes.c_int)]),
     "flopmeter_model_count": (ctypes.c_int, [_P, ctypes.POINTER(Microbatch), ctypes.POINTER(Counts), ctypes.c_char_p,
                                              ctypes.c_size_t]),
     "flopmeter_model_flops": (ctypes.c_int, [_P, ctypes.POINTER(Counts), ctypes.c_int, ctypes.POINTER(Flops)]),

@@ -57,6 +57,7 @@ def test_a_small_batch_by_hand():
     assert m.counts(document_lengths=[3, 5], padding_tokens=2, image_grid_thw=[[1, 4, 4]]) == {
         "real_tokens": 8, "padding_tokens": 2, "documents": 2, "causal_pairs": 21, "items": 1, "patches": 16,
         "merged_tokens": 4, "vision_pairs_per_frame": 256, "vision_pairs_whole": 256,
+        "window_pairs_0": 0, "window_pairs_1": 0,  # tiny_vlm attends fully on every layer: no window
     }
     expected = (c["dense_per_token"] * 10 + c["text_attn_pair"] * 21 + c["vision_per_patch"] * 16
                 + c["vision_attn_pair"] * 256 + c["patch_embed_per_patch"] * 16 + c["merger_per_merged_token"] * 4
