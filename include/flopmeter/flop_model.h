@@ -40,14 +40,18 @@ const char* to_string(flop_scope scope);
 // column and key, or a command-line flag as the file: {"--scope"}).
 flop_scope parse_flop_scope(const std::string& text, const error_location& where);
 
-// An attention window: a sliding window of `size` keys (query i attends to keys j with i - size < j <= i) or
-// chunks of `size` tokens (a query attends to the keys of its own chunk, causally). Full attention is no window.
-enum class window_kind : std::uint8_t { sliding, chunked };
+// A decoder's attention windows (full attention is none: causal_pairs counts it); the count functions take them
+// in vision_geometry, the coefficients bill them per window.
+enum class window_kind : std::uint8_t {
+  sliding,  // query i attends keys j with i - size < j <= i (transformers' sliding-window mask)
+  chunked,  // query i attends the keys of its own chunk of `size` tokens, causally (Llama 4's chunked attention)
+};
 struct attention_window {
   window_kind kind = window_kind::sliding;
-  std::int64_t size = 0;  // size >= 1
+  std::int64_t size = 0;  // >= 1
 };
-inline constexpr std::size_t kMaxAttentionWindows = 2;  // distinct windows a decoder may use besides full
+// The distinct windows a decoder may use besides full attention (a model with two windows has two counts).
+inline constexpr std::size_t kMaxAttentionWindows = 2;
 
 // dense_per_token split by GEMM family; the parts sum to dense_per_token exactly. Mixture of experts (dropless
 // routing: every token visits exactly num_experts_per_tok experts, none is dropped for capacity):
@@ -150,19 +154,6 @@ bool operator==(const batch_counts& a, const batch_counts& b);
 // per real token, 0 starts a document and otherwise each entry is the previous + 1.
 // `padding_tokens` >= 0. Grids: t, h, w >= 1, h and w divisible by spatial_merge_size; grids need a vision
 // tower (`spec` or `merge` says which). Throws flopmeter::error naming the bad entry by index.
-// What the count functions need of a model besides the documents: its vision tower's merge size and the
-// decoder's attention windows (full attention needs none: causal_pairs counts it).
-enum class window_kind : std::uint8_t {
-  sliding,  // query i attends keys j with i - size < j <= i (transformers' sliding-window mask)
-  chunked,  // query i attends the keys of its own chunk of `size` tokens, causally (Llama 4's chunked attention)
-};
-struct attention_window {
-  window_kind kind = window_kind::sliding;
-  std::int64_t size = 0;  // >= 1
-};
-// The distinct windows a decoder may use besides full attention (a model with two windows has two counts).
-inline constexpr std::size_t kMaxAttentionWindows = 2;
-
 // Windows: the first window_count entries of `windows` are counted, window k into batch_counts::window_pairs_k;
 // each has size >= 1 (the count functions throw flopmeter::error otherwise). geometry_of(spec) fills them.
 struct vision_geometry {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/architecture.h"
 #include "core/count_fields.h"
 #include "core/positions_scan.h"
 #include "flopmeter/array_view.h"
@@ -66,6 +67,13 @@ vision_geometry geometry_of(const model_spec& spec) {
   if (spec.vision) {
     g.has_vision = true;
     g.spatial_merge_size = spec.vision->spatial_merge_size;
+  }
+  // The decoder's distinct windows in order of first use (core/architecture.cpp); the coefficients'
+  // window_attn_pair[k] bills window k.
+  const std::vector<attention_window> windows = detail::attention_windows(spec);
+  for (const attention_window& w : windows) {
+    if (g.window_count == static_cast<std::int64_t>(kMaxAttentionWindows)) break;  // the rules refuse more
+    g.windows[g.window_count++] = w;
   }
   return g;
 }
