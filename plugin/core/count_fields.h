@@ -47,6 +47,15 @@ inline constexpr count_field kCountFields[] = {
 inline constexpr std::size_t kCountFieldCount = std::size(kCountFields);
 inline constexpr std::size_t kReportedCountFields = 11;
 
+// Window k's pair count and its itemless part, k < kMaxAttentionWindows (vision_geometry::windows[k]).
+inline constexpr std::int64_t batch_counts::*kWindowPairs[] = {&batch_counts::window_pairs_0,
+                                                               &batch_counts::window_pairs_1};
+inline constexpr std::int64_t batch_counts::*kItemlessWindowPairs[] = {&batch_counts::itemless_window_pairs_0,
+                                                                       &batch_counts::itemless_window_pairs_1};
+static_assert(std::size(kWindowPairs) == kMaxAttentionWindows &&
+                  std::size(kItemlessWindowPairs) == kMaxAttentionWindows,
+              "one window_pairs_k and itemless_window_pairs_k per window");
+
 // A field added to batch_counts and not to the table fails here.
 static_assert(sizeof(batch_counts) == kCountFieldCount * sizeof(std::int64_t),
               "every batch_counts field has an entry in kCountFields");
