@@ -52,6 +52,8 @@ itemless_table itemless_entries(const regime_coefficients& rc) {
       }};
 }
 
+const char* window_kind_name(window_kind kind) { return kind == window_kind::sliding ? "sliding" : "chunked"; }
+
 std::string frozen_json(const training_regime& regime) {
   std::string list = "[";
   const auto add = [&list](bool frozen, const char* part) {
@@ -79,6 +81,19 @@ std::string coefficients_json(const model_spec& spec, const regime_coefficients&
       .integer("lora_rank", regime.lora_rank)
       .raw("lora_targets", lora_targets_json(regime));
   for (const coefficient_entry& e : table.entries) object.integer(e.key, e.value);
+  // A model with attention windows: their coefficients, per pair under window k, and the windows themselves.
+  const vision_geometry geometry = geometry_of(spec);
+  if (geometry.window_count > 0) {
+    std::string pairs = "[", windows = "[";
+    for (std::int64_t k = 0; k < geometry.window_count; ++k) {
+      const attention_window& w = geometry.windows[k];
+      pairs += (k > 0 ? ", " : "") + std::to_string(rc.with_items.window_attn_pair[k]);
+      json_object window;
+      window.string("kind", window_kind_name(w.kind)).integer("size", w.size);
+      windows += (k > 0 ? ", " : "") + window.str();
+    }
+    object.raw("window_attn_pair", pairs + "]").raw("windows", windows + "]");
+  }
   json_object breakdown;
   for (const coefficient_entry& e : table.dense_parts) breakdown.integer(e.key, e.value);
   object.raw("dense_per_token_breakdown", breakdown.str());
