@@ -90,6 +90,11 @@ class toml_fields final : public detail::field_reader, private detail::toml_read
                      {std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()});
   }
   bool boolean(std::string_view path) const override { return bool_value(*node(path), std::string(path)); }
+  // TOML has no null: a nullable field (a family's sliding_window, q_lora_rank) is written "none".
+  bool is_null(std::string_view path) const override {
+    const toml::node* value = node(path);
+    return value != nullptr && value->is_string() && value->as_string()->get() == "none";
+  }
   std::string string(std::string_view path) const override { return string_value(*node(path), std::string(path)); }
   std::size_t array_size(std::string_view path) const override {
     const toml::node& value = *node(path);
