@@ -36,33 +36,49 @@ const std::string kSourceDir = FLOPMETER_SOURCE_DIR;
 
 // A valid qwen3_vl document (text only), 12 lines; appended lines are line 12 on.
 const std::string kVl =
-    "[model]\n"                                  // 1
-    "model_type = \"qwen3_vl\"\n"                // 2
-    "[text_config]\n"                            // 3
-    "hidden_size = 64\n"                         // 4
-    "num_hidden_layers = 3\n"                    // 5
-    "num_attention_heads = 4\n"                  // 6
-    "num_key_value_heads = 2\n"                  // 7
-    "head_dim = 16\n"                            // 8
-    "intermediate_size = 128\n"                  // 9
-    "vocab_size = 512\n"                         // 10
-    "tie_word_embeddings = false\n";             // 11
+    "[model]\n"                       // 1
+    "model_type = \"qwen3_vl\"\n"     // 2
+    "[text_config]\n"                 // 3
+    "hidden_size = 64\n"              // 4
+    "num_hidden_layers = 3\n"         // 5
+    "num_attention_heads = 4\n"       // 6
+    "num_key_value_heads = 2\n"       // 7
+    "head_dim = 16\n"                 // 8
+    "intermediate_size = 128\n"       // 9
+    "vocab_size = 512\n"              // 10
+    "tie_word_embeddings = false\n";  // 11
 
 // The same model as a config.json, one field per line; line numbers in the comments.
 const std::string kVlJson =
-    "{\n"                                        // 1
-    "  \"model_type\": \"qwen3_vl\",\n"          // 2
-    "  \"text_config\": {\n"                     // 3
-    "    \"hidden_size\": 64,\n"                 // 4
-    "    \"num_hidden_layers\": 3,\n"            // 5
-    "    \"num_attention_heads\": 4,\n"          // 6
-    "    \"num_key_value_heads\": 2,\n"          // 7
-    "    \"head_dim\": 16,\n"                    // 8
-    "    \"intermediate_size\": 128,\n"          // 9
-    "    \"vocab_size\": 512,\n"                 // 10
-    "    \"rope_theta\": 5000000\n"              // 11
-    "  }\n"                                      // 12
-    "}\n";                                       // 13
+    "{\n"                                // 1
+    "  \"model_type\": \"qwen3_vl\",\n"  // 2
+    "  \"text_config\": {\n"             // 3
+    "    \"hidden_size\": 64,\n"         // 4
+    "    \"num_hidden_layers\": 3,\n"    // 5
+    "    \"num_attention_heads\": 4,\n"  // 6
+    "    \"num_key_value_heads\": 2,\n"  // 7
+    "    \"head_dim\": 16,\n"            // 8
+    "    \"intermediate_size\": 128,\n"  // 9
+    "    \"vocab_size\": 512,\n"         // 10
+    "    \"rope_theta\": 5000000\n"      // 11
+    "  }\n"                              // 12
+    "}\n";                               // 13
+
+// A DeepSeek-V3-style MLA + MoE model (families.cpp) and a gpt-oss-style windowed one, line numbers in comments.
+const std::string kMla =
+    "[model]\nmodel_type = \"deepseek_v3\"\n[text_config]\n"                       // 1-3
+    "hidden_size = 64\nnum_hidden_layers = 3\nnum_attention_heads = 4\n"           // 4-6
+    "intermediate_size = 96\nvocab_size = 100\nq_lora_rank = 16\n"                 // 7-9
+    "kv_lora_rank = 8\nqk_nope_head_dim = 8\nqk_rope_head_dim = 4\n"               // 10-12
+    "v_head_dim = 8\nmoe_intermediate_size = 16\nn_routed_experts = 8\n"           // 13-15
+    "num_experts_per_tok = 2\nn_shared_experts = 1\nfirst_k_dense_replace = 1\n";  // 16-18
+const std::string kWindows =
+    "[model]\nmodel_type = \"gpt_oss\"\n[text_config]\n"                  // 1-3
+    "hidden_size = 64\nnum_hidden_layers = 2\nnum_attention_heads = 4\n"  // 4-6
+    "num_key_value_heads = 2\nhead_dim = 32\nintermediate_size = 32\n"    // 7-9
+    "vocab_size = 100\nsliding_window = 4\n"                              // 10-11
+    "layer_types = [\"sliding_attention\", \"full_attention\"]\n"         // 12
+    "num_local_experts = 4\nnum_experts_per_tok = 2\n";                   // 13-14
 
 using testing::error_message_of;
 using testing::replace_once;
@@ -88,7 +104,7 @@ std::string repeat(const std::string& piece, std::size_t count) {
 
 // The edit tables below: each row edits the TOML document kVl or the config.json kVlJson within one place and
 // pins the whole message its loader gives.
-enum class document { toml, json };
+enum class document { toml, json, mla_toml, window_toml };
 
 struct hostile_edit {
   document base;
@@ -102,9 +118,12 @@ class hostile_edits : public ::testing::TestWithParam<hostile_edit> {};
 
 TEST_P(hostile_edits, message_names_file_location_key_and_problem) {
   const hostile_edit& c = GetParam();
-  EXPECT_EQ(c.base == document::toml ? toml_error(replace_once(kVl, c.from, c.to))
-                                     : json_error(replace_once(kVlJson, c.from, c.to)),
-            c.message);
+  switch (c.base) {
+    case document::toml: EXPECT_EQ(toml_error(replace_once(kVl, c.from, c.to)), c.message); break;
+    case document::json: EXPECT_EQ(json_error(replace_once(kVlJson, c.from, c.to)), c.message); break;
+    case document::mla_toml: EXPECT_EQ(toml_error(replace_once(kMla, c.from, c.to)), c.message); break;
+    case document::window_toml: EXPECT_EQ(toml_error(replace_once(kWindows, c.from, c.to)), c.message); break;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -171,7 +190,8 @@ TEST(hostile_toml, multi_megabyte_unknown_key_gets_no_hint_and_no_quadratic_time
   // it. The message is the plain one.
   const std::string key(std::size_t{4} << 20, 'h');
   const std::string message = toml_error(kVl + key + " = 1\n");
-  EXPECT_EQ(message, "h.toml:12:1: unknown key 'text_config." + key + "' (not in the schema, see model_configs/SCHEMA.md)");
+  EXPECT_EQ(message,
+            "h.toml:12:1: unknown key 'text_config." + key + "' (not in the schema, see model_configs/SCHEMA.md)");
 }
 
 TEST(hostile_toml, short_typo_still_gets_its_hint) {
@@ -221,6 +241,44 @@ const hostile_edit kTomlEdits[] = {
 };
 
 INSTANTIATE_TEST_SUITE_P(hostile_toml, hostile_edits, ::testing::ValuesIn(kTomlEdits), testing::row_name<hostile_edit>);
+
+// The family rules (core/families.cpp), one row per rule: the field and the reason at FILE:LINE:COL.
+const hostile_edit kFamilyEdits[] = {
+    {document::mla_toml, "first_k_dense_replace_beyond_the_layers", "first_k_dense_replace = 1",
+     "first_k_dense_replace = 4",
+     "h.toml:18:25: key 'text_config.first_k_dense_replace': must be in [0, num_hidden_layers = 3] (got 4)"},
+    {document::mla_toml, "kv_lora_rank_without_the_rope_dims", "qk_rope_head_dim = 4\n", "",
+     "h.toml:3:1: required key 'text_config.qk_rope_head_dim' is missing"},
+    {document::mla_toml, "none_for_a_field_that_cannot_be_null", "kv_lora_rank = 8", "kv_lora_rank = \"none\"",
+     "h.toml:10:16: key 'text_config.kv_lora_rank': must not be null"},
+    {document::mla_toml, "top_k_above_the_routed_experts", "num_experts_per_tok = 2", "num_experts_per_tok = 9",
+     "h.toml:16:23: key 'text_config.num_experts_per_tok': must be <= n_routed_experts = 8 (got 9)"},
+    {document::window_toml, "a_window_of_zero", "sliding_window = 4", "sliding_window = 0",
+     "h.toml:11:18: key 'text_config.sliding_window': must be > 0 (got 0)"},
+    {document::window_toml, "no_window_for_sliding_layers", "sliding_window = 4", "sliding_window = \"none\"",
+     "h.toml:11:18: key 'text_config.sliding_window': is null but layer_types has \"sliding_attention\" layers: "
+     "give the window's size"},
+    {document::window_toml, "layer_types_of_the_wrong_length", "[\"sliding_attention\", \"full_attention\"]",
+     "[\"sliding_attention\"]",
+     "h.toml:12:15: key 'text_config.layer_types': has 1 entries but num_hidden_layers = 2 (one entry per decoder "
+     "layer)"},
+    {document::window_toml, "unknown_layer_types_entry", "\"full_attention\"]", "\"global\"]",
+     "h.toml:12:37: key 'text_config.layer_types[1]': unknown layer type \"global\" (expected \"full_attention\" or "
+     "\"sliding_attention\")"},
+    {document::window_toml, "layer_types_not_a_list", "[\"sliding_attention\", \"full_attention\"]",
+     "\"sliding_attention\"", "h.toml:12:15: key 'text_config.layer_types': expected an array, got string"},
+};
+
+INSTANTIATE_TEST_SUITE_P(hostile_families, hostile_edits, ::testing::ValuesIn(kFamilyEdits),
+                         testing::row_name<hostile_edit>);
+
+TEST(hostile_families, two_million_alternating_layers_without_a_list_are_refused_not_enumerated) {
+  std::string doc = replace_once(kWindows, "num_hidden_layers = 2", "num_hidden_layers = 2000000");
+  doc = replace_once(doc, "layer_types = [\"sliding_attention\", \"full_attention\"]\n", "");
+  EXPECT_EQ(toml_error(doc),
+            "h.toml:5:21: key 'text_config.num_hidden_layers': without layer_types, more than 131072 "
+            "alternating layers are not supported (got 2000000)");
+}
 
 TEST(hostile_toml, unicode_key_is_unknown_at_its_position) {
   EXPECT_EQ(toml_error(kVl + "\"hïdden_size\" = 64\n"),
@@ -281,7 +339,8 @@ class hostile_files : public ::testing::Test {
 
 TEST_F(hostile_files, fifo_is_refused_without_blocking) {
   ASSERT_EQ(::mkfifo(path("pipe.toml").c_str(), 0600), 0);
-  EXPECT_EQ(load_error(path("pipe.toml")), path("pipe.toml") + ": cannot open model config: not a regular file (a FIFO)");
+  EXPECT_EQ(load_error(path("pipe.toml")),
+            path("pipe.toml") + ": cannot open model config: not a regular file (a FIFO)");
 }
 
 TEST_F(hostile_files, character_device_is_refused) {
@@ -291,7 +350,8 @@ TEST_F(hostile_files, character_device_is_refused) {
 TEST_F(hostile_files, symlink_loop_names_the_loop) {
   fs::create_symlink(dir_ / "b.toml", dir_ / "a.toml");
   fs::create_symlink(dir_ / "a.toml", dir_ / "b.toml");
-  EXPECT_EQ(load_error(path("a.toml")), path("a.toml") + ": cannot open model config: too many levels of symbolic links");
+  EXPECT_EQ(load_error(path("a.toml")),
+            path("a.toml") + ": cannot open model config: too many levels of symbolic links");
 }
 
 TEST_F(hostile_files, dangling_symlink_is_no_such_file) {
@@ -301,7 +361,8 @@ TEST_F(hostile_files, dangling_symlink_is_no_such_file) {
 
 TEST_F(hostile_files, path_through_a_file_is_not_a_directory) {
   write("plain.toml", kVl);
-  EXPECT_EQ(load_error(path("plain.toml/x.toml")), path("plain.toml/x.toml") + ": cannot open model config: not a directory");
+  EXPECT_EQ(load_error(path("plain.toml/x.toml")),
+            path("plain.toml/x.toml") + ": cannot open model config: not a directory");
 }
 
 TEST_F(hostile_files, unreadable_directory_is_permission_denied) {
@@ -314,8 +375,9 @@ TEST_F(hostile_files, unreadable_directory_is_permission_denied) {
 
 TEST_F(hostile_files, directory_without_config_json_says_what_it_needs) {
   EXPECT_EQ(load_error(dir_.string()),
-            dir_.string() + ": cannot open model config: a directory without a config.json (name a model TOML file, a "
-                            "Hugging Face config.json, or a checkpoint directory that holds one)");
+            dir_.string() +
+                ": cannot open model config: a directory without a config.json (name a model TOML file, a "
+                "Hugging Face config.json, or a checkpoint directory that holds one)");
 }
 
 TEST_F(hostile_files, empty_path_is_refused) {
@@ -324,11 +386,10 @@ TEST_F(hostile_files, empty_path_is_refused) {
 
 TEST_F(hostile_files, one_gigabyte_file_is_refused_after_16_mib) {
   // A sparse 1 GiB file: reading stops past 16 MiB instead of taking 1 GiB of the trainer's memory.
-  {
-    std::ofstream(dir_ / "huge.toml");
-  }
+  { std::ofstream(dir_ / "huge.toml"); }
   fs::resize_file(dir_ / "huge.toml", std::uintmax_t{1} << 30);
-  EXPECT_EQ(load_error(path("huge.toml")), path("huge.toml") + ": cannot read model config: larger than 16 MiB, so not a config file");
+  EXPECT_EQ(load_error(path("huge.toml")),
+            path("huge.toml") + ": cannot read model config: larger than 16 MiB, so not a config file");
 }
 
 TEST_F(hostile_files, empty_file_is_a_document_without_tables) {
@@ -370,8 +431,9 @@ TEST_F(hostile_files, plugin_config_with_a_deep_header_is_refused_before_parsing
     (void)load_throughput_options(path("plugin.toml"));
     ADD_FAILURE() << "no error";
   } catch (const error& e) {
-    EXPECT_EQ(std::string(e.what()), path("plugin.toml") + ":1:129: table header has more than 64 parts; refused "
-                                                           "before parsing (no config needs that many)");
+    EXPECT_EQ(std::string(e.what()), path("plugin.toml") +
+                                         ":1:129: table header has more than 64 parts; refused "
+                                         "before parsing (no config needs that many)");
   }
 }
 
@@ -504,8 +566,9 @@ TEST(hostile_json, byte_order_mark_and_crlf_are_accepted_and_located) {
 TEST(hostile_json, nul_byte_in_a_string_is_a_syntax_error) {
   const std::string message = json_error(replace_once(kVlJson, "\"qwen3_vl\"", std::string("\"qwen3\0vl\"", 10)));
   // "  \"model_type\": \"qwen3" is 2 + 12 + 2 + 6 = 22 characters: the NUL is at column 23 of line 2.
-  EXPECT_EQ(message, "config.json:2:23: JSON syntax error: syntax error while parsing value - invalid string: control "
-                     "character U+0000 (NUL) must be escaped to \\u0000; last read: '\"qwen3<U+0000>'");
+  EXPECT_EQ(message,
+            "config.json:2:23: JSON syntax error: syntax error while parsing value - invalid string: control "
+            "character U+0000 (NUL) must be escaped to \\u0000; last read: '\"qwen3<U+0000>'");
 }
 
 TEST(hostile_json, number_overflowing_a_double_is_a_syntax_error) {
@@ -543,9 +606,10 @@ TEST(hostile_json, control_characters_in_values_are_escaped_in_messages) {
 }
 
 TEST(hostile_json, unicode_and_unknown_keys_are_ignored) {
-  const model_spec spec = parse_hf_config(
-      replace_once(kVlJson, "\"rope_theta\": 5000000", "\"rope_theta\": 5000000, \"日本語\": {\"x\": [null]}, \"\\u0000\": 1"),
-      "config.json");
+  const model_spec spec =
+      parse_hf_config(replace_once(kVlJson, "\"rope_theta\": 5000000",
+                                   "\"rope_theta\": 5000000, \"日本語\": {\"x\": [null]}, \"\\u0000\": 1"),
+                      "config.json");
   EXPECT_EQ(spec.text.hidden_size, 64);
 }
 
