@@ -36,33 +36,33 @@ const std::string kSourceDir = FLOPMETER_SOURCE_DIR;
 
 // A valid qwen3_vl document (text only), 12 lines; appended lines are line 12 on.
 const std::string kVl =
-    "[model]\n"                       // 1
-    "model_type = \"qwen3_vl\"\n"     // 2
-    "[text_config]\n"                 // 3
-    "hidden_size = 64\n"              // 4
-    "num_hidden_layers = 3\n"         // 5
-    "num_attention_heads = 4\n"       // 6
-    "num_key_value_heads = 2\n"       // 7
-    "head_dim = 16\n"                 // 8
-    "intermediate_size = 128\n"       // 9
-    "vocab_size = 512\n"              // 10
-    "tie_word_embeddings = false\n";  // 11
+    "[model]\n"                                  // 1
+    "model_type = \"qwen3_vl\"\n"                // 2
+    "[text_config]\n"                            // 3
+    "hidden_size = 64\n"                         // 4
+    "num_hidden_layers = 3\n"                    // 5
+    "num_attention_heads = 4\n"                  // 6
+    "num_key_value_heads = 2\n"                  // 7
+    "head_dim = 16\n"                            // 8
+    "intermediate_size = 128\n"                  // 9
+    "vocab_size = 512\n"                         // 10
+    "tie_word_embeddings = false\n";             // 11
 
 // The same model as a config.json, one field per line; line numbers in the comments.
 const std::string kVlJson =
-    "{\n"                                // 1
-    "  \"model_type\": \"qwen3_vl\",\n"  // 2
-    "  \"text_config\": {\n"             // 3
-    "    \"hidden_size\": 64,\n"         // 4
-    "    \"num_hidden_layers\": 3,\n"    // 5
-    "    \"num_attention_heads\": 4,\n"  // 6
-    "    \"num_key_value_heads\": 2,\n"  // 7
-    "    \"head_dim\": 16,\n"            // 8
-    "    \"intermediate_size\": 128,\n"  // 9
-    "    \"vocab_size\": 512,\n"         // 10
-    "    \"rope_theta\": 5000000\n"      // 11
-    "  }\n"                              // 12
-    "}\n";                               // 13
+    "{\n"                                        // 1
+    "  \"model_type\": \"qwen3_vl\",\n"          // 2
+    "  \"text_config\": {\n"                     // 3
+    "    \"hidden_size\": 64,\n"                 // 4
+    "    \"num_hidden_layers\": 3,\n"            // 5
+    "    \"num_attention_heads\": 4,\n"          // 6
+    "    \"num_key_value_heads\": 2,\n"          // 7
+    "    \"head_dim\": 16,\n"                    // 8
+    "    \"intermediate_size\": 128,\n"          // 9
+    "    \"vocab_size\": 512,\n"                 // 10
+    "    \"rope_theta\": 5000000\n"              // 11
+    "  }\n"                                      // 12
+    "}\n";                                       // 13
 
 // A DeepSeek-V3-style MLA + MoE model (families.cpp) and a gpt-oss-style windowed one, line numbers in comments.
 const std::string kMla =
@@ -190,8 +190,7 @@ TEST(hostile_toml, multi_megabyte_unknown_key_gets_no_hint_and_no_quadratic_time
   // it. The message is the plain one.
   const std::string key(std::size_t{4} << 20, 'h');
   const std::string message = toml_error(kVl + key + " = 1\n");
-  EXPECT_EQ(message,
-            "h.toml:12:1: unknown key 'text_config." + key + "' (not in the schema, see model_configs/SCHEMA.md)");
+  EXPECT_EQ(message, "h.toml:12:1: unknown key 'text_config." + key + "' (not in the schema, see model_configs/SCHEMA.md)");
 }
 
 TEST(hostile_toml, short_typo_still_gets_its_hint) {
@@ -339,8 +338,7 @@ class hostile_files : public ::testing::Test {
 
 TEST_F(hostile_files, fifo_is_refused_without_blocking) {
   ASSERT_EQ(::mkfifo(path("pipe.toml").c_str(), 0600), 0);
-  EXPECT_EQ(load_error(path("pipe.toml")),
-            path("pipe.toml") + ": cannot open model config: not a regular file (a FIFO)");
+  EXPECT_EQ(load_error(path("pipe.toml")), path("pipe.toml") + ": cannot open model config: not a regular file (a FIFO)");
 }
 
 TEST_F(hostile_files, character_device_is_refused) {
@@ -350,8 +348,7 @@ TEST_F(hostile_files, character_device_is_refused) {
 TEST_F(hostile_files, symlink_loop_names_the_loop) {
   fs::create_symlink(dir_ / "b.toml", dir_ / "a.toml");
   fs::create_symlink(dir_ / "a.toml", dir_ / "b.toml");
-  EXPECT_EQ(load_error(path("a.toml")),
-            path("a.toml") + ": cannot open model config: too many levels of symbolic links");
+  EXPECT_EQ(load_error(path("a.toml")), path("a.toml") + ": cannot open model config: too many levels of symbolic links");
 }
 
 TEST_F(hostile_files, dangling_symlink_is_no_such_file) {
@@ -361,8 +358,7 @@ TEST_F(hostile_files, dangling_symlink_is_no_such_file) {
 
 TEST_F(hostile_files, path_through_a_file_is_not_a_directory) {
   write("plain.toml", kVl);
-  EXPECT_EQ(load_error(path("plain.toml/x.toml")),
-            path("plain.toml/x.toml") + ": cannot open model config: not a directory");
+  EXPECT_EQ(load_error(path("plain.toml/x.toml")), path("plain.toml/x.toml") + ": cannot open model config: not a directory");
 }
 
 TEST_F(hostile_files, unreadable_directory_is_permission_denied) {
@@ -375,9 +371,8 @@ TEST_F(hostile_files, unreadable_directory_is_permission_denied) {
 
 TEST_F(hostile_files, directory_without_config_json_says_what_it_needs) {
   EXPECT_EQ(load_error(dir_.string()),
-            dir_.string() +
-                ": cannot open model config: a directory without a config.json (name a model TOML file, a "
-                "Hugging Face config.json, or a checkpoint directory that holds one)");
+            dir_.string() + ": cannot open model config: a directory without a config.json (name a model TOML file, a "
+                            "Hugging Face config.json, or a checkpoint directory that holds one)");
 }
 
 TEST_F(hostile_files, empty_path_is_refused) {
@@ -386,10 +381,11 @@ TEST_F(hostile_files, empty_path_is_refused) {
 
 TEST_F(hostile_files, one_gigabyte_file_is_refused_after_16_mib) {
   // A sparse 1 GiB file: reading stops past 16 MiB instead of taking 1 GiB of the trainer's memory.
-  { std::ofstream(dir_ / "huge.toml"); }
+  {
+    std::ofstream(dir_ / "huge.toml");
+  }
   fs::resize_file(dir_ / "huge.toml", std::uintmax_t{1} << 30);
-  EXPECT_EQ(load_error(path("huge.toml")),
-            path("huge.toml") + ": cannot read model config: larger than 16 MiB, so not a config file");
+  EXPECT_EQ(load_error(path("huge.toml")), path("huge.toml") + ": cannot read model config: larger than 16 MiB, so not a config file");
 }
 
 TEST_F(hostile_files, empty_file_is_a_document_without_tables) {
@@ -431,9 +427,8 @@ TEST_F(hostile_files, plugin_config_with_a_deep_header_is_refused_before_parsing
     (void)load_throughput_options(path("plugin.toml"));
     ADD_FAILURE() << "no error";
   } catch (const error& e) {
-    EXPECT_EQ(std::string(e.what()), path("plugin.toml") +
-                                         ":1:129: table header has more than 64 parts; refused "
-                                         "before parsing (no config needs that many)");
+    EXPECT_EQ(std::string(e.what()), path("plugin.toml") + ":1:129: table header has more than 64 parts; refused "
+                                                           "before parsing (no config needs that many)");
   }
 }
 
@@ -490,9 +485,11 @@ const hostile_edit kJsonEdits[] = {
     {document::json, "string_for_an_integer_is_a_type_error", "\"head_dim\": 16", "\"head_dim\": \"16\"",
      "config.json:8:17: key 'text_config.head_dim': expected an integer, got string"},
     // "  \"model_type\": " + 16 -> 2:17.
-    {document::json, "unsupported_model_type", "\"qwen3_vl\"", "\"llama\"",
-     "config.json:2:17: key 'model_type': unsupported model type \"llama\" (flopmeter models \"qwen3_vl\", "
-     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")"},
+    {document::json, "unsupported_model_type", "\"qwen3_vl\"", "\"falcon\"",
+     "config.json:2:17: key 'model_type': unsupported model type \"falcon\" (flopmeter models \"qwen3_vl\", "
+     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
+     "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
+     "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\")"},
     {document::json, "missing_model_type", "  \"model_type\": \"qwen3_vl\",\n", "",
      "config.json:1:1: required key 'model_type' is missing (a Hugging Face config.json names its model type at "
      "the top level)"},
@@ -520,7 +517,9 @@ const hostile_edit kJsonEdits[] = {
     // An ESC sequence in the model type ("\u001b[2J" clears a terminal) is quoted as \u001b, never raw.
     {document::json, "control_characters_in_the_model_type_are_escaped", "\"qwen3_vl\"", "\"\\u001b[2J\"",
      "config.json:2:17: key 'model_type': unsupported model type \"\\u001b[2J\" (flopmeter models \"qwen3_vl\", "
-     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")"},
+     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
+     "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
+     "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\")"},
     // "    \"rope_theta\": 5000000" becomes "    \"layer_types\": [\"full_attention\", \"sliding\", ...]": entry 1
     // starts at 4 + 15 + 1 + 16 + 2 = 38 (+1 = column 39).
     {document::json, "layer_type_of_an_unknown_kind_is_cited_at_the_entry", "\"rope_theta\": 5000000",
@@ -566,9 +565,8 @@ TEST(hostile_json, byte_order_mark_and_crlf_are_accepted_and_located) {
 TEST(hostile_json, nul_byte_in_a_string_is_a_syntax_error) {
   const std::string message = json_error(replace_once(kVlJson, "\"qwen3_vl\"", std::string("\"qwen3\0vl\"", 10)));
   // "  \"model_type\": \"qwen3" is 2 + 12 + 2 + 6 = 22 characters: the NUL is at column 23 of line 2.
-  EXPECT_EQ(message,
-            "config.json:2:23: JSON syntax error: syntax error while parsing value - invalid string: control "
-            "character U+0000 (NUL) must be escaped to \\u0000; last read: '\"qwen3<U+0000>'");
+  EXPECT_EQ(message, "config.json:2:23: JSON syntax error: syntax error while parsing value - invalid string: control "
+                     "character U+0000 (NUL) must be escaped to \\u0000; last read: '\"qwen3<U+0000>'");
 }
 
 TEST(hostile_json, number_overflowing_a_double_is_a_syntax_error) {
@@ -606,10 +604,9 @@ TEST(hostile_json, control_characters_in_values_are_escaped_in_messages) {
 }
 
 TEST(hostile_json, unicode_and_unknown_keys_are_ignored) {
-  const model_spec spec =
-      parse_hf_config(replace_once(kVlJson, "\"rope_theta\": 5000000",
-                                   "\"rope_theta\": 5000000, \"日本語\": {\"x\": [null]}, \"\\u0000\": 1"),
-                      "config.json");
+  const model_spec spec = parse_hf_config(
+      replace_once(kVlJson, "\"rope_theta\": 5000000", "\"rope_theta\": 5000000, \"日本語\": {\"x\": [null]}, \"\\u0000\": 1"),
+      "config.json");
   EXPECT_EQ(spec.text.hidden_size, 64);
 }
 
