@@ -346,6 +346,56 @@ TEST(family_shipped, llama_3_1_8b_and_mistral_7b_by_hand) {
   EXPECT_EQ(geometry_of(mistral_spec).windows[0].size, 4096);
 }
 
+// ---- the Megatron check, per mixer kind -------------------------------------------------------------------
+
+// MLA: Megatron's MLA term adds q_lora_rank + kv_lora_rank per layer (the latent norms' "+ 1"s): 6 * (16 + 8) * 3
+// layers = 432 per token, the documented difference; every row passes.
+TEST(family_check, mla_latent_norms_are_the_documented_difference) {
+  const model_spec spec = from_json(kDeepSeek);
+  const megatron_constant k = compute_megatron_constant(spec, 4096);
+  EXPECT_EQ(k.text_mla_norms_per_token, 432.0);
+  const check_report report = run_sanity_check(spec, 4096);
+  EXPECT_TRUE(report.pass);
+  bool stated = false;
+  for (const check_row& row : report.rows) stated = stated || row.term.find("MLA latent norms") != std::string::npos;
+  EXPECT_TRUE(stated);
+}
+
+// Windows: the constant bills every softmax layer at S/2 keys. Mistral's config (2 sliding layers, w = 4) at S = 8:
+// exact pairs per layer 4*5/2 + 4*4 = 26, the constant's 8*8/2 = 32: the one-document row expects 26/32.
+TEST(family_check, a_window_is_stated_against_the_constant) {
+  const model_spec spec = from_json(json("mistral", R"("num_hidden_layers": 2, "sliding_window": 4)"));
+  const check_report report = run_sanity_check(spec, 8);
+  EXPECT_TRUE(report.pass);
+  bool found = false;
+  for (const check_row& row : report.rows) {
+    if (row.term == "one S-token document: attention vs constant x S") {
+      EXPECT_DOUBLE_EQ(row.expected_ratio, 26.0 / 32.0);
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+// A spec built in code is held to the same rules (validate_model_spec), with the family's config.json key.
+TEST(family_check, validate_model_spec_names_the_familys_key) {
+  model_spec spec = from_json(kMixtral);
+  spec.name = "m";
+  spec.text.num_experts_per_tok = 5;
+  try {
+    validate_model_spec(spec);
+    FAIL() << "accepted";
+  } catch (const error& e) {
+    EXPECT_STREQ(e.what(),
+                 "model_spec 'm': key 'text_config.num_experts_per_tok': must be <= num_local_experts = 4 "
+                 "(got 5)");
+  }
+  spec = from_json(json("mistral", R"("num_hidden_layers": 2, "sliding_window": 4)"));
+  spec.name = "m";
+  spec.text.sliding_window = 0;
+  EXPECT_THROW(validate_model_spec(spec), error);
+}
+
 // ---- bad input: the field and the reason, at FILE:LINE:COL ------------------------------------------------
 
 TEST(family_bad_input, layer_types_of_the_wrong_length) {
