@@ -17,6 +17,7 @@
 
 #include <unistd.h>
 
+#include "core/gemm_walk.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/megatron.h"
@@ -283,6 +284,37 @@ TEST(family_regimes, lora_on_sliding_layers_and_mla_refused) {
   training_regime frozen;
   frozen.text_frozen = true;
   EXPECT_THROW((void)compute_coefficients(mla, frozen), error);  // nothing trains: a text-only model
+}
+
+// ---- the GEMM walk other folds read --------------------------------------------------------------------
+
+// One Llama layer group in forward order: q, k, v, the core, o, gate, up, down; matmuls numbered from 1 (the core
+// is none), down_proj the final GEMM; then the LM head. With every = 2 over 3 layers only layer 1 is walked.
+TEST(family_walk, visits_carry_order_matmul_number_and_the_final_gemm) {
+  const model_spec spec = from_json(json("llama", R"("num_hidden_layers": 3)"));
+  std::vector<detail::gemm_visit> visits;
+  detail::walk_gemms(spec, training_regime{}, false, [&](const detail::gemm_visit& v) { visits.push_back(v); });
+  const char* const names[] = {"q_proj",    "k_proj",  "v_proj",    "attention_core", "o_proj",
+                               "gate_proj", "up_proj", "down_proj", "lm_head"};
+  ASSERT_EQ(visits.size(), 9u);
+  for (std::size_t i = 0; i < 8; ++i) {
+    EXPECT_STREQ(visits[i].name, names[i]);
+    EXPECT_EQ(visits[i].order, static_cast<int>(i));
+    EXPECT_EQ(visits[i].layers.value, 3);
+    EXPECT_EQ(visits[i].passes(), 3);  // full training: forward, input gradient, weight gradient
+  }
+  EXPECT_STREQ(visits[8].name, names[8]);
+  EXPECT_EQ(visits[3].matmul, 0);
+  EXPECT_TRUE(visits[3].weightless);
+  EXPECT_EQ(visits[4].matmul, 4);
+  EXPECT_EQ(visits[7].matmul, 7);
+  EXPECT_TRUE(visits[7].last);
+  EXPECT_FALSE(visits[6].last);
+  std::vector<detail::gemm_visit> every_second;
+  detail::walk_decoder_layers(spec, training_regime{}, 0, 3, 2, true,
+                              [&](const detail::gemm_visit& v) { every_second.push_back(v); });
+  ASSERT_EQ(every_second.size(), 8u);
+  EXPECT_EQ(every_second[0].layers.value, 1);  // layer 1 ((1+1) % 2 == 0) only
 }
 
 // ---- import, TOML and the shipped configs -----------------------------------------------------------------

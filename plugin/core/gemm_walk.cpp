@@ -110,6 +110,13 @@ class walker {
     gemm("lm_head", h(), {t_.vocab_size, "text.vocab_size"}, hidden, layers, coefficient_slot::mtp_per_token);
   }
 
+  // The decoder layers [from, to) with (i+1) % every == 0, input gradient g (walk_decoder_layers).
+  void decoder_layers(std::int64_t from, std::int64_t to, std::int64_t every, bool g) {
+    part_ = model_part::text;
+    group_ = 0;
+    groups(from, to, g, every);
+  }
+
   void vision() {
     if (!spec_.vision) return;
     const vision_spec& v = *spec_.vision;
@@ -129,14 +136,16 @@ class walker {
     // within each temporal patch: t*(h*w)^2).
     const factor iv{v.intermediate_size, "vision.intermediate_size"};
     const coefficient_slot block = coefficient_slot::vision_per_patch;
-    visit(gemm_of("qkv", product({{3, nullptr}, hv, hv}), V, V, depth, block));
+    order_ = 0;
+    matmul_ = 0;
+    visit_matmul(gemm_of("qkv", product({{3, nullptr}, hv, hv}), V, V, depth, block), false);
     gemm_visit core =
         gemm_of("attention_core", product({{2, nullptr}, hv}), V, false, depth, coefficient_slot::vision_attn_pair);
     core.weightless = true;
     visit(core);
-    visit(gemm_of("proj", product({hv, hv}), V, V, depth, block));
-    visit(gemm_of("fc1", product({hv, iv}), V, V, depth, block));
-    visit(gemm_of("fc2", product({iv, hv}), V, V, depth, block));
+    visit_matmul(gemm_of("proj", product({hv, hv}), V, V, depth, block), false);
+    visit_matmul(gemm_of("fc1", product({hv, iv}), V, V, depth, block), false);
+    visit_matmul(gemm_of("fc2", product({iv, hv}), V, V, depth, block), true);
     // One merger per merged token (the final one plus one DeepStack merger per index): it concatenates
     // spatial_merge_size^2 = m patches (width m*hv), then m*hv -> m*hv, GELU, m*hv -> out_hidden_size.
     part_ = model_part::merger;
@@ -155,6 +164,7 @@ class walker {
     v.group = group_;
     v.layers = layers;
     v.order = order_++;
+    v.matmul = 0;
     v.name = name;
     v.input_gradient = input_gradient;
     v.weight_trains = weight_trains;
@@ -170,17 +180,23 @@ class walker {
 
   // One weight GEMM d_in -> d_out into `slot`, with its LoRA adapter when `target` is adapted. Returns whether its
   // output needs a gradient.
+  // `last`: the block's final GEMM (with an adapter, its B is: PEFT adds B's output last).
   bool gemm(const char* name, const factor& d_in, const factor& d_out, bool g, const factor& layers,
-            coefficient_slot slot, std::optional<lora_target> target = std::nullopt) {
+            coefficient_slot slot, std::optional<lora_target> target = std::nullopt, bool last = false) {
     const bool adapted = target && regime_.adapts(*target);
-    visit(gemm_of(name, product({d_in, d_out}), g, weights_train_, layers, dense(slot)));
+    visit_matmul(gemm_of(name, product({d_in, d_out}), g, weights_train_, layers, dense(slot)), last && !adapted);
     if (adapted) {
       const factor rank{regime_.lora_rank, "training.lora_rank"};
       const coefficient_slot lora = dense(coefficient_slot::lora_adapters);
-      visit(gemm_of("lora_A", product({d_in, rank}), g, true, layers, lora));
-      visit(gemm_of("lora_B", product({rank, d_out}), true, true, layers, lora));
+      visit_matmul(gemm_of("lora_A", product({d_in, rank}), g, true, layers, lora), false);
+      visit_matmul(gemm_of("lora_B", product({rank, d_out}), true, true, layers, lora), last);
     }
     return g || weights_train_ || adapted;
+  }
+  void visit_matmul(gemm_visit v, bool last) {
+    v.matmul = ++matmul_;
+    v.last = last;
+    visit(v);
   }
 
   void core(const char* name, term macs, bool g, const factor& layers, coefficient_slot slot) {
@@ -276,7 +292,7 @@ class walker {
     bool gate = false;
     if (b.kind == mlp_kind::gated) gate = gemm("gate_proj", h(), b.width, g, layers, slot, lora_target::gate_proj);
     const bool up = gemm("up_proj", h(), b.width, g, layers, slot, lora_target::up_proj);
-    const bool down = gemm("down_proj", b.width, h(), gate || up, layers, slot, lora_target::down_proj);
+    const bool down = gemm("down_proj", b.width, h(), gate || up, layers, slot, lora_target::down_proj, true);
     return g || down;
   }
 
@@ -288,15 +304,28 @@ class walker {
   //                  DeepSeek/GLM: n_shared_experts x moe_intermediate_size), and Qwen's sigmoid gate h -> 1
   // Weighting the expert outputs by the router probabilities and summing them is element-wise, not counted.
   bool moe(const mlp_block& b, bool g, const factor& layers) {
-    visit(gemm_of("router", product({h(), b.experts}), g, weights_train_, layers, dense(coefficient_slot::moe_router)));
-    visit(gemm_of("experts", product({{3, nullptr}, h(), b.expert_width}) * b.top_k, g, weights_train_, layers,
-                  dense(coefficient_slot::moe_routed_experts)));
+    // The experts' scaled outputs are a saved product, so no GEMM of an MoE block is `last`.
+    visit_matmul(
+        gemm_of("router", product({h(), b.experts}), g, weights_train_, layers, dense(coefficient_slot::moe_router)),
+        false);
+    // The routed experts' gate, up and down (each a grouped matmul over the top_k experts of every token).
+    const char* const parts[] = {"experts.gate_proj", "experts.up_proj", "experts.down_proj"};
+    for (const char* part : parts) {
+      visit_matmul(gemm_of(part, product({h(), b.expert_width}) * b.top_k, g, weights_train_, layers,
+                           dense(coefficient_slot::moe_routed_experts)),
+                   false);
+    }
     if (b.shared_width.value > 0) {
-      visit(gemm_of("shared_expert", product({{3, nullptr}, h()}) * b.shared_width, g, weights_train_, layers,
-                    dense(coefficient_slot::moe_shared_expert)));
+      const char* const shared[] = {"shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj"};
+      for (const char* part : shared) {
+        visit_matmul(gemm_of(part, product({h()}) * b.shared_width, g, weights_train_, layers,
+                             dense(coefficient_slot::moe_shared_expert)),
+                     false);
+      }
       if (b.shared_gate) {
-        visit(gemm_of("shared_expert_gate", product({h()}), g, weights_train_, layers,
-                      dense(coefficient_slot::moe_shared_expert_gate)));
+        visit_matmul(gemm_of("shared_expert_gate", product({h()}), g, weights_train_, layers,
+                             dense(coefficient_slot::moe_shared_expert_gate)),
+                     false);
       }
     }
     return g || weights_train_;
@@ -304,6 +333,7 @@ class walker {
 
   bool layer(const layer_group& group, bool g, const factor& layers) {
     order_ = 0;
+    matmul_ = 0;
     bool hidden = false;
     switch (group.mixer.kind) {
       case mixer_kind::attention: hidden = attention(group.mixer.attention, g, layers); break;
@@ -313,9 +343,9 @@ class walker {
     return mlp(group.mlp, hidden, layers);
   }
 
-  void groups(std::int64_t from, std::int64_t to, bool g) {
+  void groups(std::int64_t from, std::int64_t to, bool g, std::int64_t every = 1) {
     if (to <= from) return;
-    for (const layer_group& group : layer_groups(spec_, from, to)) {
+    for (const layer_group& group : layer_groups(spec_, from, to, every)) {
       layer(group, g, factor{group.count, "text.num_hidden_layers"});
       ++group_;
     }
@@ -329,6 +359,7 @@ class walker {
   model_part part_ = model_part::text;
   std::size_t group_ = 0;
   int order_ = 0;
+  int matmul_ = 0;
 };
 
 bool adapts_any(const training_regime& r, std::initializer_list<lora_target> targets) {
@@ -358,6 +389,12 @@ std::int64_t first_adapted_layer(const model_spec& spec, const training_regime& 
     first = std::min(first, start);
   }
   return first;
+}
+
+void walk_decoder_layers(const model_spec& spec, const training_regime& regime, std::int64_t from, std::int64_t to,
+                         std::int64_t every, bool g, const gemm_visitor& visit) {
+  walker w(spec, regime, visit);
+  w.decoder_layers(from, to, every < 1 ? 1 : every, g);
 }
 
 void walk_gemms(const model_spec& spec, const training_regime& regime, bool items, const gemm_visitor& visit) {
