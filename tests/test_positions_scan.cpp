@@ -4,6 +4,7 @@
 // tail, entries whose low 32 bits look valid but whose high bits do not, and random arrays.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -30,10 +31,10 @@ struct outcome {
 };
 
 template <class T>
-outcome scan(const std::vector<T>& positions, positions_kernel kernel) {
+outcome scan(const std::vector<T>& positions, positions_kernel kernel, array_view<attention_window> windows = {}) {
   outcome o;
   try {
-    o.totals = detail::scan_positions(array_view<T>(positions), kernel);
+    o.totals = detail::scan_positions(array_view<T>(positions), kernel, windows);
   } catch (const error& e) {
     o.error = e.what();
   }
@@ -42,16 +43,20 @@ outcome scan(const std::vector<T>& positions, positions_kernel kernel) {
 
 // Every available kernel agrees with the scalar one; returns the scalar outcome.
 template <class T>
-outcome scan_all_agree(const std::vector<T>& positions) {
-  const outcome reference = scan(positions, positions_kernel::scalar);
+outcome scan_all_agree(const std::vector<T>& positions, array_view<attention_window> windows = {}) {
+  const outcome reference = scan(positions, positions_kernel::scalar, windows);
   for (const positions_kernel k : kAllKernels) {
     if (!detail::available(k)) continue;
-    const outcome o = scan(positions, k);
+    const outcome o = scan(positions, k, windows);
     EXPECT_EQ(o.totals.has_value(), reference.totals.has_value()) << detail::name_of(k);
     if (o.totals && reference.totals) {
       EXPECT_EQ(o.totals->tokens, reference.totals->tokens) << detail::name_of(k);
       EXPECT_EQ(o.totals->documents, reference.totals->documents) << detail::name_of(k);
       EXPECT_EQ(o.totals->causal_pairs, reference.totals->causal_pairs) << detail::name_of(k);
+      for (std::size_t w = 0; w < kMaxAttentionWindows; ++w) {
+        EXPECT_EQ(o.totals->window_pairs[w], reference.totals->window_pairs[w])
+            << detail::name_of(k) << " window " << w;
+      }
     }
     EXPECT_EQ(o.error, reference.error) << detail::name_of(k);
   }
@@ -107,9 +112,17 @@ TEST(PositionsScan, HandDerivedTotals) {
 TEST(PositionsScan, DocumentMixesOfEverySizeMatchTheirLengths) {
   // Lengths chosen so the arrays end at every offset of the vector loop (steps of 4, 8 and 16 entries) and
   // include one-token documents (consecutive zeros) and documents longer than a step.
-  const std::vector<std::vector<int>> mixes = {{1},          {2},       {3, 1},         {1, 1, 1, 1, 1, 1, 1, 1, 1},
-                                               {17},         {16, 1},   {5, 9, 3, 1},   {31, 2, 1, 1, 40},
-                                               {8192, 6000}, {100, 77}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}};
+  const std::vector<std::vector<int>> mixes = {{1},
+                                               {2},
+                                               {3, 1},
+                                               {1, 1, 1, 1, 1, 1, 1, 1, 1},
+                                               {17},
+                                               {16, 1},
+                                               {5, 9, 3, 1},
+                                               {31, 2, 1, 1, 40},
+                                               {8192, 6000},
+                                               {100, 77},
+                                               {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}};
   for (const auto& lengths : mixes) {
     const positions_totals expected = expected_from_lengths(lengths);
     for (int extra = 0; extra < 17; ++extra) {  // one more 1..16-token document shifts the tail
@@ -142,7 +155,10 @@ TEST(PositionsScan, EveryBadIndexIsFoundByEveryKernel) {
   const std::int64_t two32 = std::int64_t{1} << 32;
   for (std::size_t at = 0; at < valid.size(); ++at) {
     const std::int64_t good = valid[at];
-    const std::vector<std::int64_t> bad_values = {good + 1, good + 2, -1, -good - 1,
+    const std::vector<std::int64_t> bad_values = {good + 1,
+                                                  good + 2,
+                                                  -1,
+                                                  -good - 1,
                                                   good + two32,  // low half valid, high half 1
                                                   two32,         // low half 0 (a "document start")
                                                   std::numeric_limits<std::int64_t>::min() + good,
@@ -212,6 +228,199 @@ TEST(PositionsScan, CountFromPositionsAcceptsInt32AndInt64Alike) {
   EXPECT_TRUE(c64 == from_lengths_counts);
   EXPECT_TRUE(c32 == c64);
   EXPECT_THROW(count_from_positions(std::vector<std::int32_t>{1}, 0, {}, vision_geometry{}), error);
+}
+
+// ---- attention windows ---------------------------------------------------------------------------------------
+
+// The pairs of documents of `lengths` under window `w`, by enumerating every (query i, key j) of each document
+// and applying the mask's rule directly: sliding, i - w < j <= i; chunked, j <= i in the same chunk (j / c == i / c).
+std::int64_t brute_force_pairs(const std::vector<int>& lengths, const attention_window& w) {
+  std::int64_t pairs = 0;
+  for (const int l : lengths) {
+    for (std::int64_t i = 0; i < l; ++i) {
+      for (std::int64_t j = 0; j <= i; ++j) {
+        pairs += w.kind == window_kind::sliding ? (j > i - w.size ? 1 : 0) : (j / w.size == i / w.size ? 1 : 0);
+      }
+    }
+  }
+  return pairs;
+}
+
+vision_geometry with_windows(const attention_window& w0) {
+  vision_geometry g;
+  g.window_count = 1;
+  g.windows[0] = w0;
+  return g;
+}
+vision_geometry with_windows(const attention_window& w0, const attention_window& w1) {
+  vision_geometry g = with_windows(w0);
+  g.window_count = 2;
+  g.windows[1] = w1;
+  return g;
+}
+
+TEST(Windows, HandDerivedPairsOfOneDocument) {
+  // One document of 5 tokens.
+  //   sliding 2: queries attend 1, 2, 2, 2, 2 keys = 9 = w(w+1)/2 + (L-w)*w = 3 + 3*2;
+  //   chunked 2: chunks {0,1} {2,3} {4}: 1+2 + 1+2 + 1 = 7 = q*c(c+1)/2 + r(r+1)/2 = 2*3 + 1;
+  //   sliding 8 (> L): every causal pair, 15; chunked 5 (= L): one chunk, 15.
+  const std::vector<std::int64_t> five = {5};
+  const batch_counts a =
+      count_from_lengths(five, 0, {}, with_windows({window_kind::sliding, 2}, {window_kind::chunked, 2}));
+  EXPECT_EQ(a.window_pairs_0, 9);
+  EXPECT_EQ(a.window_pairs_1, 7);
+  EXPECT_EQ(a.causal_pairs, 15);
+  // No image: the window pairs are itemless too (a frozen decoder bills them with other coefficients).
+  EXPECT_EQ(a.itemless_window_pairs_0, 9);
+  EXPECT_EQ(a.itemless_window_pairs_1, 7);
+  const batch_counts b =
+      count_from_lengths(five, 0, {}, with_windows({window_kind::sliding, 8}, {window_kind::chunked, 5}));
+  EXPECT_EQ(b.window_pairs_0, 15);
+  EXPECT_EQ(b.window_pairs_1, 15);
+  // Window 1 absent: its count stays 0.
+  const batch_counts c = count_from_lengths(five, 0, {}, with_windows({window_kind::sliding, 1}));
+  EXPECT_EQ(c.window_pairs_0, 5);  // a window of 1: each query attends itself
+  EXPECT_EQ(c.window_pairs_1, 0);
+}
+
+// Every description of a batch (lengths, cu_seqlens, int32 and int64 positions through every kernel) gives the
+// brute-force count, for documents and windows around the vector steps and each other's sizes.
+TEST(Windows, EveryDescriptionMatchesTheBruteForcePairs) {
+  const std::vector<std::vector<int>> mixes = {
+      {}, {1}, {7}, {1, 1, 1}, {16, 1, 3}, {33, 5}, {8, 9, 10}, {64, 2, 1, 17}, {40, 0, 3}};
+  const std::vector<attention_window> windows = {
+      {window_kind::sliding, 1},  {window_kind::sliding, 2},   {window_kind::sliding, 3},
+      {window_kind::sliding, 16}, {window_kind::sliding, 100}, {window_kind::chunked, 1},
+      {window_kind::chunked, 3},  {window_kind::chunked, 8},   {window_kind::chunked, 100}};
+  for (const auto& lengths : mixes) {
+    std::vector<std::int64_t> lengths64(lengths.begin(), lengths.end()), cu = {0};
+    for (const int l : lengths) cu.push_back(cu.back() + l);
+    const std::vector<std::int64_t> p64 = from_lengths<std::int64_t>(lengths);
+    const std::vector<std::int32_t> p32 = from_lengths<std::int32_t>(lengths);
+    for (const attention_window& w0 : windows) {
+      for (const attention_window& w1 : windows) {
+        const vision_geometry g = with_windows(w0, w1);
+        const std::int64_t want0 = brute_force_pairs(lengths, w0), want1 = brute_force_pairs(lengths, w1);
+        const batch_counts from_lengths_counts = count_from_lengths(lengths64, 1, {}, g);
+        EXPECT_EQ(from_lengths_counts.window_pairs_0, want0);
+        EXPECT_EQ(from_lengths_counts.window_pairs_1, want1);
+        EXPECT_TRUE(count_from_cu_seqlens(cu, 1, {}, g) == from_lengths_counts);
+        // Positions cannot express an empty document: compare them without those.
+        std::vector<int> nonempty;
+        for (const int l : lengths) {
+          if (l > 0) nonempty.push_back(l);
+        }
+        if (nonempty.size() == lengths.size()) {
+          EXPECT_TRUE(count_from_positions(p64, 1, {}, g) == from_lengths_counts);
+          EXPECT_TRUE(count_from_positions(p32, 1, {}, g) == from_lengths_counts);
+        }
+        const attention_window both[] = {w0, w1};
+        const outcome o64 = scan_all_agree(p64, both), o32 = scan_all_agree(p32, both);
+        ASSERT_TRUE(o64.totals && o32.totals);
+        EXPECT_EQ(o64.totals->window_pairs[0], want0);
+        EXPECT_EQ(o64.totals->window_pairs[1], want1);
+        EXPECT_TRUE(*o32.totals == *o64.totals);
+        // One window alone (the one-window kernel).
+        const outcome one = scan_all_agree(p32, array_view<attention_window>(both, 1));
+        ASSERT_TRUE(one.totals);
+        EXPECT_EQ(one.totals->window_pairs[0], want0);
+        EXPECT_EQ(one.totals->window_pairs[1], 0);
+      }
+    }
+  }
+}
+
+TEST(Windows, RandomPositionsAgreeWithTheScalarKernel) {
+  std::mt19937_64 rng(20261203);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const std::size_t n = rng() % 120;
+    std::vector<std::int64_t> p;
+    for (std::size_t i = 0; i < n; ++i) p.push_back(i == 0 || rng() % 11 == 0 ? 0 : p.back() + 1);
+    if (n > 0 && rng() % 4 == 0) p[rng() % n] += 1 + static_cast<std::int64_t>(rng() % 2);  // sometimes invalid
+    const attention_window w[] = {
+        {rng() % 2 ? window_kind::sliding : window_kind::chunked, 1 + static_cast<std::int64_t>(rng() % 40)},
+        {rng() % 2 ? window_kind::sliding : window_kind::chunked, 1 + static_cast<std::int64_t>(rng() % 40)}};
+    scan_all_agree(p, w);
+    scan_all_agree(std::vector<std::int32_t>(p.begin(), p.end()), w);
+  }
+}
+
+TEST(Windows, WindowsLargerThanAnyPositionAreTheCausalPairs) {
+  // A window beyond 2^32 (the kernels clamp its limit to 32 bits) and beyond any document: every causal pair.
+  const std::int64_t huge = std::int64_t{1} << 40;
+  const attention_window w[] = {{window_kind::sliding, huge}, {window_kind::chunked, huge}};
+  const std::vector<std::int32_t> p = from_lengths<std::int32_t>({70, 3});
+  const outcome o = scan_all_agree(p, w);
+  ASSERT_TRUE(o.totals);
+  EXPECT_EQ(o.totals->window_pairs[0], o.totals->causal_pairs);
+  EXPECT_EQ(o.totals->window_pairs[1], o.totals->causal_pairs);
+}
+
+TEST(Windows, LongestDocumentIsExact) {
+  // L = 2^32 - 1 (the longest document a count takes). Sliding w = 2^31: w(w+1)/2 + (L - w) * w
+  //   = 2^61 + 2^30 + (2^31 - 1) * 2^31 = 2^61 + 2^30 + 2^62 - 2^31; chunked c = 2^31: q = 1, r = 2^31 - 1:
+  //   c(c+1)/2 + r(r+1)/2 = (2^61 + 2^30) + (2^61 - 2^30) = 2^62.
+  const std::int64_t length = (std::int64_t{1} << 32) - 1, w = std::int64_t{1} << 31;
+  const std::vector<std::int64_t> lengths = {length};
+  const batch_counts c =
+      count_from_lengths(lengths, 0, {}, with_windows({window_kind::sliding, w}, {window_kind::chunked, w}));
+  EXPECT_EQ(c.window_pairs_0,
+            (std::int64_t{1} << 61) + (std::int64_t{1} << 30) + (std::int64_t{1} << 62) - (std::int64_t{1} << 31));
+  EXPECT_EQ(c.window_pairs_1, std::int64_t{1} << 62);
+}
+
+TEST(Windows, ChunkedCountOfLongDocumentsEqualsTheDivisionForm) {
+  // count_from_lengths forms L / c with a multiply by 1/c (and corrects it); here the same count with integer
+  // division, q = L / c, r = L % c: q * c(c+1)/2 + r(r+1)/2, for random L < 2^32 and c <= L, c near L, c
+  // dividing L and one off.
+  std::mt19937_64 rng(20261204);
+  const auto tri = [](std::int64_t m) { return m % 2 == 0 ? (m / 2) * (m + 1) : m * ((m + 1) / 2); };
+  for (int trial = 0; trial < 20000; ++trial) {
+    const std::int64_t length = 1 + static_cast<std::int64_t>(rng() % ((std::uint64_t{1} << 32) - 1));
+    std::int64_t c = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(length));
+    switch (trial % 4) {
+      case 0: break;
+      case 1: c = std::max<std::int64_t>(1, length / (1 + static_cast<std::int64_t>(rng() % 1000))); break;
+      case 2: c = std::max<std::int64_t>(1, length / (1 + static_cast<std::int64_t>(rng() % 1000)) + 1); break;
+      default: c = std::max<std::int64_t>(1, length - static_cast<std::int64_t>(rng() % 3)); break;
+    }
+    const std::vector<std::int64_t> lengths = {length};
+    const batch_counts got = count_from_lengths(lengths, 0, {}, with_windows({window_kind::chunked, c}));
+    ASSERT_EQ(got.window_pairs_0, (length / c) * tri(c) + tri(length % c)) << "L " << length << " c " << c;
+  }
+}
+
+TEST(Windows, BadWindowsAndOverflowingSumsAreErrors) {
+  const std::vector<std::int64_t> lengths = {4};
+  const auto message = [&](const vision_geometry& g) {
+    try {
+      count_from_lengths(lengths, 0, {}, g);
+    } catch (const error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(with_windows({window_kind::sliding, 0})),
+            "vision_geometry.windows[0]: the size must be >= 1 (got 0) and the kind sliding or chunked");
+  vision_geometry three = with_windows({window_kind::sliding, 2});
+  three.window_count = 3;
+  EXPECT_EQ(message(three), "vision_geometry.window_count = 3: expected 0 to 2");
+  EXPECT_THROW(count_from_cu_seqlens(std::vector<std::int64_t>{0}, 0, {}, three), error);
+  EXPECT_THROW(count_from_positions(std::vector<std::int32_t>{0}, 0, {}, three), error);
+  // Sums of window counts are checked like every count (the table's overflow_name names it).
+  batch_counts big, one;
+  big.window_pairs_1 = std::numeric_limits<std::int64_t>::max();
+  one.window_pairs_1 = 1;
+  try {
+    big += one;
+    ADD_FAILURE() << "no overflow";
+  } catch (const error& e) {
+    EXPECT_STREQ(e.what(), "window pair count overflows a 64-bit count");
+  }
+  big.window_pairs_1 = 0;
+  big.itemless_window_pairs_0 = std::numeric_limits<std::int64_t>::max();
+  one.itemless_window_pairs_0 = 1;
+  EXPECT_THROW(big += one, error);
 }
 
 }  // namespace

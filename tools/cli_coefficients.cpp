@@ -26,7 +26,9 @@ const char* const kCoefficientsUsage =
     "options:\n"
     "  --json          print one JSON object (keys: model, file, dense_per_token, text_attn_pair,\n"
     "                  vision_per_patch, vision_attn_pair, patch_embed_per_patch, merger_per_merged_token,\n"
-    "                  mtp_per_token, mtp_attn_pair, patches_per_merged_token, and dense_per_token_breakdown:\n"
+    "                  mtp_per_token, mtp_attn_pair, patches_per_merged_token; for a model with attention\n"
+    "                  windows window_attn_pair (per pair under each window) and windows (kind, size); and\n"
+    "                  dense_per_token_breakdown:\n"
     "                  an object whose parts sum to dense_per_token: attention_projections, linear_attention,\n"
     "                  dense_mlp, moe_router, moe_routed_experts, moe_shared_expert, moe_shared_expert_gate, logits,\n"
     "                  lora_adapters; and, when a frozen decoder makes micro-batches without images cost less,\n"
@@ -97,6 +99,16 @@ int run_coefficients(const std::vector<std::string>& args) {
       if (part.value == 0) continue;  // a family the model does not have
       std::printf("    %-23s %22s  %s\n", part.key, group_digits(part.value).c_str(), part.meaning);
     }
+  }
+  const vision_geometry geometry = geometry_of(spec);
+  for (std::int64_t k = 0; k < geometry.window_count; ++k) {
+    const attention_window& w = geometry.windows[k];
+    const std::string key = "window_attn_pair[" + std::to_string(k) + "]";
+    const std::string meaning = std::string("attention per (query, key) pair under the ") +
+                                detail::window_kind_name(w.kind) + " window of " + std::to_string(w.size) +
+                                ", summed over its layers";
+    std::printf("  %-25s %22s  %s\n", key.c_str(), group_digits(rc.with_items.window_attn_pair[k]).c_str(),
+                meaning.c_str());
   }
   if (regime.recompute.policy != recompute_policy::none) {
     const detail::recompute_table recompute = detail::recompute_entries(rc.with_items);

@@ -286,16 +286,17 @@ FLOPMETER_EXPORT flopmeter_plugin* flopmeter_create_from_text(const char* toml_t
 typedef struct flopmeter_row_layout {
   uint32_t struct_size;
   uint32_t row_doubles; /* doubles per rank in this library version */
-  uint32_t counts;      /* the nine counts of flopmeter_counts, in its field order, from here */
+  uint32_t counts;      /* the counts of flopmeter_counts, in its field order, from here */
   uint32_t loss_sum;
   uint32_t label_tokens;
   uint32_t device_rejected;   /* micro-batches rejected where they were counted: health's bad_microbatches */
   uint32_t tokens_seen;       /* this rank's running total of real tokens, this interval included */
   uint32_t samples_seen;      /* this rank's running total of samples, this interval included */
   uint32_t label_tokens_seen; /* this rank's running total of label tokens: train/assistant_tokens_seen */
-  uint32_t num_counts;        /* how many counts start at `counts`: the nine of flopmeter_counts, then the
-                             * device tokens and causal pairs of the micro-batches without images (which a
-                             * regime with a frozen decoder bills with other coefficients) */
+  uint32_t num_counts;        /* how many counts start at `counts`: those of flopmeter_counts, then the
+                             * device tokens, causal pairs and window pairs of the micro-batches without images
+                             * (which a regime with a frozen decoder bills with other coefficients); named by
+                             * flopmeter_count_field */
   uint32_t megatron_flops;    /* what the Megatron constant bills for the interval's micro-batches: for each
                              * micro-batch of S device tokens and P patches, text_linear * S +
                              * text_attention_slope * S^2 + vision_linear * P + vision_attention_slope * S * P,
@@ -314,7 +315,7 @@ FLOPMETER_EXPORT int flopmeter_get_row_layout(const flopmeter_plugin* plugin, fl
  * on every call like a plugin handle; its model is immutable, so any thread may use it at any time. */
 typedef struct flopmeter_model flopmeter_model;
 
-/* The nine exact counts of a micro-batch (flop_model.h, batch_counts). */
+/* The exact counts of a micro-batch (flop_model.h, batch_counts), in the order of flopmeter_count_field. */
 typedef struct flopmeter_counts {
   uint32_t struct_size;
   int64_t real_tokens;
@@ -326,7 +327,28 @@ typedef struct flopmeter_counts {
   int64_t merged_tokens;          /* sum of t*h*w / spatial_merge_size^2 */
   int64_t vision_pairs_per_frame; /* sum of t*(h*w)^2 */
   int64_t vision_pairs_whole;     /* sum of (t*h*w)^2 */
+  /* Added in 0.3 after the nine above; read and written only when struct_size covers them. The (query, key)
+   * pairs under the model's first and second attention window (METRICS.md): 0 for a model without them. A
+   * struct without them counts and bills a model without windows as before; a model with windows refuses it
+   * in flopmeter_model_flops and flopmeter_model_estimate_json (FLOPMETER_E_STRUCT_SIZE), since its window
+   * attention would be missing. */
+  int64_t window_pairs_0;
+  int64_t window_pairs_1;
 } flopmeter_counts;
+
+/* The name of count `index` ("real_tokens", ...), in the order of the library's one count table: the fields of
+ * this library's flopmeter_counts first, then the row's other counts (flopmeter_row_layout.num_counts in all);
+ * NULL past the last. *in_counts_struct (when not NULL) is set to 1 for a field of flopmeter_counts, else 0.
+ * The returned string is static. For bindings that mirror the counts without a hand-kept list. */
+FLOPMETER_EXPORT const char* flopmeter_count_field(uint32_t index, int* in_counts_struct);
+
+/* The model's attention window `index` (window_pairs_<index> counts its pairs): FLOPMETER_OK with *kind set to
+ * FLOPMETER_WINDOW_SLIDING or FLOPMETER_WINDOW_CHUNKED and *size (>= 1); FLOPMETER_E_REJECTED past the model's
+ * last window (a model without windows has none); FLOPMETER_E_NULL_ARGUMENT, FLOPMETER_E_INVALID_HANDLE. For a
+ * layer that counts on a device and needs the windows the library counts with. */
+#define FLOPMETER_WINDOW_SLIDING 0
+#define FLOPMETER_WINDOW_CHUNKED 1
+FLOPMETER_EXPORT int flopmeter_model_window(const flopmeter_model* model, uint32_t index, int* kind, int64_t* size);
 
 /* What is counted: the scope of plugin_configs/SCHEMA.md. */
 #define FLOPMETER_SCOPE_COMPLETE 0
@@ -392,7 +414,9 @@ FLOPMETER_EXPORT int64_t flopmeter_model_estimate_json(const flopmeter_model* mo
  * coefficients and estimate reports; flopmeter_plugin_model).
  * Also in 0.3 (within struct_size): flopmeter_health_counters gained config_mismatch_intervals;
  * flopmeter_log gained peak_reserved_memory_bytes with FLOPMETER_LOG_PEAK_RESERVED_MEMORY. A FLOPMETER_LOG_*
- * bit set with the value 0 is now reported as 0 (before, a 0 on every rank read as not reported). */
+ * bit set with the value 0 is now reported as 0 (before, a 0 on every rank read as not reported).
+ * Also in 0.3: flopmeter_counts gained window_pairs_0 and window_pairs_1 (within struct_size),
+ * flopmeter_count_field names the counts, flopmeter_model_window gives the windows; the row's counts grew by the window pairs (num_counts says how many). */
 
 #ifdef __cplusplus
 }

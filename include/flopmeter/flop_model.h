@@ -16,6 +16,7 @@
 // Thread-safety: all functions are pure; call them from any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,6 +40,19 @@ const char* to_string(flop_scope scope);
 // column and key, or a command-line flag as the file: {"--scope"}).
 flop_scope parse_flop_scope(const std::string& text, const error_location& where);
 
+// A decoder's attention windows (full attention is none: causal_pairs counts it); the count functions take them
+// in vision_geometry, the coefficients bill them per window.
+enum class window_kind : std::uint8_t {
+  sliding,  // query i attends keys j with i - size < j <= i (transformers' sliding-window mask)
+  chunked,  // query i attends the keys of its own chunk of `size` tokens, causally (Llama 4's chunked attention)
+};
+struct attention_window {
+  window_kind kind = window_kind::sliding;
+  std::int64_t size = 0;  // >= 1
+};
+// The distinct windows a decoder may use besides full attention (a model with two windows has two counts).
+inline constexpr std::size_t kMaxAttentionWindows = 2;
+
 // dense_per_token split by GEMM family; the parts sum to dense_per_token exactly. Mixture of experts (dropless
 // routing: every token visits exactly num_experts_per_tok experts, none is dropped for capacity):
 //   moe_router             hidden x num_experts per MoE layer (the gate that scores the experts)
@@ -46,7 +60,7 @@ flop_scope parse_flop_scope(const std::string& text, const error_location& where
 //   moe_shared_expert      the shared SwiGLU expert, 3 x hidden x shared_expert_intermediate_size (Qwen3.5 MoE)
 //   moe_shared_expert_gate its sigmoid gate, hidden x 1
 struct dense_terms {
-  std::int64_t attention_projections = 0;  // full-attention q/k/v/o (+ output gate) over full-attention layers
+  std::int64_t attention_projections = 0;  // softmax attention q/k/v/o (+ output gate), or MLA's projections
   std::int64_t linear_attention = 0;       // Gated DeltaNet layers
   std::int64_t dense_mlp = 0;              // SwiGLU of intermediate_size in the dense-MLP layers
   std::int64_t moe_router = 0;
@@ -62,6 +76,9 @@ struct coefficients {
   // The reference trainer's four, exactly as it defines them:
   std::int64_t dense_per_token = 0;   // decoder projections (incl. output gate), Gated DeltaNet, SwiGLU, logits
   std::int64_t text_attn_pair = 0;    // per causal (query, key) pair, summed over full-attention layers
+  // Per (query, key) pair under attention window k (geometry_of(spec).windows[k]), summed over the layers that
+  // use that window; 0 for a model without windows.
+  std::int64_t window_attn_pair[kMaxAttentionWindows] = {};
   std::int64_t vision_per_patch = 0;  // ViT blocks' projections and MLP per patch
   std::int64_t vision_attn_pair = 0;  // per ViT (query, key) pair, summed over blocks
   // What the reference leaves out (counted in complete scope):
@@ -77,6 +94,7 @@ struct coefficients {
   struct recompute_terms {
     std::int64_t text_per_token = 0;    // re-executed decoder GEMMs per device token (sums `dense`)
     std::int64_t text_attn_pair = 0;    // re-executed attention core per causal pair
+    std::int64_t window_attn_pair[kMaxAttentionWindows] = {};  // re-executed core per pair under window k
     std::int64_t vision_per_patch = 0;  // re-executed ViT block GEMMs per patch
     std::int64_t vision_attn_pair = 0;  // re-executed ViT attention core per (query, key) pair
     dense_terms dense;                  // text_per_token by GEMM family (logits and LoRA included; logits 0)
@@ -120,11 +138,21 @@ struct batch_counts {
   std::int64_t merged_tokens = 0;    // sum of t*h*w / spatial_merge_size^2
   std::int64_t vision_pairs_per_frame = 0;  // sum of t*(h*w)^2 (attention within a temporal patch)
   std::int64_t vision_pairs_whole = 0;      // sum of (t*h*w)^2  (the reference's billing)
+  // The (query, key) pairs under each attention window of the decoder (vision_geometry::windows[k]), summed
+  // over documents, attention inside each document as a varlen kernel runs it. A document of L tokens has:
+  //   sliding w: query i attends keys j with i - w < j <= i:  L(L+1)/2 when L <= w, else w(w+1)/2 + (L-w)*w;
+  //   chunked c: query i attends the keys of its own chunk of c tokens, causally: with q = L / c, r = L % c,
+  //              q * c(c+1)/2 + r(r+1)/2.
+  // 0 for a window the geometry does not have (window_count <= k).
+  std::int64_t window_pairs_0 = 0;
+  std::int64_t window_pairs_1 = 0;
   // The part of real + padding tokens and of causal_pairs that lies in micro-batches without any image or
   // video. A frozen decoder gets a gradient only through the images it sees (training_regime), so such a
   // micro-batch may be billed differently (regime_coefficients::without_items).
   std::int64_t itemless_device_tokens = 0;
   std::int64_t itemless_causal_pairs = 0;
+  std::int64_t itemless_window_pairs_0 = 0;
+  std::int64_t itemless_window_pairs_1 = 0;
 
   std::int64_t device_tokens() const { return real_tokens + padding_tokens; }
   // Adds `other`; throws flopmeter::error if any field would overflow.
@@ -137,9 +165,13 @@ bool operator==(const batch_counts& a, const batch_counts& b);
 // per real token, 0 starts a document and otherwise each entry is the previous + 1.
 // `padding_tokens` >= 0. Grids: t, h, w >= 1, h and w divisible by spatial_merge_size; grids need a vision
 // tower (`spec` or `merge` says which). Throws flopmeter::error naming the bad entry by index.
+// Windows: the first window_count entries of `windows` are counted, window k into batch_counts::window_pairs_k;
+// each has size >= 1 (the count functions throw flopmeter::error otherwise). geometry_of(spec) fills them.
 struct vision_geometry {
   bool has_vision = false;
   std::int64_t spatial_merge_size = 1;
+  std::int64_t window_count = 0;  // 0 .. kMaxAttentionWindows
+  attention_window windows[kMaxAttentionWindows];
 };
 vision_geometry geometry_of(const model_spec& spec);
 

@@ -33,6 +33,9 @@ struct megatron_constant {
   // What flopmeter counts and the constant does not: router hidden x num_experts and shared-expert gate
   // hidden x 1 per MoE layer (x6). NOT part of text_linear_per_token; the check's documented difference.
   double text_moe_unbilled_per_token = 0;
+  // MLA (DeepSeek-V3): Megatron's MLA term adds 1 per latent rank (q_lora_rank, kv_lora_rank) per layer for the
+  // latent norms, element-wise work flopmeter does not bill. Part of text_linear_per_token; 0 without MLA.
+  double text_mla_norms_per_token = 0;
   double text_per_token() const { return text_linear_per_token + text_attention_per_token; }
   double vision_per_token() const { return vision_linear_per_token + vision_attention_per_token; }
 };

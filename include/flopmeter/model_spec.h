@@ -17,8 +17,16 @@ namespace flopmeter FLOPMETER_EXPORT {
 
 // Which token mixer a decoder layer uses.
 enum class layer_kind {
-  full_attention,    // softmax attention over the document (causal), GQA, optional output gate
-  linear_attention,  // Qwen3.5 Gated DeltaNet
+  full_attention,     // softmax attention over the document (causal), GQA, optional output gate
+  linear_attention,   // Qwen3.5 Gated DeltaNet
+  sliding_attention,  // softmax attention over the last text_spec::sliding_window keys (i - w < j <= i)
+  chunked_attention,  // softmax attention inside chunks of text_spec::attention_chunk_size tokens, causal
+};
+
+// A run of consecutive decoder layers of one kind (the layer_types list of a config.json, run-length encoded).
+struct layer_run {
+  layer_kind kind = layer_kind::full_attention;
+  std::int64_t count = 0;  // >= 1
 };
 
 // Decoder (language model) facts. All sizes are element counts, all > 0 unless stated.
@@ -58,10 +66,37 @@ struct text_spec {
   std::int64_t decoder_sparse_step = 0;              // MoE every decoder_sparse_step-th layer; 1 when MoE, 0 dense
   std::vector<std::int64_t> mlp_only_layers;         // layer indexes forced dense; distinct, each < num_hidden_layers
   bool norm_topk_prob = false;                       // renormalise the top-k weights; no FLOP effect
+  // DeepSeek-V3 / GLM-4.5 MoE layout and shared experts: layers below first_k_dense_replace are dense
+  // SwiGLUs of intermediate_size; n_shared_experts > 0 adds an ungated shared SwiGLU of
+  // n_shared_experts x moe_intermediate_size on every MoE layer (shared_expert_intermediate_size is Qwen's gated
+  // one). 0 for the other families.
+  std::int64_t first_k_dense_replace = 0;
+  std::int64_t n_shared_experts = 0;
+
+  // Attention windows. The attention layers' kinds, when not all full attention and not the Qwen3.5 interval:
+  // layer_runs in layer order, counts summing to num_hidden_layers (empty: full_attention_interval decides).
+  // Sliding layers attend to the last sliding_window keys; chunked layers inside chunks of attention_chunk_size.
+  std::vector<layer_run> layer_runs;
+  std::int64_t sliding_window = 0;        // w >= 1 when a layer slides, 0 otherwise
+  std::int64_t attention_chunk_size = 0;  // c >= 1 when a layer is chunked, 0 otherwise
+
+  // Multi-head latent attention (DeepSeek-V3, Kimi-K2): every attention layer is MLA when kv_lora_rank > 0.
+  //   q: q_lora_rank > 0: q_a_proj h -> q_lora_rank, q_b_proj q_lora_rank -> heads*(qk_nope + qk_rope);
+  //      q_lora_rank = 0 (V2-Lite style, null in config.json): q_proj h -> heads*(qk_nope + qk_rope)
+  //   kv_a_proj_with_mqa h -> kv_lora_rank + qk_rope; kv_b_proj kv_lora_rank -> heads*(qk_nope + v_head_dim)
+  //   o_proj heads*v_head_dim -> h. head_dim and num_key_value_heads are not used by MLA.
+  std::int64_t q_lora_rank = 0;
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_nope_head_dim = 0;
+  std::int64_t qk_rope_head_dim = 0;
+  std::int64_t v_head_dim = 0;
+  bool is_mla() const { return kv_lora_rank > 0; }
 
   layer_kind layer_type(std::int64_t index) const;  // index in [0, num_hidden_layers)
-  std::int64_t num_full_attention_layers() const;
-  std::int64_t num_linear_attention_layers() const { return num_hidden_layers - num_full_attention_layers(); }
+  std::int64_t num_full_attention_layers() const;   // full_attention layers (MLA layers on an MLA model)
+  std::int64_t num_linear_attention_layers() const;  // Gated DeltaNet layers
+  // Softmax attention layers of any window: full, sliding and chunked.
+  std::int64_t num_attention_layers() const { return num_hidden_layers - num_linear_attention_layers(); }
   bool is_moe() const { return num_experts > 0; }
   // Decoder layers whose MLP is an MoE block / a dense SwiGLU (they add up to num_hidden_layers).
   std::int64_t num_moe_layers() const;
@@ -90,7 +125,9 @@ struct vision_spec {
 struct model_spec {
   std::string name;         // file stem or [model].name, for reports
   std::string model_type;   // "qwen3_vl", "qwen3_5" (dense) or "qwen3_vl_moe", "qwen3_5_moe" (mixture of experts);
-                            // text only: "qwen3", "qwen3_moe", "qwen3_next" (no vision)
+                            // text only: "qwen3", "qwen3_moe", "qwen3_next", "llama", "qwen2", "qwen2_moe",
+                            // "mistral", "mixtral", "gemma3_text", "gpt_oss", "deepseek_v3", "kimi_k2",
+                            // "glm4_moe" (no vision)
   std::string source_path;  // where it was loaded from ("" when built in code)
   text_spec text;
   std::optional<vision_spec> vision;  // absent for text-only models

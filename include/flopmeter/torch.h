@@ -73,8 +73,9 @@ struct tensor_microbatch {
   std::optional<std::int64_t> label_tokens;
 };
 
-// The counts of one micro-batch on its tensors' device, without a sync: a float64 tensor of 10 entries, the
-// nine batch_counts fields in declaration order followed by the number of invalid entries found (0 = valid).
+// The counts of one micro-batch on its tensors' device, without a sync: a float64 tensor of the batch_counts
+// fields in the order of the count table (the per-log row's), followed by the number of invalid entries found
+// (0 = valid).
 // Each document's and item's count is exact in int64; their sums are float64, exact below 2^53 and never
 // wrapping (a larger sum stays >= 2^53, which the plugin refuses as beyond what a row carries exactly).
 // Throws flopmeter::error for what is known on the host (see "Rejected batches" above).

@@ -99,7 +99,7 @@ bool scope_from(int value, flop_scope& scope) {
   return true;
 }
 
-// The nine counts, field by field: the C struct's and batch_counts' (one table for both directions).
+// The counts, field by field: the C struct's and batch_counts' (one table for both directions).
 constexpr std::pair<int64_t flopmeter_counts::*, std::int64_t batch_counts::*> kAbiCountFields[] = {
     {&flopmeter_counts::real_tokens, &batch_counts::real_tokens},
     {&flopmeter_counts::padding_tokens, &batch_counts::padding_tokens},
@@ -110,7 +110,12 @@ constexpr std::pair<int64_t flopmeter_counts::*, std::int64_t batch_counts::*> k
     {&flopmeter_counts::merged_tokens, &batch_counts::merged_tokens},
     {&flopmeter_counts::vision_pairs_per_frame, &batch_counts::vision_pairs_per_frame},
     {&flopmeter_counts::vision_pairs_whole, &batch_counts::vision_pairs_whole},
+    {&flopmeter_counts::window_pairs_0, &batch_counts::window_pairs_0},
+    {&flopmeter_counts::window_pairs_1, &batch_counts::window_pairs_1},
 };
+// flopmeter_counts' first version ends after vision_pairs_whole; the window pairs are read and written only when
+// struct_size covers them.
+constexpr std::size_t kCountsV1Size = offsetof(flopmeter_counts, window_pairs_0);
 
 // flopmeter_counts holds the counts reports show, in the order of the one field table (core/count_fields.h).
 constexpr bool in_table_order() {
@@ -122,21 +127,41 @@ constexpr bool in_table_order() {
 }
 static_assert(in_table_order(), "flopmeter_counts' fields are core/count_fields.h's reported counts, in order");
 
+// Whether a struct of `struct_size` bytes holds `field` (a caller built against an older header has less).
+bool covers(std::uint32_t struct_size, int64_t flopmeter_counts::*field) {
+  const flopmeter_counts probe{};
+  const auto offset =
+      static_cast<std::size_t>(reinterpret_cast<const char*>(&(probe.*field)) - reinterpret_cast<const char*>(&probe));
+  return offset + sizeof(int64_t) <= struct_size;
+}
+
+// The fields the caller's struct holds; the others stay 0.
 batch_counts counts_from(const flopmeter_counts& c) {
   batch_counts n;
-  for (const auto& [c_field, field] : kAbiCountFields) n.*field = c.*c_field;
+  for (const auto& [c_field, field] : kAbiCountFields) {
+    if (covers(c.struct_size, c_field)) n.*field = c.*c_field;
+  }
   return n;
 }
 
 void counts_to(const batch_counts& n, flopmeter_counts& c) {
-  for (const auto& [c_field, field] : kAbiCountFields) c.*c_field = n.*field;
+  for (const auto& [c_field, field] : kAbiCountFields) {
+    if (covers(c.struct_size, c_field)) c.*c_field = n.*field;
+  }
+}
+
+// The struct_size check of a counts argument: at least the first version, and the window pairs when the model
+// has windows (without them its window attention would be billed as nothing).
+bool counts_size_ok(const flopmeter_counts& c, const vision_geometry& g) {
+  if (c.struct_size < kCountsV1Size) return false;
+  return g.window_count == 0 || c.struct_size >= sizeof(flopmeter_counts);
 }
 
 // Counts must be >= 0: the FLOP model's products are exact only for the counts a batch can have.
 bool counts_valid(const flopmeter_counts* c) {
-  if (c == nullptr || c->struct_size < sizeof(flopmeter_counts)) return false;
+  if (c == nullptr || c->struct_size < kCountsV1Size) return false;
   for (const auto& entry : kAbiCountFields) {
-    if (c->*entry.first < 0) return false;
+    if (covers(c->struct_size, entry.first) && c->*entry.first < 0) return false;
   }
   return true;
 }
@@ -220,6 +245,23 @@ flopmeter_model* flopmeter_model_parse_json(const char* text, size_t length, con
   });
 }
 
+const char* flopmeter_count_field(uint32_t index, int* in_counts_struct) {
+  if (index >= flopmeter::detail::kCountFieldCount) return nullptr;
+  if (in_counts_struct != nullptr) *in_counts_struct = index < flopmeter::detail::kReportedCountFields ? 1 : 0;
+  return flopmeter::detail::kCountFields[index].name.data();  // a string literal: NUL-terminated, static
+}
+
+int flopmeter_model_window(const flopmeter_model* model, uint32_t index, int* kind, int64_t* size) {
+  if (model == nullptr || kind == nullptr || size == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const auto state = model_registry::instance().find(model);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  if (static_cast<std::int64_t>(index) >= state->geometry.window_count) return FLOPMETER_E_REJECTED;
+  const flopmeter::attention_window& w = state->geometry.windows[index];
+  *kind = w.kind == flopmeter::window_kind::sliding ? FLOPMETER_WINDOW_SLIDING : FLOPMETER_WINDOW_CHUNKED;
+  *size = w.size;
+  return FLOPMETER_OK;
+}
+
 int flopmeter_model_destroy(flopmeter_model* model) {
   if (model == nullptr) return FLOPMETER_OK;
   return model_registry::instance().remove(model) ? FLOPMETER_OK : FLOPMETER_E_INVALID_HANDLE;
@@ -230,7 +272,7 @@ int flopmeter_model_count(const flopmeter_model* model, const flopmeter_microbat
   if (model == nullptr || out == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
   const auto state = model_registry::instance().find(model);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  if (out->struct_size < sizeof(flopmeter_counts)) return FLOPMETER_E_STRUCT_SIZE;
+  if (out->struct_size < flopmeter::detail::kCountsV1Size) return FLOPMETER_E_STRUCT_SIZE;
   flopmeter::microbatch_event event;
   const char* why = nullptr;
   const int code = flopmeter::detail::event_from_microbatch(microbatch, event, &why);
@@ -254,7 +296,7 @@ int flopmeter_model_flops(const flopmeter_model* model, const flopmeter_counts* 
   if (model == nullptr || counts == nullptr || out == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
   const auto state = model_registry::instance().find(model);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  if (out->struct_size < sizeof(flopmeter_flops) || counts->struct_size < sizeof(flopmeter_counts)) {
+  if (out->struct_size < sizeof(flopmeter_flops) || !flopmeter::detail::counts_size_ok(*counts, state->geometry)) {
     return FLOPMETER_E_STRUCT_SIZE;
   }
   flopmeter::flop_scope scope{};
@@ -297,7 +339,7 @@ int64_t flopmeter_model_estimate_json(const flopmeter_model* model, const flopme
   if (model == nullptr || counts == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
   const auto state = model_registry::instance().find(model);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  if (counts->struct_size < sizeof(flopmeter_counts)) return FLOPMETER_E_STRUCT_SIZE;
+  if (!flopmeter::detail::counts_size_ok(*counts, state->geometry)) return FLOPMETER_E_STRUCT_SIZE;
   flopmeter::flop_scope scope{};
   if (!flopmeter::detail::scope_from(scope_value, scope) || !flopmeter::detail::counts_valid(counts) || seq_len < 0) {
     return FLOPMETER_E_REJECTED;

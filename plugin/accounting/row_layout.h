@@ -31,8 +31,12 @@ enum row_field : std::size_t {
   row_merged_tokens = count_field_index(&batch_counts::merged_tokens),
   row_vision_pairs_per_frame = count_field_index(&batch_counts::vision_pairs_per_frame),
   row_vision_pairs_whole = count_field_index(&batch_counts::vision_pairs_whole),
+  row_window_pairs_0 = count_field_index(&batch_counts::window_pairs_0),
+  row_window_pairs_1 = count_field_index(&batch_counts::window_pairs_1),
   row_itemless_device_tokens = count_field_index(&batch_counts::itemless_device_tokens),
   row_itemless_causal_pairs = count_field_index(&batch_counts::itemless_causal_pairs),
+  row_itemless_window_pairs_0 = count_field_index(&batch_counts::itemless_window_pairs_0),
+  row_itemless_window_pairs_1 = count_field_index(&batch_counts::itemless_window_pairs_1),
   // the rest of the interval
   row_loss_sum = kCountFieldCount,
   row_label_tokens,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/architecture.h"
 #include "core/count_fields.h"
 #include "core/positions_scan.h"
 #include "flopmeter/array_view.h"
@@ -67,6 +68,13 @@ vision_geometry geometry_of(const model_spec& spec) {
     g.has_vision = true;
     g.spatial_merge_size = spec.vision->spatial_merge_size;
   }
+  // The decoder's distinct windows in order of first use (core/architecture.cpp); the coefficients'
+  // window_attn_pair[k] bills window k.
+  const std::vector<attention_window> windows = detail::attention_windows(spec);
+  for (const attention_window& w : windows) {
+    if (g.window_count == static_cast<std::int64_t>(kMaxAttentionWindows)) break;  // the rules refuse more
+    g.windows[g.window_count++] = w;
+  }
   return g;
 }
 
@@ -112,6 +120,85 @@ void add_document(batch_counts& counts, std::int64_t length, std::size_t index, 
   counts.documents += 1;
 }
 
+// ---- attention windows (flop_model.h batch_counts::window_pairs_*) ----------------------------------------------
+//
+// A window's pairs never exceed the causal pairs: query i of a document attends min(i + 1, w) keys (sliding) or
+// (i mod c) + 1 keys (chunked), at most i + 1. So once a batch's causal pair count fits int64 (checked as each
+// document is added) every window count and every partial sum does too, and none is checked again.
+
+// Throws when the geometry's windows are not what the count functions can count. Only called when it has some.
+void check_windows(const vision_geometry& g) {
+  if (g.window_count < 0 || g.window_count > static_cast<std::int64_t>(kMaxAttentionWindows)) {
+    throw error("vision_geometry.window_count = " + std::to_string(g.window_count) + ": expected 0 to " +
+                std::to_string(kMaxAttentionWindows));
+  }
+  for (std::int64_t k = 0; k < g.window_count; ++k) {
+    const attention_window& w = g.windows[k];
+    if (w.size < 1 || (w.kind != window_kind::sliding && w.kind != window_kind::chunked)) {
+      throw error("vision_geometry.windows[" + std::to_string(k) + "]: the size must be >= 1 (got " +
+                  std::to_string(w.size) + ") and the kind sliding or chunked");
+    }
+  }
+}
+
+// m(m+1)/2 for 0 <= m <= 2^32 - 1: m(m+1) < 2^64 fits uint64.
+std::int64_t triangle(std::int64_t m) {
+  const auto u = static_cast<std::uint64_t>(m);
+  return static_cast<std::int64_t>(u * (u + 1) / 2);
+}
+
+// A window with what its per-document count needs precomputed: 1/c for a chunked one, so that L / c costs a
+// multiply, not a division (a division per document and window was most of the windows' cost in
+// bench_on_microbatch's BM_count_cu_seqlens).
+struct window_counter {
+  attention_window w;
+  double reciprocal = 0;  // 1.0 / size (chunked)
+  explicit window_counter(const attention_window& window)
+      : w(window), reciprocal(1.0 / static_cast<double>(window.size)) {}
+
+  // The pairs of one document of L tokens (0 <= L <= 2^32 - 1, as add_document allows):
+  //   sliding:  query i attends min(i + 1, w) keys. With m = min(L, w): the first m queries attend 1 .. m keys,
+  //             m(m+1)/2 pairs, the other L - m attend w = m keys each: m(m+1)/2 + (L - m) * m
+  //             (L <= w: L(L+1)/2; otherwise w(w+1)/2 + (L - w) * w).
+  //   chunked:  q = L / c whole chunks of c(c+1)/2 pairs each, and a last chunk of r = L % c tokens,
+  //             r(r+1)/2 pairs. c >= L: one chunk, L(L+1)/2 (and c(c+1)/2 is never formed for a c above L).
+  std::int64_t pairs(std::int64_t length) const {
+    if (w.kind == window_kind::sliding) {
+      const std::int64_t m = length < w.size ? length : w.size;
+      return triangle(m) + (length - m) * m;
+    }
+    if (w.size >= length) return triangle(length);
+    // c < L < 2^32: L * (1/c) in double is within 1 of L / c (L and 1/c carry 53 bits, the quotient < 2^32), so
+    // one step either way makes q exact: q * c <= L < (q + 1) * c.
+    std::int64_t q = static_cast<std::int64_t>(static_cast<double>(length) * reciprocal);
+    if (q * w.size > length) q -= 1;
+    if ((q + 1) * w.size <= length) q += 1;
+    return q * triangle(w.size) + triangle(length - q * w.size);
+  }
+};
+
+// Sets window_pairs_k for documents whose lengths `length_of(i)`, i < documents, were already validated and added
+// (so each is in [0, 2^32 - 1] and the pair sums fit, above). A separate pass run only for a model with windows:
+// full attention keeps its loop unchanged.
+// One pass over the documents for every window (each length is read once).
+template <class LengthOf>
+void add_window_pairs(batch_counts& counts, std::size_t documents, const vision_geometry& g, LengthOf length_of) {
+  const window_counter w0(g.windows[0]), w1(g.window_count > 1 ? g.windows[1] : g.windows[0]);
+  std::int64_t sum0 = 0, sum1 = 0;
+  if (g.window_count == 1) {
+    for (std::size_t i = 0; i < documents; ++i) sum0 += w0.pairs(length_of(i));
+  } else {
+    for (std::size_t i = 0; i < documents; ++i) {
+      const std::int64_t length = length_of(i);
+      sum0 += w0.pairs(length);
+      sum1 += w1.pairs(length);
+    }
+  }
+  counts.*detail::kWindowPairs[0] = sum0;
+  counts.*detail::kWindowPairs[1] = sum1;
+  static_assert(kMaxAttentionWindows == 2, "add_window_pairs sums two windows");
+}
+
 // Adds the grids' counts to `counts` (shared by the three count_from_* functions).
 void add_grids(batch_counts& counts, array_view<image_grid> grids, const vision_geometry& geometry) {
   if (!grids.empty() && !geometry.has_vision) {
@@ -146,6 +233,9 @@ void add_grids(batch_counts& counts, array_view<image_grid> grids, const vision_
   if (counts.items == 0) {
     counts.itemless_device_tokens = counts.real_tokens + counts.padding_tokens;  // checked by set_padding
     counts.itemless_causal_pairs = counts.causal_pairs;
+    for (std::size_t k = 0; k < kMaxAttentionWindows; ++k) {
+      counts.*detail::kItemlessWindowPairs[k] = counts.*detail::kWindowPairs[k];
+    }
   }
 }
 
@@ -157,6 +247,10 @@ batch_counts count_from_lengths(array_view<std::int64_t> document_lengths, std::
   batch_counts counts;
   for (std::size_t i = 0; i < document_lengths.size(); ++i)
     add_document(counts, document_lengths[i], i, "document_lengths");
+  if (geometry.window_count != 0) {
+    check_windows(geometry);
+    add_window_pairs(counts, document_lengths.size(), geometry, [&](std::size_t i) { return document_lengths[i]; });
+  }
   set_padding(counts, padding_tokens);
   add_grids(counts, grids, geometry);
   return counts;
@@ -181,6 +275,11 @@ batch_counts count_from_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int
     }
     add_document(counts, length, i - 1, "cu_seqlens document");
   }
+  if (geometry.window_count != 0) {
+    check_windows(geometry);
+    add_window_pairs(counts, cu_seqlens.empty() ? 0 : cu_seqlens.size() - 1, geometry,
+                     [&](std::size_t i) { return cu_seqlens[i + 1] - cu_seqlens[i]; });
+  }
   set_padding(counts, padding_tokens);
   add_grids(counts, grids, geometry);
   return counts;
@@ -192,11 +291,14 @@ template <class T>
 batch_counts count_positions(array_view<T> positions, std::int64_t padding_tokens, array_view<image_grid> grids,
                              const vision_geometry& geometry) {
   check_padding(padding_tokens);
-  const detail::positions_totals totals = detail::scan_positions(positions);
+  if (geometry.window_count != 0) check_windows(geometry);
+  const detail::positions_totals totals = detail::scan_positions(
+      positions, array_view<attention_window>(geometry.windows, static_cast<std::size_t>(geometry.window_count)));
   batch_counts counts;
   counts.real_tokens = totals.tokens;
   counts.documents = totals.documents;
   counts.causal_pairs = totals.causal_pairs;
+  for (std::size_t k = 0; k < kMaxAttentionWindows; ++k) counts.*detail::kWindowPairs[k] = totals.window_pairs[k];
   set_padding(counts, padding_tokens);
   add_grids(counts, grids, geometry);
   return counts;

@@ -1,7 +1,9 @@
 // plugin/core/count_fields.h — internal: the one table of batch_counts' fields (flopmeter/flop_model.h). Every
 // place that goes through the counts field by field reads it: their sums and comparison (batch_counts.cpp), the
 // per-log row (accounting/row_layout.h, whose count entries are the table's indexes), the tensor path's counts
-// (tensor/torch_path.cpp) and `flopmeter estimate`'s counts (tools/cli_estimate.cpp).
+// (tensor/torch_path.cpp), `flopmeter estimate`'s counts (tools/cli_estimate.cpp), the C ABI's flopmeter_counts
+// (abi/c_api_model.cpp, checked against the table at compile time) and, through flopmeter_count_field, the
+// Python package's counts and device-path slots (python/flopmeter/_native.py, _device.py).
 // Not installed. Thread-safety: an immutable table.
 #pragma once
 
@@ -22,9 +24,11 @@ struct count_field {
   const char* overflow_name;           // what a sum that overflows says: "<overflow_name> overflows a 64-bit count"
 };
 
-// batch_counts' fields in declaration order. The first kReportedCountFields are the counts reports show (the
-// nine of `flopmeter estimate` and the C ABI's flopmeter_counts); the two itemless_* split the text counts by
-// micro-batches without images (regime_coefficients) and travel in the per-log row only.
+// batch_counts' fields in declaration order. The first kReportedCountFields are the counts reports show (those of
+// `flopmeter estimate` and the C ABI's flopmeter_counts, whose struct_size says how many a caller has); the four
+// itemless_* split the text counts by micro-batches without images (regime_coefficients) and travel in the
+// per-log row only. The window counts sit right after the nine counts of flopmeter_counts' version 1, so that
+// the C struct grew by appending.
 inline constexpr count_field kCountFields[] = {
     {"real_tokens", &batch_counts::real_tokens, "real token count"},
     {"padding_tokens", &batch_counts::padding_tokens, "padding token count"},
@@ -35,11 +39,24 @@ inline constexpr count_field kCountFields[] = {
     {"merged_tokens", &batch_counts::merged_tokens, "merged token count"},
     {"vision_pairs_per_frame", &batch_counts::vision_pairs_per_frame, "vision pair count"},
     {"vision_pairs_whole", &batch_counts::vision_pairs_whole, "vision pair count"},
+    {"window_pairs_0", &batch_counts::window_pairs_0, "window pair count"},
+    {"window_pairs_1", &batch_counts::window_pairs_1, "window pair count"},
     {"itemless_device_tokens", &batch_counts::itemless_device_tokens, "device token count"},
     {"itemless_causal_pairs", &batch_counts::itemless_causal_pairs, "causal pair count"},
+    {"itemless_window_pairs_0", &batch_counts::itemless_window_pairs_0, "window pair count"},
+    {"itemless_window_pairs_1", &batch_counts::itemless_window_pairs_1, "window pair count"},
 };
 inline constexpr std::size_t kCountFieldCount = std::size(kCountFields);
-inline constexpr std::size_t kReportedCountFields = 9;
+inline constexpr std::size_t kReportedCountFields = 11;
+
+// Window k's pair count and its itemless part, k < kMaxAttentionWindows (vision_geometry::windows[k]).
+inline constexpr std::int64_t batch_counts::*kWindowPairs[] = {&batch_counts::window_pairs_0,
+                                                               &batch_counts::window_pairs_1};
+inline constexpr std::int64_t batch_counts::*kItemlessWindowPairs[] = {&batch_counts::itemless_window_pairs_0,
+                                                                       &batch_counts::itemless_window_pairs_1};
+static_assert(std::size(kWindowPairs) == kMaxAttentionWindows &&
+                  std::size(kItemlessWindowPairs) == kMaxAttentionWindows,
+              "one window_pairs_k and itemless_window_pairs_k per window");
 
 // A field added to batch_counts and not to the table fails here.
 static_assert(sizeof(batch_counts) == kCountFieldCount * sizeof(std::int64_t),

@@ -17,11 +17,6 @@ namespace flopmeter::detail {
 __extension__ typedef __int128 int128;
 __extension__ typedef unsigned __int128 uint128;
 
-// fwd + dgrad + wgrad (3) x FLOPs per multiply-add (2).
-constexpr int128 kTrain = 3 * 2;
-// A layer whose input needs no gradient (the first one, on pixels): fwd + wgrad (2) x 2.
-constexpr int128 kForwardAndWeightGradient = 2 * 2;
-
 // Saturating arithmetic with provenance. Sizes are capped at 2^31 by the loader, but products of several
 // (the merger's (m^2 * hv)^2 is up to 2^186) and layer counts times per-layer work can exceed even 128 bits.
 // A `term` saturates at kSaturated (2^120, far above any int64) instead of wrapping, and remembers the
@@ -42,6 +37,7 @@ struct factor {
 
 term product(std::initializer_list<factor> factors);
 term operator*(term t, const factor& f);
+term operator*(term a, const term& b);  // the fields of both
 term operator+(const term& a, const term& b);
 
 // Training FLOPs of a per-unit multiply-add count, as int64; coefficient_overflow names the fields otherwise.
@@ -56,19 +52,8 @@ inline double exact_product(std::int64_t a, std::int64_t b) {
   return static_cast<double>(product);
 }
 
-// Per-token (per-pair, per-patch) multiply-adds of each GEMM family. Field names are model_spec paths.
-term full_attention_projection_macs(const text_spec& t);
-term gated_deltanet_macs(const text_spec& t);
-term swiglu_macs(const text_spec& t, std::int64_t width, const char* width_field);
-struct moe_block_macs {
-  term router, routed_experts, shared_expert, shared_expert_gate;
-  term total() const { return router + routed_experts + shared_expert + shared_expert_gate; }
-};
-moe_block_macs moe_macs(const text_spec& t);
-term logits_macs(const text_spec& t);
-term attention_pair_macs(const text_spec& t);
-term vit_block_macs(const vision_spec& v);
-term vit_attention_pair_macs(const vision_spec& v);
+// Multiply-adds per patch of the vision tower's patch embedding and per merged token of one merger (the
+// decoder's GEMMs are formed in gemm_walk.cpp).
 term patch_embed_macs(const vision_spec& v);
 term merger_macs(const vision_spec& v);
 

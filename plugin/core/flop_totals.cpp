@@ -28,13 +28,17 @@ struct flop_product {
   std::int64_t count;
 };
 
-// At most 8 products (complete scope: 7 terms, mtp has two); `out` must hold that many. Returns how many.
+// At most 10 products (complete scope: 7 terms, text attention has three (full and two windows), mtp two);
+// `out` must hold that many. Returns how many.
 std::size_t flop_products(const coefficients& c, const batch_counts& n, flop_scope scope, flop_product* out) {
   std::size_t k = 0;
   // Padding tokens run through every projection and the MLP (the device computes them), so they cost dense
   // FLOPs; they belong to no document, so they add no attention pairs.
   out[k++] = {&flop_breakdown::text_dense, c.dense_per_token, n.device_tokens()};
   out[k++] = {&flop_breakdown::text_attention, c.text_attn_pair, n.causal_pairs};
+  // Windowed layers: per pair under each window (0 x 0 for a model without windows).
+  out[k++] = {&flop_breakdown::text_attention, c.window_attn_pair[0], n.window_pairs_0};
+  out[k++] = {&flop_breakdown::text_attention, c.window_attn_pair[1], n.window_pairs_1};
   out[k++] = {&flop_breakdown::vision_dense, c.vision_per_patch, n.patches};
   if (scope == flop_scope::seed) {
     out[k++] = {&flop_breakdown::vision_attention, c.vision_attn_pair, n.vision_pairs_whole};
@@ -48,7 +52,7 @@ std::size_t flop_products(const coefficients& c, const batch_counts& n, flop_sco
   return k;
 }
 
-constexpr std::size_t kMaxFlopProducts = 8;
+constexpr std::size_t kMaxFlopProducts = 10;
 
 }  // namespace
 
@@ -61,7 +65,9 @@ flop_breakdown compute_flops(const coefficients& c, const batch_counts& n, flop_
   // The re-executed forward (hardware FLOPs only): the same counts as the four terms it repeats.
   const coefficients::recompute_terms& r = c.recompute;
   f.recompute.text_dense = exact_product(r.text_per_token, n.device_tokens());
-  f.recompute.text_attention = exact_product(r.text_attn_pair, n.causal_pairs);
+  f.recompute.text_attention = exact_product(r.text_attn_pair, n.causal_pairs) +
+                               exact_product(r.window_attn_pair[0], n.window_pairs_0) +
+                               exact_product(r.window_attn_pair[1], n.window_pairs_1);
   f.recompute.vision_dense = exact_product(r.vision_per_patch, n.patches);
   f.recompute.vision_attention =
       exact_product(r.vision_attn_pair, scope == flop_scope::seed ? n.vision_pairs_whole : n.vision_pairs_per_frame);
@@ -75,9 +81,13 @@ flop_breakdown compute_flops(const regime_coefficients& rc, const batch_counts& 
   // One set for every micro-batch (every regime but a frozen decoder): exactly compute_flops(with_items, ...),
   // bit for bit (two rounded products would not always sum to the one rounded product above 2^53).
   const bool same = with.dense_per_token == without.dense_per_token && with.text_attn_pair == without.text_attn_pair &&
+                    with.window_attn_pair[0] == without.window_attn_pair[0] &&
+                    with.window_attn_pair[1] == without.window_attn_pair[1] &&
                     with.mtp_per_token == without.mtp_per_token && with.mtp_attn_pair == without.mtp_attn_pair &&
                     with.recompute.text_per_token == without.recompute.text_per_token &&
-                    with.recompute.text_attn_pair == without.recompute.text_attn_pair;
+                    with.recompute.text_attn_pair == without.recompute.text_attn_pair &&
+                    with.recompute.window_attn_pair[0] == without.recompute.window_attn_pair[0] &&
+                    with.recompute.window_attn_pair[1] == without.recompute.window_attn_pair[1];
   if (same || (n.itemless_device_tokens == 0 && n.itemless_causal_pairs == 0)) return f;
   // Text terms: with_items over the tokens and pairs of micro-batches with items, without_items over the rest.
   const std::int64_t device = n.device_tokens() - n.itemless_device_tokens;
@@ -90,6 +100,15 @@ flop_breakdown compute_flops(const regime_coefficients& rc, const batch_counts& 
                            exact_product(without.recompute.text_per_token, n.itemless_device_tokens);
   f.recompute.text_attention = exact_product(with.recompute.text_attn_pair, pairs) +
                                exact_product(without.recompute.text_attn_pair, n.itemless_causal_pairs);
+  const std::int64_t window_pairs[] = {n.window_pairs_0, n.window_pairs_1};
+  const std::int64_t itemless_window_pairs[] = {n.itemless_window_pairs_0, n.itemless_window_pairs_1};
+  for (std::size_t k = 0; k < kMaxAttentionWindows; ++k) {
+    f.text_attention += exact_product(with.window_attn_pair[k], window_pairs[k] - itemless_window_pairs[k]) +
+                        exact_product(without.window_attn_pair[k], itemless_window_pairs[k]);
+    f.recompute.text_attention +=
+        exact_product(with.recompute.window_attn_pair[k], window_pairs[k] - itemless_window_pairs[k]) +
+        exact_product(without.recompute.window_attn_pair[k], itemless_window_pairs[k]);
+  }
   if (scope == flop_scope::complete) {
     f.mtp = exact_product(with.mtp_per_token, device) + exact_product(with.mtp_attn_pair, pairs) +
             exact_product(without.mtp_per_token, n.itemless_device_tokens) +
@@ -102,7 +121,7 @@ std::string exact_total_flops(const coefficients& c, const batch_counts& n, flop
   flop_product products[kMaxFlopProducts];
   const std::size_t count = flop_products(c, n, scope, products);
   // Each product of two int64 fits in int128 with a bit to spare (|a*b| < 2^126); coefficients and counts are
-  // >= 0, so 8 of them sum below 2^129: the sum is kept in unsigned 128 bits plus a carry count of 2^128s.
+  // >= 0, so 10 of them sum below 2^130: the sum is kept in unsigned 128 bits plus a carry count of 2^128s.
   uint128 low = 0;
   unsigned carries = 0;
   for (std::size_t i = 0; i < count; ++i) {
@@ -124,7 +143,7 @@ std::string exact_total_flops(const coefficients& c, const batch_counts& n, flop
     const unsigned low_remainder = static_cast<unsigned>(low % 10);
     const unsigned remainder = high_remainder + low_remainder;  // < 70
     uint128 quotient = high_quotient + low_quotient + remainder / 10;
-    // high_quotient + low_quotient fits: the true quotient is below 2^129 / 10 < 2^128 for carries <= 1.
+    // high_quotient + low_quotient fits: the true quotient is below 2^130 / 10 < 2^128 for carries <= 3.
     digits.push_back(static_cast<char>('0' + remainder % 10));
     carries = 0;
     low = quotient;

@@ -15,6 +15,7 @@
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 #include "core/config_files.h"
+#include "core/families.h"
 #include "core/json_document.h"
 #include "core/printable_text.h"
 #include "core/spec_rules.h"
@@ -110,6 +111,24 @@ std::string import_hf_config(const std::string& path) {
              std::filesystem::path(file).filename() == "config.json" ? "the checkpoint directory's name"
                                                                      : "the file's name");
   write_line(out, "model_type = \"" + spec.model_type + "\"", doc.position_text("model_type") + " model_type");
+  if (const detail::family_adapter* family = detail::find_family(spec.model_type)) {
+    // A family's fields: its adapter's table, each value as the config.json writes it (null: left out, which the
+    // TOML reads as null), defaults not written.
+    out += "\n[text_config]\n";
+    for (const detail::family_field& field : family->fields) {
+      const std::string field_path = "text_config." + std::string(field.key);
+      const json* value = doc.node(field_path);
+      if (value == nullptr) continue;
+      if (value->is_null()) {  // TOML has no null: a nullable field says "none"
+        write_line(out, std::string(field.key) + " = \"none\"",
+                   doc.position_text(field_path) + " " + doc.in_document_terms(field_path) + " (null)");
+        continue;
+      }
+      write_line(out, std::string(field.key) + " = " + toml_value(*value),
+                 doc.position_text(field_path) + " " + doc.in_document_terms(field_path));
+    }
+    return out;
+  }
   std::string_view table;
   for (const detail::schema_field& field : detail::schema_fields()) {
     if (field.table == "vision_config" && !spec.vision) break;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/architecture.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
 
@@ -33,24 +34,41 @@ void text_constant(const text_spec& t, bool train_mtp, double s, megatron_consta
   const double mtp_layers = train_mtp ? static_cast<double>(t.mtp_num_hidden_layers) : 0.0;
   // MoE layer counts the way Megatron forms them: the decoder's MoE layers, plus the MTP layers when the last
   // decoder layer is an MoE layer ("num_moe_layers += last_layer_is_moe * mtp_num_layers").
-  const std::int64_t last = t.num_hidden_layers - 1;
-  const bool last_layer_is_moe =
-      t.is_moe() && (last + 1) % t.decoder_sparse_step == 0 &&
-      std::find(t.mlp_only_layers.begin(), t.mlp_only_layers.end(), last) == t.mlp_only_layers.end();
+  const bool last_layer_is_moe = detail::is_moe_layer(t, t.num_hidden_layers - 1);
   const double moe_layers = static_cast<double>(t.num_moe_layers()) + (last_layer_is_moe ? mtp_layers : 0.0);
   const double dense_layers = static_cast<double>(t.num_dense_mlp_layers()) + (last_layer_is_moe ? 0.0 : mtp_layers);
   // Megatron appends the MTP layers to the decoder's layer count. flopmeter's Qwen3.5 MTP layer is a
   // full-attention layer (Megatron would place it by the linear-attention pattern) and the 3h norm
   // multiply term Megatron adds for MTP is left out (not matmul work).
-  const double standard_layers = static_cast<double>(t.num_full_attention_layers()) + mtp_layers;
+  // Megatron has no attention window (its PR #3280 is open): every softmax attention layer, sliding or chunked
+  // too, is billed at S/2 keys per token; the check states the difference per window.
+  const double standard_layers = static_cast<double>(t.num_attention_layers()) + mtp_layers;
   const double linear_layers = static_cast<double>(t.num_linear_attention_layers());
 
   // Standard attention: qkv (+gate) projection and out projection; the core attention separately.
-  const double standard_projection =
+  double standard_projection =
       kForwardBackward * kFma *
       (h * (query_projection + key_projection + value_projection + gate_projection) + query_projection * h);
   // "causal mask (only half of the mask is non-zero)" x 2 for QK^T and (QK^T)V.
-  const double standard_core = kForwardBackward * kFma * (query_projection * s / 2.0 * 2.0);
+  double standard_core = kForwardBackward * kFma * (query_projection * s / 2.0 * 2.0);
+  if (t.is_mla()) {
+    // Megatron-LM's own MLA term (multi_latent_attention in num_floating_point_operations), per layer:
+    //   q: q_lora_rank * (h + heads*(qk_head_dim + qk_pos_emb_head_dim) + 1), or h*heads*(qk + pos) without it
+    //   kv: kv_lora_rank * (h + heads*(qk_head_dim + v_head_dim) + 1) + h*qk_pos_emb_head_dim
+    //   o: heads*v_head_dim*h;  core: S*heads*(qk + pos)/2 + S*heads*v_head_dim/2
+    // with qk_head_dim = qk_nope_head_dim and qk_pos_emb_head_dim = qk_rope_head_dim. The "+ 1"s are the latent
+    // norms (element-wise: flopmeter does not bill them; text_mla_norms_per_token is that difference).
+    const double heads = static_cast<double>(t.num_attention_heads);
+    const double nope = static_cast<double>(t.qk_nope_head_dim), rope = static_cast<double>(t.qk_rope_head_dim);
+    const double v = static_cast<double>(t.v_head_dim), q_lora = static_cast<double>(t.q_lora_rank);
+    const double kv_lora = static_cast<double>(t.kv_lora_rank);
+    const double q_term = t.q_lora_rank > 0 ? q_lora * (h + heads * (nope + rope) + 1) : h * heads * (nope + rope);
+    standard_projection =
+        kForwardBackward * kFma * (q_term + kv_lora * (h + heads * (nope + v) + 1) + h * rope + heads * v * h);
+    standard_core = kForwardBackward * kFma * (s * heads * (nope + rope) / 2 + s * heads * v / 2);
+    out.text_mla_norms_per_token =
+        kForwardBackward * kFma * ((t.q_lora_rank > 0 ? q_lora : 0.0) + kv_lora) * standard_layers;
+  }
 
   // Gated DeltaNet in Megatron's form: in proj (q, k, v, z, a, b), conv1d, delta rule (4 products of v_head_dim^2
   // per value head), out proj.
@@ -73,8 +91,12 @@ void text_constant(const text_spec& t, bool train_mtp, double s, megatron_consta
   out.text_moe_routed_per_token = kForwardBackward * kFma * h *
                                   (static_cast<double>(t.moe_intermediate_size) *
                                    static_cast<double>(t.num_experts_per_tok) * ffn_expansion) * moe_layers;
-  out.text_moe_shared_per_token =
-      kForwardBackward * kFma * h * (static_cast<double>(t.shared_expert_intermediate_size) * ffn_expansion) * moe_layers;
+  // The shared expert: Qwen's shared_expert_intermediate_size, or DeepSeek's n_shared_experts x moe_ffn_hidden_size
+  // (Megatron's moe_shared_expert_intermediate_size).
+  const double shared_width = t.shared_expert_intermediate_size > 0
+                                  ? static_cast<double>(t.shared_expert_intermediate_size)
+                                  : static_cast<double>(t.n_shared_experts * t.moe_intermediate_size);
+  out.text_moe_shared_per_token = kForwardBackward * kFma * h * (shared_width * ffn_expansion) * moe_layers;
   const double mlp = dense_mlp + out.text_moe_routed_per_token + out.text_moe_shared_per_token;
   // Not in Megatron: the router (h x num_experts) and, with a shared expert, its sigmoid gate (h x 1).
   const double shared_gate = t.shared_expert_intermediate_size > 0 ? 1.0 : 0.0;
@@ -150,6 +172,30 @@ void check_seq_len(const model_spec& spec, std::int64_t seq_len) {
   }
 }
 
+// The decoder's windows and their pair counts in one S-token document, written out independently of the count
+// code (batch_counts.cpp).
+struct geometry_windows {
+  int count = 0;
+  double pairs[kMaxAttentionWindows] = {};
+};
+geometry_windows windows_of(const model_spec& spec, std::int64_t seq_len) {
+  geometry_windows out;
+  const double s = static_cast<double>(seq_len);
+  for (const attention_window& w : detail::attention_windows(spec)) {
+    if (out.count == static_cast<int>(kMaxAttentionWindows)) break;
+    const double size = static_cast<double>(w.size);
+    double pairs = 0;
+    if (w.kind == window_kind::sliding) {
+      pairs = s <= size ? s * (s + 1) / 2 : size * (size + 1) / 2 + (s - size) * size;
+    } else {
+      const double chunks = std::floor(s / size), rest = s - chunks * size;
+      pairs = chunks * size * (size + 1) / 2 + rest * (rest + 1) / 2;
+    }
+    out.pairs[out.count++] = pairs;
+  }
+  return out;
+}
+
 }  // namespace
 
 check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, double tolerance) {
@@ -165,14 +211,32 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
   // 1. Term by term, per token. For an MoE model the constant lacks the router and the shared-expert gate:
   // the expected ratio is (constant + that documented difference) / constant.
   const bool moe = spec.text.is_moe();
-  const double linear_ratio = (k.text_linear_per_token + k.text_moe_unbilled_per_token) / k.text_linear_per_token;
-  report.rows.push_back(make_row(
-      "text dense_per_token (+MTP) = constant's token-linear part",
-      static_cast<double>(c.dense_per_token) + static_cast<double>(c.mtp_per_token), k.text_linear_per_token,
-      linear_ratio, tolerance,
-      moe ? "same projections, experts and logits; Megatron-LM bills no router (hidden x num_experts) and no "
-            "shared-expert gate (hidden x 1) per MoE layer, flopmeter does: ratio 1 + that / constant"
-          : "same projections, MLP and logits, per token"));
+  const bool mla = spec.text.is_mla();
+  const double linear_ratio =
+      (k.text_linear_per_token + k.text_moe_unbilled_per_token - k.text_mla_norms_per_token) / k.text_linear_per_token;
+  std::string linear_why = moe ? "same projections, experts and logits; Megatron-LM bills no router (hidden x "
+                                 "num_experts) and no shared-expert gate (hidden x 1) per MoE layer, flopmeter does: "
+                                 "ratio 1 + that / constant"
+                               : "same projections, MLP and logits, per token";
+  if (mla) {
+    linear_why +=
+        "; Megatron's MLA term bills 1 per latent rank (q_lora_rank + kv_lora_rank) per layer for the latent "
+        "norms, flopmeter does not (element-wise)";
+  }
+  report.rows.push_back(make_row("text dense_per_token (+MTP) = constant's token-linear part",
+                                 static_cast<double>(c.dense_per_token) + static_cast<double>(c.mtp_per_token),
+                                 k.text_linear_per_token, linear_ratio, tolerance, linear_why));
+  if (mla) {
+    report.rows.push_back(make_row(
+        "MLA latent norms = the documented difference (in the constant, not billed)",
+        6.0 *
+            static_cast<double>(spec.text.num_attention_layers() +
+                                (spec.train_mtp_layers ? spec.text.mtp_num_hidden_layers : 0)) *
+            static_cast<double>((spec.text.q_lora_rank > 0 ? spec.text.q_lora_rank : 0) + spec.text.kv_lora_rank),
+        k.text_mla_norms_per_token, 1.0, tolerance,
+        "Megatron-LM's MLA formula adds q_lora_rank + kv_lora_rank per layer (the \"+ 1\" "
+        "terms, the latent RMSNorms): 6 x that x MLA layers"));
+  }
   if (moe) {
     // The MoE parts on their own. The MTP layers' share (trained MTP layers of an MoE model are MoE layers) is
     // the per-layer part times their count: the decoder part divided by the number of MoE decoder layers.
@@ -184,11 +248,12 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
                                    static_cast<double>(c.dense.moe_routed_experts) * scale,
                                    k.text_moe_routed_per_token, 1.0, tolerance,
                                    "top-k SwiGLU experts of moe_intermediate_size per token (dropless routing)"));
-    if (spec.text.shared_expert_intermediate_size > 0) {
-      report.rows.push_back(make_row("MoE shared expert = constant's shared-expert term",
-                                     static_cast<double>(c.dense.moe_shared_expert) * scale,
-                                     k.text_moe_shared_per_token, 1.0, tolerance,
-                                     "one SwiGLU of shared_expert_intermediate_size on every token"));
+    if (spec.text.shared_expert_intermediate_size > 0 || spec.text.n_shared_experts > 0) {
+      report.rows.push_back(make_row(
+          "MoE shared expert = constant's shared-expert term", static_cast<double>(c.dense.moe_shared_expert) * scale,
+          k.text_moe_shared_per_token, 1.0, tolerance,
+          spec.text.n_shared_experts > 0 ? "one SwiGLU of n_shared_experts x moe_intermediate_size on every token"
+                                         : "one SwiGLU of shared_expert_intermediate_size on every token"));
     }
     report.rows.push_back(make_row(
         "MoE router + shared-expert gate = the documented difference (not in the constant)",
@@ -197,32 +262,53 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
         "Megatron-LM's num_floating_point_operations has no router or shared-expert gate term: 6 x hidden x "
         "(num_experts + 1 if a shared expert) per MoE layer"));
   }
-  report.rows.push_back(make_row("text_attn_pair x S/2 = constant's attention part",
-                                 static_cast<double>(c.text_attn_pair + c.mtp_attn_pair) * s / 2,
-                                 k.text_attention_per_token, 1.0, tolerance,
-                                 "Megatron lets every token attend to S/2 keys"));
+  // Per pair, every softmax layer: the full layers' coefficient plus each window's (a windowed layer costs the
+  // same per pair; the window changes how many pairs it has).
+  const geometry_windows windows = windows_of(spec, seq_len);
+  const double pair_coefficients =
+      static_cast<double>(c.text_attn_pair + c.mtp_attn_pair + c.window_attn_pair[0] + c.window_attn_pair[1]);
+  report.rows.push_back(make_row(windows.count > 0
+                                     ? "attention per pair (full + windowed layers) x S/2 = constant's attention part"
+                                     : "text_attn_pair x S/2 = constant's attention part",
+                                 pair_coefficients * s / 2, k.text_attention_per_token, 1.0, tolerance,
+                                 windows.count > 0 ? "Megatron lets every token attend to S/2 keys in every softmax "
+                                                     "layer: it has no window, so windowed layers are billed as full"
+                                                   : "Megatron lets every token attend to S/2 keys"));
 
   // 2. The whole-row case the constant assumes: one document of S tokens.
-  const vision_geometry text_only;
+  const vision_geometry text_only = geometry_of(spec);
   const std::int64_t row_length[] = {seq_len};
   const batch_counts text_row = count_from_lengths(row_length, 0, {}, text_only);
   const flop_breakdown text_flops = compute_flops(c, text_row, flop_scope::complete);
   // MTP attention (when trained) is inside flop_breakdown::mtp; take the pair count times both coefficients.
   const double text_attention_exact =
-      static_cast<double>(c.text_attn_pair + c.mtp_attn_pair) * static_cast<double>(text_row.causal_pairs);
+      static_cast<double>(c.text_attn_pair + c.mtp_attn_pair) * static_cast<double>(text_row.causal_pairs) +
+      static_cast<double>(c.window_attn_pair[0]) * static_cast<double>(text_row.window_pairs_0) +
+      static_cast<double>(c.window_attn_pair[1]) * static_cast<double>(text_row.window_pairs_1);
+  // The expected ratio from the pair counts written out here (not the count code): full layers S(S+1)/2 pairs, a
+  // sliding window w: S(S+1)/2 when S <= w, else w(w+1)/2 + (S - w) w; chunks of c: full chunks c(c+1)/2 each
+  // and the rest r(r+1)/2. The constant bills S*S/2 per layer.
+  double expected_pairs = static_cast<double>(c.text_attn_pair + c.mtp_attn_pair) * s * (s + 1) / 2;
+  for (int w = 0; w < windows.count; ++w) {
+    expected_pairs += static_cast<double>(c.window_attn_pair[w]) * windows.pairs[w];
+  }
+  const double attention_ratio = pair_coefficients > 0 ? expected_pairs / (pair_coefficients * s * s / 2) : (s + 1) / s;
   report.rows.push_back(make_row("one S-token document: attention vs constant x S", text_attention_exact,
-                                 k.text_attention_per_token * s, (s + 1) / s, tolerance,
-                                 "causal pairs are S(S+1)/2, the constant bills S*S/2: ratio (S+1)/S"));
+                                 k.text_attention_per_token * s, attention_ratio, tolerance,
+                                 windows.count > 0
+                                     ? "full layers: S(S+1)/2 causal pairs; windowed layers: the pairs inside the "
+                                       "window; the constant bills S*S/2 in every layer"
+                                     : "causal pairs are S(S+1)/2, the constant bills S*S/2: ratio (S+1)/S"));
   const double text_linear = k.text_linear_per_token, text_attention = k.text_attention_per_token;
-  report.rows.push_back(make_row("one S-token document: total vs constant x S",
-                                 text_flops.text_dense + text_flops.mtp + text_flops.text_attention,
-                                 k.text_per_token() * s,
-                                 (text_linear + k.text_moe_unbilled_per_token + text_attention * (s + 1) / s) /
-                                     (text_linear + text_attention),
-                                 tolerance,
-                                 moe ? "token-linear parts differ by the router and shared-expert gate, the attention "
-                                       "part by (S+1)/S"
-                                     : "token-linear parts equal; only the attention part differs, by (S+1)/S"));
+  report.rows.push_back(make_row(
+      "one S-token document: total vs constant x S", text_flops.text_dense + text_flops.mtp + text_flops.text_attention,
+      k.text_per_token() * s,
+      (text_linear + k.text_moe_unbilled_per_token - k.text_mla_norms_per_token + text_attention * attention_ratio) /
+          (text_linear + text_attention),
+      tolerance,
+      moe ? "token-linear parts differ by the router and shared-expert gate, the attention "
+            "part by (S+1)/S"
+          : "token-linear parts equal; only the attention part differs, by (S+1)/S"));
 
   if (spec.vision) {
     report.rows.push_back(make_row("vision_per_patch = constant's ViT token-linear part",
@@ -233,7 +319,7 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
                                    tolerance, "the constant bills S/2 keys per patch, as for the decoder"));
     // One image of S patches (grid 1 x 1 x S; the merge constraint is irrelevant to the ViT blocks), counted
     // in the reference's scope, against the ViT billed once per decoder token at S.
-    const vision_geometry any_grid{true, 1};
+    const vision_geometry any_grid{true, 1, 0, {}};
     const image_grid row_image[] = {{1, 1, seq_len}};
     const batch_counts vision_row = count_from_lengths({}, 0, row_image, any_grid);
     const flop_breakdown vision_flops = compute_flops(c, vision_row, flop_scope::seed);

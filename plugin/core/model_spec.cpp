@@ -4,6 +4,8 @@
 
 #include "flopmeter/model_spec.h"
 
+#include "core/architecture.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -11,28 +13,34 @@
 namespace flopmeter {
 
 layer_kind text_spec::layer_type(std::int64_t index) const {
+  if (!layer_runs.empty()) {
+    std::int64_t start = 0;
+    for (const layer_run& run : layer_runs) {
+      if (index < start + run.count) return run.kind;
+      start += run.count;
+    }
+    return layer_runs.back().kind;
+  }
   return full_attention_interval <= 0 || (index + 1) % full_attention_interval == 0 ? layer_kind::full_attention
                                                                                     : layer_kind::linear_attention;
 }
 
-// Layers i in [0, L) with (i+1) % k == 0 are i+1 = k, 2k, ..., floor(L/k)*k: floor(L/k) of them.
+// Counted arithmetically (core/architecture.cpp): layers i in [0, L) with (i+1) % k == 0 are floor(L/k); run
+// lengths add; the MoE stride gives num_hidden_layers / decoder_sparse_step MoE layers above
+// first_k_dense_replace, less the distinct mlp_only_layers entries that sit on the stride.
 std::int64_t text_spec::num_full_attention_layers() const {
   if (num_hidden_layers < 1) return 0;
-  return full_attention_interval <= 0 ? num_hidden_layers : num_hidden_layers / full_attention_interval;
+  return detail::count_layers_of_kind(*this, layer_kind::full_attention, 0, num_hidden_layers);
 }
 
-// Counted arithmetically (no per-layer storage): the stride gives num_hidden_layers / decoder_sparse_step MoE
-// layers ((i+1) % step == 0 for i in [0, L)), less the distinct mlp_only_layers entries that sit on the stride.
+std::int64_t text_spec::num_linear_attention_layers() const {
+  if (num_hidden_layers < 1) return 0;
+  return detail::count_layers_of_kind(*this, layer_kind::linear_attention, 0, num_hidden_layers);
+}
+
 std::int64_t text_spec::num_moe_layers() const {
-  if (!is_moe() || decoder_sparse_step < 1 || num_hidden_layers < 1) return 0;
-  std::int64_t count = num_hidden_layers / decoder_sparse_step;
-  std::vector<std::int64_t> forced_dense = mlp_only_layers;
-  std::sort(forced_dense.begin(), forced_dense.end());
-  forced_dense.erase(std::unique(forced_dense.begin(), forced_dense.end()), forced_dense.end());
-  for (const std::int64_t index : forced_dense) {
-    if (index >= 0 && index < num_hidden_layers && (index + 1) % decoder_sparse_step == 0) --count;
-  }
-  return count;
+  if (num_hidden_layers < 1) return 0;
+  return detail::count_moe_layers(*this, 0, num_hidden_layers);
 }
 
 std::int64_t vision_spec::patch_input_size() const {

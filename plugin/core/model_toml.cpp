@@ -25,6 +25,7 @@
 #include "flopmeter/array_view.h"
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
+#include "core/families.h"
 #include "core/printable_text.h"
 #include "core/spec_rules.h"
 #include "core/toml_reader.h"
@@ -89,6 +90,11 @@ class toml_fields final : public detail::field_reader, private detail::toml_read
                      {std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max()});
   }
   bool boolean(std::string_view path) const override { return bool_value(*node(path), std::string(path)); }
+  // TOML has no null: a nullable field (a family's sliding_window, q_lora_rank) is written "none".
+  bool is_null(std::string_view path) const override {
+    const toml::node* value = node(path);
+    return value != nullptr && value->is_string() && value->as_string()->get() == "none";
+  }
   std::string string(std::string_view path) const override { return string_value(*node(path), std::string(path)); }
   std::size_t array_size(std::string_view path) const override {
     const toml::node& value = *node(path);
@@ -132,7 +138,17 @@ class spec_loader : private detail::toml_reader {
     if (model == nullptr) fail_at(root.source(), "required table [model] is missing");
     if (text == nullptr) fail_at(root.source(), "required table [text_config] is missing");
     check_keys(*model, "model", kModelKeys, kSchemaDoc);
-    check_keys(*text, "text_config", text_keys(), kSchemaDoc);
+    // [text_config]'s keys are the model type's: a family adapter's field table, or the Qwen types' schema.
+    const toml::node* type_node = model->get("model_type");
+    const detail::family_adapter* family =
+        type_node != nullptr && type_node->is_string() ? detail::find_family(type_node->as_string()->get()) : nullptr;
+    if (family != nullptr) {
+      std::vector<std::string_view> keys;
+      for (const detail::family_field& field : family->fields) keys.push_back(field.key);
+      check_keys(*text, "text_config", keys, kSchemaDoc);
+    } else {
+      check_keys(*text, "text_config", text_keys(), kSchemaDoc);
+    }
     if (vision != nullptr) check_keys(*vision, "vision_config", vision_keys(), kSchemaDoc);
     if (options != nullptr) check_keys(*options, "flopmeter", kFlopmeterKeys, kSchemaDoc);
 

@@ -24,6 +24,9 @@
 namespace flopmeter::detail {
 
 bool operator==(const positions_totals& a, const positions_totals& b) {
+  for (std::size_t k = 0; k < kMaxAttentionWindows; ++k) {
+    if (a.window_pairs[k] != b.window_pairs[k]) return false;
+  }
   return a.tokens == b.tokens && a.documents == b.documents && a.causal_pairs == b.causal_pairs;
 }
 
@@ -62,8 +65,10 @@ constexpr std::size_t kBlockKernelMaxEntries = std::size_t{1} << 31;
 
 // ---- the scalar reference ---------------------------------------------------------------------------------
 
+// A window's pairs per entry are at most the causal ones (min(p + 1, w) and (p mod c) + 1 are <= p + 1), so
+// once the causal sum fits, the window sums do too: they are not checked again.
 template <class T>
-positions_totals scan_scalar(array_view<T> positions) {
+positions_totals scan_scalar(array_view<T> positions, array_view<attention_window> windows) {
   positions_totals totals;
   for (std::size_t i = 0; i < positions.size(); ++i) {
     const std::int64_t p = positions[i];
@@ -78,6 +83,10 @@ positions_totals scan_scalar(array_view<T> positions) {
     // p + 1 <= i + 1 cannot overflow; the running sum can, for a batch of more than ~4.3e9 tokens.
     if (__builtin_add_overflow(totals.causal_pairs, p + 1, &totals.causal_pairs)) {
       throw error("positions[" + std::to_string(i) + "]: the batch's causal pair count overflows a 64-bit count");
+    }
+    for (std::size_t k = 0; k < windows.size(); ++k) {
+      const std::int64_t w = windows[k].size;
+      totals.window_pairs[k] += windows[k].kind == window_kind::sliding ? (p + 1 < w ? p + 1 : w) : p % w + 1;
     }
   }
   totals.tokens = static_cast<std::int64_t>(positions.size());
@@ -132,21 +141,30 @@ FLOPMETER_ALWAYS_INLINE block<V64, V32> load_block(const T* at) {
 //     High-half lanes are 0, so their "v == 0" holds and they never fail; a low half of 0 counts a document.
 // This needs only 32-bit compares, which SSE2 has (it has no 64-bit one).
 // Returns whether the array is valid; fills the totals if so.
-template <class V64, class V32>
-FLOPMETER_ALWAYS_INLINE bool scan_block_int64(const std::int64_t* p, std::size_t n, positions_totals& totals) {
+//
+// Sliding windows (S of them, limit[s] = min(w - 1, 2^32 - 1)): sum(min(p + 1, w)) = sum(min(p, w - 1)) + n. The
+// min is taken per uint32 lane (a high half is 0, so its min is 0) and the lanes read as uint64 are the entries'
+// mins; they sum like the positions (min(p, w - 1) <= p, so no lane accumulator can wrap either).
+template <class V64, class V32, std::size_t S>
+FLOPMETER_ALWAYS_INLINE bool scan_block_int64(const std::int64_t* p, std::size_t n, const std::uint32_t* limits,
+                                              positions_totals& totals) {
   constexpr std::size_t lanes = sizeof(V64) / sizeof(std::uint64_t);
   constexpr std::size_t step = lanes * 2;
   V32 good0 = ~V32{}, good1 = ~V32{}, zeros0 = {}, zeros1 = {};
   V64 sum0 = {}, sum1 = {}, bits0 = {}, bits1 = {};
+  V32 limit[S == 0 ? 1 : S] = {};
+  V64 window_sum[S == 0 ? 1 : S] = {};
+  for (std::size_t w = 0; w < S; ++w) limit[w] = V32{} + limits[w];
   const V32 one = V32{} + 1;
   std::size_t i = 1;
-#define FLOPMETER_STEP_INT64(k)                                        \
-  {                                                                    \
-    const block<V64, V32> b = load_block<V64, V32>(p + i + (k)*lanes); \
-    good##k &= reinterpret_cast<V32>(b.v == b.prev + one) | b.is_zero; \
-    zeros##k -= b.is_zero; /* - (all ones) adds 1 */                   \
-    sum##k += b.wide;                                                  \
-    bits##k |= b.wide;                                                 \
+#define FLOPMETER_STEP_INT64(k)                                                                                  \
+  {                                                                                                              \
+    const block<V64, V32> b = load_block<V64, V32>(p + i + (k)*lanes);                                           \
+    good##k &= reinterpret_cast<V32>(b.v == b.prev + one) | b.is_zero;                                           \
+    zeros##k -= b.is_zero; /* - (all ones) adds 1 */                                                             \
+    sum##k += b.wide;                                                                                            \
+    bits##k |= b.wide;                                                                                           \
+    for (std::size_t w = 0; w < S; ++w) window_sum[w] += reinterpret_cast<V64>(b.v < limit[w] ? b.v : limit[w]); \
   }
   for (; i + step <= n; i += step) {
     FLOPMETER_STEP_INT64(0)
@@ -163,37 +181,51 @@ FLOPMETER_ALWAYS_INLINE bool scan_block_int64(const std::int64_t* p, std::size_t
   // The zero count includes one zero high half per entry of the vector loop (i - 1 of them).
   std::uint64_t zeros_total = 1 + lane_sum(zeros0) + lane_sum(zeros1) - (i - 1);
   std::uint64_t sum_total = lane_sum(sum0 + sum1);
+  std::uint64_t window_total[S == 0 ? 1 : S] = {};
+  for (std::size_t w = 0; w < S; ++w) window_total[w] = lane_sum(window_sum[w]);
   for (; i < n; ++i) {
     const std::uint64_t v = static_cast<std::uint64_t>(p[i]), prev = static_cast<std::uint64_t>(p[i - 1]);
     ok &= v == 0 || v == prev + 1;
     zeros_total += v == 0 ? 1 : 0;
     sum_total += v;
+    for (std::size_t w = 0; w < S; ++w) window_total[w] += v < limits[w] ? v : limits[w];
   }
   if (!ok) return false;
   totals.tokens = static_cast<std::int64_t>(n);
   totals.documents = static_cast<std::int64_t>(zeros_total);
   totals.causal_pairs = static_cast<std::int64_t>(sum_total + n);
+  for (std::size_t w = 0; w < S; ++w) totals.window_pairs[w] = static_cast<std::int64_t>(window_total[w] + n);
   return true;
 }
 
 // int32 entries, two V32 (uint32 lanes) per step; the sum reads the same bytes as V64 (uint64 lanes) and adds
 // the low and high halves separately, which zero-extends each entry (valid entries are >= 0).
-template <class V64, class V32>
-FLOPMETER_ALWAYS_INLINE bool scan_block_int32(const std::int32_t* p, std::size_t n, positions_totals& totals) {
+// Sliding windows as in the int64 kernel: the per-lane mins, read as uint64 lanes, are split into their low and
+// high halves and both added to the window's one accumulator (each step adds < 2^33 per lane: no wrap).
+template <class V64, class V32, std::size_t S>
+FLOPMETER_ALWAYS_INLINE bool scan_block_int32(const std::int32_t* p, std::size_t n, const std::uint32_t* limits,
+                                              positions_totals& totals) {
   constexpr std::size_t lanes = sizeof(V32) / sizeof(std::uint32_t);
   constexpr std::size_t step = lanes * 2;
   V32 bad0 = {}, bad1 = {}, zeros0 = {}, zeros1 = {};
   V64 low0 = {}, low1 = {}, high0 = {}, high1 = {};
+  V32 limit[S == 0 ? 1 : S] = {};
+  V64 window_sum[S == 0 ? 1 : S] = {};
+  for (std::size_t w = 0; w < S; ++w) limit[w] = V32{} + limits[w];
   const V32 one = V32{} + 1;
   const V64 low_mask = V64{} + 0xFFFFFFFFu;
   std::size_t i = 1;
-#define FLOPMETER_STEP_INT32(k)                                          \
-  {                                                                      \
-    const block<V64, V32> b = load_block<V64, V32>(p + i + (k)*lanes);   \
-    bad##k |= ~(reinterpret_cast<V32>(b.v == b.prev + one) | b.is_zero); \
-    zeros##k -= b.is_zero; /* - (all ones) adds 1 */                     \
-    low##k += b.wide & low_mask;                                         \
-    high##k += b.wide >> 32;                                             \
+#define FLOPMETER_STEP_INT32(k)                                             \
+  {                                                                         \
+    const block<V64, V32> b = load_block<V64, V32>(p + i + (k)*lanes);      \
+    bad##k |= ~(reinterpret_cast<V32>(b.v == b.prev + one) | b.is_zero);    \
+    zeros##k -= b.is_zero; /* - (all ones) adds 1 */                        \
+    low##k += b.wide & low_mask;                                            \
+    high##k += b.wide >> 32;                                                \
+    for (std::size_t w = 0; w < S; ++w) {                                   \
+      const V64 m = reinterpret_cast<V64>(b.v < limit[w] ? b.v : limit[w]); \
+      window_sum[w] += (m & low_mask) + (m >> 32);                          \
+    }                                                                       \
   }
   for (; i + step <= n; i += step) {
     FLOPMETER_STEP_INT32(0)
@@ -205,72 +237,124 @@ FLOPMETER_ALWAYS_INLINE bool scan_block_int32(const std::int32_t* p, std::size_t
   for (std::size_t l = 0; l < lanes; ++l) bad_bits |= bad[l];
   std::uint64_t zeros_total = 1 + lane_sum(zeros0) + lane_sum(zeros1);
   std::uint64_t sum_total = lane_sum(low0 + low1) + lane_sum(high0 + high1);
+  std::uint64_t window_total[S == 0 ? 1 : S] = {};
+  for (std::size_t w = 0; w < S; ++w) window_total[w] = lane_sum(window_sum[w]);
   for (; i < n; ++i) {
     const std::uint32_t v = static_cast<std::uint32_t>(p[i]), prev = static_cast<std::uint32_t>(p[i - 1]);
     bad_bits |= static_cast<std::uint64_t>(v != 0 && v != prev + 1u);
     zeros_total += v == 0 ? 1 : 0;
     sum_total += v;
+    for (std::size_t w = 0; w < S; ++w) window_total[w] += v < limits[w] ? v : limits[w];
   }
   if (bad_bits != 0) return false;
   totals.tokens = static_cast<std::int64_t>(n);
   totals.documents = static_cast<std::int64_t>(zeros_total);
   totals.causal_pairs = static_cast<std::int64_t>(sum_total + n);
+  for (std::size_t w = 0; w < S; ++w) totals.window_pairs[w] = static_cast<std::int64_t>(window_total[w] + n);
   return true;
 }
 
-// The baseline kernel: 16-byte vectors (SSE2 on x86-64).
-bool block_baseline(const std::int64_t* p, std::size_t n, positions_totals& t) {
-  return scan_block_int64<u64x2, u32x4>(p, n, t);
+// The kernels, for S = 0, 1, 2 sliding windows (a model without windows runs the S = 0 one, the loop it had
+// before windows existed).
+template <std::size_t S>
+bool block_baseline(const std::int64_t* p, std::size_t n, const std::uint32_t* limits, positions_totals& t) {
+  return scan_block_int64<u64x2, u32x4, S>(p, n, limits, t);
 }
-bool block_baseline(const std::int32_t* p, std::size_t n, positions_totals& t) {
-  return scan_block_int32<u64x2, u32x4>(p, n, t);
+template <std::size_t S>
+bool block_baseline(const std::int32_t* p, std::size_t n, const std::uint32_t* limits, positions_totals& t) {
+  return scan_block_int32<u64x2, u32x4, S>(p, n, limits, t);
 }
 
 #ifdef FLOPMETER_POSITIONS_X86
 // The AVX2 kernel: the same code with 32-byte vectors.
-__attribute__((target("avx2"))) bool block_avx2(const std::int64_t* p, std::size_t n, positions_totals& t) {
-  return scan_block_int64<u64x4, u32x8>(p, n, t);
+template <std::size_t S>
+__attribute__((target("avx2"))) bool block_avx2(const std::int64_t* p, std::size_t n, const std::uint32_t* limits,
+                                                positions_totals& t) {
+  return scan_block_int64<u64x4, u32x8, S>(p, n, limits, t);
 }
-__attribute__((target("avx2"))) bool block_avx2(const std::int32_t* p, std::size_t n, positions_totals& t) {
-  return scan_block_int32<u64x4, u32x8>(p, n, t);
+template <std::size_t S>
+__attribute__((target("avx2"))) bool block_avx2(const std::int32_t* p, std::size_t n, const std::uint32_t* limits,
+                                                positions_totals& t) {
+  return scan_block_int32<u64x4, u32x8, S>(p, n, limits, t);
 }
 #endif
 
+template <std::size_t S, class T>
+bool block_with(positions_kernel kernel, const T* p, std::size_t n, const std::uint32_t* limits, positions_totals& t) {
+#ifdef FLOPMETER_POSITIONS_X86
+  if (kernel == positions_kernel::avx2) return block_avx2<S>(p, n, limits, t);
+#else
+  (void)kernel;
+#endif
+  return block_baseline<S>(p, n, limits, t);
+}
+
+// sum((p mod c) + 1) over a valid array: p mod c restarts at 0 with each document and otherwise steps by one,
+// wrapping to 0 at c, so a running counter replaces the division.
 template <class T>
-positions_totals scan_with(array_view<T> positions, positions_kernel kernel) {
+std::int64_t chunked_pairs(const T* p, std::size_t n, std::int64_t c) {
+  std::int64_t r = 0, sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    r = p[i] == 0 ? 0 : (r + 1 == c ? 0 : r + 1);
+    sum += r + 1;
+  }
+  return sum;
+}
+
+template <class T>
+positions_totals scan_with(array_view<T> positions, positions_kernel kernel, array_view<attention_window> windows) {
   if (!available(kernel)) {
     throw error(std::string("the positions kernel ") + name_of(kernel) + " is not available on this CPU");
   }
+  if (windows.size() > kMaxAttentionWindows) throw error("scan_positions: more windows than kMaxAttentionWindows");
   if (kernel == positions_kernel::scalar || positions.empty() || positions.size() > kBlockKernelMaxEntries) {
-    return scan_scalar(positions);
+    return scan_scalar(positions, windows);
+  }
+  // The sliding windows' limits min(w - 1, 2^32 - 1) (positions the kernels accept are < 2^31), and which
+  // window each is.
+  std::uint32_t limits[kMaxAttentionWindows] = {};
+  std::size_t sliding_index[kMaxAttentionWindows] = {};
+  std::size_t sliding = 0;
+  for (std::size_t k = 0; k < windows.size(); ++k) {
+    if (windows[k].kind != window_kind::sliding) continue;
+    const std::int64_t limit = windows[k].size - 1;
+    limits[sliding] = limit > 0xFFFFFFFF ? 0xFFFFFFFFu : static_cast<std::uint32_t>(limit);
+    sliding_index[sliding++] = k;
   }
   positions_totals totals;
-  bool ok = false;
-#ifdef FLOPMETER_POSITIONS_X86
-  if (kernel == positions_kernel::avx2) {
-    ok = block_avx2(positions.data(), positions.size(), totals);
-  } else {
-    ok = block_baseline(positions.data(), positions.size(), totals);
+  const T* p = positions.data();
+  const std::size_t n = positions.size();
+  const bool ok = sliding == 0   ? block_with<0>(kernel, p, n, limits, totals)
+                  : sliding == 1 ? block_with<1>(kernel, p, n, limits, totals)
+                                 : block_with<2>(kernel, p, n, limits, totals);
+  if (!ok) return scan_scalar(positions, windows);  // the scalar loop throws the exact error
+  // The kernels fill window_pairs[0 .. sliding): move each to its window's index (from the last: s <= k).
+  for (std::size_t s = sliding; s-- > 0;) {
+    const std::int64_t pairs = totals.window_pairs[s];
+    totals.window_pairs[s] = 0;
+    totals.window_pairs[sliding_index[s]] = pairs;
   }
-#else
-  ok = block_baseline(positions.data(), positions.size(), totals);
-#endif
-  return ok ? totals : scan_scalar(positions);  // the scalar loop throws the exact error
+  for (std::size_t k = 0; k < windows.size(); ++k) {
+    if (windows[k].kind == window_kind::chunked) totals.window_pairs[k] = chunked_pairs(p, n, windows[k].size);
+  }
+  return totals;
 }
 
 }  // namespace
 
-positions_totals scan_positions(array_view<std::int64_t> positions) {
-  return scan_with(positions, best_positions_kernel());
+positions_totals scan_positions(array_view<std::int64_t> positions, array_view<attention_window> windows) {
+  return scan_with(positions, best_positions_kernel(), windows);
 }
-positions_totals scan_positions(array_view<std::int32_t> positions) {
-  return scan_with(positions, best_positions_kernel());
+positions_totals scan_positions(array_view<std::int32_t> positions, array_view<attention_window> windows) {
+  return scan_with(positions, best_positions_kernel(), windows);
 }
-positions_totals scan_positions(array_view<std::int64_t> positions, positions_kernel kernel) {
-  return scan_with(positions, kernel);
+positions_totals scan_positions(array_view<std::int64_t> positions, positions_kernel kernel,
+                                array_view<attention_window> windows) {
+  return scan_with(positions, kernel, windows);
 }
-positions_totals scan_positions(array_view<std::int32_t> positions, positions_kernel kernel) {
-  return scan_with(positions, kernel);
+positions_totals scan_positions(array_view<std::int32_t> positions, positions_kernel kernel,
+                                array_view<attention_window> windows) {
+  return scan_with(positions, kernel, windows);
 }
 
 }  // namespace flopmeter::detail

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "flopmeter/array_view.h"
+#include "flopmeter/flop_model.h"
 
 namespace flopmeter::detail {
 
@@ -25,6 +26,10 @@ struct positions_totals {
   std::int64_t tokens = 0;        // entries (real tokens)
   std::int64_t documents = 0;     // entries equal to 0
   std::int64_t causal_pairs = 0;  // sum of (position + 1)
+  // Per window k of the scan's `windows` (0 past them): the pairs query p of its document attends,
+  //   sliding w: sum of min(position + 1, w)   (keys j with p - w < j <= p)
+  //   chunked c: sum of (position mod c) + 1   (the keys of its own chunk, causally)
+  std::int64_t window_pairs[kMaxAttentionWindows] = {};
 };
 bool operator==(const positions_totals& a, const positions_totals& b);
 
@@ -43,11 +48,16 @@ positions_kernel best_positions_kernel();
 // Validates `positions` and returns its totals. Throws flopmeter::error naming the first bad index
 // ("positions[i] = v: expected 0 (a new document) or w") or an overflowing count; int32 entries are compared
 // in 64-bit arithmetic, so a run that would wrap past INT32_MAX is an error, never a wrap.
-positions_totals scan_positions(array_view<std::int64_t> positions);
-positions_totals scan_positions(array_view<std::int32_t> positions);
+// `windows` (at most kMaxAttentionWindows, each size >= 1, checked by the caller) are counted in the same pass:
+// sliding windows inside the block kernels (a lane-wise min and sum per window), chunked ones by a second,
+// sequential pass over a valid array (a running position mod c, no division per entry).
+positions_totals scan_positions(array_view<std::int64_t> positions, array_view<attention_window> windows = {});
+positions_totals scan_positions(array_view<std::int32_t> positions, array_view<attention_window> windows = {});
 
 // The same with a chosen kernel (tests, fuzz, bench). Throws flopmeter::error if the CPU lacks it.
-positions_totals scan_positions(array_view<std::int64_t> positions, positions_kernel kernel);
-positions_totals scan_positions(array_view<std::int32_t> positions, positions_kernel kernel);
+positions_totals scan_positions(array_view<std::int64_t> positions, positions_kernel kernel,
+                                array_view<attention_window> windows = {});
+positions_totals scan_positions(array_view<std::int32_t> positions, positions_kernel kernel,
+                                array_view<attention_window> windows = {});
 
 }  // namespace flopmeter::detail

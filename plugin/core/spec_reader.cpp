@@ -14,12 +14,14 @@
 #include <utility>
 #include <vector>
 
+#include "core/families.h"
 #include "core/spec_fields.h"
 #include "flopmeter/error.h"
 
 namespace flopmeter::detail {
 
 model_spec read_model_spec(const field_reader& reader, const std::string& model_type) {
+  if (const family_adapter* family = find_family(model_type)) return read_family_spec(reader, *family);
   model_spec spec;
   spec.model_type = model_type;
   text_spec& t = spec.text;

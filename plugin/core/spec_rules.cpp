@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/families.h"
 #include "core/spec_fields.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
@@ -77,11 +78,12 @@ const char* kind_name(layer_kind kind) {
 
 bool is_supported_model_type(std::string_view model_type) {
   return model_type == kQwen3Vl || model_type == kQwen35 || model_type == kQwen3VlMoe || model_type == kQwen35Moe ||
-         is_text_only_model_type(model_type);
+         is_text_only_model_type(model_type) || find_family(model_type) != nullptr;
 }
 
 bool is_text_only_model_type(std::string_view model_type) {
-  return model_type == kQwen3 || model_type == kQwen3Moe || model_type == kQwen3Next;
+  return model_type == kQwen3 || model_type == kQwen3Moe || model_type == kQwen3Next ||
+         find_family(model_type) != nullptr;
 }
 
 std::string text_model_type(std::string_view model_type) {
@@ -89,6 +91,7 @@ std::string text_model_type(std::string_view model_type) {
 }
 
 std::string model_family_name(std::string_view model_type) {
+  if (const family_adapter* family = find_family(model_type)) return std::string(family->family);
   if (model_type == kQwen3 || model_type == kQwen3Moe) return "Qwen3";
   if (model_type == kQwen3Next) return "Qwen3-Next";
   if (model_type == kQwen35 || model_type == kQwen35Moe) return "Qwen3.5";
@@ -96,7 +99,9 @@ std::string model_family_name(std::string_view model_type) {
 }
 
 std::string supported_model_types_text() {
-  return R"("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "qwen3", "qwen3_moe", "qwen3_next")";
+  std::string text = R"("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "qwen3", "qwen3_moe", "qwen3_next")";
+  for (const family_adapter* family : all_families()) text += ", " + quoted(family->model_type);
+  return text;
 }
 
 std::optional<spec_violation> check_fields(const model_spec& spec) {
@@ -104,8 +109,21 @@ std::optional<spec_violation> check_fields(const model_spec& spec) {
     return spec_violation{"model_type", "unknown model type " + in_quotes(spec.model_type) + " (supported: " +
                                             supported_model_types_text() + ")"};
   }
+  if (find_family(spec.model_type) != nullptr) return check_family_spec(spec);
   const text_spec& t = spec.text;
   const std::string type = in_quotes(spec.model_type);
+  if (!t.layer_runs.empty() || t.sliding_window != 0 || t.attention_chunk_size != 0) {
+    return spec_violation{"text_config.layer_types", std::string(kNoSlidingWindow)};
+  }
+  if (t.is_mla() || t.q_lora_rank != 0 || t.qk_nope_head_dim != 0 || t.qk_rope_head_dim != 0 || t.v_head_dim != 0) {
+    return spec_violation{"text_config.kv_lora_rank",
+                          "not allowed for model_type " + type + ", which has no multi-head latent attention (MLA)"};
+  }
+  if (t.first_k_dense_replace != 0 || t.n_shared_experts != 0) {
+    return spec_violation{
+        t.first_k_dense_replace != 0 ? "text_config.first_k_dense_replace" : "text_config.n_shared_experts",
+        "not allowed for model_type " + type + " (a DeepSeek-V3 / GLM-4.5 MoE field)"};
+  }
   for (const text_int& field : kTextInts) {
     const std::int64_t value = t.*field.member;
     const std::string path = path_of(kText, field.key);
@@ -196,6 +214,7 @@ std::optional<spec_violation> check_fields(const model_spec& spec) {
 }
 
 std::optional<spec_violation> check_invariants(const model_spec& spec) {
+  if (find_family(spec.model_type) != nullptr) return std::nullopt;  // check_family_spec has them
   const text_spec& t = spec.text;
   const bool hybrid = is_hybrid(spec);
   if (t.num_attention_heads % t.num_key_value_heads != 0) {

@@ -71,6 +71,8 @@ class field_reader {
   virtual bool boolean(std::string_view path) const = 0;
   virtual std::string string(std::string_view path) const = 0;
   virtual std::size_t array_size(std::string_view path) const = 0;
+  // Whether the value at `path` is null (config.json's null; in a model TOML the string "none").
+  virtual bool is_null(std::string_view /*path*/) const { return false; }
   // A required boolean the document may leave out (config.json may omit tie_word_embeddings); nullopt when
   // the format requires it.
   virtual std::optional<bool> default_bool(std::string_view /*path*/) const { return std::nullopt; }

@@ -58,6 +58,7 @@ itemless_table itemless_entries(const regime_coefficients& rc) {
       }};
 }
 
+const char* window_kind_name(window_kind kind) { return kind == window_kind::sliding ? "sliding" : "chunked"; }
 recompute_table recompute_entries(const coefficients& c) {
   const coefficients::recompute_terms& r = c.recompute;
   const dense_terms& d = r.dense;
@@ -118,6 +119,19 @@ std::string coefficients_json(const model_spec& spec, const regime_coefficients&
       .integer("lora_rank", regime.lora_rank)
       .raw("lora_targets", lora_targets_json(regime));
   for (const coefficient_entry& e : table.entries) object.integer(e.key, e.value);
+  // A model with attention windows: their coefficients, per pair under window k, and the windows themselves.
+  const vision_geometry geometry = geometry_of(spec);
+  if (geometry.window_count > 0) {
+    std::string pairs = "[", windows = "[";
+    for (std::int64_t k = 0; k < geometry.window_count; ++k) {
+      const attention_window& w = geometry.windows[k];
+      pairs += (k > 0 ? ", " : "") + std::to_string(rc.with_items.window_attn_pair[k]);
+      json_object window;
+      window.string("kind", window_kind_name(w.kind)).integer("size", w.size);
+      windows += (k > 0 ? ", " : "") + window.str();
+    }
+    object.raw("window_attn_pair", pairs + "]").raw("windows", windows + "]");
+  }
   json_object breakdown;
   for (const coefficient_entry& e : table.dense_parts) breakdown.integer(e.key, e.value);
   object.raw("dense_per_token_breakdown", breakdown.str());
@@ -130,6 +144,13 @@ std::string coefficients_json(const model_spec& spec, const regime_coefficients&
   json_object recomputed_parts;
   for (const coefficient_entry& e : recompute.dense_parts) recomputed_parts.integer(e.key, e.value);
   recomputed.raw("text_per_token_breakdown", recomputed_parts.str());
+  if (geometry.window_count > 0) {  // a windowed model: the re-executed core per pair under each window
+    std::string pairs = "[";
+    for (std::int64_t k = 0; k < geometry.window_count; ++k) {
+      pairs += (k > 0 ? ", " : "") + std::to_string(rc.with_items.recompute.window_attn_pair[k]);
+    }
+    recomputed.raw("window_attn_pair", pairs + "]");
+  }
   object.raw("recompute", recomputed.str());
   const itemless_table itemless = itemless_entries(rc);
   if (itemless.differs) {

@@ -54,6 +54,8 @@ std::string recompute_flops_json(const estimate_result& r);
 // The frozen parts as a JSON array of strings (["vision", "merger"], [] when nothing is frozen) and the LoRA
 // targets likewise.
 std::string frozen_json(const training_regime& regime);
+// "sliding" / "chunked".
+const char* window_kind_name(window_kind kind);
 std::string lora_targets_json(const training_regime& regime);
 
 // The exact count of one micro-batch and the Megatron constant's view of the same batch.

@@ -23,7 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import flopmeter  # noqa: E402
-from flopmeter import _device  # noqa: E402  (the device counting, compared with the host's exact counts)
+from flopmeter import _device, _native  # noqa: E402  (the device counting, compared with the host's exact counts)
 
 ON_CPU = os.environ.get("FLOPMETER_TEST_DEVICE_PATH_ON_CPU") == "1"
 if not ON_CPU and not torch.cuda.is_available():
@@ -123,23 +123,24 @@ def _run(meter, batches_for, device_batches, sync_check):
 
 
 def test_device_counts_are_the_host_counts_exactly(device_path):
-    """The nine counts formed on the device are the host path's exact counts (so the FLOPs are bit-identical:
+    """The counts formed on the device are the host path's exact counts (so the FLOPs are bit-identical:
     the FLOP model is linear in them)."""
     model = flopmeter.FlopModel("tiny_vlm")
     merge = 2  # tiny_vlm's spatial_merge_size
+    slots = _device.Slots()
     for batch in BATCHES:
         d = _on_device(batch, device_path)
         counts = _device.batch_counts(torch, "cu_seqlens", d["cu_seqlens"], d.get("image_grid_thw"),
-                                      batch["padding_tokens"], merge, device_path)
-        on_device = [int(v) for v in counts.cpu().tolist()]
+                                      batch["padding_tokens"], merge, device_path, slots)
+        on_device = dict(zip(_native.ROW_COUNT_FIELDS, [int(v) for v in counts.cpu().tolist()]))
         host = model.counts(cu_seqlens=batch["cu_seqlens"], image_grid_thw=batch["image_grid_thw"],
                             padding_tokens=batch["padding_tokens"])
-        assert on_device[:9] == list(host.values()), batch
+        assert {k: on_device[k] for k in host} == host, batch
         # The itemless counts: the batch's device tokens and causal pairs when it has no image, else 0.
         itemless = batch["image_grid_thw"] is None
-        assert on_device[9:11] == ([host["real_tokens"] + host["padding_tokens"], host["causal_pairs"]] if itemless
-                                   else [0, 0]), batch
-        assert on_device[11] == 0  # no invalid entry
+        assert [on_device["itemless_device_tokens"], on_device["itemless_causal_pairs"]] == (
+            [host["real_tokens"] + host["padding_tokens"], host["causal_pairs"]] if itemless else [0, 0]), batch
+        assert int(counts[slots.invalid]) == 0  # no invalid entry
     # Spot values derived by hand in the module docstring: A's causal pairs and merged tokens.
     a = model.counts(cu_seqlens=BATCHES[0]["cu_seqlens"], image_grid_thw=BATCHES[0]["image_grid_thw"])
     assert a["causal_pairs"] == 1950 and a["merged_tokens"] == 6 and a["patches"] == 24

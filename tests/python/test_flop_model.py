@@ -57,6 +57,7 @@ def test_a_small_batch_by_hand():
     assert m.counts(document_lengths=[3, 5], padding_tokens=2, image_grid_thw=[[1, 4, 4]]) == {
         "real_tokens": 8, "padding_tokens": 2, "documents": 2, "causal_pairs": 21, "items": 1, "patches": 16,
         "merged_tokens": 4, "vision_pairs_per_frame": 256, "vision_pairs_whole": 256,
+        "window_pairs_0": 0, "window_pairs_1": 0,  # tiny_vlm attends fully on every layer: no window
     }
     expected = (c["dense_per_token"] * 10 + c["text_attn_pair"] * 21 + c["vision_per_patch"] * 16
                 + c["vision_attn_pair"] * 256 + c["patch_embed_per_patch"] * 16 + c["merger_per_merged_token"] * 4
@@ -65,6 +66,23 @@ def test_a_small_batch_by_hand():
     # The seed scope: the reference's four terms, ViT attention over the whole item ((1*16)^2 = 256 here too).
     seed = c["dense_per_token"] * 10 + c["text_attn_pair"] * 21 + c["vision_per_patch"] * 16 + c["vision_attn_pair"] * 256
     assert m.flops(document_lengths=[3, 5], padding_tokens=2, image_grid_thw=[[1, 4, 4]], scope="seed") == seed
+
+
+def test_gpt_oss_20b_windowed_batch_by_hand():
+    # gpt_oss_20b (model_configs/gpt_oss_20b.toml): 24 layers alternating sliding (window 128) and full attention,
+    # 64 heads of 64. Per pair and layer 6 * 2*64*64 = 49,152: 12 full layers 589,824, 12 sliding layers 589,824.
+    # Documents of 1000 and 3000 tokens: causal pairs 500,500 + 4,501,500 = 5,002,000; pairs inside the window
+    # 128*129/2 + (L - 128)*128: 8,256 + 111,616 = 119,872 and 8,256 + 367,616 = 375,872, together 495,744.
+    # dense_per_token (hand-derived in tests/test_families.cpp's terms): 6 * (24*(2880*9216) + 24*2880*32
+    # + 24*4*3*2880*2880 + 2880*201088) = 21,642,854,400.
+    m = flopmeter.FlopModel("gpt_oss_20b")
+    c = m.coefficients
+    assert c["dense_per_token"] == 21642854400
+    assert c["text_attn_pair"] == 589824 and c["window_attn_pair"] == [589824]
+    assert c["windows"] == [{"kind": "sliding", "size": 128}]
+    counts = m.counts(document_lengths=[1000, 3000])
+    assert counts["causal_pairs"] == 5002000 and counts["window_pairs_0"] == 495744
+    assert m.flops(document_lengths=[1000, 3000]) == 21642854400 * 4000 + 589824 * 5002000 + 589824 * 495744
 
 
 def _python_counts(lengths, grids, merge):
