@@ -376,7 +376,15 @@ TEST(Windows, ChunkedCountOfLongDocumentsEqualsTheDivisionForm) {
   std::mt19937_64 rng(20261204);
   const auto tri = [](std::int64_t m) { return m % 2 == 0 ? (m / 2) * (m + 1) : m * ((m + 1) / 2); };
   for (int trial = 0; trial < 20000; ++trial) {
-    const std::int64_t length = 1 + static_cast<std::int64_t>(rng() % ((std::uint64_t{1} << 32) - 1));
+    std::int64_t length = 1 + static_cast<std::int64_t>(rng() % ((std::uint64_t{1} << 32) - 1));
+    if (trial % 5 == 4) {  // c divides L exactly: L / c is an integer, the multiply by 1/c must not round below it
+      const std::int64_t chunk = 1 + static_cast<std::int64_t>(rng() % (1 << 20));
+      length = chunk * (1 + static_cast<std::int64_t>(rng() % 4000));
+      const std::vector<std::int64_t> lengths = {length};
+      const batch_counts got = count_from_lengths(lengths, 0, {}, with_windows({window_kind::chunked, chunk}));
+      ASSERT_EQ(got.window_pairs_0, (length / chunk) * tri(chunk)) << "L " << length << " c " << chunk;
+      continue;
+    }
     std::int64_t c = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(length));
     switch (trial % 4) {
       case 0: break;
