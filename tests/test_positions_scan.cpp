@@ -356,6 +356,21 @@ TEST(Windows, WindowsLargerThanAnyPositionAreTheCausalPairs) {
   EXPECT_EQ(o.totals->window_pairs[1], o.totals->causal_pairs);
 }
 
+TEST(Windows, LargeWindowsOverLongArraysAreSummedInRuns) {
+  // The int32 kernel sums a window's mins in 32-bit lanes and widens them every 2^32 / (2 (w - 1) + 1) steps: a
+  // window close to the array's length makes those runs short (here about 2,400 steps of up to 16 entries, some
+  // 27 runs over the array). One document of L = 2^20 tokens under sliding w = 900,001:
+  // w(w+1)/2 + (L - w) * w, against the scalar kernel too.
+  const std::int64_t length = std::int64_t{1} << 20, w = 900001;
+  std::vector<std::int32_t> p(static_cast<std::size_t>(length));
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<std::int32_t>(i);
+  const attention_window windows[] = {{window_kind::sliding, w}, {window_kind::sliding, 3}};
+  const outcome o = scan_all_agree(p, windows);
+  ASSERT_TRUE(o.totals);
+  EXPECT_EQ(o.totals->window_pairs[0], w * (w + 1) / 2 + (length - w) * w);
+  EXPECT_EQ(o.totals->window_pairs[1], 6 + (length - 3) * 3);
+}
+
 TEST(Windows, LongestDocumentIsExact) {
   // L = 2^32 - 1 (the longest document a count takes). Sliding w = 2^31: w(w+1)/2 + (L - w) * w
   //   = 2^61 + 2^30 + (2^31 - 1) * 2^31 = 2^61 + 2^30 + 2^62 - 2^31; chunked c = 2^31: q = 1, r = 2^31 - 1:
