@@ -217,10 +217,10 @@ struct window_sums {
   }
 };
 
-// f(sums) with the window_sums the geometry needs (no_windows without windows). Throws for bad windows.
+// f(sums) with the window_sums a geometry with windows needs (count_from_* call f(no_windows{}) themselves
+// without windows, so that the full-attention path is the loop it was). Throws for bad windows.
 template <class F>
-batch_counts with_window_sums(const vision_geometry& g, F&& f) {
-  if (g.window_count == 0) return f(no_windows{});
+[[gnu::noinline]] batch_counts with_window_sums(const vision_geometry& g, F&& f) {
   check_windows(g);
   constexpr window_kind S = window_kind::sliding, C = window_kind::chunked;
   const bool chunked0 = g.windows[0].kind == C, chunked1 = g.window_count == 2 && g.windows[1].kind == C;
@@ -319,6 +319,7 @@ batch_counts count_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int64_t 
 batch_counts count_from_lengths(array_view<std::int64_t> document_lengths, std::int64_t padding_tokens,
                                 array_view<image_grid> grids, const vision_geometry& geometry) {
   check_padding(padding_tokens);
+  if (geometry.window_count == 0) return count_lengths(document_lengths, padding_tokens, grids, geometry, no_windows{});
   return with_window_sums(geometry, [&](auto windows) {
     return count_lengths(document_lengths, padding_tokens, grids, geometry, windows);
   });
@@ -327,6 +328,7 @@ batch_counts count_from_lengths(array_view<std::int64_t> document_lengths, std::
 batch_counts count_from_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int64_t padding_tokens,
                                    array_view<image_grid> grids, const vision_geometry& geometry) {
   check_padding(padding_tokens);
+  if (geometry.window_count == 0) return count_cu_seqlens(cu_seqlens, padding_tokens, grids, geometry, no_windows{});
   return with_window_sums(
       geometry, [&](auto windows) { return count_cu_seqlens(cu_seqlens, padding_tokens, grids, geometry, windows); });
 }
