@@ -356,6 +356,21 @@ TEST(Windows, WindowsLargerThanAnyPositionAreTheCausalPairs) {
   EXPECT_EQ(o.totals->window_pairs[1], o.totals->causal_pairs);
 }
 
+TEST(Windows, LargeWindowsOverLongArraysAreSummedInRuns) {
+  // The int32 kernel sums a window's mins in 32-bit lanes and widens them every 2^32 / (2 (w - 1) + 1) steps: a
+  // window close to the array's length makes those runs short (here about 2,400 steps of up to 16 entries, some
+  // 27 runs over the array). One document of L = 2^20 tokens under sliding w = 900,001:
+  // w(w+1)/2 + (L - w) * w, against the scalar kernel too.
+  const std::int64_t length = std::int64_t{1} << 20, w = 900001;
+  std::vector<std::int32_t> p(static_cast<std::size_t>(length));
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<std::int32_t>(i);
+  const attention_window windows[] = {{window_kind::sliding, w}, {window_kind::sliding, 3}};
+  const outcome o = scan_all_agree(p, windows);
+  ASSERT_TRUE(o.totals);
+  EXPECT_EQ(o.totals->window_pairs[0], w * (w + 1) / 2 + (length - w) * w);
+  EXPECT_EQ(o.totals->window_pairs[1], 6 + (length - 3) * 3);
+}
+
 TEST(Windows, LongestDocumentIsExact) {
   // L = 2^32 - 1 (the longest document a count takes). Sliding w = 2^31: w(w+1)/2 + (L - w) * w
   //   = 2^61 + 2^30 + (2^31 - 1) * 2^31 = 2^61 + 2^30 + 2^62 - 2^31; chunked c = 2^31: q = 1, r = 2^31 - 1:
@@ -376,7 +391,15 @@ TEST(Windows, ChunkedCountOfLongDocumentsEqualsTheDivisionForm) {
   std::mt19937_64 rng(20261204);
   const auto tri = [](std::int64_t m) { return m % 2 == 0 ? (m / 2) * (m + 1) : m * ((m + 1) / 2); };
   for (int trial = 0; trial < 20000; ++trial) {
-    const std::int64_t length = 1 + static_cast<std::int64_t>(rng() % ((std::uint64_t{1} << 32) - 1));
+    std::int64_t length = 1 + static_cast<std::int64_t>(rng() % ((std::uint64_t{1} << 32) - 1));
+    if (trial % 5 == 4) {  // c divides L exactly: L / c is an integer, the multiply by 1/c must not round below it
+      const std::int64_t chunk = 1 + static_cast<std::int64_t>(rng() % (1 << 20));
+      length = chunk * (1 + static_cast<std::int64_t>(rng() % 4000));
+      const std::vector<std::int64_t> lengths = {length};
+      const batch_counts got = count_from_lengths(lengths, 0, {}, with_windows({window_kind::chunked, chunk}));
+      ASSERT_EQ(got.window_pairs_0, (length / chunk) * tri(chunk)) << "L " << length << " c " << chunk;
+      continue;
+    }
     std::int64_t c = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(length));
     switch (trial % 4) {
       case 0: break;

@@ -126,8 +126,8 @@ void add_document(batch_counts& counts, std::int64_t length, std::size_t index, 
 // (i mod c) + 1 keys (chunked), at most i + 1. So once a batch's causal pair count fits int64 (checked as each
 // document is added) every window count and every partial sum does too, and none is checked again.
 
-// Throws when the geometry's windows are not what the count functions can count. Only called when it has some.
-void check_windows(const vision_geometry& g) {
+// Throws when the geometry's windows are not what the count functions can count (the slow path of check_windows).
+[[noreturn, gnu::noinline, gnu::cold]] void throw_bad_windows(const vision_geometry& g) {
   if (g.window_count < 0 || g.window_count > static_cast<std::int64_t>(kMaxAttentionWindows)) {
     throw error("vision_geometry.window_count = " + std::to_string(g.window_count) + ": expected 0 to " +
                 std::to_string(kMaxAttentionWindows));
@@ -139,6 +139,19 @@ void check_windows(const vision_geometry& g) {
                   std::to_string(w.size) + ") and the kind sliding or chunked");
     }
   }
+  throw error("vision_geometry: bad windows");  // not reached: one of the checks above throws
+}
+
+// Only called when the geometry has windows: one or two, each of size >= 1 and a known kind. Inline, the
+// messages out of line (measured: 39 instructions per call as a function, most of them its frame).
+inline void check_windows(const vision_geometry& g) {
+  const auto ok = [](const attention_window& w) {
+    return w.size >= 1 && (w.kind == window_kind::sliding || w.kind == window_kind::chunked);
+  };
+  static_assert(kMaxAttentionWindows == 2, "check_windows checks two windows");
+  if (!((g.window_count == 1 && ok(g.windows[0])) || (g.window_count == 2 && ok(g.windows[0]) && ok(g.windows[1])))) {
+    throw_bad_windows(g);
+  }
 }
 
 // m(m+1)/2 for 0 <= m <= 2^32 - 1: m(m+1) < 2^64 fits uint64.
@@ -147,56 +160,82 @@ std::int64_t triangle(std::int64_t m) {
   return static_cast<std::int64_t>(u * (u + 1) / 2);
 }
 
-// A window with what its per-document count needs precomputed: 1/c for a chunked one, so that L / c costs a
-// multiply, not a division (a division per document and window was most of the windows' cost in
+// A window with what its per-document count needs precomputed, so that the loop over documents has no branch on
+// the kind and no division (a 64-bit division per document was most of the windows' cost in
 // bench_on_microbatch's BM_count_cu_seqlens).
 struct window_counter {
-  attention_window w;
-  double reciprocal = 0;  // 1.0 / size (chunked)
-  explicit window_counter(const attention_window& window)
-      : w(window), reciprocal(1.0 / static_cast<double>(window.size)) {}
+  std::int64_t size;
+  std::int64_t chunk_pairs;  // chunked: c(c+1)/2 for c < 2^32 (a larger c is beyond every document: never used)
+  double reciprocal;         // chunked: 1/c rounded up by (1 + 2^-50), see chunked()
 
-  // The pairs of one document of L tokens (0 <= L <= 2^32 - 1, as add_document allows):
-  //   sliding:  query i attends min(i + 1, w) keys. With m = min(L, w): the first m queries attend 1 .. m keys,
-  //             m(m+1)/2 pairs, the other L - m attend w = m keys each: m(m+1)/2 + (L - m) * m
-  //             (L <= w: L(L+1)/2; otherwise w(w+1)/2 + (L - w) * w).
-  //   chunked:  q = L / c whole chunks of c(c+1)/2 pairs each, and a last chunk of r = L % c tokens,
-  //             r(r+1)/2 pairs. c >= L: one chunk, L(L+1)/2 (and c(c+1)/2 is never formed for a c above L).
+  // Only a chunked window needs chunk_pairs and the reciprocal (a division): a sliding one skips them.
+  window_counter(const attention_window& w, bool chunked)
+      : size(w.size),
+        chunk_pairs(chunked && w.size < (std::int64_t{1} << 32) ? triangle(w.size) : 0),
+        reciprocal(chunked ? 1.0 / static_cast<double>(w.size) * (1.0 + 0x1p-50) : 0) {}
+
+  // Sliding w, a document of L tokens (0 <= L <= 2^32 - 1, as add_document allows): query i attends
+  // min(i + 1, w) keys. With m = min(L, w) the first m queries attend 1 .. m keys, m(m+1)/2 pairs, the other
+  // L - m attend m each: m(m+1)/2 + (L - m) * m = m (2L - m + 1) / 2 (L <= w: L(L+1)/2; otherwise
+  // w(w+1)/2 + (L - w) * w). The product is at most L(L+1) < 2^64: formed in uint64.
+  std::int64_t sliding(std::int64_t length) const {
+    const auto l = static_cast<std::uint64_t>(length);
+    const auto m = static_cast<std::uint64_t>(length < size ? length : size);
+    return static_cast<std::int64_t>(m * (2 * l - m + 1) / 2);
+  }
+
+  // Chunked c: q = L / c whole chunks of c(c+1)/2 pairs each and a last chunk of r = L - q c tokens, r(r+1)/2
+  // pairs. c >= L: one chunk, L(L+1)/2. Otherwise c < L < 2^32 and q = floor(L * reciprocal) exactly: the
+  // reciprocal is 1/c times a factor in [1 + 2^-51, 1 + 2^-49] (2^-50 and two roundings of at most 2^-53), and
+  // the product rounds once more, so L * reciprocal lies in (L/c, (L/c)(1 + 2^-48)]: above L/c, and below
+  // floor(L/c) + 1, since L/c <= floor(L/c) + 1 - 1/c and (L/c) 2^-48 < 1/c while L < 2^48.
+  std::int64_t chunked(std::int64_t length) const {
+    if (size >= length) return triangle(length);
+    const auto q = static_cast<std::int64_t>(static_cast<double>(length) * reciprocal);
+    return q * chunk_pairs + triangle(length - q * size);
+  }
+
+  template <window_kind K>
   std::int64_t pairs(std::int64_t length) const {
-    if (w.kind == window_kind::sliding) {
-      const std::int64_t m = length < w.size ? length : w.size;
-      return triangle(m) + (length - m) * m;
-    }
-    if (w.size >= length) return triangle(length);
-    // c < L < 2^32: L * (1/c) in double is within 1 of L / c (L and 1/c carry 53 bits, the quotient < 2^32), so
-    // one step either way makes q exact: q * c <= L < (q + 1) * c.
-    std::int64_t q = static_cast<std::int64_t>(static_cast<double>(length) * reciprocal);
-    if (q * w.size > length) q -= 1;
-    if ((q + 1) * w.size <= length) q += 1;
-    return q * triangle(w.size) + triangle(length - q * w.size);
+    return K == window_kind::sliding ? sliding(length) : chunked(length);
   }
 };
 
-// Sets window_pairs_k for documents whose lengths `length_of(i)`, i < documents, were already validated and added
-// (so each is in [0, 2^32 - 1] and the pair sums fit, above). A separate pass run only for a model with windows:
-// full attention keeps its loop unchanged.
-// One pass over the documents for every window (each length is read once).
-template <class LengthOf>
-void add_window_pairs(batch_counts& counts, std::size_t documents, const vision_geometry& g, LengthOf length_of) {
-  const window_counter w0(g.windows[0]), w1(g.window_count > 1 ? g.windows[1] : g.windows[0]);
+// The window sums of a count over documents, added to as each document is (one pass: each length read once,
+// the kinds fixed at compile time, no branch per document on them). `no_windows` is full attention: the loop it
+// is given compiles to the loop of a model without windows.
+struct no_windows {
+  void operator()(std::int64_t /*length*/) {}
+  void store(batch_counts& /*counts*/) const {}
+};
+template <window_kind K0, window_kind K1, std::int64_t N>  // N = 1 or 2 windows
+struct window_sums {
+  window_counter w0, w1;
   std::int64_t sum0 = 0, sum1 = 0;
-  if (g.window_count == 1) {
-    for (std::size_t i = 0; i < documents; ++i) sum0 += w0.pairs(length_of(i));
-  } else {
-    for (std::size_t i = 0; i < documents; ++i) {
-      const std::int64_t length = length_of(i);
-      sum0 += w0.pairs(length);
-      sum1 += w1.pairs(length);
-    }
+  explicit window_sums(const vision_geometry& g)
+      : w0(g.windows[0], K0 == window_kind::chunked), w1(g.windows[N - 1], K1 == window_kind::chunked) {}
+  // `length` was validated by add_document: in [0, 2^32 - 1], and the sums fit (see above).
+  void operator()(std::int64_t length) {
+    sum0 += w0.pairs<K0>(length);
+    if constexpr (N == 2) sum1 += w1.pairs<K1>(length);
   }
-  counts.*detail::kWindowPairs[0] = sum0;
-  counts.*detail::kWindowPairs[1] = sum1;
-  static_assert(kMaxAttentionWindows == 2, "add_window_pairs sums two windows");
+  void store(batch_counts& counts) const {
+    counts.*detail::kWindowPairs[0] = sum0;
+    counts.*detail::kWindowPairs[1] = sum1;
+  }
+};
+
+// f(sums) with the window_sums a geometry with windows needs (count_from_* call f(no_windows{}) themselves
+// without windows, so that the full-attention path is the loop it was). Throws for bad windows.
+template <class F>
+[[gnu::noinline]] batch_counts with_window_sums(const vision_geometry& g, F&& f) {
+  check_windows(g);
+  constexpr window_kind S = window_kind::sliding, C = window_kind::chunked;
+  const bool chunked0 = g.windows[0].kind == C, chunked1 = g.window_count == 2 && g.windows[1].kind == C;
+  static_assert(kMaxAttentionWindows == 2, "with_window_sums dispatches one or two windows");
+  if (g.window_count == 1) return chunked0 ? f(window_sums<C, S, 1>(g)) : f(window_sums<S, S, 1>(g));
+  if (chunked0) return chunked1 ? f(window_sums<C, C, 2>(g)) : f(window_sums<C, S, 2>(g));
+  return chunked1 ? f(window_sums<S, C, 2>(g)) : f(window_sums<S, S, 2>(g));
 }
 
 // Adds the grids' counts to `counts` (shared by the three count_from_* functions).
@@ -241,24 +280,25 @@ void add_grids(batch_counts& counts, array_view<image_grid> grids, const vision_
 
 }  // namespace
 
-batch_counts count_from_lengths(array_view<std::int64_t> document_lengths, std::int64_t padding_tokens,
-                                array_view<image_grid> grids, const vision_geometry& geometry) {
-  check_padding(padding_tokens);
+namespace {
+
+template <class Windows>
+batch_counts count_lengths(array_view<std::int64_t> document_lengths, std::int64_t padding_tokens,
+                           array_view<image_grid> grids, const vision_geometry& geometry, Windows windows) {
   batch_counts counts;
-  for (std::size_t i = 0; i < document_lengths.size(); ++i)
+  for (std::size_t i = 0; i < document_lengths.size(); ++i) {
     add_document(counts, document_lengths[i], i, "document_lengths");
-  if (geometry.window_count != 0) {
-    check_windows(geometry);
-    add_window_pairs(counts, document_lengths.size(), geometry, [&](std::size_t i) { return document_lengths[i]; });
+    windows(document_lengths[i]);
   }
+  windows.store(counts);
   set_padding(counts, padding_tokens);
   add_grids(counts, grids, geometry);
   return counts;
 }
 
-batch_counts count_from_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int64_t padding_tokens,
-                                   array_view<image_grid> grids, const vision_geometry& geometry) {
-  check_padding(padding_tokens);
+template <class Windows>
+batch_counts count_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int64_t padding_tokens,
+                              array_view<image_grid> grids, const vision_geometry& geometry, Windows windows) {
   batch_counts counts;
   if (!cu_seqlens.empty() && cu_seqlens[0] != 0) {
     throw error("cu_seqlens[0] must be 0 (got " + std::to_string(cu_seqlens[0]) + ")");
@@ -274,15 +314,31 @@ batch_counts count_from_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int
       throw error("cu_seqlens[" + std::to_string(i) + "]: document length overflows a 64-bit count");
     }
     add_document(counts, length, i - 1, "cu_seqlens document");
+    windows(length);
   }
-  if (geometry.window_count != 0) {
-    check_windows(geometry);
-    add_window_pairs(counts, cu_seqlens.empty() ? 0 : cu_seqlens.size() - 1, geometry,
-                     [&](std::size_t i) { return cu_seqlens[i + 1] - cu_seqlens[i]; });
-  }
+  windows.store(counts);
   set_padding(counts, padding_tokens);
   add_grids(counts, grids, geometry);
   return counts;
+}
+
+}  // namespace
+
+batch_counts count_from_lengths(array_view<std::int64_t> document_lengths, std::int64_t padding_tokens,
+                                array_view<image_grid> grids, const vision_geometry& geometry) {
+  check_padding(padding_tokens);
+  if (geometry.window_count == 0) return count_lengths(document_lengths, padding_tokens, grids, geometry, no_windows{});
+  return with_window_sums(geometry, [&](auto windows) {
+    return count_lengths(document_lengths, padding_tokens, grids, geometry, windows);
+  });
+}
+
+batch_counts count_from_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int64_t padding_tokens,
+                                   array_view<image_grid> grids, const vision_geometry& geometry) {
+  check_padding(padding_tokens);
+  if (geometry.window_count == 0) return count_cu_seqlens(cu_seqlens, padding_tokens, grids, geometry, no_windows{});
+  return with_window_sums(
+      geometry, [&](auto windows) { return count_cu_seqlens(cu_seqlens, padding_tokens, grids, geometry, windows); });
 }
 
 namespace {

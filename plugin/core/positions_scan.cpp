@@ -210,26 +210,36 @@ FLOPMETER_ALWAYS_INLINE bool scan_block_int32(const std::int32_t* p, std::size_t
   V32 bad0 = {}, bad1 = {}, zeros0 = {}, zeros1 = {};
   V64 low0 = {}, low1 = {}, high0 = {}, high1 = {};
   V32 limit[S == 0 ? 1 : S] = {};
-  V64 window_sum[S == 0 ? 1 : S] = {};
-  for (std::size_t w = 0; w < S; ++w) limit[w] = V32{} + limits[w];
+  std::uint64_t window_total[S == 0 ? 1 : S] = {};
+  // The windows' mins are summed in uint32 lanes (a min and an add per vector), widened once per run of
+  // `block_steps` steps: each step adds at most 2 x limit per lane, so a run stays below 2^32. The caller passes
+  // only limits below n - 1 <= 2^31 (a window as long as the array is the causal count), so runs have >= 1 step.
+  std::size_t block_steps = ~std::size_t{0};
+  for (std::size_t w = 0; w < S; ++w) {
+    limit[w] = V32{} + limits[w];
+    const std::size_t steps = 0xFFFFFFFFu / (2 * static_cast<std::size_t>(limits[w]) + 1);
+    block_steps = steps < block_steps ? steps : block_steps;
+  }
   const V32 one = V32{} + 1;
   const V64 low_mask = V64{} + 0xFFFFFFFFu;
   std::size_t i = 1;
-#define FLOPMETER_STEP_INT32(k)                                             \
-  {                                                                         \
-    const block<V64, V32> b = load_block<V64, V32>(p + i + (k)*lanes);      \
-    bad##k |= ~(reinterpret_cast<V32>(b.v == b.prev + one) | b.is_zero);    \
-    zeros##k -= b.is_zero; /* - (all ones) adds 1 */                        \
-    low##k += b.wide & low_mask;                                            \
-    high##k += b.wide >> 32;                                                \
-    for (std::size_t w = 0; w < S; ++w) {                                   \
-      const V64 m = reinterpret_cast<V64>(b.v < limit[w] ? b.v : limit[w]); \
-      window_sum[w] += (m & low_mask) + (m >> 32);                          \
-    }                                                                       \
+#define FLOPMETER_STEP_INT32(k)                                                           \
+  {                                                                                       \
+    const block<V64, V32> b = load_block<V64, V32>(p + i + (k)*lanes);                    \
+    bad##k |= ~(reinterpret_cast<V32>(b.v == b.prev + one) | b.is_zero);                  \
+    zeros##k -= b.is_zero; /* - (all ones) adds 1 */                                      \
+    low##k += b.wide & low_mask;                                                          \
+    high##k += b.wide >> 32;                                                              \
+    for (std::size_t w = 0; w < S; ++w) window_run[w] += b.v < limit[w] ? b.v : limit[w]; \
   }
-  for (; i + step <= n; i += step) {
-    FLOPMETER_STEP_INT32(0)
-    FLOPMETER_STEP_INT32(1)
+  while (i + step <= n) {
+    V32 window_run[S == 0 ? 1 : S] = {};
+    const std::size_t run_end = (n - i) / step > block_steps ? i + block_steps * step : n;
+    for (; i + step <= run_end; i += step) {
+      FLOPMETER_STEP_INT32(0)
+      FLOPMETER_STEP_INT32(1)
+    }
+    for (std::size_t w = 0; w < S; ++w) window_total[w] += lane_sum(window_run[w]);
   }
 #undef FLOPMETER_STEP_INT32
   const V32 bad = bad0 | bad1;
@@ -237,8 +247,6 @@ FLOPMETER_ALWAYS_INLINE bool scan_block_int32(const std::int32_t* p, std::size_t
   for (std::size_t l = 0; l < lanes; ++l) bad_bits |= bad[l];
   std::uint64_t zeros_total = 1 + lane_sum(zeros0) + lane_sum(zeros1);
   std::uint64_t sum_total = lane_sum(low0 + low1) + lane_sum(high0 + high1);
-  std::uint64_t window_total[S == 0 ? 1 : S] = {};
-  for (std::size_t w = 0; w < S; ++w) window_total[w] = lane_sum(window_sum[w]);
   for (; i < n; ++i) {
     const std::uint32_t v = static_cast<std::uint32_t>(p[i]), prev = static_cast<std::uint32_t>(p[i - 1]);
     bad_bits |= static_cast<std::uint64_t>(v != 0 && v != prev + 1u);
@@ -310,20 +318,26 @@ positions_totals scan_with(array_view<T> positions, positions_kernel kernel, arr
   if (kernel == positions_kernel::scalar || positions.empty() || positions.size() > kBlockKernelMaxEntries) {
     return scan_scalar(positions, windows);
   }
-  // The sliding windows' limits min(w - 1, 2^32 - 1) (positions the kernels accept are < 2^31), and which
-  // window each is.
+  // The sliding windows' limits w - 1 for the kernels, and which window each is.
   std::uint32_t limits[kMaxAttentionWindows] = {};
   std::size_t sliding_index[kMaxAttentionWindows] = {};
   std::size_t sliding = 0;
+  const std::size_t n = positions.size();
+  std::size_t as_long_as_the_array[kMaxAttentionWindows] = {};
+  std::size_t long_windows = 0;
   for (std::size_t k = 0; k < windows.size(); ++k) {
     if (windows[k].kind != window_kind::sliding) continue;
-    const std::int64_t limit = windows[k].size - 1;
-    limits[sliding] = limit > 0xFFFFFFFF ? 0xFFFFFFFFu : static_cast<std::uint32_t>(limit);
+    // A valid array has p[i] <= i < n, so a window of w >= n never bites: its pairs are the causal ones (and the
+    // kernels get only limits below n - 1 < 2^31, see scan_block_int32).
+    if (static_cast<std::uint64_t>(windows[k].size) >= n) {
+      as_long_as_the_array[long_windows++] = k;
+      continue;
+    }
+    limits[sliding] = static_cast<std::uint32_t>(windows[k].size - 1);
     sliding_index[sliding++] = k;
   }
   positions_totals totals;
   const T* p = positions.data();
-  const std::size_t n = positions.size();
   const bool ok = sliding == 0   ? block_with<0>(kernel, p, n, limits, totals)
                   : sliding == 1 ? block_with<1>(kernel, p, n, limits, totals)
                                  : block_with<2>(kernel, p, n, limits, totals);
@@ -337,6 +351,7 @@ positions_totals scan_with(array_view<T> positions, positions_kernel kernel, arr
   for (std::size_t k = 0; k < windows.size(); ++k) {
     if (windows[k].kind == window_kind::chunked) totals.window_pairs[k] = chunked_pairs(p, n, windows[k].size);
   }
+  for (std::size_t l = 0; l < long_windows; ++l) totals.window_pairs[as_long_as_the_array[l]] = totals.causal_pairs;
   return totals;
 }
 
