@@ -406,7 +406,7 @@ flopmeter_model* flopmeter_plugin_model(const flopmeter_plugin* plugin, char* er
     if (plugin == nullptr) throw flopmeter::error("the plugin handle is NULL");
     const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
     if (!state) throw flopmeter::error("not a live plugin (destroyed already, or never created)");
-    return flopmeter::detail::register_model(state->plugin->model());
+    return flopmeter::detail::register_model(state->plugin->model(), state->plugin->training());
   });
 }
 

@@ -180,6 +180,18 @@ class Flops(ctypes.Structure):
     )
 
 
+class ModelOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("vision_frozen", ctypes.c_int),
+        ("merger_frozen", ctypes.c_int),
+        ("text_frozen", ctypes.c_int),
+        ("lora_rank", ctypes.c_int64),
+        ("lora_targets", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_lora_targets", ctypes.c_size_t),
+    ]
+
+
 # Every mirrored struct, by its C name: what the layout test compares.
 STRUCTS = {
     "flopmeter_grid": Grid,
@@ -191,6 +203,7 @@ STRUCTS = {
     "flopmeter_row_layout": RowLayout,
     "flopmeter_counts": Counts,
     "flopmeter_flops": Flops,
+    "flopmeter_model_options": ModelOptions,
 }
 
 _P = ctypes.c_void_p
@@ -214,6 +227,7 @@ _SIGNATURES = {
     "flopmeter_model_load": (_P, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_model_parse_json": (_P, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p,
                                         ctypes.c_size_t]),
+    "flopmeter_model_with_options": (_P, [_P, ctypes.POINTER(ModelOptions), ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_model_destroy": (ctypes.c_int, [_P]),
     "flopmeter_model_count": (ctypes.c_int, [_P, ctypes.POINTER(Microbatch), ctypes.POINTER(Counts), ctypes.c_char_p,
                                              ctypes.c_size_t]),

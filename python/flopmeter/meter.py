@@ -18,7 +18,6 @@ import ctypes
 import datetime
 import json
 import math
-import numbers
 import os
 import sys
 import threading
@@ -138,7 +137,9 @@ class Meter:
             handle = lib.flopmeter_create_from_text(text, len(text), b"Meter(...)", os.fsencode(os.getcwd()), comm,
                                                     error, len(error))
         if not handle:
-            raise ConfigError(error.value.decode("utf-8", "replace"))
+            message = error.value.decode("utf-8", "replace")
+            raise ConfigError(message if config is not None and not isinstance(config, Mapping) else
+                              _config.code_error(message, self._source))
         self._handle = handle
         lib.flopmeter_set_metrics_callback(handle, self._box.callback, None)
         self._finalizer = weakref.finalize(self, _release_plugin, handle, (self._collective, self._box))
@@ -165,8 +166,6 @@ class Meter:
         self._fast_call.restype = ctypes.c_int
         self._fast_handle = ctypes.c_void_p(handle)
         self._empty_mb_ref = ctypes.byref(self._empty_mb)
-        self._log = _native.sized(_native.Log)
-        self._log_ref = ctypes.byref(self._log)
         self._last_health: Optional[Dict[str, int]] = None
 
     @staticmethod

@@ -127,12 +127,12 @@ def test_qwen3_vl_with_a_frozen_vision_tower(tmp_path):
     last = flopmeter_entries(trainer)[-1]
     assert (last["train/frozen_vision"], last["train/frozen_merger"], last["train/frozen_text"]) == (1, 0, 0)
     assert last["train/tokens_seen"] == sum(sum(b["documents"]) for b in recorder.batches)
-    # The images reached the Meter: the FLOPs of the batches with their grids, billed with the vision tower frozen.
-    config = tmp_path / "qwen3_vl" / "config.json"
-    config.parent.mkdir()
-    config.write_text(model.config.to_json_string())
-    billed = flopmeter.Meter(model=str(config), training={"frozen": ["vision"]}, sinks={"console": False}, peak=PEAK)
-    assert trainer.state.total_flos == sum(expected_flops(billed.model, recorder.batches))
+    # floating_point_ops bills the images with the vision tower frozen: fewer FLOPs than full training.
+    config = model.config.to_dict()
+    frozen = sum(expected_flops(flopmeter.FlopModel(config, frozen="vision"), recorder.batches))
+    assert trainer.state.total_flos == frozen
+    assert frozen < sum(expected_flops(flopmeter.FlopModel(config), recorder.batches))
+    assert meter.model.coefficients["frozen"] == ["vision"]
     assert all("grids" in b for b in recorder.batches)
 
 
@@ -147,11 +147,16 @@ def test_lora_through_peft_is_billed_as_its_rank_and_targets(tmp_path):
     args = TrainingArguments(**common_args(tmp_path, per_device_train_batch_size=4))
     trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(tiny.text_rows(8, seed=4)),
                       data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
+    recorder = tiny.Recorder(trainer.data_collator)
+    trainer.data_collator = recorder
     meter = attach(trainer, peak=PEAK)
     trainer.train()
     last = flopmeter_entries(trainer)[-1]
     assert last["train/lora_rank"] == 4
-    assert meter.model.name  # learned from the base model's config, under the PEFT wrapper
+    # Learned from the base model's config under the PEFT wrapper, billed as rank-4 adapters on q and v.
+    assert (meter.model.coefficients["lora_rank"], meter.model.coefficients["lora_targets"]) == (4, ["q_proj", "v_proj"])
+    lora = flopmeter.FlopModel(model.get_base_model().config.to_dict(), lora_rank=4, lora_targets=["q_proj", "v_proj"])
+    assert trainer.state.total_flos == sum(expected_flops(lora, recorder.batches))
 
 
 def test_a_partly_frozen_decoder_is_named_in_one_warning(tmp_path, caplog):

@@ -137,6 +137,7 @@ class _Attachment:
         self.fwd_bwd = SpanTimer()
         self.data = SpanTimer()
         self.flops: Optional[int] = None
+        self.logged_step = -1  # the step of the last on_log: every rank closes each interval once
         self.warned = set()
         self.original = {name: getattr(trainer, name) for name in
                          ("training_step", "floating_point_ops", "log", "get_train_dataloader", "get_batch_samples")
@@ -213,13 +214,17 @@ class _Attachment:
 
     def log(self, logs: Dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            record = None
-            if "train_runtime" in logs:
-                record = self.meter.flush()
-            elif "loss" in logs:
-                record = self.meter.on_log(int(self.trainer.state.global_step), **self._log_times())
-            if record:
-                logs.update(merged_record(record))
+            step = int(self.trainer.state.global_step)
+            records = []
+            if ("loss" in logs or "train_runtime" in logs) and step > self.logged_step:
+                # A training log, or the final one with optimizer steps since the last log: the interval ends.
+                self.logged_step = step
+                records.append(self.meter.on_log(step, **self._log_times()))
+            if "train_runtime" in logs:  # the end of training: the last interval's record
+                records.append(self.meter.flush())
+            for record in records:
+                if record:
+                    logs.update(merged_record(record))
         except Exception as e:  # noqa: BLE001
             self._warn("the log", e)
         return self.original["log"](logs, *args, **kwargs)
