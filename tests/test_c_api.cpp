@@ -39,6 +39,7 @@ struct c_abi {
   decltype(&flopmeter_destroy) destroy = nullptr;
   decltype(&flopmeter_health) health = nullptr;
   decltype(&flopmeter_status_string) status_string = nullptr;
+  decltype(&flopmeter_set_log_callback) set_log_callback = nullptr;
   decltype(&flopmeter_model_load) model_load = nullptr;
   decltype(&flopmeter_model_with_options) model_with_options = nullptr;
   decltype(&flopmeter_model_destroy) model_destroy = nullptr;
@@ -58,6 +59,7 @@ struct c_abi {
     resolve(destroy, "flopmeter_destroy");
     resolve(health, "flopmeter_health");
     resolve(status_string, "flopmeter_status_string");
+    resolve(set_log_callback, "flopmeter_set_log_callback");
     resolve(model_load, "flopmeter_model_load");
     resolve(model_with_options, "flopmeter_model_with_options");
     resolve(model_destroy, "flopmeter_model_destroy");
@@ -1024,4 +1026,37 @@ TEST(c_api_model, bad_options_are_refused_with_the_field) {
   everything.vision_frozen = everything.merger_frozen = everything.text_frozen = 1;
   EXPECT_EQ(model_abi().model_with_options(full.model, &everything, error, sizeof error), nullptr);
   EXPECT_NE(std::string(error).find("nothing trains"), std::string::npos) << error;
+}
+
+// ---- flopmeter_set_log_callback: the library's messages to the trainer's logging ------------------------------
+
+namespace {
+
+struct logged {
+  std::vector<std::pair<int, std::string>> messages;
+};
+
+void keep_message(void* user, int level, const char* message) {
+  static_cast<logged*>(user)->messages.emplace_back(level, message);
+}
+
+}  // namespace
+
+// A refused micro-batch is warned about (rate-limited: once, then held back): with a callback at WARN the
+// warning reaches it, at its level, without the logger's prefix; nothing below WARN does.
+TEST_F(c_api_plugin, warnings_reach_the_log_callback_and_stderr_again_once_it_is_cleared) {
+  logged out;
+  ASSERT_EQ(abi.set_log_callback(keep_message, &out, FLOPMETER_LOG_LEVEL_WARN), FLOPMETER_OK);
+  EXPECT_EQ(abi.set_log_callback(keep_message, &out, 6), FLOPMETER_E_REJECTED);
+  flopmeter_microbatch m = microbatch({}, {});
+  m.num_cu_seqlens = 3;  // NULL with a count: refused with a warning
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_REJECTED);
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_REJECTED);  // held back by the rate limit
+  ASSERT_EQ(abi.set_log_callback(nullptr, nullptr, FLOPMETER_LOG_LEVEL_WARN), FLOPMETER_OK);
+  ASSERT_EQ(out.messages.size(), 1u);
+  EXPECT_EQ(out.messages[0].first, FLOPMETER_LOG_LEVEL_WARN);
+  EXPECT_NE(out.messages[0].second.find("refused"), std::string::npos) << out.messages[0].second;
+  EXPECT_EQ(out.messages[0].second.find("[warning]"), std::string::npos) << out.messages[0].second;
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_REJECTED);
+  EXPECT_EQ(out.messages.size(), 1u);  // cleared: nothing more reaches it
 }

@@ -302,6 +302,24 @@ typedef struct flopmeter_row_layout {
 /* FLOPMETER_OK, FLOPMETER_E_NULL_ARGUMENT, FLOPMETER_E_STRUCT_SIZE or FLOPMETER_E_INVALID_HANDLE. */
 FLOPMETER_EXPORT int flopmeter_get_row_layout(const flopmeter_plugin* plugin, flopmeter_row_layout* out);
 
+/* Where the library's messages go: warnings (rate-limited ones included), errors, and the console sink's
+ * records (info). By default every message is written to stderr. With a callback set, each message at or above
+ * `min_level` (FLOPMETER_LOG_LEVEL_*) is handed to callback(user, level, message) instead (message: UTF-8,
+ * NUL-terminated, without the logger's prefix; valid during the call only); the others still go to stderr.
+ * NULL restores stderr for all. Process-wide: it applies to every plugin, also those created before. It is
+ * called on the thread that logs (a hook's caller, or the thread a collective completes on), must return, and
+ * must not call flopmeter functions of the plugin that logs. Set it before creating plugins and clear it only
+ * after destroying them when `user` is freed with it. FLOPMETER_OK, or FLOPMETER_E_REJECTED for a level outside
+ * FLOPMETER_LOG_LEVEL_TRACE..FLOPMETER_LOG_LEVEL_CRITICAL. */
+#define FLOPMETER_LOG_LEVEL_TRACE 0
+#define FLOPMETER_LOG_LEVEL_DEBUG 1
+#define FLOPMETER_LOG_LEVEL_INFO 2
+#define FLOPMETER_LOG_LEVEL_WARN 3
+#define FLOPMETER_LOG_LEVEL_ERROR 4
+#define FLOPMETER_LOG_LEVEL_CRITICAL 5
+typedef void (*flopmeter_log_callback)(void* user, int level, const char* message);
+FLOPMETER_EXPORT int flopmeter_set_log_callback(flopmeter_log_callback callback, void* user, int min_level);
+
 /* The FLOP model alone, without a plugin: load it, count a micro-batch, form its FLOPs, and the reports of
  * `flopmeter coefficients --json` and `flopmeter estimate --json`. A flopmeter_model handle is a name looked up
  * on every call like a plugin handle; its model is immutable, so any thread may use it at any time. */
@@ -407,6 +425,7 @@ FLOPMETER_EXPORT int64_t flopmeter_model_estimate_json(const flopmeter_model* mo
  * Also in 0.3 (within struct_size): flopmeter_health_counters gained config_mismatch_intervals;
  * flopmeter_log gained peak_reserved_memory_bytes with FLOPMETER_LOG_PEAK_RESERVED_MEMORY. A FLOPMETER_LOG_*
  * bit set with the value 0 is now reported as 0 (before, a 0 on every rank read as not reported).
+ * Also in 0.3: flopmeter_set_log_callback (the library's messages to the trainer's logging instead of stderr).
  * Also in 0.3: flopmeter_model_with_options and flopmeter_model_options (the training regime of a model alone);
  * flopmeter_plugin_model's model is in the plugin's regime (before, full training whatever [training] said). */
 

@@ -13,6 +13,7 @@ Thread-safety: the loaded library is process-wide and its functions may be calle
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import threading
 from pathlib import Path
@@ -206,10 +207,14 @@ STRUCTS = {
     "flopmeter_model_options": ModelOptions,
 }
 
+# flopmeter_log_callback: (user, level, message).
+LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+
 _P = ctypes.c_void_p
 _SIGNATURES = {
     "flopmeter_abi_version": (ctypes.c_uint32, []),
     "flopmeter_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+    "flopmeter_set_log_callback": (ctypes.c_int, [LOG_CALLBACK, ctypes.c_void_p, ctypes.c_int]),
     "flopmeter_create": (_P, [ctypes.c_char_p, ctypes.POINTER(Comm), ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_create_from_text": (
         _P,
@@ -236,6 +241,22 @@ _SIGNATURES = {
     "flopmeter_model_estimate_json": (ctypes.c_int64, [_P, ctypes.POINTER(Counts), ctypes.c_int, ctypes.c_int64,
                                                        ctypes.c_char_p, ctypes.c_size_t]),
 }
+
+LOG_LEVEL_WARN = 3  # FLOPMETER_LOG_LEVEL_WARN: warnings and errors go to logging, the console sink's records to stderr
+_PYTHON_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR,
+                  5: logging.CRITICAL}
+
+
+def _forward_log(user: object, level: int, message: bytes) -> None:
+    """The library's warnings (rate-limited ones included) and errors, as records of the "flopmeter" logger."""
+    try:
+        logging.getLogger("flopmeter").log(_PYTHON_LEVELS.get(level, logging.WARNING),
+                                           message.decode("utf-8", "replace"))
+    except Exception:  # noqa: BLE001 - nothing may cross into C
+        pass
+
+
+_log_callback = LOG_CALLBACK(_forward_log)  # alive as long as the module: the library keeps calling it
 
 _lock = threading.Lock()
 _library: Optional[ctypes.CDLL] = None
@@ -266,6 +287,7 @@ def lib() -> ctypes.CDLL:
                 function = getattr(loaded, name)
                 function.restype = restype
                 function.argtypes = argtypes
+            loaded.flopmeter_set_log_callback(_log_callback, None, LOG_LEVEL_WARN)
             _library = loaded
     return _library
 
