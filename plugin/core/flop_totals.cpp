@@ -58,6 +58,13 @@ flop_breakdown compute_flops(const coefficients& c, const batch_counts& n, flop_
   flop_breakdown f;
   for (std::size_t i = 0; i < count; ++i)
     f.*products[i].term += exact_product(products[i].coefficient, products[i].count);
+  // The re-executed forward (hardware FLOPs only): the same counts as the four terms it repeats.
+  const coefficients::recompute_terms& r = c.recompute;
+  f.recompute.text_dense = exact_product(r.text_per_token, n.device_tokens());
+  f.recompute.text_attention = exact_product(r.text_attn_pair, n.causal_pairs);
+  f.recompute.vision_dense = exact_product(r.vision_per_patch, n.patches);
+  f.recompute.vision_attention =
+      exact_product(r.vision_attn_pair, scope == flop_scope::seed ? n.vision_pairs_whole : n.vision_pairs_per_frame);
   return f;
 }
 
@@ -68,7 +75,9 @@ flop_breakdown compute_flops(const regime_coefficients& rc, const batch_counts& 
   // One set for every micro-batch (every regime but a frozen decoder): exactly compute_flops(with_items, ...),
   // bit for bit (two rounded products would not always sum to the one rounded product above 2^53).
   const bool same = with.dense_per_token == without.dense_per_token && with.text_attn_pair == without.text_attn_pair &&
-                    with.mtp_per_token == without.mtp_per_token && with.mtp_attn_pair == without.mtp_attn_pair;
+                    with.mtp_per_token == without.mtp_per_token && with.mtp_attn_pair == without.mtp_attn_pair &&
+                    with.recompute.text_per_token == without.recompute.text_per_token &&
+                    with.recompute.text_attn_pair == without.recompute.text_attn_pair;
   if (same || (n.itemless_device_tokens == 0 && n.itemless_causal_pairs == 0)) return f;
   // Text terms: with_items over the tokens and pairs of micro-batches with items, without_items over the rest.
   const std::int64_t device = n.device_tokens() - n.itemless_device_tokens;
@@ -77,6 +86,10 @@ flop_breakdown compute_flops(const regime_coefficients& rc, const batch_counts& 
       exact_product(with.dense_per_token, device) + exact_product(without.dense_per_token, n.itemless_device_tokens);
   f.text_attention =
       exact_product(with.text_attn_pair, pairs) + exact_product(without.text_attn_pair, n.itemless_causal_pairs);
+  f.recompute.text_dense = exact_product(with.recompute.text_per_token, device) +
+                           exact_product(without.recompute.text_per_token, n.itemless_device_tokens);
+  f.recompute.text_attention = exact_product(with.recompute.text_attn_pair, pairs) +
+                               exact_product(without.recompute.text_attn_pair, n.itemless_causal_pairs);
   if (scope == flop_scope::complete) {
     f.mtp = exact_product(with.mtp_per_token, device) + exact_product(with.mtp_attn_pair, pairs) +
             exact_product(without.mtp_per_token, n.itemless_device_tokens) +

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <iterator>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -77,22 +78,87 @@ struct text_work {
       moe_shared_expert_gate, logits, lora_adapters, attention_pairs;
 };
 
+// ---- Activation recomputation: the re-executed forward, by the same walk ------------------------------------
+//
+// A checkpointed layer whose backward runs (its output needs a gradient) runs part of its forward again in the
+// backward. The walk below bills it with the same per-GEMM rule: replayed once per checkpointed layer in
+// "recompute mode" (text_rule::recompute set), each product adds its forward multiply-adds times the passes
+// recompute_pass returns (1: it runs again, 0: it does not) to a second accumulator, instead of its training
+// passes. Which products run again, per policy (forward order inside one layer):
+//   full             every product: the projections (with LoRA's A and B), the attention core, the Gated
+//                    DeltaNet conv and delta rule, the MLP or MoE block (Megatron "full", torch reentrant).
+//   full_early_stop  the same but the layer's final GEMM when only the residual add reads its output: the dense
+//                    SwiGLU's down_proj (with LoRA on it: its B, PEFT adds B's output last). Torch's non-reentrant
+//                    checkpoint stops once the last tensor autograd saved is recomputed; the final GEMM's inputs
+//                    are saved before it runs, its output by nothing. An MoE block's expert outputs are scaled
+//                    by their routing weights (a saved product), so every product of an MoE layer runs again.
+//   selective        the softmax attention core only (QK^T and PV), where a gradient flows through it
+//                    (Megatron's core_attn, a checkpoint around the core alone).
+//   op               torchtitan's per-op policy: matmuls (every projection, LoRA's A and B after their base, the
+//                    router, and the MoE experts' gate, up and down as one grouped matmul each) are numbered
+//                    in forward order from 1 per layer; the even ones run again, the odd ones are saved. The
+//                    attention core is saved; the conv and the delta rule are not matmuls and run again. The
+//                    final GEMM is cut by torch's early stop as above.
+// A layer no gradient crosses runs no backward and recomputes nothing (decoder_work skips the forward-only
+// layers; recompute_coefficients the frozen ViT). Logits, MTP layers, the patch embedding and the mergers sit
+// in no checkpointed layer.
+struct recompute_pass {
+  recompute_policy policy;
+  std::int64_t mm = 0;  // matmuls of the current layer so far (the op policy's numbering)
+
+  // The next matmul; `last`: the layer's final GEMM, whose output only the residual add reads.
+  int128 gemm(bool last) {
+    ++mm;
+    switch (policy) {
+      case recompute_policy::full: return 1;
+      case recompute_policy::full_early_stop: return last ? 0 : 1;
+      case recompute_policy::op: return mm % 2 == 0 && !last ? 1 : 0;
+      case recompute_policy::selective:
+      case recompute_policy::none: return 0;
+    }
+    return 0;
+  }
+  // A product that is not a matmul of the op policy: the Gated DeltaNet conv and delta rule.
+  int128 other() const {
+    return policy == recompute_policy::full || policy == recompute_policy::full_early_stop ||
+                   policy == recompute_policy::op
+               ? 1
+               : 0;
+  }
+  // The softmax attention core (QK^T and PV); `gradient_flows`: its backward runs.
+  int128 attention_core(bool gradient_flows) const {
+    return policy == recompute_policy::full || policy == recompute_policy::full_early_stop ||
+                   (policy == recompute_policy::selective && gradient_flows)
+               ? 1
+               : 0;
+  }
+};
+
 struct text_rule {
   const text_spec& t;
   bool weights_train;  // T
   const training_regime& regime;
+  recompute_pass* recompute = nullptr;  // recompute mode: bill the re-executed forward (above)
   factor rank() const { return {regime.lora_rank, "training.lora_rank"}; }
+  // Passes of one GEMM: its training passes, or in recompute mode whether it runs again.
+  int128 passes(bool input_gradient, bool weight_trains, bool last = false) const {
+    return recompute != nullptr ? recompute->gemm(last) : gemm_passes(input_gradient, weight_trains);
+  }
 
   // One projection d_in -> d_out over `layers` layers into `family`: the base GEMM and, when adapted, its A and
   // B. Returns whether its output needs a gradient.
+  // `last`: the layer's final GEMM (recompute mode).
   bool projection(text_work& w, term& family, const factor& d_in, const factor& d_out,
-                  std::optional<lora_target> target, bool input_gradient, const factor& layers) const {
+                  std::optional<lora_target> target, bool input_gradient, const factor& layers,
+                  bool last = false) const {
     const bool adapted = target && regime.adapts(*target);
-    family = family + product({d_in, d_out, layers}) * factor{gemm_passes(input_gradient, weights_train), nullptr};
+    family = family +
+             product({d_in, d_out, layers}) * factor{passes(input_gradient, weights_train, last && !adapted), nullptr};
     if (adapted) {
-      w.lora_adapters = w.lora_adapters +
-                        product({d_in, rank(), layers}) * factor{gemm_passes(input_gradient, true), nullptr} +
-                        product({rank(), d_out, layers}) * factor{gemm_passes(true, true), nullptr};
+      const int128 a = passes(input_gradient, true);
+      const int128 b = passes(true, true, last);
+      w.lora_adapters = w.lora_adapters + product({d_in, rank(), layers}) * factor{a, nullptr} +
+                        product({rank(), d_out, layers}) * factor{b, nullptr};
     }
     return input_gradient || weights_train || adapted;
   }
@@ -109,7 +175,8 @@ struct text_rule {
     const bool k = projection(w, w.attention_projections, h, as_factor(kv_width), lora_target::k_proj, g, layers);
     const bool v = projection(w, w.attention_projections, h, as_factor(kv_width), lora_target::v_proj, g, layers);
     const bool core = q || k || v;
-    w.attention_pairs = w.attention_pairs + attention_pair_macs(t) * layers * factor{core_passes(core), nullptr};
+    const int128 core_work = recompute != nullptr ? recompute->attention_core(core) : core_passes(core);
+    w.attention_pairs = w.attention_pairs + attention_pair_macs(t) * layers * factor{core_work, nullptr};
     const bool o = projection(w, w.attention_projections, as_factor(o_width), h, lora_target::o_proj, core, layers);
     return g || o;
   }
@@ -129,13 +196,15 @@ struct text_rule {
     projection(w, family, h, heads, std::nullopt, g, layers);  // in_proj_a
     projection(w, family, h, heads, std::nullopt, g, layers);  // in_proj_b
     // The depthwise conv over the qkv channels: a GEMM-like product with a weight.
+    const int128 conv_passes = recompute != nullptr ? recompute->other() : gemm_passes(qkv_gradient, weights_train);
     family = family + qkv * factor{t.linear_conv_kernel_dim, "text.linear_conv_kernel_dim"} * layers *
-                          factor{gemm_passes(qkv_gradient, weights_train), nullptr};
+                          factor{conv_passes, nullptr};
     const term delta_rule = product({{4, nullptr},
                                      {t.linear_num_value_heads, "text.linear_num_value_heads"},
                                      {t.linear_key_head_dim, "text.linear_key_head_dim"},
                                      {t.linear_value_head_dim, "text.linear_value_head_dim"}});
-    family = family + delta_rule * layers * factor{core_passes(qkv_gradient), nullptr};
+    const int128 delta_passes = recompute != nullptr ? recompute->other() : core_passes(qkv_gradient);
+    family = family + delta_rule * layers * factor{delta_passes, nullptr};
     const bool out = projection(w, family, as_factor(v), h, lora_target::out_proj, qkv_gradient || z_gradient, layers);
     return g || out;
   }
@@ -146,19 +215,46 @@ struct text_rule {
     const factor width{t.intermediate_size, "text.intermediate_size"};
     const bool gate = projection(w, w.dense_mlp, h, width, lora_target::gate_proj, g, layers);
     const bool up = projection(w, w.dense_mlp, h, width, lora_target::up_proj, g, layers);
-    const bool down = projection(w, w.dense_mlp, width, h, lora_target::down_proj, gate || up, layers);
+    const bool down = projection(w, w.dense_mlp, width, h, lora_target::down_proj, gate || up, layers, true);
     return g || down;
   }
 
   // An MoE block: every GEMM 1 + g + T (validate_training_regime refuses adapters on its experts).
   bool moe(text_work& w, bool g, const factor& layers) const {
     const moe_block_macs m = moe_macs(t);
+    if (recompute != nullptr) {
+      moe_recompute(w, m, layers);
+      return g || weights_train;
+    }
     const factor passes{gemm_passes(g, weights_train), nullptr};
     w.moe_router = w.moe_router + m.router * layers * passes;
     w.moe_routed_experts = w.moe_routed_experts + m.routed_experts * layers * passes;
     w.moe_shared_expert = w.moe_shared_expert + m.shared_expert * layers * passes;
     w.moe_shared_expert_gate = w.moe_shared_expert_gate + m.shared_expert_gate * layers * passes;
     return g || weights_train;
+  }
+
+  // Recompute mode: the MoE block's matmuls one by one (router; experts' gate, up, down; shared expert's gate,
+  // up, down; its gate), each a third of its SwiGLU's multiply-adds. None is final (see recompute_pass).
+  void moe_recompute(text_work& w, const moe_block_macs& m, const factor& layers) const {
+    const auto one_third = [](const term& swiglu) {
+      term part = swiglu;
+      part.value /= 3;  // swiglu_macs is 3 x h x I: exact
+      return part;
+    };
+    w.moe_router = w.moe_router + m.router * layers * factor{recompute->gemm(false), nullptr};
+    for (int i = 0; i < 3; ++i) {
+      w.moe_routed_experts =
+          w.moe_routed_experts + one_third(m.routed_experts) * layers * factor{recompute->gemm(false), nullptr};
+    }
+    if (m.shared_expert.value > 0) {
+      for (int i = 0; i < 3; ++i) {
+        w.moe_shared_expert =
+            w.moe_shared_expert + one_third(m.shared_expert) * layers * factor{recompute->gemm(false), nullptr};
+      }
+      w.moe_shared_expert_gate =
+          w.moe_shared_expert_gate + m.shared_expert_gate * layers * factor{recompute->gemm(false), nullptr};
+    }
   }
 
   bool mixer(text_work& w, layer_kind kind, bool g, const factor& layers) const {
@@ -220,22 +316,103 @@ void add_layer_range(const text_rule& rule, text_work& w, std::int64_t from, std
   if (moe > 0) rule.mlp(w, true, g, {moe, layers_field});
 }
 
-// The decoder's pass-weighted work; `input_gradient`: the first layer's input needs a gradient. Returns whether
-// the last layer's output needs one.
-bool decoder_work(const text_rule& rule, text_work& w, bool input_gradient) {
+// ---- Which decoder layers are checkpointed (recompute_options), counted by layer kind -----------------------
+// Like the layer kinds themselves, counted arithmetically: nothing iterates over the layers.
+
+// a * b, or kLcmCap when above it (no layer index reaches it).
+constexpr std::int64_t kLcmCap = std::int64_t{1} << 62;
+std::int64_t capped_lcm(std::int64_t a, std::int64_t b) {
+  const int128 l = static_cast<int128>(a / std::gcd(a, b)) * b;
+  return l > kLcmCap ? kLcmCap : static_cast<std::int64_t>(l);
+}
+// Layers i in [from, to) with (i + 1) % m == 0: i + 1 runs over [from + 1, to].
+std::int64_t multiples(std::int64_t from, std::int64_t to, std::int64_t m) { return to / m - from / m; }
+
+// Layers i in [from, to) with (i + 1) % every == 0, by (mixer kind, MLP kind).
+struct layer_mix {
+  std::int64_t full_dense = 0, full_moe = 0, linear_dense = 0, linear_moe = 0;
+};
+layer_mix checkpointed_mix(const text_spec& t, std::int64_t from, std::int64_t to, std::int64_t every) {
+  // full(i): (i + 1) % A == 0 (A = 1 without linear layers); moe(i): (i + 1) % S == 0 and i not in mlp_only_layers.
+  const std::int64_t a = t.full_attention_interval > 0 ? t.full_attention_interval : 1;
+  const std::int64_t all = multiples(from, to, every);
+  const std::int64_t full = multiples(from, to, capped_lcm(a, every));
+  layer_mix mix;
+  if (t.is_moe() && t.decoder_sparse_step >= 1) {
+    std::vector<std::int64_t> dense = t.mlp_only_layers;
+    std::sort(dense.begin(), dense.end());
+    dense.erase(std::unique(dense.begin(), dense.end()), dense.end());
+    const auto moe_on = [&](std::int64_t stride) {  // MoE layers whose i + 1 is a multiple of stride
+      std::int64_t count = multiples(from, to, stride);
+      for (const std::int64_t i : dense) count -= i >= from && i < to && (i + 1) % stride == 0 ? 1 : 0;
+      return count;
+    };
+    const std::int64_t moe_stride = capped_lcm(t.decoder_sparse_step, every);
+    mix.full_moe = moe_on(capped_lcm(moe_stride, a));
+    mix.linear_moe = moe_on(moe_stride) - mix.full_moe;
+  }
+  mix.full_dense = full - mix.full_moe;
+  mix.linear_dense = all - full - mix.linear_moe;
+  return mix;
+}
+
+// The re-executed forward of the checkpointed layers in [from, to), all of whose backward runs (`g`: their
+// input needs a gradient), into `r`: each (mixer kind, MLP kind) replayed once in recompute mode, times its
+// count of checkpointed layers.
+void add_recompute_range(const text_rule& rule, text_work& r, std::int64_t from, std::int64_t to, bool g) {
+  const recompute_options& o = rule.regime.recompute;
+  if (o.policy == recompute_policy::none || to <= from) return;
+  const auto replay = [&](std::int64_t a, std::int64_t b, std::int64_t every) {
+    if (b <= a) return;
+    const layer_mix mix = checkpointed_mix(rule.t, a, b, every);
+    const struct {
+      layer_kind mixer;
+      bool moe;
+      std::int64_t count;
+    } kinds[] = {{layer_kind::full_attention, false, mix.full_dense},
+                 {layer_kind::full_attention, true, mix.full_moe},
+                 {layer_kind::linear_attention, false, mix.linear_dense},
+                 {layer_kind::linear_attention, true, mix.linear_moe}};
+    for (const auto& kind : kinds) {
+      if (kind.count <= 0) continue;
+      recompute_pass pass{o.policy};  // the op policy numbers the matmuls of each layer from 1
+      text_rule replaying = rule;
+      replaying.recompute = &pass;
+      const factor layers{kind.count, "text.num_hidden_layers"};
+      const bool hidden = replaying.mixer(r, kind.mixer, g, layers);
+      replaying.mlp(r, kind.moe, hidden, layers);
+    }
+  };
+  if (o.layers > 0) {
+    // Megatron's block method: the first `layers` of each pipeline stage's num_hidden_layers / stages.
+    const std::int64_t stage = rule.t.num_hidden_layers / o.pipeline_stages;
+    for (std::int64_t s = 0; s < o.pipeline_stages; ++s) {
+      replay(std::max(from, s * stage), std::min(to, s * stage + o.layers), 1);
+    }
+  } else {
+    replay(from, to, o.every > 0 ? o.every : 1);
+  }
+}
+
+// The decoder's pass-weighted work into `w` and its re-executed forward into `r`; `input_gradient`: the first
+// layer's input needs a gradient. Returns whether the last layer's output needs one.
+bool decoder_work(const text_rule& rule, text_work& w, text_work& r, bool input_gradient) {
   const text_spec& t = rule.t;
   const std::int64_t n = t.num_hidden_layers;
   if (input_gradient || rule.weights_train) {
     add_layer_range(rule, w, 0, n, true);
+    add_recompute_range(rule, r, 0, n, true);
     return true;
   }
   const std::int64_t f = first_adapted_layer(t, rule.regime);
-  add_layer_range(rule, w, 0, f, false);  // nothing trainable upstream: forward only
+  add_layer_range(rule, w, 0, f, false);  // nothing trainable upstream: forward only, nothing recomputed
   if (f >= n) return false;
   const factor one{1, nullptr};
   const bool hidden = rule.mixer(w, t.layer_type(f), false, one);
   rule.mlp(w, is_moe_layer(t, f), hidden, one);
+  add_recompute_range(rule, r, f, f + 1, false);  // its adapters train: its backward runs
   add_layer_range(rule, w, f + 1, n, true);
+  add_recompute_range(rule, r, f + 1, n, true);
   return true;
 }
 
@@ -246,8 +423,8 @@ void text_coefficients(const model_spec& spec, const training_regime& regime, bo
   const text_spec& t = spec.text;
   const bool weights_train = !regime.text_frozen && regime.lora_rank == 0;
   const text_rule rule{t, weights_train, regime};
-  text_work w;
-  const bool output_gradient = decoder_work(rule, w, input_gradient);
+  text_work w, r;
+  const bool output_gradient = decoder_work(rule, w, r, input_gradient);
   w.logits = logits_macs(t) * factor{gemm_passes(output_gradient, weights_train), nullptr};
   constexpr int128 kFlopsPerPass = 2;
   dense_terms& d = c.dense;
@@ -270,6 +447,26 @@ void text_coefficients(const model_spec& spec, const training_regime& regime, bo
   }
   c.dense_per_token = to_coefficient(total, kFlopsPerPass, "dense_per_token");
   c.text_attn_pair = to_coefficient(w.attention_pairs, kFlopsPerPass, "text_attn_pair");
+
+  // The re-executed forward: one pass, 2 FLOPs per multiply-add.
+  dense_terms& rd = c.recompute.dense;
+  const std::pair<std::int64_t*, std::pair<const term*, const char*>> recomputed[] = {
+      {&rd.attention_projections, {&r.attention_projections, "recompute (attention projections)"}},
+      {&rd.linear_attention, {&r.linear_attention, "recompute (Gated DeltaNet)"}},
+      {&rd.dense_mlp, {&r.dense_mlp, "recompute (dense MLP)"}},
+      {&rd.moe_router, {&r.moe_router, "recompute (MoE router)"}},
+      {&rd.moe_routed_experts, {&r.moe_routed_experts, "recompute (MoE routed experts)"}},
+      {&rd.moe_shared_expert, {&r.moe_shared_expert, "recompute (MoE shared expert)"}},
+      {&rd.moe_shared_expert_gate, {&r.moe_shared_expert_gate, "recompute (MoE shared-expert gate)"}},
+      {&rd.lora_adapters, {&r.lora_adapters, "recompute (LoRA adapters)"}},
+  };
+  term recomputed_total;
+  for (const auto& [out, part] : recomputed) {
+    *out = to_coefficient(*part.first, kFlopsPerPass, part.second);
+    recomputed_total = recomputed_total + *part.first;
+  }
+  c.recompute.text_per_token = to_coefficient(recomputed_total, kFlopsPerPass, "recompute.text_per_token");
+  c.recompute.text_attn_pair = to_coefficient(r.attention_pairs, kFlopsPerPass, "recompute.text_attn_pair");
 
   c.mtp_per_token = 0;
   c.mtp_attn_pair = 0;
@@ -294,10 +491,41 @@ void text_coefficients(const model_spec& spec, const training_regime& regime, bo
   }
 }
 
+// The ViT's re-executed forward per patch and per (query, key) pair into `c` (recompute_vision, when the ViT's
+// backward runs: only when its weights train, since its input is pixels). One block in forward order: fused
+// qkv hv -> 3hv, the attention core, proj hv -> hv, fc1 hv -> Iv, fc2 Iv -> hv (final: only the residual add
+// reads it), with the same recompute_pass as the decoder layers.
+void vision_recompute(const vision_spec& v, recompute_policy policy, coefficients& c) {
+  const factor hv{v.hidden_size, "vision.hidden_size"}, iv{v.intermediate_size, "vision.intermediate_size"};
+  const factor depth{v.depth, "vision.depth"};
+  recompute_pass pass{policy};
+  const auto gemm = [&pass](term macs, bool last) { return macs * factor{pass.gemm(last), nullptr}; };
+  term block = gemm(product({{3, nullptr}, hv, hv}), false);
+  const int128 core = pass.attention_core(true);
+  block = block + gemm(product({hv, hv}), false);
+  block = block + gemm(product({hv, iv}), false);
+  block = block + gemm(product({iv, hv}), true);
+  c.recompute.vision_per_patch = to_coefficient(block * depth, 2, "recompute.vision_per_patch");
+  c.recompute.vision_attn_pair = to_coefficient(vit_attention_pair_macs(v), 2 * core, "recompute.vision_attn_pair");
+}
+
+const char* const kRecomputeNames[] = {"none", "full", "full_early_stop", "selective", "op"};
+
 const char* const kLoraTargetNames[] = {"q_proj",  "k_proj",    "v_proj",      "o_proj",    "gate_proj",
                                         "up_proj", "down_proj", "in_proj_qkv", "in_proj_z", "out_proj"};
 
 }  // namespace
+
+const char* to_string(recompute_policy policy) { return kRecomputeNames[static_cast<unsigned>(policy)]; }
+
+recompute_policy parse_recompute_policy(const std::string& name, const std::string& where) {
+  std::string known;
+  for (unsigned i = 0; i < std::size(kRecomputeNames); ++i) {
+    if (name == kRecomputeNames[i]) return static_cast<recompute_policy>(i);
+    known += std::string(i == 0 ? "\"" : ", \"") + kRecomputeNames[i] + "\"";
+  }
+  throw error(where + ": unknown recompute policy '" + name + "' (expected one of " + known + ")");
+}
 
 const char* to_string(lora_target target) { return kLoraTargetNames[static_cast<unsigned>(target)]; }
 
@@ -354,8 +582,58 @@ std::string quoted_parts(const training_regime& regime) {
 
 }  // namespace
 
+namespace {
+
+// The recompute settings against the model (validate_training_regime).
+void validate_recompute(const model_spec& spec, const recompute_options& o) {
+  const std::int64_t n = spec.text.num_hidden_layers;
+  const bool on = o.policy != recompute_policy::none;
+  if (!on && (o.layers != 0 || o.every != 0 || o.vision)) {
+    throw error(std::string("training.") +
+                (o.layers != 0  ? "recompute_layers"
+                 : o.every != 0 ? "recompute_every"
+                                : "recompute_vision") +
+                " without a recompute policy: set training.recompute to \"full\", \"full_early_stop\", "
+                "\"selective\" or \"op\"");
+  }
+  if (o.layers < 0 || o.every < 0) {
+    throw error(std::string("training.") + (o.layers < 0 ? "recompute_layers" : "recompute_every") +
+                " must be >= 0 (got " + std::to_string(o.layers < 0 ? o.layers : o.every) + ")");
+  }
+  if (o.layers > 0 && o.every > 0) {
+    throw error(
+        "training.recompute_layers and training.recompute_every are both set: choose the first N layers of "
+        "each pipeline stage or every k-th layer");
+  }
+  if (o.layers > 0) {
+    if (o.pipeline_stages < 1 || o.pipeline_stages > n) {
+      throw error("pipeline stages (pp) must be in [1, num_hidden_layers = " + std::to_string(n) + "] (got " +
+                  std::to_string(o.pipeline_stages) + ")");
+    }
+    if (n % o.pipeline_stages != 0) {
+      throw error("training.recompute_layers needs the " + std::to_string(n) + " decoder layers split evenly over " +
+                  std::to_string(o.pipeline_stages) + " pipeline stages");
+    }
+    if (o.layers > n / o.pipeline_stages) {
+      throw error("training.recompute_layers = " + std::to_string(o.layers) + " exceeds the " +
+                  std::to_string(n / o.pipeline_stages) + " decoder layers of each pipeline stage of model '" +
+                  spec.name + "'");
+    }
+  }
+  if (o.every > n) {
+    throw error("training.recompute_every = " + std::to_string(o.every) + " checkpoints no layer of model '" +
+                spec.name + "' (" + std::to_string(n) + " decoder layers)");
+  }
+  if (o.vision && !spec.vision) {
+    throw error("training.recompute_vision: model '" + spec.name + "' has no vision tower");
+  }
+}
+
+}  // namespace
+
 void validate_training_regime(const model_spec& spec, const training_regime& regime) {
   const text_spec& t = spec.text;
+  validate_recompute(spec, regime.recompute);
   if (regime.lora_rank < 0 || regime.lora_rank > (std::int64_t{1} << 20)) {
     throw error("training.lora_rank must be in [0, 1048576] (got " + std::to_string(regime.lora_rank) + ")");
   }
@@ -407,6 +685,9 @@ regime_coefficients compute_coefficients(const model_spec& spec, const training_
     c.merger_per_merged_token =
         to_coefficient(merger_macs(v) * factor{v.num_mergers(), "vision.deepstack_visual_indexes"},
                        2 * gemm_passes(vision || merger, merger), "merger_per_merged_token");
+  }
+  if (spec.vision && regime.recompute.vision && !regime.vision_frozen) {
+    vision_recompute(*spec.vision, regime.recompute.policy, c);  // a frozen ViT runs no backward: nothing
   }
   const bool vision_side_trains = spec.vision && (!regime.vision_frozen || !regime.merger_frozen);
   rc.with_items = c;
