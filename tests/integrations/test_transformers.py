@@ -194,3 +194,18 @@ def test_two_processes_sum_the_data_parallel_group(tmp_path):
     model = flopmeter.FlopModel(ranks[0]["config"])
     flops = sum(sum(expected_flops(model, r["batches"])) for r in ranks)
     assert math.isclose(ranks[0]["total_flos"], flops, rel_tol=1e-6)
+
+
+def test_activation_checkpointing_is_billed_as_recompute(tmp_path):
+    from datasets import Dataset
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+    # transformers' default checkpoint is non-reentrant: each layer's forward runs again but for its last GEMM.
+    args = TrainingArguments(**common_args(tmp_path, per_device_train_batch_size=4, activation_checkpointing=True))
+    trainer = Trainer(model=tiny.qwen3(), args=args, train_dataset=Dataset.from_list(tiny.text_rows(8, seed=6)),
+                      data_collator=DataCollatorForLanguageModeling(tiny.tokenizer(), mlm=False))
+    meter = attach(trainer, peak=PEAK)
+    trainer.train()
+    assert meter.model.coefficients["recompute"]["settings"]["policy"] == "full_early_stop"
+    last = flopmeter_entries(trainer)[-1]
+    assert last["perf/hfu"] > last["perf/mfu"] > 0  # hardware FLOPs include the recomputed forwards

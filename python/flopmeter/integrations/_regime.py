@@ -188,11 +188,11 @@ def make_meter(options: Dict[str, Any]) -> Any:
 
 
 def learned_options(options: Dict[str, Any], model: Any, micro_batches_per_step: int,
-                    parallel: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
+                    parallel: Optional[Dict[str, int]] = None, args: Any = None) -> Dict[str, Any]:
     """`options` (a Meter's keyword arguments, the model already set) with what the integrations learn filled in
     where the user gave nothing: ``[training]`` from `model`'s parameters (one warning for what cannot be
-    billed), the ``[parallel]`` sizes above 1, ``gpu = "auto"``, ``tpi_multiplier``, and no console sink (the
-    records go to the trainer's loggers)."""
+    billed), the activation checkpointing (``recompute``), the ``[parallel]`` sizes above 1, ``gpu = "auto"``,
+    ``tpi_multiplier``, and no console sink (the records go to the trainer's loggers)."""
     options = dict(options)
     training = dict(options.get("training") or {})
     if "frozen" not in options and not {"frozen", "lora_rank", "lora_targets"} & set(training):
@@ -212,15 +212,48 @@ def learned_options(options: Dict[str, Any], model: Any, micro_batches_per_step:
     logging_table.setdefault("tpi_multiplier", float(max(1, int(micro_batches_per_step or 1))))
     options["logging"] = logging_table
     options["sinks"] = dict({"console": False}, **(options.get("sinks") or {}))
-    if gradient_checkpointing(model) and "recompute" not in options:
-        import inspect
-
-        from ..meter import Meter
-
-        # Hugging Face checkpoints each decoder (and vision) block whole: its forward runs again in the backward.
-        # The Meter bills that as hardware FLOPs once it takes a recompute policy; until then it is not billed.
-        if "recompute" in inspect.signature(Meter).parameters:
-            options["recompute"] = "full"
-        else:
-            LOG.info("flopmeter: activation checkpointing is on; this Meter bills model FLOPs only (no recompute)")
+    if "recompute" not in options and "recompute" not in training:
+        recompute = recompute_option(model, args)
+        if recompute is not None:
+            options["recompute"] = recompute
     return options
+
+
+def recompute_option(model: Any, args: Any = None) -> Optional[Dict[str, Any]]:
+    """``Meter(recompute=...)`` for the model's activation checkpointing, or None without any.
+
+    Hugging Face checkpoints whole decoder layers (and the ViT blocks of a vision model) with
+    ``torch.utils.checkpoint``: reentrant (``use_reentrant=True``) runs each layer's forward again whole
+    (``"full"``); non-reentrant, transformers' default, stops before the layer's last GEMM (``"full_early_stop"``).
+    On when the model checkpoints, or when the trainer's args will turn it on (``activation_checkpointing``,
+    ``gradient_checkpointing``). The kind is read from the checkpoint function the model holds, else from the
+    args; ``every_n_layers`` from the args."""
+    # The Trainer turns it on in train(), after attach: its args say it will.
+    from_args = any(getattr(args, name, False) is True for name in ("activation_checkpointing",
+                                                                     "gradient_checkpointing"))
+    if not (gradient_checkpointing(model) or from_args):
+        return None
+    base = unwrap(model)
+    kwargs: Dict[str, Any] = {}
+    for source in (getattr(args, "activation_checkpointing_kwargs", None),
+                   getattr(args, "gradient_checkpointing_kwargs", None)):
+        if isinstance(source, dict):
+            kwargs.update(source)
+    reentrant = kwargs.get("use_reentrant")
+    vision = False
+    for name, module in base.named_modules():
+        function = getattr(module, "_gradient_checkpointing_func", None)
+        keywords = getattr(function, "keywords", None)
+        if isinstance(keywords, dict) and "use_reentrant" in keywords and reentrant is None:
+            reentrant = keywords["use_reentrant"]
+        # A module that checkpoints its blocks has the flag (set to True by the model's enable call).
+        flag = getattr(module, "gradient_checkpointing", None)
+        if isinstance(flag, bool) and (flag or from_args) and part_of(name + ".") != "text":
+            vision = True
+    option: Dict[str, Any] = {"policy": "full" if reentrant else "full_early_stop"}
+    every = kwargs.get("every_n_layers", 1)
+    if isinstance(every, int) and every > 1:
+        option["every"] = every
+    if vision:
+        option["vision"] = True
+    return option

@@ -9,8 +9,8 @@ ms-swift): one call before ``trainer.train()``.
 - the FLOP model, from ``trainer.model``'s config (under PEFT and DDP wrappers);
 - what trains, from the parameters' ``requires_grad`` and PEFT's adapters (``[training]``: frozen parts, LoRA
   rank and targets); a regime flopmeter cannot bill exactly gets one warning naming the parameters;
-- activation checkpointing, from the model (``is_gradient_checkpointing`` / ``is_activation_checkpointing``),
-  passed to the Meter as its recompute policy where the Meter takes one;
+- activation checkpointing, from the model (``is_activation_checkpointing``, ``is_gradient_checkpointing`` before
+  transformers 5) and the checkpoint kind (reentrant or not), as the Meter's ``recompute`` (HFU);
 - the parallel layout: the world from ``torch.distributed``, tensor/context/sequence parallel sizes from the
   trainer's args or accelerate's parallelism config;
 - the peak: ``gpu = "auto"``; the micro-batches per optimizer step: ``gradient_accumulation_steps``.
@@ -122,7 +122,7 @@ def meter_options(trainer: Any, options: Dict[str, Any]) -> Dict[str, Any]:
                                 "(a shipped name, a config.json, a dict)")
             options["model"] = config.to_dict()
         options = _regime.learned_options(options, model, trainer.args.gradient_accumulation_steps,
-                                          _parallel(trainer))
+                                          _parallel(trainer), trainer.args)
     return options
 
 
