@@ -77,6 +77,14 @@ def test_trainer_with_gradient_accumulation_bills_each_optimizer_step_and_the_sh
     assert entries[0]["perf/optimizer_step_time"] == pytest.approx(2 * entries[0]["perf/step_time"])
     assert entries[0]["perf/mfu"] > 0 and entries[0]["perf/fwd_bwd_time"] > 0 and "perf/data_time" in entries[0]
     assert meter.health["bad_microbatches"] == 0
+    # train/loss, per label token over each optimizer step, is the Trainer's own loss of that step (it divides
+    # the summed token losses by the step's label tokens, num_items_in_batch); the label tokens are the targets
+    # of the causal shift, labels[:, 1:] != -100.
+    losses = {e["step"]: e["loss"] for e in trainer.state.log_history if "loss" in e}
+    for e in entries:
+        assert e["train/loss"] == pytest.approx(losses[e["flopmeter/step"]], rel=1e-5)
+    labels = sum(sum(n - 1 for n in b["documents"]) for b in batches)  # every real token but each row's first
+    assert entries[-1]["train/assistant_tokens_seen"] == labels
 
 
 @pytest.mark.parametrize("mode", ["padding_free", "packing"])

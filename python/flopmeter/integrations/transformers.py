@@ -16,8 +16,9 @@ ms-swift): one call before ``trainer.train()``.
 - the peak: ``gpu = "auto"``; the micro-batches per optimizer step: ``gradient_accumulation_steps``.
 
 Per micro-batch it reads the batch as the data collator made it, on the host, before anything moves it to a
-device (``_batch_reader``): documents, padding, label tokens, image and video grids. The training dataloader's
-collator is wrapped for that when the trainer builds it; a batch that did not come through it (a dataloader
+device (``_batch_reader``): documents, padding, label tokens, image and video grids; after the parent
+``training_step``, the sum of the micro-batch's token losses from the loss it returns (``_loss_sum``). The
+training dataloader's collator is wrapped for that when the trainer builds it; a batch that did not come through it (a dataloader
 that dispatches batches from rank 0, a custom one) is read in ``training_step`` instead, which copies its small
 description tensors to the host.
 
@@ -198,14 +199,54 @@ class _Attachment:
             try:
                 self.flops = self.meter.model.flops(**{k: v for k, v in described.items() if k in
                                                        ("cu_seqlens", "image_grid_thw", "padding_tokens")})
-                self._count(described)
+                num_items = args[0] if args else kwargs.get("num_items_in_batch")
+                self._count(described, loss, num_items)
             except Exception as e:  # noqa: BLE001
                 self._warn("counting a micro-batch", e)
         return loss
 
-    def _count(self, described: Dict[str, Any]) -> None:
-        kwargs = {k: v for k, v in described.items() if k != "label_tokens"}
+    def _count(self, described: Dict[str, Any], loss: Any, num_items: Any) -> None:
+        kwargs = dict(described)
+        labels = kwargs.pop("label_tokens", None)
+        loss_sum = None
+        if labels is not None:
+            try:
+                loss_sum = self._loss_sum(loss, num_items, labels)
+            except Exception as e:  # noqa: BLE001 - an unknown loss normalisation costs train/loss only
+                self._warn("reading the loss", e)
+        if loss_sum is not None:
+            kwargs.update(loss_sum=loss_sum, label_tokens=labels)
+            device = getattr(loss_sum, "device", None)
+            if device is not None and device.type != "cpu":
+                # The loss stays on its device (no sync): the description goes there too, the Meter counts it there.
+                for key in ("cu_seqlens", "image_grid_thw"):
+                    if key in kwargs:
+                        kwargs[key] = kwargs[key].to(device, non_blocking=True)
         self.meter.on_microbatch(**kwargs)
+
+    def _loss_sum(self, loss: Any, num_items: Any, labels: int) -> Any:
+        """The SUM of the micro-batch's per-token losses, from the loss training_step returned, undoing the
+        Trainer's normalisation (transformers' Trainer.training_step and compute_loss):
+        - normalised by ``num_items_in_batch`` (the model or compute_loss_func took it): loss = sum / num_items,
+          times the processes that share the token average when ``average_tokens_across_devices``;
+        - otherwise a mean over this micro-batch's label tokens, divided by the micro-batches of the step.
+        None when the loss is not a scalar tensor."""
+        t = self.trainer
+        if getattr(loss, "numel", None) is None or loss.numel() != 1 or t.args.n_gpu > 1:
+            return None
+        loss = loss.detach().reshape(())
+        scaled = getattr(t, "loss_is_scaled_for_ga", None)
+        if scaled is None:
+            scaled = bool(t.model_accepts_loss_kwargs and num_items is not None) or t.compute_loss_func is not None
+        if scaled:
+            if num_items is None:
+                return None
+            value = loss * num_items
+            if t.args.average_tokens_across_devices and (t.model_accepts_loss_kwargs or t.compute_loss_func):
+                tp = t.get_tp_size() if hasattr(t, "get_tp_size") else 1
+                value = value / max(1, t.accelerator.num_processes // max(1, tp))
+            return value.to(loss.dtype) if hasattr(value, "to") else value
+        return loss * (t.current_gradient_accumulation_steps * labels)
 
     def floating_point_ops(self, inputs: Any) -> float:
         if self.flops is None:
