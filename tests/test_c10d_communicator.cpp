@@ -100,6 +100,21 @@ TEST(C10dCommunicator, AllGatherPutsEachRanksRowInItsSlot) {
   });
 }
 
+TEST(C10dCommunicator, SumAndMaxOfAnOrdinaryLogRunOnOneBuffer) {
+  // values[0, 2) are summed, values[2, 5) maxed. Rank r contributes (r, 1, r, -r, 10 - r): sums 0+1+2+3 = 6
+  // and 4; maxima 3, -0 (the largest of 0, -1, -2, -3) and 10. Three rounds: the buffer is reused.
+  run_gloo_ranks(kWorld, [](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    auto comm = make_c10d_communicator(group);
+    for (int round = 0; round < 3; ++round) {
+      const double r = rank;
+      std::vector<double> values = {r, 1, r, -r, 10 - r};
+      auto pending = comm->start_allreduce_sum_max(values.data(), 2, 3);
+      ASSERT_EQ(pending->wait(kLongWait), collective_status::done) << pending->error_message();
+      EXPECT_EQ(values, (std::vector<double>{6, 4, 3, 0, 10})) << "round " << round;
+    }
+  });
+}
+
 TEST(C10dCommunicator, RepeatedCollectivesWithChangingCounts) {
   // Round k, count 1 + k % 3; rank r contributes k * (r + 1) + i at index i.
   // Sum over r: k * (1 + 2 + 3 + 4) + 4 * i = 10k + 4i.

@@ -1,7 +1,7 @@
 // examples/vlm/tensor_meter.h — flopmeter fed through its C++ tensor path (include/flopmeter/torch.h), the way
 // the trainer meters a run with --device cuda: the batch's own cu_seqlens and grid_thw tensors, on the GPU,
 // go to flopmeter::tensor_throughput; the counts are formed and accumulated there, and reach the host only
-// through the one collective per log (an NCCL group keeps them on the GPU throughout).
+// through the per-log all-reduce of the table, at every log (an NCCL group keeps them on the GPU throughout).
 //
 // The plugin TOML is the same file the C ABI path hands to flopmeter_create, read by the library's
 // create_tensor_throughput: its sinks are built the same way (console, JSONL, TensorBoard, "{rank}" replaced). Like

@@ -155,9 +155,14 @@ typedef struct flopmeter_log {
 
 #define FLOPMETER_MAX_WORLD_SIZE 1048576
 
-/* The one collective flopmeter needs, provided by the trainer: an in-place SUM all-reduce of doubles.
+/* The collectives flopmeter needs, provided by the trainer: an in-place SUM all-reduce of doubles, and
+ * (optional, 0.3) an in-place MAX all-reduce. Each log runs a SUM and a MAX of a fixed size, whatever the job's
+ * size, and every topk_interval_logs logs the per-rank table, a SUM of world_size rows. Without
+ * start_allreduce_max (NULL, or a struct_size that ends before it) flopmeter runs the MAX as a SUM of
+ * world_size copies of it (each rank's in its own slot): correct, but that log's bytes grow with the job.
  * start returns a non-NULL handle (NULL = could not start); wait returns 0 done, 1 still pending after
- * timeout_ms, -1 failed; release frees the handle (called exactly once per handle, also if unfinished).
+ * timeout_ms, -1 failed; release frees the handle (called exactly once per handle, also if unfinished). Both
+ * starts return handles of the same kind: wait and release serve both.
  * rank and world_size must describe the group the all-reduce spans: world_size its size, every rank with its
  * own index. Each rank writes only its own row of `values` (the others are zero), so a world_size smaller
  * than the group (two ranks summing into one row) or larger (a row nobody fills) comes back as rows no rank
@@ -172,6 +177,8 @@ typedef struct flopmeter_comm {
   void* (*start_allreduce_sum)(void* user, double* values, size_t count);
   int (*wait)(void* user, void* handle, int64_t timeout_ms);
   void (*release)(void* user, void* handle);
+  /* Added in 0.3; read only when struct_size covers it; may be NULL (see above). */
+  void* (*start_allreduce_max)(void* user, double* values, size_t count);
 } flopmeter_comm;
 
 /* Called with each emitted record as one JSON object (the JSONL line, no newline), on the thread that called
@@ -269,11 +276,11 @@ FLOPMETER_EXPORT flopmeter_plugin* flopmeter_create_from_text(const char* toml_t
                                                               const flopmeter_comm* comm, char* error,
                                                               size_t error_size);
 
-/* Where a rank's interval counts sit in the per-log collective (world_size rows of row_doubles doubles; this
+/* Where a rank's interval counts sit in the per-rank table (world_size rows of row_doubles doubles; this
  * rank's row starts at rank * row_doubles). A layer that accumulates a micro-batch's counts where they were
  * computed (a CUDA device) adds them into its own row inside start_allreduce_sum, before the reduction,
- * as the C++ tensor path does: the counts then travel in the log's one collective and are never read back
- * on the micro-batch path. Such micro-batches are reported to on_microbatch without documents (so that they
+ * as the C++ tensor path does: the counts then travel in the table and are never read back on the
+ * micro-batch path (such a layer needs the table at every log: [logging] topk_interval_logs = 1). Such micro-batches are reported to on_microbatch without documents (so that they
  * count as run) and their counts, samples, loss and rejections are added here. Every value is a double,
  * exact below 2^53. Offsets are indices into the row. */
 typedef struct flopmeter_row_layout {

@@ -1,12 +1,16 @@
-// flopmeter/communicator.h — the one collective flopmeter needs, behind an interface of its own.
+// flopmeter/communicator.h — the collectives flopmeter needs, behind an interface of its own.
 //
-// flopmeter issues exactly one collective per log: an all-gather of one small row of doubles per rank
-// (start_allgather), which an adapter without an all-gather runs as an in-place SUM all-reduce of the
-// world x row buffer (the default start_allgather). The c10d API changes between PyTorch releases and NCCL is a C library, so core code depends only
+// flopmeter issues a fixed number of fixed-size collectives per log: an in-place SUM and an in-place MAX
+// all-reduce of a few dozen doubles (start_allreduce_sum, start_allreduce_max), whatever the job's size; and,
+// every topk_interval_logs logs (every log in jobs of up to 256 ranks), an all-gather of one small row of
+// doubles per rank (start_allgather), the per-rank table behind perf_topk/*. An adapter without an all-gather
+// runs it as an in-place SUM all-reduce of the world x row buffer (the default start_allgather); one without
+// a MAX runs that as an all-gather (the default start_allreduce_max). The c10d API changes between PyTorch
+// releases and NCCL is a C library, so core code depends only
 // on this interface; adapters live in their own files (c10d.h: a c10d ProcessGroup, Gloo or NCCL;
 // nccl.h: a raw ncclComm_t plus a CUDA stream) and `local_communicator` serves a single process.
 //
-// Ownership: `start_allreduce_sum` and `start_allgather` do not take the buffers; the caller keeps it alive and untouched until
+// Ownership: the start_* calls do not take the buffers; the caller keeps them alive and untouched until
 // the returned `pending_collective` reports completion or is destroyed (destroying an unfinished one waits
 // for the adapter to release the buffer, or abandons it safely if the adapter cannot).
 // Thread-safety: a communicator is used by one thread at a time (the thread that calls on_log); adapters
@@ -62,6 +66,19 @@ class communicator {
     std::copy(send, send + count, recv + static_cast<std::size_t>(rank()) * count);
     return start_allreduce_sum(recv, world * count);
   }
+  // Starts an in-place element-wise MAX over all ranks of `values[0..count)` (a minimum travels as the
+  // maximum of its negation). Every rank calls it at the same point with the same count; the caller keeps
+  // `values` alive and untouched until the collective completes or is destroyed. An adapter whose backend has
+  // a MAX all-reduce overrides this (c10d, NCCL: log2(world) rounds, count doubles each way per rank). This
+  // default gathers every rank's values with start_allgather into a buffer of its own (world x count
+  // doubles) and writes their maximum into `values` once the gather is done (in wait()).
+  virtual std::unique_ptr<pending_collective> start_allreduce_max(double* values, std::size_t count);
+  // Starts both reductions of an ordinary log on one buffer: an in-place SUM of values[0, sum_count) and an
+  // in-place MAX of values[sum_count, sum_count + max_count); done when both are. The default starts
+  // start_allreduce_sum and then start_allreduce_max; an adapter that runs one collective at a time (NCCL)
+  // overrides it to issue both as one group.
+  virtual std::unique_ptr<pending_collective> start_allreduce_sum_max(double* values, std::size_t sum_count,
+                                                                      std::size_t max_count);
   // A short name for logs ("local", "c10d:gloo", "nccl").
   virtual std::string backend_name() const = 0;
 };

@@ -1,5 +1,6 @@
 // flopmeter/throughput.h — the throughput plugin: tokens/s, TFLOP/s, MFU, step time, batch efficiency,
-// memory and loss, aggregated honestly over the job, with one collective per log and no stall.
+// memory and loss, aggregated honestly over the job, with a fixed number of fixed-size collectives per log
+// and no stall.
 //
 // Life cycle: create it with options and a communicator, register it with `hooks` (or call its hooks
 // directly), fire on_microbatch / on_log, flush at the end. on_microbatch only adds integer counts
@@ -92,6 +93,12 @@ struct setting_range {
   static constexpr std::int64_t max_timeout_ms = 3'600'000;
 };
 
+// topk_interval_logs = 0 (by job size): the per-rank table every log in jobs of up to this many ranks (at 256
+// ranks a table of 78 KiB per log), and every kTableIntervalLogsAtScale logs above (METRICS.md, "The per-log
+// collective at scale").
+inline constexpr std::int64_t kTableEveryLogMaxWorld = 256;
+inline constexpr std::int64_t kTableIntervalLogsAtScale = 50;
+
 struct throughput_options {
   model_spec model;                             // what the FLOP model is built from
   flop_scope scope = flop_scope::complete;      // what is counted (seed reproduces the reference)
@@ -105,6 +112,12 @@ struct throughput_options {
   std::string rank_order = "tp-cp-dp-pp";       // Megatron's default
   double tpi_multiplier = 1.0;                  // micro-batches per optimizer step (may be fractional)
   std::int64_t topk = 3;                        // rows per side in perf_topk/*; 0 disables
+  // Every how many logs the per-rank table (every rank's row: perf_topk/*) is gathered; the other logs run a
+  // SUM and a MAX all-reduce of a fixed size, whatever the job's size, and carry every figure but perf_topk/*.
+  // 0 (the default): by the job's size, every log up to kTableEveryLogMaxWorld ranks, else every
+  // kTableIntervalLogsAtScale logs. 1: every log. Every rank must use the same value (each log's collectives
+  // must match). Counts a tensor path accumulates on a device need the table: it gathers it every log.
+  std::int64_t topk_interval_logs = 0;
   emit_ranks emit = emit_ranks::rank0;
   bool sanity_check = false;                    // run the term-by-term check at create(); refuse on mismatch
   std::chrono::milliseconds collective_timeout{120000};  // how long on_log may block on the previous log

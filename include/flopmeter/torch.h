@@ -4,7 +4,7 @@
 // like the host path) that also takes the batch tensors a trainer already has (cu_seqlens or positions,
 // grid_thw) wherever they live. Counts are computed with ATen ops on the tensors' device and accumulated
 // there; nothing is copied to the host and nothing synchronises on the micro-batch path. At each log the
-// accumulated counts are added into this rank's row of the log's one collective on that device (the c10d
+// accumulated counts are added into this rank's row of the per-rank table on that device, gathered at every log (the c10d
 // group's device: CPU for Gloo, the current CUDA device for NCCL), and the interval is read back after the
 // collective with a non-blocking copy and an event, one log later. On CPU tensors it is the same code path,
 // trivially complete. FLOPs are formed from the gathered integer counts on the host, so the tensor path and

@@ -79,11 +79,15 @@ class callback_slot final : public flopmeter::sink {
 
 // The trainer's flopmeter_comm, checked for its version (struct_size) and copied into the comm floor's
 // callback_collective (the same callbacks; their types are checked to be flopmeter_comm's); NULL: one process.
+// flopmeter_comm in its first version (up to release) and with start_allreduce_max (0.3).
+constexpr std::size_t kCommV1Size = offsetof(flopmeter_comm, release) + sizeof(void*);
+constexpr std::size_t kCommMaxSize = offsetof(flopmeter_comm, start_allreduce_max) + sizeof(void*);
+
 std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm* comm) {
   if (comm == nullptr) return flopmeter::make_local_communicator();
-  if (comm->struct_size < sizeof(flopmeter_comm)) {
+  if (comm->struct_size < kCommV1Size) {
     throw flopmeter::error("flopmeter_comm.struct_size is " + std::to_string(comm->struct_size) + ", below " +
-                           std::to_string(sizeof(flopmeter_comm)) + " (set it to sizeof(flopmeter_comm))");
+                           std::to_string(kCommV1Size) + " (set it to sizeof(flopmeter_comm))");
   }
   flopmeter::detail::callback_collective callbacks;
   static_assert(std::is_same_v<decltype(callbacks.start_allreduce_sum), decltype(comm->start_allreduce_sum)> &&
@@ -96,6 +100,9 @@ std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm*
   callbacks.start_allreduce_sum = comm->start_allreduce_sum;
   callbacks.wait = comm->wait;
   callbacks.release = comm->release;
+  static_assert(std::is_same_v<decltype(callbacks.start_allreduce_max), decltype(comm->start_allreduce_max)>,
+                "callback_collective's callbacks are flopmeter_comm's");
+  if (comm->struct_size >= kCommMaxSize) callbacks.start_allreduce_max = comm->start_allreduce_max;
   return flopmeter::detail::make_callback_communicator(callbacks, "flopmeter_comm");
 }
 

@@ -103,26 +103,13 @@ metrics_deriver::metrics_deriver(derive_setup setup) : setup_(std::move(setup)) 
 derive_result metrics_deriver::derive(const double* rows, std::int64_t world, const derive_context& context) {
   derive_result result;
   const auto row = [rows](std::int64_t r) { return rows + static_cast<std::size_t>(r) * kRowFields; };
-  const double ranks_per_replica = static_cast<double>(setup_.tp * setup_.cp * setup_.pp);
-  // A rank's TFLOP/s is its batches' FLOPs / tp (its TP share) / (cp*pp) (CP and PP split that share
-  // further) / t / 1e12: the constant part of the divisor once (an exact product of small integers and
-  // 1e12), leaving one division per rank.
-  const double tflops_divisor = static_cast<double>(setup_.tp * setup_.cp * setup_.pp) * 1e12;
-  const double world_size = static_cast<double>(world);
-
   // Per-rank rows (each with its own interval, so rank skew shows in its row), one column per figure.
   const std::size_t n = static_cast<std::size_t>(world);
   for (std::vector<double>* c : {&tps_, &tflops_, &step_time_, &mem_gib_, &forward_backward_, &data_, &log_wait_}) {
     c->resize(n);
   }
-  double max_mem = 0, max_data = 0, max_fwd_bwd = 0, max_wait = 0, sum_tps = 0, sum_tflops = 0, sum_step = 0;
-  double sum_megatron_tflops = 0;  // the Megatron constant's view of the same intervals, formed like sum_tflops
-  double sum_hardware_tflops = 0, max_hardware_tflops = 0;  // model + recomputed FLOPs, formed like sum_tflops
-  // How many ranks reported each trainer figure: a reported 0 counts, a figure no rank reported is left out.
-  std::size_t mem_ranks = 0, data_ranks = 0, fwd_bwd_ranks = 0, reserved_ranks = 0;
-  double max_reserved = 0, max_data_pct = 0;
+  headline_figures h;
   std::size_t fastest_rank = 0;  // the rank with the most TFLOP/s (for the MFU plausibility check)
-  bool step_time_known = true;
   for (std::int64_t r = 0; r < world; ++r) {
     const double* x = row(r);
     const double t = x[row_interval_seconds];
@@ -145,14 +132,9 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
       }
     }
     const std::size_t i = static_cast<std::size_t>(r);
-    const batch_counts counts = counts_from_row(x);
-    // Each rank of a TP group holds the same micro-batch and does 1/tp of its matmul work: its share.
-    const flop_breakdown flops = compute_flops(setup_.flop_coefficients, counts, setup_.scope);
-    const double batch_flops = flops.total();
-    // A replica's tokens are seen by all tp*cp*pp ranks that share its micro-batches; attributing 1/(tp*cp*pp)
-    // of them to each makes the rows sum to the job's tokens/s.
-    tps_[i] = static_cast<double>(counts.real_tokens) / ranks_per_replica / t;
-    tflops_[i] = batch_flops / tflops_divisor / t;
+    const rank_figures f = rank_figures_of(setup_, x);
+    tps_[i] = f.tokens_per_second;
+    tflops_[i] = f.tflops;
     // A positive finite interval can still be too short for a rate to be a number (5e-324 s: 1 token over it
     // is inf): skipped like an interval of 0 s, never emitted as inf (JSONL null).
     if (!std::isfinite(tps_[i]) || !std::isfinite(tflops_[i])) {
@@ -160,7 +142,7 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
                    " s, too short for its rates to be finite numbers";
       return result;
     }
-    step_time_[i] = x[row_microbatches] > 0 ? t / x[row_microbatches] : std::numeric_limits<double>::quiet_NaN();
+    step_time_[i] = f.step_time;
     // Not reported: kNotReported in the column, so that the top-k leaves the rank out (add_topk).
     const bool mem_known = is_reported(x[row_peak_memory_bytes]);
     const bool data_known = is_reported(x[row_data_seconds]);
@@ -168,102 +150,141 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     mem_gib_[i] = mem_known ? x[row_peak_memory_bytes] * kInverseGiB : kNotReported;  // exact: a power of two
     forward_backward_[i] = fwd_bwd_known ? x[row_forward_backward_seconds] : kNotReported;
     data_[i] = data_known ? x[row_data_seconds] : kNotReported;
-    if (is_reported(x[row_peak_reserved_memory_bytes])) {
-      ++reserved_ranks;
-      max_reserved = std::max(max_reserved, x[row_peak_reserved_memory_bytes]);
-    }
-    // perf/data_time_pct: the highest share of its own interval a rank spent waiting for data.
-    if (data_known) max_data_pct = std::max(max_data_pct, x[row_data_seconds] / t * 100.0);
-    mem_ranks += mem_known ? 1 : 0;
-    data_ranks += data_known ? 1 : 0;
-    fwd_bwd_ranks += fwd_bwd_known ? 1 : 0;
     log_wait_[i] = reported(x[row_log_wait_ms]);
-    sum_tps += tps_[i];
-    sum_tflops += tflops_[i];
-    // Hardware FLOPs: the same interval and divisor; equal to tflops_[i] with recompute "none".
-    const double hardware_tflops = flops.hardware_total() / tflops_divisor / t;
-    sum_hardware_tflops += hardware_tflops;
-    max_hardware_tflops = std::max(max_hardware_tflops, hardware_tflops);
-    if (std::isfinite(x[row_megatron_flops]) && x[row_megatron_flops] > 0) {
-      sum_megatron_tflops += x[row_megatron_flops] / tflops_divisor / t;
-    }
+    h.add_rank(f, x);
     if (tflops_[i] > tflops_[fastest_rank]) fastest_rank = i;
-    sum_step += step_time_[i];
-    step_time_known = step_time_known && std::isfinite(step_time_[i]);
-    if (mem_known) max_mem = std::max(max_mem, x[row_peak_memory_bytes]);
-    if (data_known) max_data = std::max(max_data, x[row_data_seconds]);
-    if (fwd_bwd_known) max_fwd_bwd = std::max(max_fwd_bwd, x[row_forward_backward_seconds]);
-    max_wait = std::max(max_wait, log_wait_[i]);
   }
-  // Finite per-rank rates can still sum past the double range (many ranks at ~1e308 tokens/s).
-  if (!std::isfinite(sum_tps) || !std::isfinite(sum_tflops) || !std::isfinite(sum_hardware_tflops)) {
-    result.why = "the ranks' rates sum beyond the double range (intervals too short for their counts)";
-    return result;
-  }
-
+  h.fastest_rank = static_cast<std::int64_t>(fastest_rank);
+  h.fastest_tflops = tflops_[fastest_rank];
   // Additive figures: sums over this rank's DP group (TP/CP/PP ranks share micro-batches: not added).
-  double real = 0, device = 0, loss = 0, labels = 0, tokens_seen = 0, samples_seen = 0, labels_seen = 0;
+  for (const std::int64_t r : setup_.dp_group) h.add_dp_rank(row(r));
+  const std::optional<bool> mfu_plausible = headline_record(setup_, h, world, context, result);
+  if (!mfu_plausible) return result;
+  if (setup_.topk > 0) {
+    add_topk(result.record,
+             reported_columns{h.step_time_known, h.fwd_bwd_ranks > 0, h.data_ranks > 0, h.max_wait > 0, *mfu_plausible,
+                              h.mem_ranks > 0, h.fwd_bwd_ranks < n, h.data_ranks < n, h.mem_ranks < n});
+  }
+  return result;
+}
+
+rank_figures rank_figures_of(const derive_setup& setup, const double* x) {
+  rank_figures f;
+  const double t = x[row_interval_seconds];
+  const double ranks_per_replica = static_cast<double>(setup.tp * setup.cp * setup.pp);
+  // A rank's TFLOP/s is its batches' FLOPs / tp (its TP share) / (cp*pp) (CP and PP split that share
+  // further) / t / 1e12: the constant part of the divisor once (an exact product of small integers and
+  // 1e12), leaving one division per rank.
+  const double tflops_divisor = static_cast<double>(setup.tp * setup.cp * setup.pp) * 1e12;
+  const batch_counts counts = counts_from_row(x);
+  // Each rank of a TP group holds the same micro-batch and does 1/tp of its matmul work: its share.
+  const flop_breakdown flops = compute_flops(setup.flop_coefficients, counts, setup.scope);
+  const double batch_flops = flops.total();
+  // A replica's tokens are seen by all tp*cp*pp ranks that share its micro-batches; attributing 1/(tp*cp*pp)
+  // of them to each makes the rows sum to the job's tokens/s.
+  f.tokens_per_second = static_cast<double>(counts.real_tokens) / ranks_per_replica / t;
+  f.tflops = batch_flops / tflops_divisor / t;
+  // Hardware FLOPs: the same interval and divisor; equal to tflops with recompute "none".
+  f.hardware_tflops = flops.hardware_total() / tflops_divisor / t;
+  f.step_time = x[row_microbatches] > 0 ? t / x[row_microbatches] : std::numeric_limits<double>::quiet_NaN();
+  // The Megatron constant's view of the same interval, formed like tflops (0: not a positive finite figure).
+  f.megatron_tflops = std::isfinite(x[row_megatron_flops]) && x[row_megatron_flops] > 0
+                          ? x[row_megatron_flops] / tflops_divisor / t
+                          : 0.0;
+  return f;
+}
+
+void headline_figures::add_rank(const rank_figures& f, const double* x) {
+  const double t = x[row_interval_seconds];
+  const bool mem_known = is_reported(x[row_peak_memory_bytes]);
+  const bool data_known = is_reported(x[row_data_seconds]);
+  const bool fwd_bwd_known = is_reported(x[row_forward_backward_seconds]);
+  if (is_reported(x[row_peak_reserved_memory_bytes])) {
+    ++reserved_ranks;
+    max_reserved = std::max(max_reserved, x[row_peak_reserved_memory_bytes]);
+  }
+  // perf/data_time_pct: the highest share of its own interval a rank spent waiting for data.
+  if (data_known) max_data_pct = std::max(max_data_pct, x[row_data_seconds] / t * 100.0);
+  mem_ranks += mem_known ? 1 : 0;
+  data_ranks += data_known ? 1 : 0;
+  fwd_bwd_ranks += fwd_bwd_known ? 1 : 0;
+  sum_tps += f.tokens_per_second;
+  sum_tflops += f.tflops;
+  sum_hardware_tflops += f.hardware_tflops;
+  fastest_hardware_tflops = std::max(fastest_hardware_tflops, f.hardware_tflops);
+  if (f.megatron_tflops > 0) sum_megatron_tflops += f.megatron_tflops;
+  sum_step += f.step_time;
+  step_time_known = step_time_known && std::isfinite(f.step_time);
+  if (mem_known) max_mem = std::max(max_mem, x[row_peak_memory_bytes]);
+  if (data_known) max_data = std::max(max_data, x[row_data_seconds]);
+  if (fwd_bwd_known) max_fwd_bwd = std::max(max_fwd_bwd, x[row_forward_backward_seconds]);
+  max_wait = std::max(max_wait, reported(x[row_log_wait_ms]));
+}
+
+void headline_figures::add_dp_rank(const double* x) {
+  const batch_counts counts = counts_from_row(x);
+  real += static_cast<double>(counts.real_tokens);
+  device += static_cast<double>(counts.device_tokens());
+  loss += x[row_loss_sum];
+  labels += x[row_label_tokens];
+  tokens_seen += x[row_tokens_seen];
+  samples_seen += x[row_samples_seen];
+  labels_seen += x[row_label_tokens_seen];
+  labels_seen_exact =
+      labels_seen_exact && x[row_label_tokens_seen] >= 0 && x[row_label_tokens_seen] < kExactIntegerLimit;
   // train/max_loss: the highest mean loss (loss sum over label tokens) of a DP rank with label tokens.
-  std::optional<double> max_loss;
-  // A running total of 2^53 or more is no longer exact in a row (9e15 tokens on one rank): that total is left
-  // out of the record, with a warning, and the interval's rates are reported as usual.
-  bool tokens_seen_exact = true, samples_seen_exact = true, labels_seen_exact = true;
-  for (const std::int64_t r : setup_.dp_group) {
-    const double* x = row(r);
-    const batch_counts counts = counts_from_row(x);
-    real += static_cast<double>(counts.real_tokens);
-    device += static_cast<double>(counts.device_tokens());
-    loss += x[row_loss_sum];
-    labels += x[row_label_tokens];
-    tokens_seen += x[row_tokens_seen];
-    samples_seen += x[row_samples_seen];
-    labels_seen += x[row_label_tokens_seen];
-    labels_seen_exact =
-        labels_seen_exact && x[row_label_tokens_seen] >= 0 && x[row_label_tokens_seen] < kExactIntegerLimit;
-    if (x[row_label_tokens] > 0 && std::isfinite(x[row_loss_sum] / x[row_label_tokens])) {
-      const double mean = x[row_loss_sum] / x[row_label_tokens];
-      max_loss = max_loss ? std::max(*max_loss, mean) : mean;
-    }
-    tokens_seen_exact = tokens_seen_exact && x[row_tokens_seen] >= 0 && x[row_tokens_seen] < kExactIntegerLimit;
-    samples_seen_exact = samples_seen_exact && x[row_samples_seen] >= 0 && x[row_samples_seen] < kExactIntegerLimit;
+  if (x[row_label_tokens] > 0 && std::isfinite(x[row_loss_sum] / x[row_label_tokens])) {
+    const double mean = x[row_loss_sum] / x[row_label_tokens];
+    max_loss = max_loss ? std::max(*max_loss, mean) : mean;
+  }
+  tokens_seen_exact = tokens_seen_exact && x[row_tokens_seen] >= 0 && x[row_tokens_seen] < kExactIntegerLimit;
+  samples_seen_exact = samples_seen_exact && x[row_samples_seen] >= 0 && x[row_samples_seen] < kExactIntegerLimit;
+}
+
+std::optional<bool> headline_record(const derive_setup& setup, const headline_figures& h, std::int64_t world,
+                                    const derive_context& context, derive_result& result) {
+  const double world_size = static_cast<double>(world);
+  // Finite per-rank rates can still sum past the double range (many ranks at ~1e308 tokens/s).
+  if (!std::isfinite(h.sum_tps) || !std::isfinite(h.sum_tflops) || !std::isfinite(h.sum_hardware_tflops)) {
+    result.why = "the ranks' rates sum beyond the double range (intervals too short for their counts)";
+    return std::nullopt;
   }
   // Running totals: each rank's own since it started (skipped intervals included), summed over the DP group
   // at this log. Not the sum of emitted intervals, which would lose every interval a failure skipped.
-  result.tokens_seen = tokens_seen;
-  result.samples_seen = samples_seen;
+  result.tokens_seen = h.tokens_seen;
+  result.samples_seen = h.samples_seen;
 
   metrics_record& record = result.record;
   record.step = context.step;
   auto& v = record.values;
   namespace m = metric;
   // Headline = sum of the per-rank rows; with equal intervals t this is dp_sum(tokens) / t.
-  v.emplace_back(m::kTokensPerSecond, sum_tps);
-  v.emplace_back(m::kTokensPerSecondPerGpu, sum_tps / world_size);
+  v.emplace_back(m::kTokensPerSecond, h.sum_tps);
+  v.emplace_back(m::kTokensPerSecondPerGpu, h.sum_tps / world_size);
   // Per GPU over every GPU of the job: with equal intervals, dp_sum(flops) * tp / t / world / 1e12.
-  const double tflops_per_gpu = sum_tflops / world_size;
+  const double tflops_per_gpu = h.sum_tflops / world_size;
   v.emplace_back(m::kTflopsPerSecond, tflops_per_gpu);
-  const double hardware_tflops_per_gpu = sum_hardware_tflops / world_size;
+  const double hardware_tflops_per_gpu = h.sum_hardware_tflops / world_size;
   v.emplace_back(m::kTflopsPerSecondHardware, hardware_tflops_per_gpu);
   // MFU above 100% (the job's or any rank's) is impossible: the peak is too low for this GPU and precision, or
   // the trainer reported micro-batches that did not run in the interval (e.g. events replayed in a burst). Such
   // an MFU is not reported; the warning says which figures disagree. Tokens/s and TFLOP/s stay: they are what
   // the trainer reported over the time that passed.
   bool mfu_plausible = false;
-  if (setup_.peak_tflops_per_gpu) {
-    const double peak = *setup_.peak_tflops_per_gpu;
-    mfu_plausible = tflops_per_gpu <= peak && tflops_[fastest_rank] <= peak;
+  if (setup.peak_tflops_per_gpu) {
+    const double peak = *setup.peak_tflops_per_gpu;
+    mfu_plausible = tflops_per_gpu <= peak && h.fastest_tflops <= peak;
     if (mfu_plausible) {
       v.emplace_back(m::kMfu, tflops_per_gpu / peak * 100.0);
     } else {
-      result.warning = "MFU not reported: " + format_number(tflops_per_gpu) + " TFLOP/s per GPU (rank " +
-                       std::to_string(fastest_rank) + ": " + format_number(tflops_[fastest_rank]) +
-                       ") exceeds the peak of " + format_number(peak) +
+      const std::string fastest = h.fastest_rank >= 0 ? "rank " + std::to_string(h.fastest_rank) : "the fastest rank";
+      result.warning = "MFU not reported: " + format_number(tflops_per_gpu) + " TFLOP/s per GPU (" + fastest + ": " +
+                       format_number(h.fastest_tflops) + ") exceeds the peak of " + format_number(peak) +
                        " TFLOP/s; the peak is too low for this GPU and precision, or micro-batches were reported "
                        "that did not run in this interval";
-    }
-    // HFU (PaLM's hardware FLOPs utilisation) beside MFU, under the same plausibility check: the recomputed
+    }    // HFU (PaLM's hardware FLOPs utilisation) beside MFU, under the same plausibility check: the recomputed
     // forward can push the hardware figure past a peak the model figure stays under.
-    if (mfu_plausible && hardware_tflops_per_gpu <= peak && max_hardware_tflops <= peak) {
+    if (mfu_plausible && hardware_tflops_per_gpu <= peak && h.fastest_hardware_tflops <= peak) {
       v.emplace_back(m::kHfu, hardware_tflops_per_gpu / peak * 100.0);
     } else if (mfu_plausible) {
       result.warning = "HFU not reported: " + format_number(hardware_tflops_per_gpu) +
@@ -272,58 +293,54 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     }
   }
   // Megatron's per-token constant for the same micro-batches, full-training form, beside the exact figures.
-  if (sum_megatron_tflops > 0 && std::isfinite(sum_megatron_tflops)) {
-    v.emplace_back(m::kTflopsPerSecondMegatron, sum_megatron_tflops / world_size);
-    if (setup_.peak_tflops_per_gpu) {
-      v.emplace_back(m::kMfuMegatron, sum_megatron_tflops / world_size / *setup_.peak_tflops_per_gpu * 100.0);
+  if (h.sum_megatron_tflops > 0 && std::isfinite(h.sum_megatron_tflops)) {
+    v.emplace_back(m::kTflopsPerSecondMegatron, h.sum_megatron_tflops / world_size);
+    if (setup.peak_tflops_per_gpu) {
+      v.emplace_back(m::kMfuMegatron, h.sum_megatron_tflops / world_size / *setup.peak_tflops_per_gpu * 100.0);
     }
   }
-  if (step_time_known) {
-    const double step_time = sum_step / world_size;
+  if (h.step_time_known) {
+    const double step_time = h.sum_step / world_size;
     v.emplace_back(m::kStepTime, step_time);
-    v.emplace_back(m::kOptimizerStepTime, step_time * setup_.tpi_multiplier);
+    v.emplace_back(m::kOptimizerStepTime, step_time * setup.tpi_multiplier);
   }
-  if (device > 0) v.emplace_back(m::kBatchEfficiency, real / device);
+  if (h.device > 0) v.emplace_back(m::kBatchEfficiency, h.real / h.device);
   // Peak memory only when some rank reported it (a CPU trainer has none): the max over the ranks that did, a
   // reported 0 included.
-  if (mem_ranks > 0) v.emplace_back(m::kMemGib, max_mem / kGiB);
-  if (reserved_ranks > 0) v.emplace_back(m::kMemReservedGib, max_reserved / kGiB);
+  if (h.mem_ranks > 0) v.emplace_back(m::kMemGib, h.max_mem / kGiB);
+  if (h.reserved_ranks > 0) v.emplace_back(m::kMemReservedGib, h.max_reserved / kGiB);
   // A DP sum of finite loss sums can still overflow the double range: then there is no loss to report.
-  if (labels > 0 && std::isfinite(loss)) v.emplace_back(m::kLoss, loss / labels);
-  if (max_loss) v.emplace_back(m::kMaxLoss, *max_loss);
-  if (tokens_seen_exact) v.emplace_back(m::kTokensSeen, result.tokens_seen);
-  if (samples_seen_exact) v.emplace_back(m::kNumSamples, result.samples_seen);
-  if (labels_seen_exact) {
-    v.emplace_back(m::kAssistantTokensSeen, labels_seen);
+  if (h.labels > 0 && std::isfinite(h.loss)) v.emplace_back(m::kLoss, h.loss / h.labels);
+  if (h.max_loss) v.emplace_back(m::kMaxLoss, *h.max_loss);
+  if (h.tokens_seen_exact) v.emplace_back(m::kTokensSeen, result.tokens_seen);
+  if (h.samples_seen_exact) v.emplace_back(m::kNumSamples, result.samples_seen);
+  if (h.labels_seen_exact) {
+    v.emplace_back(m::kAssistantTokensSeen, h.labels_seen);
   } else {
     result.warning += std::string(result.warning.empty() ? "" : "; ") +
                       "train/assistant_tokens_seen not reported: a rank's running total reached 2^53, beyond what a "
                       "row carries exactly";
   }
-  if (!tokens_seen_exact || !samples_seen_exact) {
+  if (!h.tokens_seen_exact || !h.samples_seen_exact) {
     result.warning += std::string(result.warning.empty() ? "" : "; ") +
-                      (tokens_seen_exact    ? "train/num_samples"
-                       : samples_seen_exact ? "train/tokens_seen"
-                                            : "train/tokens_seen and train/num_samples") +
+                      (h.tokens_seen_exact    ? "train/num_samples"
+                       : h.samples_seen_exact ? "train/tokens_seen"
+                                              : "train/tokens_seen and train/num_samples") +
                       " not reported: a rank's running total reached 2^53, beyond what a row carries exactly";
   }
-  v.emplace_back(m::kFrozenVision, setup_.regime.vision_frozen ? 1.0 : 0.0);
-  v.emplace_back(m::kFrozenMerger, setup_.regime.merger_frozen ? 1.0 : 0.0);
-  v.emplace_back(m::kFrozenText, setup_.regime.text_frozen ? 1.0 : 0.0);
-  v.emplace_back(m::kLoraRank, static_cast<double>(setup_.regime.lora_rank));
+  v.emplace_back(m::kFrozenVision, setup.regime.vision_frozen ? 1.0 : 0.0);
+  v.emplace_back(m::kFrozenMerger, setup.regime.merger_frozen ? 1.0 : 0.0);
+  v.emplace_back(m::kFrozenText, setup.regime.text_frozen ? 1.0 : 0.0);
+  v.emplace_back(m::kLoraRank, static_cast<double>(setup.regime.lora_rank));
   if (context.learning_rate) v.emplace_back(m::kLearningRate, *context.learning_rate);
   if (context.grad_norm) v.emplace_back(m::kGradNorm, *context.grad_norm);
-  if (data_ranks > 0) v.emplace_back(m::kDataTime, max_data);
-  if (data_ranks > 0) v.emplace_back(m::kDataTimePct, max_data_pct);
-  if (fwd_bwd_ranks > 0) v.emplace_back(m::kForwardBackwardTime, max_fwd_bwd);
+  if (h.data_ranks > 0) v.emplace_back(m::kDataTime, h.max_data);
+  if (h.data_ranks > 0) v.emplace_back(m::kDataTimePct, h.max_data_pct);
+  if (h.fwd_bwd_ranks > 0) v.emplace_back(m::kForwardBackwardTime, h.max_fwd_bwd);
   v.emplace_back(m::kLogWaitMs, context.log_wait_ms);
   v.emplace_back(m::kLogEmitMs, context.log_emit_ms);
-  if (setup_.topk > 0) {
-    add_topk(record, reported_columns{step_time_known, fwd_bwd_ranks > 0, data_ranks > 0, max_wait > 0, mfu_plausible,
-                                      mem_ranks > 0, fwd_bwd_ranks < n, data_ranks < n, mem_ranks < n});
-  }
   result.derived = true;
-  return result;
+  return mfu_plausible;
 }
 
 // The k worst ranks of a column into order_[0, k) (worst first) and the k best into fast_order_[0, k) (best

@@ -93,6 +93,44 @@ struct checked_log {
 };
 checked_log check_log_fields(const log_event& event);
 
+// One rank's figures from its row (derive()'s per-rank formulas; the row's counts already checked).
+struct rank_figures {
+  double tokens_per_second = 0;  // real tokens / (tp*cp*pp) / interval
+  double tflops = 0;             // FLOPs / (tp*cp*pp) / 1e12 / interval
+  double step_time = 0;          // interval / micro-batches; NaN without a micro-batch
+  double megatron_tflops = 0;    // the Megatron constant's TFLOP/s; 0 when not a positive finite figure
+  double hardware_tflops = 0;    // model + recomputed FLOPs, formed like tflops (equal to it with recompute none)
+};
+rank_figures rank_figures_of(const derive_setup& setup, const double* row);
+
+// What the headline figures are formed from: sums and maxima over the ranks (add_rank) and over one DP group
+// (add_dp_rank). derive() fills it from the gathered rows; the fixed-size reduction (log_reduction.h) carries
+// the same sums and maxima in two short vectors.
+struct headline_figures {
+  double sum_tps = 0, sum_tflops = 0, sum_megatron_tflops = 0, sum_step = 0;
+  double sum_hardware_tflops = 0, fastest_hardware_tflops = 0;  // model + recomputed FLOPs (HFU)
+  bool step_time_known = true;  // every rank ran a micro-batch
+  double max_mem = 0, max_reserved = 0, max_data = 0, max_data_pct = 0, max_fwd_bwd = 0, max_wait = 0;
+  std::size_t mem_ranks = 0, reserved_ranks = 0, data_ranks = 0, fwd_bwd_ranks = 0;  // ranks that reported each
+  double fastest_tflops = 0;       // the highest TFLOP/s of a rank (MFU plausibility)
+  std::int64_t fastest_rank = -1;  // that rank, when known
+  // DP sums
+  double real = 0, device = 0, loss = 0, labels = 0, tokens_seen = 0, samples_seen = 0, labels_seen = 0;
+  std::optional<double> max_loss;
+  // A running total of 2^53 or more is no longer exact in a row (9e15 tokens on one rank): left out, with a
+  // warning.
+  bool tokens_seen_exact = true, samples_seen_exact = true, labels_seen_exact = true;
+
+  void add_rank(const rank_figures& figures, const double* row);
+  void add_dp_rank(const double* row);
+};
+
+// The record's headline, train/* and pass-through figures from `figures`, in the record's order, into
+// `result` (derived = true). nullopt, with result.why, when the rates sum beyond the double range; otherwise
+// whether MFU is plausible (perf_topk/mfu follows it).
+std::optional<bool> headline_record(const derive_setup& setup, const headline_figures& figures, std::int64_t world,
+                                    const derive_context& context, derive_result& result);
+
 class metrics_deriver {
  public:
   explicit metrics_deriver(derive_setup setup);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "accounting/log_reduction.h"
 #include "accounting/row_layout.h"
 #include "core/exact_double.h"
 
@@ -168,14 +169,43 @@ log_protocol::step_check log_protocol::check_rows_in_step(const double* rows) {
   for (std::int64_t r = 0; r < world_; ++r) {
     if (row(rows, r)[row_step] == latest_step) latest_sequence = std::max(latest_sequence, row(rows, r)[row_present]);
   }
-  if (!(latest_sequence >= 0 && latest_sequence < kExactIntegerLimit)) return check;  // not a row of ours
+  resume_after(my_step, my_sequence, latest_step, latest_sequence);
+  return check;
+}
+
+void log_protocol::resume_after(double my_step, double my_sequence, double latest_step, double latest_sequence) {
+  if (!(latest_sequence >= 0 && latest_sequence < kExactIntegerLimit)) return;  // not a row of ours
   const auto sequence = static_cast<std::int64_t>(latest_sequence);
   if (my_step < latest_step) {
     resume_ = resume_point{true, latest_step, sequence};
   } else if (my_sequence < latest_sequence) {
     resume_ = resume_point{false, latest_step, sequence};  // the steps agree: behind in sequence only
   }
-  return check;
+}
+
+void log_protocol::completed(std::int64_t step, log_verdict& verdict) {
+  // The collective completed: the group works. Reporting resumes if it was paused.
+  if (backing_off())
+    verdict.resumed = fmt::format("flopmeter: reporting resumed: the collective of step {} completed", step);
+  consecutive_failures_ = 0;
+}
+
+log_verdict log_protocol::out_of_step(std::int64_t step, std::int64_t other_rank, double other_step) {
+  ++counters_.failed_collectives;
+  ++counters_.skipped_intervals;
+  ++counters_.out_of_step_intervals;
+  log_verdict verdict;
+  verdict.what = log_verdict::kind::out_of_step;
+  if (!out_of_step_reported_) {
+    out_of_step_reported_ = true;
+    const std::string other = other_rank >= 0 ? fmt::format("rank {}'s", other_rank) : std::string("a rank's");
+    verdict.out_of_step = fmt::format(
+        "flopmeter: ranks out of step: this rank's row of step {} met {} of step {} (a rank skipped or "
+        "added an on_log, or issued no collective at some log); the interval is discarded and the ranks get back "
+        "in step at the next log they all share",
+        step, other, other_step);
+  }
+  return verdict;
 }
 
 log_verdict log_protocol::resolve(std::int64_t step, collective_status status, const std::string& error,
@@ -193,25 +223,12 @@ log_verdict log_protocol::resolve(std::int64_t step, collective_status status, c
   if (const std::string broken = rows_no_rank_sent(sent, rows); !broken.empty()) {
     return lost(step, broken);  // not a working group: counts towards backing off
   }
-  // The collective completed: the group works. Reporting resumes if it was paused.
-  if (backing_off())
-    verdict.resumed = fmt::format("flopmeter: reporting resumed: the collective of step {} completed", step);
-  consecutive_failures_ = 0;
+  completed(step, verdict);
   const step_check check = check_rows_in_step(rows);
   if (!check.match) {
-    ++counters_.failed_collectives;
-    ++counters_.skipped_intervals;
-    ++counters_.out_of_step_intervals;
-    verdict.what = log_verdict::kind::out_of_step;
-    if (!out_of_step_reported_) {
-      out_of_step_reported_ = true;
-      verdict.out_of_step = fmt::format(
-          "flopmeter: ranks out of step: this rank's row of step {} met rank {}'s of step {} (a rank skipped or "
-          "added an on_log, or issued no collective at some log); the interval is discarded and the ranks get back "
-          "in step at the next log they all share",
-          step, check.other_rank, check.other_step);
-    }
-    return verdict;
+    log_verdict skipped = out_of_step(step, check.other_rank, check.other_step);
+    skipped.resumed = verdict.resumed;
+    return skipped;
   }
   out_of_step_reported_ = false;
   // The rows are of one log: they mean the same only if every rank loaded the same settings. Checked before
@@ -236,6 +253,64 @@ log_verdict log_protocol::resolve(std::int64_t step, collective_status status, c
     verdict.device_rejected = static_cast<std::uint64_t>(device_rejected);
   }
   verdict.what = is_warm_up_interval(rows) ? log_verdict::kind::warm_up : log_verdict::kind::derive;
+  return verdict;
+}
+
+// resolve() for an ordinary log's reduction. The checks mirror resolve()'s on the rows: values no set of the
+// job's ranks sent (the wrong number of ranks, ids that are not 0..world-1 once each, this rank's own step or
+// sequence number outside the reduced range: NaN is outside every range), then steps and sequence numbers that
+// differ, then settings that differ, then the warm-up.
+log_verdict log_protocol::resolve_reduced(std::int64_t step, collective_status status, const std::string& error,
+                                          const double* sent, const double* sums, const double* maxima) {
+  log_verdict verdict;
+  if (status == collective_status::pending && backing_off()) {
+    verdict.what = log_verdict::kind::probe_pending;
+    return verdict;
+  }
+  if (status != collective_status::done) {
+    return lost(step, status == collective_status::pending ? "the collective did not finish within " +
+                                                                 std::to_string(collective_timeout_.count()) + " ms"
+                                                           : error);
+  }
+  const double w = static_cast<double>(world_);
+  const double max_step_seen = maxima[max_step], min_step_seen = -maxima[neg_min_step];
+  const double max_seq = maxima[max_sequence], min_seq = -maxima[neg_min_sequence];
+  const bool own_within = sent[row_step] >= min_step_seen && sent[row_step] <= max_step_seen &&
+                          sent[row_present] >= min_seq && sent[row_present] <= max_seq;
+  if (sums[sum_ranks] != w || sums[sum_rank_ids] != w * (w - 1) / 2 || !own_within) {
+    const auto shown = [](double value) {
+      return std::isfinite(value) ? fmt::format("{}", value) : std::string("not a number");
+    };
+    return lost(step, "the reduction returned values no set of the job's ranks sends: " + shown(sums[sum_ranks]) +
+                          " ranks with ids summing to " + shown(sums[sum_rank_ids]) + ", steps " +
+                          shown(min_step_seen) + " to " + shown(max_step_seen) + " (this rank sent step " +
+                          shown(sent[row_step]) + " and log " + shown(sent[row_present]) +
+                          ") (the all-reduce is broken, or world_size " + std::to_string(world_) + " and rank " +
+                          std::to_string(rank_) +
+                          " do not describe its group, every rank with its own index); the interval is discarded");
+  }
+  completed(step, verdict);
+  if (min_step_seen != max_step_seen || min_seq != max_seq) {
+    resume_after(sent[row_step], sent[row_present], max_step_seen, max_seq);
+    const double other = sent[row_step] != max_step_seen ? max_step_seen : min_step_seen;
+    log_verdict skipped = out_of_step(step, -1, other);
+    skipped.resumed = verdict.resumed;
+    return skipped;
+  }
+  out_of_step_reported_ = false;
+  if (!describe_reduced_differences(maxima).empty()) {
+    // Which ranks differ only the table says: it is gathered at the next log, whose verdict names them.
+    ++counters_.skipped_intervals;
+    ++counters_.config_mismatch_intervals;
+    verdict.what = log_verdict::kind::config_mismatch;
+    table_wanted_ = !config_mismatch_reported_;
+    return verdict;
+  }
+  const double device_rejected = sent[row_device_rejected];
+  if (device_rejected > 0 && device_rejected < kExactIntegerLimit) {
+    verdict.device_rejected = static_cast<std::uint64_t>(device_rejected);
+  }
+  verdict.what = maxima[max_not_warm_up] > 0 ? log_verdict::kind::derive : log_verdict::kind::warm_up;
   return verdict;
 }
 

@@ -1,7 +1,8 @@
 // plugin/accounting/log_protocol.h — internal: the per-log protocol of the throughput plugin, apart from its
 // counters and its sinks.
 //
-// Every log, each rank fills one row (row_layout.h) and gathers every rank's row in one collective. Whether a
+// Every log, each rank fills one row (row_layout.h) and either gathers every rank's row (the table) or reduces
+// it with every other rank's into a SUM and a MAX of fixed size (log_reduction.h; resolve_reduced). Whether a
 // log starts its collective, how long on_log waits for it, and what becomes of the gathered rows are decided
 // here, from the rows and this object's own state alone: no communicator, no clock, no logging. The plugin
 // (throughput.cpp) asks, acts and logs the messages a verdict carries; the tests build rows by hand
@@ -108,6 +109,19 @@ class log_protocol {
   log_verdict resolve(std::int64_t step, collective_status status, const std::string& error, const double* sent,
                       const double* rows);
 
+  // The same for an ordinary log's fixed-size reduction (log_reduction.h): `sums` and `maxima` the reduced
+  // vectors. The agreement figures stand in for the rows: the number of ranks and the sum of their ids, the
+  // steps' and sequence numbers' minimum and maximum (this rank's own within them), each fingerprint field's
+  // minimum and maximum. Settings that differ skip the interval like rows that differ, and ask for the table
+  // at the next log (table_wanted), which names the ranks.
+  log_verdict resolve_reduced(std::int64_t step, collective_status status, const std::string& error, const double* sent,
+                              const double* sums, const double* maxima);
+
+  // Whether the next log gathers the per-rank table whatever its sequence number: a reduction found
+  // something only the table can name. Every rank in step resolved the same sums, so every rank agrees.
+  bool table_wanted() const { return table_wanted_; }
+  void table_started() { table_wanted_ = false; }
+
   const protocol_counters& counters() const { return counters_; }
 
  private:
@@ -127,6 +141,12 @@ class log_protocol {
   };
 
   log_verdict lost(std::int64_t step, const std::string& why);
+  // What resolve and resolve_reduced share once the collective is done and not broken: reporting resumes.
+  void completed(std::int64_t step, log_verdict& verdict);
+  // Out of step: counts the interval and says so once per episode.
+  log_verdict out_of_step(std::int64_t step, std::int64_t other_rank, double other_step);
+  // The latest log seen in a result out of step: where this rank resumes (resume_), if it is behind.
+  void resume_after(double my_step, double my_sequence, double latest_step, double latest_sequence);
   std::string rows_no_rank_sent(const double* sent, const double* rows) const;
   bool is_warm_up_interval(const double* rows) const;
   step_check check_rows_in_step(const double* rows);
@@ -142,6 +162,7 @@ class log_protocol {
   std::optional<resume_point> resume_;
   bool out_of_step_reported_ = false;
   bool config_mismatch_reported_ = false;
+  bool table_wanted_ = false;
   protocol_counters counters_;
 };
 

@@ -1,7 +1,8 @@
-// Internal: the layout of one rank's row in the per-log collective buffer (world_size rows of kRowFields
-// doubles). The first kRowCountFields entries are the interval's batch_counts, so that the tensor path can add
-// counts it accumulated on a device straight into the row before the all-reduce; FLOPs are formed from the
-// gathered counts after the collective, identically for the host and the tensor path.
+// Internal: the layout of one rank's row: in the per-rank table (world_size rows of kRowFields doubles), and the
+// input of an ordinary log's fixed-size reduction (log_reduction.h). The first kRowCountFields entries are the
+// interval's batch_counts, so that the tensor path can add counts it accumulated on a device straight into the
+// row before the all-reduce; FLOPs are formed from the gathered counts after the collective, identically for the
+// host and the tensor path.
 //
 // Counts travel as doubles: exact up to 2^53 per rank and interval (9e15 tokens or pairs), far beyond any
 // interval a rank can run, and beyond the running totals of any run.

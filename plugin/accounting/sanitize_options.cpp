@@ -22,6 +22,10 @@ namespace {
 
 void sanitize_options(const throughput_options& options) {
   if (options.topk < kMinTopk) refuse_option("topk", "must be >= 0 (got " + std::to_string(options.topk) + ")");
+  if (options.topk_interval_logs < 0) {
+    refuse_option("topk_interval_logs",
+                  "must be >= 0 (0: by the job's size; got " + std::to_string(options.topk_interval_logs) + ")");
+  }
   if (!(options.tpi_multiplier >= setting_range::min_tpi_multiplier &&
         options.tpi_multiplier <= setting_range::max_tpi_multiplier)) {  // also false for NaN
     refuse_option("tpi_multiplier", "must be in [1, 1e6] (got " + std::to_string(options.tpi_multiplier) + ")");

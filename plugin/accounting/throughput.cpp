@@ -1,11 +1,15 @@
-// The throughput plugin: per-rank interval counters, one collective per log, deferred emission.
+// The throughput plugin: per-rank interval counters, a fixed number of fixed-size collectives per log, deferred
+// emission.
 //
-// The collective. Every rank fills one row of kRowFields doubles and all-gathers it: afterwards every rank
-// holds every rank's row in a world_size x kRowFields buffer. A communicator without an all-gather runs it
-// as a SUM all-reduce of that buffer with the other rows zeroed (communicator.h), which every backend
-// supports. From the rows each rank derives DP-group sums, world maxima and the per-rank top-k breakdown
-// locally (derive.h), so one collective serves every metric. At 16,384 ranks the buffer is 16,384 x
-// kRowFields (39) x 8 B = 4.875 MiB per log; METRICS.md gives the bytes each rank moves.
+// The collectives. Every rank fills one row of kRowFields doubles. On an ordinary log it turns the row into
+// its contribution to a SUM and a MAX all-reduce of fixed size (log_reduction.h: kSumFields + kMaxFields
+// doubles, whatever the job's size), started together (communicator::start_allreduce_sum_max); the record is
+// formed from the two reduced vectors, every figure but perf_topk/*. Every topk_interval_logs logs (every log
+// in jobs of up to kTableEveryLogMaxWorld ranks), and at the log after a reduction that only the table can
+// explain, it all-gathers the row instead: every rank then holds every rank's row (world_size x kRowFields)
+// and derives DP-group sums, world maxima and the per-rank top-k locally (derive.h). A communicator without
+// an all-gather runs it as a SUM all-reduce of that buffer with the other rows zeroed (communicator.h). At
+// 16,384 ranks the table is 16,384 x kRowFields (39) x 8 B = 4.875 MiB; METRICS.md gives the bytes per log.
 //
 // The per-log protocol (which logs start a collective, backing off after failures, rows no rank sent, ranks
 // out of step, the warm-up log) is accounting/log_protocol.h: a pure function of the gathered rows and its own
@@ -19,6 +23,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -29,6 +34,7 @@
 #include "accounting/derive.h"
 #include "accounting/interval_counters.h"
 #include "accounting/log_protocol.h"
+#include "accounting/log_reduction.h"
 #include "accounting/owned_mutex.h"
 #include "accounting/row_layout.h"
 #include "accounting/sanitize_options.h"
@@ -86,6 +92,17 @@ class throughput_plugin::impl {
     }
     buffer_.assign(static_cast<std::size_t>(world_) * kRowFields, 0.0);
     row_.assign(kRowFields, 0.0);
+    reduced_.assign(kSumFields + kMaxFields, 0.0);
+    table_every_ = options_.topk_interval_logs > 0    ? options_.topk_interval_logs
+                   : world_ <= kTableEveryLogMaxWorld ? 1
+                                                      : kTableIntervalLogsAtScale;
+    reduction_.flop_coefficients = regime_coefficients_;
+    reduction_.scope = options_.scope;
+    reduction_.tp = layout_.tp();
+    reduction_.cp = layout_.cp();
+    reduction_.pp = layout_.pp();
+    const std::vector<std::int64_t> first_replicas = layout_.dp_group(0);  // one rank of each replica
+    reduction_.in_dp_sums = std::find(first_replicas.begin(), first_replicas.end(), rank_) != first_replicas.end();
     derive_setup setup;
     setup.flop_coefficients = regime_coefficients_;
     setup.regime = options_.training;
@@ -220,6 +237,7 @@ class throughput_plugin::impl {
   struct in_flight {
     std::unique_ptr<pending_collective> pending;
     log_event event;
+    bool reduced = false;  // the fixed-size reduction (reduced_), not the table (buffer_)
   };
 
   // health_ plus the protocol's counters and the records the sinks dropped (each sink counts its own).
@@ -280,9 +298,18 @@ class throughput_plugin::impl {
     fill_row(row_.data(), current_, megatron_, event, interval_seconds, totals_, last_wait_ms_);
     protocol_->write_identity(row_.data(), event.step);
     in_flight_.event = event;
+    // The same choice on every rank in step: by the shared sequence number, or asked for by a reduction every
+    // rank resolved alike.
+    in_flight_.reduced = table_every_ > 1 && !protocol_->table_wanted() && protocol_->sequence() % table_every_ != 0;
     ++health_.collectives_started;
     try {
-      in_flight_.pending = comm_->start_allgather(row_.data(), kRowFields, buffer_.data());
+      if (in_flight_.reduced) {
+        contribute(reduction_, row_.data(), rank_, reduced_.data(), reduced_.data() + kSumFields);
+        in_flight_.pending = comm_->start_allreduce_sum_max(reduced_.data(), kSumFields, kMaxFields);
+      } else {
+        protocol_->table_started();
+        in_flight_.pending = comm_->start_allgather(row_.data(), kRowFields, buffer_.data());
+      }
     } catch (const std::exception& e) {
       in_flight_.pending.reset();
       report(protocol_->could_not_start(event.step, e.what()));
@@ -310,8 +337,12 @@ class throughput_plugin::impl {
     const double log_wait_ms = (seconds_now() - wait_start) * 1e3;
     last_wait_ms_ = log_wait_ms;
     const std::string failure = status == collective_status::failed ? in_flight_.pending->error_message() : "";
+    const double* sums = reduced_.data();
+    const double* maxima = reduced_.data() + kSumFields;
     const detail::log_verdict verdict =
-        protocol_->resolve(in_flight_.event.step, status, failure, row_.data(), buffer_.data());
+        in_flight_.reduced
+            ? protocol_->resolve_reduced(in_flight_.event.step, status, failure, row_.data(), sums, maxima)
+            : protocol_->resolve(in_flight_.event.step, status, failure, row_.data(), buffer_.data());
     if (verdict.what == detail::log_verdict::kind::probe_pending) return;  // the probe stays out
     in_flight_.pending.reset();
     report(verdict);
@@ -324,7 +355,8 @@ class throughput_plugin::impl {
     context.grad_norm = in_flight_.event.grad_norm;
     context.log_wait_ms = log_wait_ms;
     context.log_emit_ms = last_emit_ms_;
-    derive_result result = deriver_->derive(buffer_.data(), world_, context);
+    derive_result result = in_flight_.reduced ? reduced_record(deriver_->setup(), sums, maxima, world_, context)
+                                              : deriver_->derive(buffer_.data(), world_, context);
     if (!result.derived) {
       ++health_.skipped_intervals;
       warn_rate_limited(last_interval_warning_, "flopmeter: metrics of step {} skipped: {}", in_flight_.event.step,
@@ -369,6 +401,8 @@ class throughput_plugin::impl {
   std::int64_t rank_ = 0;
   std::int64_t world_ = 1;
   std::optional<metrics_deriver> deriver_;
+  detail::reduction_setup reduction_;
+  std::int64_t table_every_ = 1;  // the per-rank table every this many logs (topk_interval_logs, resolved)
   std::function<double()> clock_;
 
   mutable owned_mutex mutex_;  // held_by_this_thread(): inside one of our own call-outs
@@ -378,6 +412,7 @@ class throughput_plugin::impl {
   interval_counters current_ FLOPMETER_GUARDED_BY(mutex_);
   std::vector<double> row_ FLOPMETER_GUARDED_BY(mutex_);     // this rank's row of the collective in flight
   std::vector<double> buffer_ FLOPMETER_GUARDED_BY(mutex_);  // every rank's row once it completes
+  std::vector<double> reduced_ FLOPMETER_GUARDED_BY(mutex_);  // an ordinary log's sums, then maxima
   in_flight in_flight_ FLOPMETER_GUARDED_BY(mutex_);
   running_totals totals_ FLOPMETER_GUARDED_BY(mutex_);
   double last_emit_ms_ FLOPMETER_GUARDED_BY(mutex_) = 0;

@@ -46,8 +46,9 @@ constexpr std::string_view kTrainingKeys[] = {"frozen",           "lora_rank",  
                                               "recompute_layers", "recompute_every", "recompute_vision"};
 constexpr std::string_view kPeakKeys[] = {"gpu", "tflops_per_gpu", "precision"};
 constexpr std::string_view kParallelKeys[] = {"tp", "cp", "pp", "order"};
-constexpr std::string_view kLoggingKeys[] = {"log_interval_steps", "tpi_multiplier", "topk", "emit",
-                                             "collective_timeout_ms", "rendezvous_timeout_ms"};
+constexpr std::string_view kLoggingKeys[] = {"log_interval_steps",   "tpi_multiplier", "topk",
+                                             "topk_interval_logs",   "emit",           "collective_timeout_ms",
+                                             "rendezvous_timeout_ms"};
 constexpr std::string_view kSinksKeys[] = {"console", "jsonl", "tensorboard"};
 
 // Where a key written at the top level belongs (for "did you mean 'parallel.tp' in table [parallel]?").
@@ -61,6 +62,7 @@ constexpr std::string_view kSchemaDoc = "plugin_configs/SCHEMA.md";
 constexpr detail::int_bounds kParallelSize{1, std::int64_t{1} << 20};
 constexpr detail::int_bounds kTopk{detail::kMinTopk, detail::kMaxTopkInFile};
 constexpr detail::int_bounds kPositive{1};
+constexpr detail::int_bounds kNonNegative{0};
 // Timeouts: at most an hour (setting_range::max_timeout_ms); a rendezvous needs a positive one.
 constexpr detail::int_bounds kTimeoutMs{detail::kMinCollectiveTimeoutMs, setting_range::max_timeout_ms};
 constexpr detail::int_bounds kRendezvousTimeoutMs{detail::kMinRendezvousTimeoutMs, setting_range::max_timeout_ms};
@@ -283,6 +285,9 @@ class options_loader : private detail::toml_reader {
         {setting_range::min_tpi_multiplier, detail::lower_bound::inclusive, setting_range::max_tpi_multiplier},
         options.tpi_multiplier);
     options.topk = optional_int(logging, p, "topk", kTopk, options.topk);
+    // 0: by the job's size (throughput.h); at most 2^31 like every count in a file.
+    options.topk_interval_logs =
+        optional_int(logging, p, "topk_interval_logs", kNonNegative, options.topk_interval_logs);
     constexpr choice<emit_ranks> emits[] = {{"rank0", emit_ranks::rank0}, {"all", emit_ranks::all}};
     options.emit = optional_choice(logging, p, "emit", "emit mode", emits, options.emit);
     options.collective_timeout = std::chrono::milliseconds(

@@ -157,13 +157,25 @@ class c10d_communicator final : public communicator {
   std::string backend_name() const override { return name_; }
 
   std::unique_ptr<pending_collective> start_allreduce_sum(double* values, std::size_t count) override {
+    return start_allreduce(values, count, c10d::ReduceOp::SUM, "start_allreduce_sum");
+  }
+
+  // c10d's MAX all-reduce (Gloo and NCCL have one): count doubles each way, whatever the world. The device
+  // contribution belongs to the table's rows only: not called here.
+  std::unique_ptr<pending_collective> start_allreduce_max(double* values, std::size_t count) override {
+    return start_allreduce(values, count, c10d::ReduceOp::MAX, "start_allreduce_max");
+  }
+
+  std::unique_ptr<pending_collective> start_allreduce(double* values, std::size_t count, c10d::ReduceOp::RedOpType op,
+                                                      const char* what) {
     // Every rank passes the same count, so skipping an empty collective is skipped everywhere.
     if (count == 0) return std::make_unique<c10d_pending>(name_);
-    if (values == nullptr) throw error(name_ + ": start_allreduce_sum got a null buffer for " +
-                                       std::to_string(count) + " values");
+    if (values == nullptr)
+      throw error(name_ + ": " + what + " got a null buffer for " + std::to_string(count) + " values");
     if (count > static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max()) / sizeof(double)) {
-      throw error(name_ + ": start_allreduce_sum count " + std::to_string(count) + " is too large");
+      throw error(name_ + ": " + what + " count " + std::to_string(count) + " is too large");
     }
+    const bool contributes = contribute_ && op == c10d::ReduceOp::SUM;
     try {
       const auto n = static_cast<std::int64_t>(count);
       const auto host_options = at::TensorOptions().dtype(at::kDouble).pinned_memory(is_nccl_);
@@ -171,9 +183,9 @@ class c10d_communicator final : public communicator {
       std::memcpy(host.data_ptr<double>(), values, count * sizeof(double));
 
       c10d::AllreduceOptions options;
-      options.reduceOp = c10d::ReduceOp::SUM;
+      options.reduceOp = op;
       if (!is_nccl_) {
-        if (contribute_) contribute_(host);
+        if (contributes) contribute_(host);
         std::vector<at::Tensor> tensors{host};
         c10::intrusive_ptr<c10d::Work> work = group_->allreduce(tensors, options);
         last_work_ = work;
@@ -184,7 +196,7 @@ class c10d_communicator final : public communicator {
       // NCCL: host (pinned) -> current CUDA device on the current stream; ProcessGroupNCCL orders its own
       // stream after the current one.
       at::Tensor device = host.to(at::TensorOptions().device(at::kCUDA), /*non_blocking=*/true);
-      if (contribute_) contribute_(device);
+      if (contributes) contribute_(device);
       std::vector<at::Tensor> tensors{device};
       c10::intrusive_ptr<c10d::Work> work = group_->allreduce(tensors, options);
       last_work_ = work;

@@ -48,6 +48,12 @@ class c_communicator final : public communicator {
     if (handle == nullptr) throw error("the trainer's all-reduce callback could not start the collective");
     return std::make_unique<c_pending>(comm_, handle);
   }
+  std::unique_ptr<pending_collective> start_allreduce_max(double* values, std::size_t count) override {
+    if (comm_.start_allreduce_max == nullptr) return communicator::start_allreduce_max(values, count);
+    void* handle = comm_.start_allreduce_max(comm_.user, values, count);
+    if (handle == nullptr) throw error("the trainer's MAX all-reduce callback could not start the collective");
+    return std::make_unique<c_pending>(comm_, handle);
+  }
 
  private:
   callback_collective comm_;

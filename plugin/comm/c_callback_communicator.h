@@ -26,6 +26,8 @@ struct callback_collective {
   void* (*start_allreduce_sum)(void* user, double* values, std::size_t count) = nullptr;
   int (*wait)(void* user, void* handle, std::int64_t timeout_ms) = nullptr;
   void (*release)(void* user, void* handle) = nullptr;
+  // An in-place MAX all-reduce, optional: NULL runs the MAX over the SUM (communicator::start_allreduce_max).
+  void* (*start_allreduce_max)(void* user, double* values, std::size_t count) = nullptr;
 };
 
 // A communicator calling `callbacks`. Throws flopmeter::error naming `what` ("flopmeter_comm") for callbacks

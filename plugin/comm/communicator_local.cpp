@@ -1,4 +1,4 @@
-// The single-process communicator: one rank, so the SUM all-reduce is the identity and is done at once.
+// The single-process communicator: one rank, so the SUM and MAX all-reduces are the identity and done at once.
 
 #include <chrono>
 #include <cstddef>
@@ -22,6 +22,10 @@ class local_communicator final : public communicator {
   int world_size() const override { return 1; }
   // The buffer already holds the sum over the only rank; it is not touched.
   std::unique_ptr<pending_collective> start_allreduce_sum(double* /*values*/, std::size_t /*count*/) override {
+    return std::make_unique<completed_collective>();
+  }
+  // Likewise the maximum over the only rank.
+  std::unique_ptr<pending_collective> start_allreduce_max(double* /*values*/, std::size_t /*count*/) override {
     return std::make_unique<completed_collective>();
   }
   std::string backend_name() const override { return "local"; }

@@ -44,6 +44,7 @@
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1
 #endif
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -169,6 +170,33 @@ std::shared_ptr<communicator> build_gloo_group(const c10::intrusive_ptr<c10d::St
       c10d_compat::as_process_group(store, rank, world, std::move(gloo), c10d_compat::kGloo, c10::DeviceType::CPU,
                                     timeout),
       c10d_options{world});
+}
+
+// flopmeter's own store on the *_from_env path, under its key prefix, which it lets go once the group stands.
+// ProcessGroupGloo keeps the store it was built over for the group's lifetime, but needs it only for the
+// rendezvous (connectFullMesh, in its constructor). Kept, a TCPStore costs every rank a connection to rank 0
+// and, with libtorch 1.13, a client thread that ends the process on a connection reset or polls a closed
+// socket in a loop once rank 0's store is gone (METRICS.md, "When things go wrong"). release() swaps the
+// TCPStore for an empty in-memory store: the TCPStore (client, and on rank 0 the server) is destroyed here,
+// and anything that still asks the store later waits on the empty one until its timeout instead of
+// reaching a dead peer.
+class releasable_store final : public c10d::PrefixStore {
+ public:
+  releasable_store(const std::string& prefix, c10::intrusive_ptr<c10d::Store> store)
+      : c10d::PrefixStore(prefix, std::move(store)) {}
+  void release() { store_ = c10::make_intrusive<c10d::HashStore>(); }
+};
+
+// A barrier over a new group: one SUM all-reduce of one value, waited for at most `timeout`.
+void barrier(communicator& comm, std::chrono::milliseconds timeout, const char* what) {
+  double one = 1;
+  std::unique_ptr<pending_collective> pending = comm.start_allreduce_sum(&one, 1);
+  const collective_status status = pending->wait(timeout);
+  if (status != collective_status::done) {
+    throw error(
+        std::string("the group stands, but the barrier before ") + what +
+        (status == collective_status::pending ? " did not finish in time" : " failed: " + pending->error_message()));
+  }
 }
 
 std::atomic<unsigned> env_generation{0};
@@ -326,8 +354,18 @@ std::shared_ptr<communicator> make_gloo_communicator_from_env(const gloo_env_opt
       }
       throw error(what + ": " + detail::describe_exception(std::current_exception()));
     }
-    auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
-    return build_gloo_group(store, static_cast<int>(rank), static_cast<int>(world), timeout, hostname);
+    auto store = c10::make_intrusive<releasable_store>(prefix, std::move(tcp));
+    std::shared_ptr<communicator> comm =
+        build_gloo_group(store, static_cast<int>(rank), static_cast<int>(world), timeout, hostname);
+    // The store is dropped on every rank once the group stands: the clients first (after a barrier, no rank
+    // reads a key any more), then, after a second barrier (every client has closed its connection), the
+    // server on the rank that serves it. A server that goes while clients are connected is what makes their
+    // client threads spin or abort.
+    barrier(*comm, timeout, "dropping the rendezvous store");
+    if (!serve) store->release();
+    barrier(*comm, timeout, "stopping the rendezvous store's server");
+    if (serve) store->release();
+    return comm;
   });
 #elif FLOPMETER_HAVE_TORCH
   (void)options;

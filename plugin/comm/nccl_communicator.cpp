@@ -205,6 +205,41 @@ class nccl_communicator final : public communicator {
     });
   }
 
+  std::unique_ptr<pending_collective> start_allreduce_max(double* values, std::size_t count) override {
+    if (count == 0) return std::make_unique<nccl_pending>();
+    if (values == nullptr) {
+      throw error("start_allreduce_max got a null buffer for " + std::to_string(count) + " values");
+    }
+    return enqueue(values, count, 0, values, count, "ncclAllReduce", "all-reduce", [count](nccl_state& s) {
+      return ncclAllReduce(s.device_buffer, s.device_buffer, count, ncclFloat64, ncclMax, s.comm, s.stream);
+    });
+  }
+
+  // An ordinary log's SUM and MAX as one NCCL group on one buffer: one collective in flight, as this
+  // communicator allows, and one launch.
+  std::unique_ptr<pending_collective> start_allreduce_sum_max(double* values, std::size_t sums,
+                                                              std::size_t maxima) override {
+    const std::size_t count = sums + maxima;
+    if (count == 0) return std::make_unique<nccl_pending>();
+    if (values == nullptr) {
+      throw error("start_allreduce_sum_max got a null buffer for " + std::to_string(count) + " values");
+    }
+    return enqueue(
+        values, count, 0, values, count, "ncclAllReduce (SUM and MAX)", "all-reduce", [sums, maxima](nccl_state& s) {
+          ncclResult_t status = ncclGroupStart();
+          if (status != ncclSuccess) return status;
+          if (sums > 0) {
+            status = ncclAllReduce(s.device_buffer, s.device_buffer, sums, ncclFloat64, ncclSum, s.comm, s.stream);
+          }
+          if (status == ncclSuccess && maxima > 0) {
+            status = ncclAllReduce(s.device_buffer + sums, s.device_buffer + sums, maxima, ncclFloat64, ncclMax, s.comm,
+                                   s.stream);
+          }
+          const ncclResult_t ended = ncclGroupEnd();
+          return status != ncclSuccess ? status : ended;
+        });
+  }
+
   // ncclAllGather, in place: this rank's row goes to its slot of the device buffer, which then receives
   // every rank's row (each row crosses the network once, where the all-reduce moves about twice the buffer).
   std::unique_ptr<pending_collective> start_allgather(const double* send, std::size_t count, double* recv) override {

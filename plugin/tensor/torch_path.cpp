@@ -198,6 +198,8 @@ class tensor_throughput::impl {
     if (!logger_) logger_ = make_tensor_path_logger();
     rank_ = group->getRank();
     auto comm = make_c10d_communicator_with(std::move(group), [this](at::Tensor& buffer) { contribute(buffer); });
+    // The device counts go into this rank's row of the table, so every log gathers it (throughput.h).
+    options.topk_interval_logs = 1;
     plugin_ = throughput_plugin::create(std::move(options), std::move(comm));
   }
 

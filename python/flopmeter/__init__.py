@@ -10,7 +10,7 @@
             record = meter.on_log(step)    # the previous interval's record, or None
 
 The core is the C++ library, loaded without LibTorch: ``import flopmeter`` and the FLOP model need no torch;
-``Meter`` uses torch only when the trainer has it (torch.distributed for the one collective per log, torch ops
+``Meter`` uses torch only when the trainer has it (torch.distributed for the per-log collectives, torch ops
 to count CUDA tensors where they are). See README.md, "From Python", and METRICS.md for what is counted.
 """
 

@@ -1,13 +1,17 @@
-"""flopmeter's one collective per log over torch.distributed, as the C ABI's flopmeter_comm callbacks.
+"""flopmeter's per-log collectives over torch.distributed, as the C ABI's flopmeter_comm callbacks.
 
-The library asks for an in-place SUM all-reduce of a small buffer of doubles (world_size rows, this rank's
-filled) at each log, and waits for it at the next log. Here it is ``all_reduce(async_op=True)`` on a group of
-flopmeter's own (``new_group(backend="gloo")`` by default, made collectively when the Meter is made), so a
-rank that skips an ``on_log`` costs one interval of metrics, never a hang of the trainer's collectives.
+At each log the library asks for an in-place SUM and an in-place MAX all-reduce of a few dozen doubles (the
+same size whatever the job's), and every topk_interval_logs logs for a SUM of the per-rank table (world_size
+rows, this rank's filled); it waits for them at the next log. Here they are ``all_reduce(async_op=True)`` on a
+group of flopmeter's own (``new_group(backend="gloo")`` by default, made collectively when the Meter is made),
+so a rank that skips an ``on_log`` costs intervals of metrics, never a hang of the trainer's collectives.
 
-Counts accumulated on a device (``_device.DeviceCounts``) are added into this rank's row on that device just
-before the reduction, which then runs on the device tensor: nothing is read back on the micro-batch path,
-and the read at the next log is the wait ``perf/log_wait_ms`` reports.
+Counts accumulated on a device (``_device.DeviceCounts``) are added into this rank's row of the table on that
+device just before the reduction, which then runs on the device tensor: nothing is read back on the
+micro-batch path, and the read at the next log is the wait ``perf/log_wait_ms`` reports. They need the table
+at every log (``logging={"topk_interval_logs": 1}``, the default up to 256 ranks); a fixed-size reduction
+with device counts present is refused (the interval is lost, with a warning) rather than reported without
+them.
 
 The callbacks run on the thread that called on_log, flush or the destructor, while the library holds the
 plugin's lock. They never raise into C: a failure is a NULL handle (start) or -1 (wait), which the library
@@ -17,9 +21,10 @@ counts as a failed collective.
 from __future__ import annotations
 
 import ctypes
+import datetime
 import itertools
 import logging
-import time
+import threading
 from typing import Any, Dict, Optional
 
 from . import _native
@@ -28,13 +33,60 @@ logger = logging.getLogger("flopmeter")
 
 
 class _Pending:
-    __slots__ = ("work", "host", "device_buffer", "failed")
+    __slots__ = ("work", "host", "device_buffer", "failed", "done")
 
     def __init__(self, work: Any, host: Any, device_buffer: Any) -> None:
         self.work = work
         self.host = host
         self.device_buffer = device_buffer
         self.failed = False
+        self.done: Optional[threading.Event] = None  # set once a CUDA collective's event has completed
+
+
+def _finished_within(pending: _Pending, timeout_ms: int) -> bool:
+    """Whether the collective has finished, blocking at most `timeout_ms` without spinning.
+
+    A collective on CPU tensors (Gloo) is waited for with ``Work.wait(timeout)``, which blocks on the work's
+    condition variable (torch 1.13 and 2.x); when the timeout passes it raises, and the work, still running,
+    is waited for again at a later call. A collective on CUDA tensors (NCCL) cannot be waited for that way:
+    its ``wait`` only orders the current stream. There a blocking-sync CUDA event, recorded after the
+    collective on the current stream, is synchronised on a helper thread, and the caller waits for that
+    thread's signal with a timeout: the host sleeps in the driver, not in a loop.
+    """
+    work = pending.work
+    if work.is_completed():
+        return True
+    if timeout_ms == 0:
+        return False  # a poll: backing off, the library only asks
+    buffer = pending.device_buffer if pending.device_buffer is not None else pending.host
+    if getattr(buffer, "is_cuda", False):
+        if pending.done is None:
+            pending.done = _signal_when_done(work)
+        return pending.done.wait(timeout_ms / 1000.0)
+    try:
+        work.wait(timeout=datetime.timedelta(milliseconds=timeout_ms))
+    except Exception:  # noqa: BLE001 - a timeout, or the collective failed: told apart below
+        if not work.is_completed():
+            return False  # still running: the library waits again at its next call
+    return True  # finished (a failure raises again from the caller's work.wait())
+
+
+def _signal_when_done(work: Any) -> threading.Event:
+    import torch
+
+    work.wait()  # orders the current stream after the collective; does not block the host
+    event = torch.cuda.Event(blocking=True)  # cudaEventBlockingSync: synchronize() sleeps, never spins
+    event.record()
+    done = threading.Event()
+
+    def wait_on_device() -> None:
+        try:
+            event.synchronize()
+        finally:
+            done.set()
+
+    threading.Thread(target=wait_on_device, name="flopmeter-collective-wait", daemon=True).start()
+    return done
 
 
 class TorchCollective:
@@ -61,19 +113,29 @@ class TorchCollective:
         self._start = _native.START_ALLREDUCE(self._start_allreduce)
         self._wait = _native.WAIT(self._wait_for)
         self._release = _native.RELEASE(self._release_handle)
+        self._start_max = _native.START_ALLREDUCE(self._start_allreduce_max)
         self.comm.start_allreduce_sum = self._start
         self.comm.wait = self._wait
         self.comm.release = self._release
+        self.comm.start_allreduce_max = self._start_max
 
     def _warn(self, message: str) -> None:
         if not self._warned:  # once per Meter: the library counts every failure in its health counters
             self._warned = True
             logger.warning("flopmeter: %s", message)
 
-    def _start_allreduce(self, user: Any, values: Any, count: int) -> Optional[int]:
+    def _start_allreduce_max(self, user: Any, values: Any, count: int) -> Optional[int]:
+        return self._start_allreduce(user, values, count, op="max")
+
+    def _start_allreduce(self, user: Any, values: Any, count: int, op: str = "sum") -> Optional[int]:
         try:
             self.contributed = True
             handle = next(self._ids)
+            table = self.layout is not None and count == self.world_size * self.layout.row_doubles
+            if self.device_counts is not None and not table:
+                raise RuntimeError(
+                    "counts on a device go into the per-rank table, which this log does not gather: set "
+                    "logging={'topk_interval_logs': 1} (the default up to 256 ranks) to gather it at every log")
             if self.group is None and self.device_counts is None:
                 # One process and nothing on a device: the sum over one rank is the buffer itself.
                 self._pending[handle] = _Pending(None, None, None)
@@ -90,11 +152,12 @@ class TorchCollective:
                 import torch.distributed as dist
 
                 target = host if device_buffer is None else device_buffer
-                work = dist.all_reduce(target, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+                reduce_op = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
+                work = dist.all_reduce(target, op=reduce_op, group=self.group, async_op=True)
             self._pending[handle] = _Pending(work, host, device_buffer)
             return handle
         except Exception as e:  # noqa: BLE001 - nothing may cross into C
-            self._warn(f"could not start the per-log all-reduce: {e}")
+            self._warn(f"could not start the per-log {op.upper()} all-reduce: {e}")
             return None
 
     def _wait_for(self, user: Any, handle: Any, timeout_ms: int) -> int:
@@ -103,12 +166,9 @@ class TorchCollective:
             return -1
         try:
             if pending.work is not None:
-                deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
-                while not pending.work.is_completed():
-                    if time.monotonic() >= deadline:
-                        return 1
-                    time.sleep(0.0002)
-                pending.work.wait()  # raises if the collective failed
+                if not _finished_within(pending, max(0, int(timeout_ms))):
+                    return 1
+                pending.work.wait()  # finished: returns at once, or raises if the collective failed
             if pending.device_buffer is not None:
                 # The deferred read: the reduction is done, so this copy waits for nothing else.
                 pending.host.copy_(pending.device_buffer.to("cpu"))

@@ -104,6 +104,7 @@ class Comm(ctypes.Structure):
         ("start_allreduce_sum", START_ALLREDUCE),
         ("wait", WAIT),
         ("release", RELEASE),
+        ("start_allreduce_max", START_ALLREDUCE),  # 0.3: the MAX of an ordinary log
     ]
 
 

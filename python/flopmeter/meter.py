@@ -1,8 +1,8 @@
 """Meter: the throughput plugin in a Python training loop.
 
 ``on_microbatch`` for every micro-batch, ``on_log`` at each log step, ``flush`` (or leaving the ``with``
-block) at the end. Counts are exact from the batch's documents and images; one collective per log over a
-group of flopmeter's own, read one log later; ``on_log`` returns the record of the interval that ended one
+block) at the end. Counts are exact from the batch's documents and images; a fixed number of fixed-size
+collectives per log over a group of flopmeter's own, read one log later; ``on_log`` returns the record of the interval that ended one
 log earlier (a dict with the JSONL sink's keys, what ``wandb.log`` takes), or None while none is due.
 
 Ownership: a Meter owns its plugin in the library, released by ``close()``, by leaving the ``with`` block, or

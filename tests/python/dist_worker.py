@@ -33,10 +33,13 @@ def main() -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     records = {}
     result = {"rank": rank}
-    if scenario in ("dp2_tp2", "skip_one_log"):
-        if scenario == "dp2_tp2":
+    if scenario in ("dp2_tp2", "dp2_tp2_reduced", "skip_one_log"):
+        if scenario.startswith("dp2_tp2"):
+            # dp2_tp2_reduced: the table every third log, a SUM and a MAX of fixed size at the others.
+            interval = 3 if scenario == "dp2_tp2_reduced" else 0
             meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, parallel={"tp": 2},
-                                    logging={"emit": "all", "topk": 4}, sinks={"console": False})
+                                    logging={"emit": "all", "topk": 4, "topk_interval_logs": interval},
+                                    sinks={"console": False})
             replica = rank // 2  # order tp-cp-dp-pp: ranks 0, 1 form replica 0, ranks 2, 3 replica 1
             batches, logs, skipped = REPLICA_BATCHES[replica], LOGS, None
         else:
@@ -56,6 +59,23 @@ def main() -> None:
         record = meter.flush()
         if record is not None:
             records[record["step"]] = record
+        result["health"] = meter.health
+    elif scenario == "slow_peer":
+        # Rank 1 joins the collective of step 1 late: rank 0's on_log(2) waits for it. What that wait costs
+        # rank 0's thread in CPU time is the point (test_distributed.py: no polling while waiting).
+        meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0},
+                                logging={"collective_timeout_ms": 20000}, sinks={"console": False})
+        meter.on_microbatch(cu_seqlens=[0, 10], samples=1)
+        if rank == 1:
+            time.sleep(1.5)
+        meter.on_log(1)
+        meter.on_microbatch(cu_seqlens=[0, 10], samples=1)
+        cpu, wall = time.thread_time(), time.monotonic()
+        record = meter.on_log(2)
+        result["wait_cpu_s"], result["wait_wall_s"] = time.thread_time() - cpu, time.monotonic() - wall
+        if record is not None:
+            records[record["step"]] = record
+        meter.flush()
         result["health"] = meter.health
     elif scenario == "different_training":
         # Rank 1 trains everything, the others freeze the ViT: their rows mean different FLOPs per token.

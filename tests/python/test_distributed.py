@@ -133,3 +133,39 @@ def test_ranks_that_train_different_parts_are_refused_and_named(tmp_path):
     for log in logs:
         assert "rank 1: [training] all trains, the others frozen vision" in log, log
         assert "rank 1: model" not in log, log  # the same model: only the regime is named
+
+
+def test_waiting_for_a_late_peer_sleeps_instead_of_polling(tmp_path):
+    # Rank 1 joins the collective of step 1 about 1.5 s late, so rank 0's on_log(2) blocks about that long for
+    # it. The wait is Work.wait(timeout) on the work's condition variable: rank 0's thread sleeps. Measured
+    # before (a 0.2 ms sleep loop over Work.is_completed()): about 0.1 s of CPU per second waited on this
+    # machine; after: a few ms in all, whatever the wait. A bound of 2% of the wall time separates the two
+    # with room for a loaded machine.
+    ranks = run_job(tmp_path, "slow_peer", 2)
+    waiter = ranks[0]
+    assert waiter["wait_wall_s"] > 0.5, waiter  # it really waited for rank 1
+    assert waiter["wait_cpu_s"] < 0.02 * waiter["wait_wall_s"], waiter
+    assert waiter["records"]["1"]["perf/log_wait_ms"] > 500
+    for rank in ranks:
+        assert rank["health"]["failed_collectives"] == 0
+
+
+def test_ordinary_logs_reduce_a_fixed_size_and_the_table_comes_every_third_log(tmp_path):
+    # The job of test_dp2_tp2_job_headlines_by_hand with logging.topk_interval_logs = 3: logs 1, 2 and 4 run the
+    # Python adapter's SUM and MAX all-reduce (fixed size), log 3 gathers the table. Every record carries the
+    # same hand-derived DP sums; only log 3's carries perf_topk/*.
+    ranks = run_job(tmp_path, "dp2_tp2_reduced", 4)
+    for rank in ranks:
+        assert rank["health"]["failed_collectives"] == 0 and rank["health"]["skipped_intervals"] == 0
+        assert sorted(int(s) for s in rank["records"]) == [1, 2, 3, 4]
+        for step, rec in rank["records"].items():
+            k = int(step)
+            assert rec["train/tokens_seen"] == k * (550 + 579)
+            assert rec["train/num_samples"] == k * (3 + 7)
+            assert rec["train/loss"] == pytest.approx(63 / 68, rel=1e-15)
+            assert rec["train/batch_efficiency"] == pytest.approx(1129 / 1196, rel=1e-15)
+            assert rec["train/max_loss"] == pytest.approx(50 / 25, rel=1e-15)  # replica 0: 2.0, replica 1: 13/43
+            topk = [key for key in rec if key.startswith("perf_topk/")]
+            assert bool(topk) == (k == 3), (step, topk)
+            # tokens/s is the sum of each rank's share over its own interval: positive, finite.
+            assert rec["perf/tokens_per_second"] > 0

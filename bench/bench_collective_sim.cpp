@@ -1,0 +1,237 @@
+// The per-log collectives at 1,024, 16,384 and 131,072 ranks, simulated in one process.
+//
+// Each rank's row is filled like a real job's (tp 2, one micro-batch of a few documents, memory, times) with
+// the protocol's identity (log_protocol::write_identity) and turned into its contribution by the plugin's own
+// code (log_reduction.h: contribute). A simulated group then runs the SUM and MAX all-reduce as recursive
+// doubling: in round k every rank exchanges its partial vectors with rank r XOR 2^k and combines them, so
+// after log2(N) rounds every rank holds the reduction. The bytes each rank sends and receives and the rounds
+// are counted as they happen; rank 0's result then goes through the protocol (resolve_reduced) and the record
+// (reduced_record), and is checked against derivation from the gathered rows (derive.h) and against the other
+// ranks' results. The per-rank table (an all-gather of one row per rank, every topk_interval_logs logs) is
+// costed, not run: a ring all-gather of N rows, N - 1 rounds of one row.
+//
+// Predicted time per log, alpha-beta model (T = rounds x alpha + bytes sent x beta):
+//   Gloo over TCP: alpha 50 us per round (a message over TCP between hosts through Gloo's pair; the issue's
+//     model, of the order measured on this machine's loopback by the real Gloo runs, METRICS.md), beta 1 / 3.1
+//     GB/s (25 GbE). c10d's Gloo all-reduce is a ring: 2 (N - 1) rounds of a chunk of the buffer.
+//   NCCL over InfiniBand: alpha 7 us per round (NCCL's own tuning model, src/graph/tuning.cc: about 6.8 us
+//     base and ~5 us per network hop for small messages), beta 1 / 25 GB/s (HDR 200 Gb/s). NCCL's tree
+//     all-reduce: 2 log2(N) rounds of the whole (small) vector.
+// Usage: bench_collective_sim [ranks ...]   (default 1024 16384 131072; powers of two)
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <vector>
+
+#include "flopmeter/model_config.h"
+#include "flopmeter/throughput.h"
+#include "accounting/config_fingerprint.h"
+#include "accounting/derive.h"
+#include "accounting/log_protocol.h"
+#include "accounting/log_reduction.h"
+#include "accounting/row_layout.h"
+
+namespace {
+
+using namespace flopmeter;
+using namespace flopmeter::detail;
+
+constexpr std::size_t kVector = kSumFields + kMaxFields;
+constexpr double kTableEvery = static_cast<double>(kTableIntervalLogsAtScale);
+
+struct model_constants {
+  const char* name;
+  double alpha_s;
+  double bytes_per_s;
+};
+constexpr model_constants kGloo{"Gloo/TCP", 50e-6, 3.125e9};
+constexpr model_constants kNccl{"NCCL/IB", 7e-6, 25e9};
+
+void fill_row(std::int64_t r, double* x, std::uint64_t& state) {
+  const auto next = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  batch_counts n;
+  // tp 2: both ranks of a replica hold the same micro-batch.
+  std::uint64_t replica = state;
+  if (r % 2 == 0) replica = next();
+  n.real_tokens = 30000 + static_cast<std::int64_t>(replica % 2768);
+  n.padding_tokens = 32768 - n.real_tokens;
+  n.documents = 11;
+  n.causal_pairs = n.real_tokens * n.real_tokens / 22;
+  counts_to_row(n, x);
+  x[row_loss_sum] = 2.0 * static_cast<double>(n.real_tokens);
+  x[row_label_tokens] = static_cast<double>(n.real_tokens);
+  x[row_microbatches] = 1;
+  x[row_interval_seconds] = 1.0 + static_cast<double>(next() % 1000) / 1e4;
+  x[row_peak_memory_bytes] = static_cast<double>(60 + next() % 10) * 1073741824.0;
+  x[row_peak_reserved_memory_bytes] = kNotReported;
+  x[row_data_seconds] = static_cast<double>(next() % 100) / 1e4;
+  x[row_forward_backward_seconds] = 0.9;
+  x[row_log_wait_ms] = static_cast<double>(next() % 100) / 100;
+  x[row_tokens_seen] = 100.0 * static_cast<double>(n.real_tokens);
+  x[row_samples_seen] = 1100;
+  x[row_label_tokens_seen] = 100.0 * static_cast<double>(n.real_tokens);
+  x[row_megatron_flops] = 1e15;
+}
+
+void combine(double* into, const double* other) {
+  for (std::size_t i = 0; i < kSumFields; ++i) into[i] += other[i];
+  for (std::size_t i = kSumFields; i < kVector; ++i) {
+    if (std::isnan(other[i]) || other[i] > into[i]) into[i] = other[i];
+  }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+void simulate(std::int64_t world) {
+  const model_spec model = load_model_spec(FLOPMETER_SOURCE_DIR "/model_configs/qwen3_vl_2b.toml");
+  config_settings settings;
+  settings.model_name = model.name;
+  settings.model = compute_coefficients(model);
+  settings.parallel.tp = 2;
+  derive_setup setup;
+  setup.flop_coefficients = compute_coefficients(model, training_regime{});
+  setup.tp = 2;
+  setup.peak_tflops_per_gpu = 989.0;
+  setup.topk = 3;
+  for (std::int64_t r = 0; r < world; r += 2) setup.dp_group.push_back(r);
+  reduction_setup reduction;
+  reduction.flop_coefficients = setup.flop_coefficients;
+  reduction.tp = 2;
+
+  // Every rank: its row, its identity, its contribution (the plugin's code).
+  const auto n = static_cast<std::size_t>(world);
+  std::vector<double> rows(n * kRowFields, 0.0), vectors(n * kVector);
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  log_protocol identity(0, world, std::chrono::milliseconds(1000), settings);  // every rank's: log 1, step 7
+  identity.begin_log();
+  auto start = std::chrono::steady_clock::now();
+  for (std::int64_t r = 0; r < world; ++r) {
+    double* x = rows.data() + static_cast<std::size_t>(r) * kRowFields;
+    fill_row(r, x, state);
+    identity.write_identity(x, 7);
+    reduction.in_dp_sums = r % 2 == 0;
+    double* v = vectors.data() + static_cast<std::size_t>(r) * kVector;
+    contribute(reduction, x, r, v, v + kSumFields);
+  }
+  const double contribute_s = seconds_since(start) / static_cast<double>(world);
+
+  // The simulated group: recursive doubling over the packed SUM | MAX vector.
+  std::vector<std::uint64_t> sent(n, 0), received(n, 0);
+  std::vector<double> incoming(n * kVector);
+  int rounds = 0;
+  for (std::int64_t distance = 1; distance < world; distance *= 2, ++rounds) {
+    for (std::int64_t r = 0; r < world; ++r) {
+      const std::int64_t peer = r ^ distance;
+      std::copy_n(vectors.data() + static_cast<std::size_t>(peer) * kVector, kVector,
+                  incoming.data() + static_cast<std::size_t>(r) * kVector);
+      sent[static_cast<std::size_t>(r)] += kVector * sizeof(double);
+      received[static_cast<std::size_t>(peer)] += kVector * sizeof(double);
+    }
+    for (std::size_t r = 0; r < n; ++r) combine(vectors.data() + r * kVector, incoming.data() + r * kVector);
+  }
+  // Every rank holds the same result.
+  bool agree = true;
+  for (std::size_t r = 1; r < n; ++r) {
+    for (std::size_t i = 0; i < kVector; ++i) agree = agree && vectors[r * kVector + i] == vectors[i];
+  }
+
+  // Rank 0's protocol and record, against derivation from the whole table.
+  log_protocol protocol(0, world, std::chrono::milliseconds(1000), settings);
+  protocol.begin_log();
+  const log_verdict verdict = protocol.resolve_reduced(7, collective_status::done, "", rows.data(), vectors.data(),
+                                                       vectors.data() + kSumFields);
+  derive_context context;
+  context.step = 7;
+  start = std::chrono::steady_clock::now();
+  const derive_result reduced = reduced_record(setup, vectors.data(), vectors.data() + kSumFields, world, context);
+  const double record_s = seconds_since(start);
+  metrics_deriver deriver(setup);
+  derive_result table = deriver.derive(rows.data(), world, context);  // warm: the deriver keeps its columns
+  start = std::chrono::steady_clock::now();
+  table = deriver.derive(rows.data(), world, context);
+  const double table_s = seconds_since(start);
+  double worst = 0;
+  std::size_t compared = 0;
+  for (const auto& [name, value] : reduced.record.values) {
+    for (const auto& [tname, tvalue] : table.record.values) {
+      if (tname == name && tvalue != 0) {
+        worst = std::max(worst, std::abs(value / tvalue - 1));
+        ++compared;
+      }
+    }
+  }
+
+  const double vector_bytes = static_cast<double>(kVector * sizeof(double));
+  const double row_bytes = static_cast<double>(kRowFields * sizeof(double));
+  const double w = static_cast<double>(world);
+  const double log2w = std::log2(w);
+  const double table_bytes = (w - 1) * row_bytes;  // a ring all-gather: each rank sends N - 1 rows
+  std::printf("\n%lld ranks\n", static_cast<long long>(world));
+  std::printf(
+      "  ordinary log: 1 call (a SUM of %zu and a MAX of %zu doubles: 2 collectives), simulated as recursive "
+      "doubling: %d rounds, %llu B sent and %llu B received per rank (every rank alike: %s); "
+      "protocol verdict %s, %zu figures within %.1e of the table's\n",
+      kSumFields, kMaxFields, rounds, static_cast<unsigned long long>(sent[0]),
+      static_cast<unsigned long long>(received[0]), agree ? "yes" : "NO",
+      verdict.what == log_verdict::kind::derive ? "derive" : "NOT derive", compared, worst);
+  std::printf(
+      "  table log (every %lld logs): ring all-gather of one %g B row per rank: %lld rounds, %.0f B sent and "
+      "received per rank\n",
+      static_cast<long long>(kTableIntervalLogsAtScale), row_bytes, static_cast<long long>(world - 1), table_bytes);
+  std::printf(
+      "  bytes per rank per log: before (table every log) %.0f B; after %.0f B ordinary, %.0f B amortised "
+      "(+ table / %lld)\n",
+      table_bytes, static_cast<double>(sent[0]), static_cast<double>(sent[0]) + table_bytes / kTableEvery,
+      static_cast<long long>(kTableIntervalLogsAtScale));
+  std::printf(
+      "  cpu per log: contribute %.2f us per rank, record from the reduction %.1f us, derive from the table "
+      "%.2f ms\n",
+      contribute_s * 1e6, record_s * 1e6, table_s * 1e3);
+  for (const model_constants& m : {kGloo, kNccl}) {
+    // Ordinary log: ring all-reduce (Gloo) 2(N-1) rounds of chunks, 2 x the vector sent; tree (NCCL) 2 log2 N
+    // rounds of the whole vector; recursive doubling (the simulated one) log2 N rounds of the vector.
+    const bool ring = m.name == kGloo.name;
+    const double ordinary_rounds = ring ? 2 * (w - 1) : 2 * log2w;
+    const double ordinary_bytes = ring ? 2 * vector_bytes * (w - 1) / w : 2 * vector_bytes;
+    const double ordinary = ordinary_rounds * m.alpha_s + ordinary_bytes / m.bytes_per_s;
+    const double doubling = log2w * m.alpha_s + log2w * vector_bytes / m.bytes_per_s;
+    const double table_log = (w - 1) * m.alpha_s + table_bytes / m.bytes_per_s;
+    std::printf(
+        "  %-9s (alpha %.0f us, %.1f GB/s): before %.3f s per log (table); after: ordinary %.4f s (%s), "
+        "recursive doubling %.5f s, table log %.3f s, amortised %.4f s per log\n",
+        m.name, m.alpha_s * 1e6, m.bytes_per_s / 1e9, table_log, ordinary, ring ? "c10d's ring" : "tree", doubling,
+        table_log, ordinary + table_log / kTableEvery);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::int64_t> sizes = {1024, 16384, 131072};
+  if (argc > 1) {
+    sizes.clear();
+    for (int i = 1; i < argc; ++i) sizes.push_back(std::atoll(argv[i]));
+  }
+  std::printf(
+      "flopmeter per-log collectives, simulated (bench/bench_collective_sim.cpp); vector %zu doubles (%zu B), "
+      "row %zu doubles\n",
+      kVector, kVector * sizeof(double), static_cast<std::size_t>(kRowFields));
+  for (const std::int64_t world : sizes) {
+    if (world < 2 || (world & (world - 1)) != 0) {
+      std::fprintf(stderr, "ranks must be powers of two >= 2 (got %lld)\n", static_cast<long long>(world));
+      return 2;
+    }
+    simulate(world);
+  }
+  return 0;
+}
