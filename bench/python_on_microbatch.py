@@ -9,7 +9,8 @@ as CPU tensors the way a trainer holds them:
     four seed coefficients, accumulated into a float64 tensor).
 
 flopmeter's variants take its C fast path (flopmeter/_fastpath.c) when the package has it; the same calls
-through the ctypes fast path (a package built without Python's headers) are timed beside them, for information.
+through the general path (what a package built without Python's headers takes) are timed beside them, for
+information.
 
 Each round times every variant over the same number of calls, in a rotating order, so that a load spike on a
 shared machine hits all of them; the report is the median over rounds of the calling thread's CPU time per
@@ -107,11 +108,11 @@ def run(rounds: int, calls: int, cold: bool = False) -> Dict[str, List[tuple]]:
         "flopmeter position_ids i32": lambda: meter.on_microbatch(position_ids=positions32, image_grid_thw=grids,
                                                                   samples=11),
     }
-    # Information, no goal: the ctypes fast path, which a package built without Python's headers takes.
-    ctypes_variants = {"flopmeter cu_seqlens, ctypes", "flopmeter position_ids, ctypes"}
+    # Information, no goal: the general path, which a package built without Python's headers takes.
+    general_variants = {"flopmeter cu_seqlens, general", "flopmeter position_ids, general"}
     if _batch.NATIVE_FAST_PATH:
-        variants["flopmeter cu_seqlens, ctypes"] = variants["flopmeter cu_seqlens"]
-        variants["flopmeter position_ids, ctypes"] = variants["flopmeter position_ids"]
+        variants["flopmeter cu_seqlens, general"] = variants["flopmeter cu_seqlens"]
+        variants["flopmeter position_ids, general"] = variants["flopmeter position_ids"]
     # The same FLOPs both ways in seed scope is the precondition for comparing their cost at all.
     seed_flops = meter.model.flops(cu_seqlens=cu, image_grid_thw=grids, scope="seed")
     reference.on_microbatch(positions, grids)
@@ -127,7 +128,7 @@ def run(rounds: int, calls: int, cold: bool = False) -> Dict[str, List[tuple]]:
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
-            _batch.NATIVE_FAST_PATH = native and name not in ctypes_variants
+            _batch.NATIVE_FAST_PATH = native and name not in general_variants
             times[name].append(measure(variants[name]))
         _batch.NATIVE_FAST_PATH = native
         meter.on_log(r + 1)  # end the interval between rounds, outside the timing
@@ -185,7 +186,7 @@ def breakdown(calls: int) -> List[tuple]:
             ("    the same without grids (the grids' checks are the difference)",
              "fast(binding, cu, None, None, 0, 11, None, None)"),
             ("  the C fast path's call alone, position_ids", "fast(binding, None, positions, grids, 0, 11, None, None)"),
-            ("  the ctypes fast path's and the general path's stages:", None),
+            ("  the general path's stages:", None),
         ]
     results = [(stage[0], None if stage[1] is None else cost(*stage[1:])) for stage in stages]
     meter.close()

@@ -19,6 +19,12 @@ cmake --build "$build" -j "$jobs"
 # and imported in a venv without torch.
 bash "$root/scripts/test_python.sh"
 
+# The integrations (Hugging Face Trainer, TRL, PEFT, Lightning) over PyPI's torch 2.x, in a venv of their own
+# cached under build/ (skip with FLOPMETER_SKIP_INTEGRATIONS=1; the first run on a machine downloads ~4 GiB).
+if [ "${FLOPMETER_SKIP_INTEGRATIONS:-0}" != 1 ]; then
+  bash "$root/scripts/test_integrations.sh"
+fi
+
 # Formatting: the C/C++ lines this change adds or modifies follow .clang-format (see the script for what
 # "this change" is in a fresh clone).
 bash "$root/scripts/check_format.sh"

@@ -39,6 +39,13 @@ struct c_abi {
   decltype(&flopmeter_destroy) destroy = nullptr;
   decltype(&flopmeter_health) health = nullptr;
   decltype(&flopmeter_status_string) status_string = nullptr;
+  decltype(&flopmeter_set_log_callback) set_log_callback = nullptr;
+  decltype(&flopmeter_model_load) model_load = nullptr;
+  decltype(&flopmeter_model_with_options) model_with_options = nullptr;
+  decltype(&flopmeter_model_destroy) model_destroy = nullptr;
+  decltype(&flopmeter_model_count) model_count = nullptr;
+  decltype(&flopmeter_model_flops) model_flops = nullptr;
+  decltype(&flopmeter_model_coefficients_json) model_coefficients_json = nullptr;
 
   c_abi() {
     library = dlopen(FLOPMETER_LIBRARY_PATH, RTLD_NOW | RTLD_LOCAL);
@@ -52,6 +59,13 @@ struct c_abi {
     resolve(destroy, "flopmeter_destroy");
     resolve(health, "flopmeter_health");
     resolve(status_string, "flopmeter_status_string");
+    resolve(set_log_callback, "flopmeter_set_log_callback");
+    resolve(model_load, "flopmeter_model_load");
+    resolve(model_with_options, "flopmeter_model_with_options");
+    resolve(model_destroy, "flopmeter_model_destroy");
+    resolve(model_count, "flopmeter_model_count");
+    resolve(model_flops, "flopmeter_model_flops");
+    resolve(model_coefficients_json, "flopmeter_model_coefficients_json");
   }
   ~c_abi() {
     if (library != nullptr) dlclose(library);
@@ -1007,3 +1021,117 @@ TEST(c_api, counts_are_named_by_the_library_and_an_older_counts_struct_still_wor
 }
 
 }  // namespace
+
+// ---- flopmeter_model_with_options: the training regime of a model alone -------------------------------------
+
+namespace {
+
+const c_abi& model_abi() {
+  static const c_abi abi;
+  return abi;
+}
+
+struct model_handle {
+  flopmeter_model* model = nullptr;
+  ~model_handle() { model_abi().model_destroy(model); }
+};
+
+// The exact FLOPs of one micro-batch (document lengths and image grids) as a decimal string.
+std::string exact_flops(const flopmeter_model* model, const std::vector<int64_t>& lengths,
+                        const std::vector<flopmeter_grid>& grids) {
+  flopmeter_microbatch mb{};
+  mb.struct_size = sizeof mb;
+  mb.document_lengths = lengths.data();
+  mb.num_document_lengths = lengths.size();
+  mb.grids = grids.data();
+  mb.num_grids = grids.size();
+  flopmeter_counts counts{};
+  counts.struct_size = sizeof counts;
+  char error[256] = "";
+  EXPECT_EQ(model_abi().model_count(model, &mb, &counts, error, sizeof error), FLOPMETER_OK) << error;
+  flopmeter_flops flops{};
+  flops.struct_size = sizeof flops;
+  EXPECT_EQ(model_abi().model_flops(model, &counts, FLOPMETER_SCOPE_COMPLETE, &flops), FLOPMETER_OK);
+  return flops.exact_total;
+}
+
+}  // namespace
+
+TEST(c_api_model, a_frozen_vision_tower_bills_less_for_images_and_the_same_for_text) {
+  char error[512] = "";
+  model_handle full{model_abi().model_load(FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml", error, sizeof error)};
+  ASSERT_NE(full.model, nullptr) << error;
+  flopmeter_model_options options{};
+  options.struct_size = sizeof options;
+  options.vision_frozen = 1;
+  model_handle frozen{model_abi().model_with_options(full.model, &options, error, sizeof error)};
+  ASSERT_NE(frozen.model, nullptr) << error;
+  // Text only: a frozen ViT changes nothing (no vision GEMM runs).
+  EXPECT_EQ(exact_flops(frozen.model, {100, 28}, {}), exact_flops(full.model, {100, 28}, {}));
+  // With an image the ViT's weight gradients are gone: fewer FLOPs (and its input gradients, nothing upstream
+  // of the ViT training).
+  const std::vector<flopmeter_grid> image = {{1, 8, 8}};
+  EXPECT_LT(std::stod(exact_flops(frozen.model, {100, 28}, image)),
+            std::stod(exact_flops(full.model, {100, 28}, image)));
+  std::vector<char> json(1 << 16);
+  ASSERT_GT(model_abi().model_coefficients_json(frozen.model, json.data(), json.size()), 0);
+  EXPECT_NE(std::string(json.data()).find("\"frozen\": [\"vision\"]"), std::string::npos) << json.data();
+}
+
+TEST(c_api_model, bad_options_are_refused_with_the_field) {
+  char error[512] = "";
+  model_handle full{model_abi().model_load(FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml", error, sizeof error)};
+  ASSERT_NE(full.model, nullptr) << error;
+  flopmeter_model_options options{};
+  options.struct_size = sizeof options;
+  const char* targets[] = {"q_proj", "qkv_proj"};
+  options.lora_rank = 8;
+  options.lora_targets = targets;
+  options.num_lora_targets = 2;
+  EXPECT_EQ(model_abi().model_with_options(full.model, &options, error, sizeof error), nullptr);
+  EXPECT_NE(std::string(error).find("lora_targets[1]"), std::string::npos) << error;
+  options.lora_targets = nullptr;
+  EXPECT_EQ(model_abi().model_with_options(full.model, &options, error, sizeof error), nullptr);
+  EXPECT_NE(std::string(error).find("NULL"), std::string::npos) << error;
+  options.struct_size = 4;
+  EXPECT_EQ(model_abi().model_with_options(full.model, &options, error, sizeof error), nullptr);
+  EXPECT_NE(std::string(error).find("struct_size"), std::string::npos) << error;
+  flopmeter_model_options everything{};
+  everything.struct_size = sizeof everything;
+  everything.vision_frozen = everything.merger_frozen = everything.text_frozen = 1;
+  EXPECT_EQ(model_abi().model_with_options(full.model, &everything, error, sizeof error), nullptr);
+  EXPECT_NE(std::string(error).find("nothing trains"), std::string::npos) << error;
+}
+
+// ---- flopmeter_set_log_callback: the library's messages to the trainer's logging ------------------------------
+
+namespace {
+
+struct logged {
+  std::vector<std::pair<int, std::string>> messages;
+};
+
+void keep_message(void* user, int level, const char* message) {
+  static_cast<logged*>(user)->messages.emplace_back(level, message);
+}
+
+}  // namespace
+
+// A refused micro-batch is warned about (rate-limited: once, then held back): with a callback at WARN the
+// warning reaches it, at its level, without the logger's prefix; nothing below WARN does.
+TEST_F(c_api_plugin, warnings_reach_the_log_callback_and_stderr_again_once_it_is_cleared) {
+  logged out;
+  ASSERT_EQ(abi.set_log_callback(keep_message, &out, FLOPMETER_LOG_LEVEL_WARN), FLOPMETER_OK);
+  EXPECT_EQ(abi.set_log_callback(keep_message, &out, 6), FLOPMETER_E_REJECTED);
+  flopmeter_microbatch m = microbatch({}, {});
+  m.num_cu_seqlens = 3;  // NULL with a count: refused with a warning
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_REJECTED);
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_REJECTED);  // held back by the rate limit
+  ASSERT_EQ(abi.set_log_callback(nullptr, nullptr, FLOPMETER_LOG_LEVEL_WARN), FLOPMETER_OK);
+  ASSERT_EQ(out.messages.size(), 1u);
+  EXPECT_EQ(out.messages[0].first, FLOPMETER_LOG_LEVEL_WARN);
+  EXPECT_NE(out.messages[0].second.find("refused"), std::string::npos) << out.messages[0].second;
+  EXPECT_EQ(out.messages[0].second.find("[warning]"), std::string::npos) << out.messages[0].second;
+  EXPECT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_E_REJECTED);
+  EXPECT_EQ(out.messages.size(), 1u);  // cleared: nothing more reaches it
+}

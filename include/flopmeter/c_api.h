@@ -310,6 +310,24 @@ typedef struct flopmeter_row_layout {
 /* FLOPMETER_OK, FLOPMETER_E_NULL_ARGUMENT, FLOPMETER_E_STRUCT_SIZE or FLOPMETER_E_INVALID_HANDLE. */
 FLOPMETER_EXPORT int flopmeter_get_row_layout(const flopmeter_plugin* plugin, flopmeter_row_layout* out);
 
+/* Where the library's messages go: warnings (rate-limited ones included), errors, and the console sink's
+ * records (info). By default every message is written to stderr. With a callback set, each message at or above
+ * `min_level` (FLOPMETER_LOG_LEVEL_*) is handed to callback(user, level, message) instead (message: UTF-8,
+ * NUL-terminated, without the logger's prefix; valid during the call only); the others still go to stderr.
+ * NULL restores stderr for all. Process-wide: it applies to every plugin, also those created before. It is
+ * called on the thread that logs (a hook's caller, or the thread a collective completes on), must return, and
+ * must not call flopmeter functions of the plugin that logs. Set it before creating plugins and clear it only
+ * after destroying them when `user` is freed with it. FLOPMETER_OK, or FLOPMETER_E_REJECTED for a level outside
+ * FLOPMETER_LOG_LEVEL_TRACE..FLOPMETER_LOG_LEVEL_CRITICAL. */
+#define FLOPMETER_LOG_LEVEL_TRACE 0
+#define FLOPMETER_LOG_LEVEL_DEBUG 1
+#define FLOPMETER_LOG_LEVEL_INFO 2
+#define FLOPMETER_LOG_LEVEL_WARN 3
+#define FLOPMETER_LOG_LEVEL_ERROR 4
+#define FLOPMETER_LOG_LEVEL_CRITICAL 5
+typedef void (*flopmeter_log_callback)(void* user, int level, const char* message);
+FLOPMETER_EXPORT int flopmeter_set_log_callback(flopmeter_log_callback callback, void* user, int min_level);
+
 /* The FLOP model alone, without a plugin: load it, count a micro-batch, form its FLOPs, and the reports of
  * `flopmeter coefficients --json` and `flopmeter estimate --json`. A flopmeter_model handle is a name looked up
  * on every call like a plugin handle; its model is immutable, so any thread may use it at any time. */
@@ -375,9 +393,30 @@ FLOPMETER_EXPORT flopmeter_model* flopmeter_model_load(const char* path, char* e
 /* A config.json given as text (length bytes), named `source_name` in messages. */
 FLOPMETER_EXPORT flopmeter_model* flopmeter_model_parse_json(const char* text, size_t length, const char* source_name,
                                                              char* error, size_t error_size);
-/* The model of a live plugin (a copy: it stays valid after the plugin is destroyed). NULL with a message. */
+/* The model of a live plugin in the plugin's training regime (a copy: it stays valid after the plugin is
+ * destroyed). NULL with a message. */
 FLOPMETER_EXPORT flopmeter_model* flopmeter_plugin_model(const flopmeter_plugin* plugin, char* error,
                                                          size_t error_size);
+/* What trains, for flopmeter_model_with_options: the [training] table of plugin_configs/SCHEMA.md. Zero it,
+ * set struct_size = sizeof(flopmeter_model_options), then the fields; a zeroed struct is full training. Fields
+ * added in later versions are read only when struct_size covers them. */
+typedef struct flopmeter_model_options {
+  uint32_t struct_size;
+  int vision_frozen; /* nonzero: the ViT blocks, patch and position embeddings do not train */
+  int merger_frozen; /* nonzero: the patch merger and the DeepStack mergers do not train */
+  int text_frozen;   /* nonzero: the decoder, its norms, the LM head, MTP layers and embeddings do not train */
+  int64_t lora_rank; /* LoRA adapters of this rank on lora_targets (the decoder's base weights then frozen); 0: none */
+  const char* const* lora_targets; /* num_lora_targets projection names as PEFT names them: "q_proj", ... */
+  size_t num_lora_targets;
+} flopmeter_model_options;
+
+/* The model of `model` trained as `options` says: a new handle (destroy both). NULL with the message, naming
+ * the field, when the regime does not fit the model (nothing trains, an unknown or repeated LoRA target, ...).
+ * Its flopmeter_model_flops bills a micro-batch without images or videos (counts.items == 0) with the
+ * coefficients of such a batch, which differ when the decoder is frozen and the vision side trains. */
+FLOPMETER_EXPORT flopmeter_model* flopmeter_model_with_options(const flopmeter_model* model,
+                                                               const flopmeter_model_options* options, char* error,
+                                                               size_t error_size);
 /* NULL: FLOPMETER_OK. A dead handle: FLOPMETER_E_INVALID_HANDLE. */
 FLOPMETER_EXPORT int flopmeter_model_destroy(flopmeter_model* model);
 
@@ -416,7 +455,11 @@ FLOPMETER_EXPORT int64_t flopmeter_model_estimate_json(const flopmeter_model* mo
  * flopmeter_log gained peak_reserved_memory_bytes with FLOPMETER_LOG_PEAK_RESERVED_MEMORY. A FLOPMETER_LOG_*
  * bit set with the value 0 is now reported as 0 (before, a 0 on every rank read as not reported).
  * Also in 0.3: flopmeter_counts gained window_pairs_0 and window_pairs_1 (within struct_size),
- * flopmeter_count_field names the counts, flopmeter_model_window gives the windows; the row's counts grew by the window pairs (num_counts says how many). */
+ * flopmeter_count_field names the counts, flopmeter_model_window gives the windows; the row's counts grew by
+ * the window pairs (num_counts says how many).
+ * Also in 0.3: flopmeter_set_log_callback (the library's messages to the trainer's logging instead of stderr).
+ * Also in 0.3: flopmeter_model_with_options and flopmeter_model_options (the training regime of a model alone);
+ * flopmeter_plugin_model's model is in the plugin's regime (before, full training whatever [training] said). */
 
 #ifdef __cplusplus
 }

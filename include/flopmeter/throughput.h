@@ -172,8 +172,10 @@ class throughput_plugin : public plugin {
   // The coefficients of a micro-batch with images or videos, in options.training's regime (with full
   // training, compute_coefficients(model)).
   const coefficients& flop_coefficients() const;
-  // The model the plugin counts with (options.model), and what it counts (options.scope).
+  // The model the plugin counts with (options.model), what trains (options.training), and what it counts
+  // (options.scope).
   const model_spec& model() const;
+  const training_regime& training() const;
   flop_scope scope() const;
   // The peak used for MFU, when known.
   std::optional<double> peak_tflops_per_gpu() const;

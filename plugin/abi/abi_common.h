@@ -40,8 +40,9 @@ auto create_or_report(char* error, std::size_t error_size, const Create& create)
 // struct_size below version 1, a NULL array with a non-zero count).
 int event_from_microbatch(const flopmeter_microbatch* m, microbatch_event& event, const char** why) noexcept;
 
-// A new, never reused handle naming an immutable copy of `spec` (with its coefficients computed once).
-// Throws flopmeter::error when the spec's coefficients do not fit (compute_coefficients).
-flopmeter_model* register_model(model_spec spec);
+// A new, never reused handle naming an immutable copy of `spec` trained as `regime` says (its coefficients
+// computed once).
+// Throws flopmeter::error when the regime does not fit the spec or the coefficients overflow (compute_coefficients).
+flopmeter_model* register_model(model_spec spec, training_regime regime = {});
 
 }  // namespace flopmeter::detail

@@ -36,6 +36,7 @@
 #include "flopmeter/throughput.h"
 #include "flopmeter/gloo_env.h"
 #include "abi/abi_common.h"
+#include "abi/abi_logger.h"
 #include "accounting/derive.h"
 #include "accounting/plugin_factory.h"
 #include "accounting/row_layout.h"
@@ -168,7 +169,7 @@ template <class Create>
 flopmeter_plugin* register_plugin(const Create& create) {
   auto state = std::make_shared<plugin_state>();
   state->callback = std::make_shared<callback_slot>();
-  state->logger = flopmeter::detail::private_logger();
+  state->logger = flopmeter::detail::abi_logger();
   state->plugin = create(state->logger, state->callback);
   return handle_registry::instance().add(std::move(state));
 }
@@ -413,8 +414,14 @@ flopmeter_model* flopmeter_plugin_model(const flopmeter_plugin* plugin, char* er
     if (plugin == nullptr) throw flopmeter::error("the plugin handle is NULL");
     const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
     if (!state) throw flopmeter::error("not a live plugin (destroyed already, or never created)");
-    return flopmeter::detail::register_model(state->plugin->model());
+    return flopmeter::detail::register_model(state->plugin->model(), state->plugin->training());
   });
+}
+
+int flopmeter_set_log_callback(flopmeter_log_callback callback, void* user, int min_level) {
+  if (min_level < FLOPMETER_LOG_LEVEL_TRACE || min_level > FLOPMETER_LOG_LEVEL_CRITICAL) return FLOPMETER_E_REJECTED;
+  flopmeter::detail::set_abi_log_callback(callback, user, min_level);
+  return FLOPMETER_OK;
 }
 
 const char* flopmeter_status_string(int code) {

@@ -55,8 +55,15 @@ bool array_given(const T* data, std::size_t count) {
 
 struct model_state {
   model_spec spec;
-  coefficients coeffs;
+  training_regime regime;
+  regime_coefficients coeffs;
   vision_geometry geometry;
+
+  // The coefficients of one micro-batch's counts: those of a batch without images or videos when it has none
+  // (they differ only for a frozen decoder under a training vision side; training_regime in flop_model.h).
+  const coefficients& of(const batch_counts& n) const {
+    return n.items == 0 ? coeffs.without_items : coeffs.with_items;
+  }
 };
 
 class model_registry {
@@ -213,9 +220,10 @@ int event_from_microbatch(const flopmeter_microbatch* m, microbatch_event& e, co
   return FLOPMETER_OK;
 }
 
-flopmeter_model* register_model(model_spec spec) {
+flopmeter_model* register_model(model_spec spec, training_regime regime) {
   auto state = std::make_shared<model_state>();
-  state->coeffs = compute_coefficients(spec);
+  state->coeffs = compute_coefficients(spec, regime);  // validates the regime against the model
+  state->regime = std::move(regime);
   state->geometry = geometry_of(spec);
   state->spec = std::move(spec);
   return model_registry::instance().add(std::move(state));
@@ -260,6 +268,32 @@ int flopmeter_model_window(const flopmeter_model* model, uint32_t index, int* ki
   *kind = w.kind == flopmeter::window_kind::sliding ? FLOPMETER_WINDOW_SLIDING : FLOPMETER_WINDOW_CHUNKED;
   *size = w.size;
   return FLOPMETER_OK;
+flopmeter_model* flopmeter_model_with_options(const flopmeter_model* model, const flopmeter_model_options* options,
+                                              char* error, size_t error_size) {
+  return flopmeter::detail::create_or_report(error, error_size, [&] {
+    if (model == nullptr || options == nullptr) throw flopmeter::error("the model or options pointer is NULL");
+    const auto state = model_registry::instance().find(model);
+    if (!state) throw flopmeter::error("not a live model (destroyed already, or never created)");
+    if (options->struct_size < sizeof(flopmeter_model_options)) {
+      throw flopmeter::error(
+          "flopmeter_model_options.struct_size is below sizeof(flopmeter_model_options) of its "
+          "first version");
+    }
+    if (options->lora_targets == nullptr && options->num_lora_targets > 0) {
+      throw flopmeter::error("flopmeter_model_options.lora_targets is NULL with num_lora_targets > 0");
+    }
+    flopmeter::training_regime regime;
+    regime.vision_frozen = options->vision_frozen != 0;
+    regime.merger_frozen = options->merger_frozen != 0;
+    regime.text_frozen = options->text_frozen != 0;
+    regime.lora_rank = options->lora_rank;
+    for (size_t i = 0; i < options->num_lora_targets; ++i) {
+      const std::string where = "flopmeter_model_options.lora_targets[" + std::to_string(i) + "]";
+      if (options->lora_targets[i] == nullptr) throw flopmeter::error(where + " is NULL");
+      regime.lora_targets.push_back(flopmeter::parse_lora_target(options->lora_targets[i], where));
+    }
+    return flopmeter::detail::register_model(state->spec, std::move(regime));
+  });
 }
 
 int flopmeter_model_destroy(flopmeter_model* model) {
@@ -305,7 +339,7 @@ int flopmeter_model_flops(const flopmeter_model* model, const flopmeter_counts* 
   }
   try {
     const flopmeter::batch_counts n = flopmeter::detail::counts_from(*counts);
-    const flopmeter::flop_breakdown f = flopmeter::compute_flops(state->coeffs, n, scope);
+    const flopmeter::flop_breakdown f = flopmeter::compute_flops(state->of(n), n, scope);
     out->total = f.total();
     out->text_dense = f.text_dense;
     out->text_attention = f.text_attention;
@@ -314,7 +348,7 @@ int flopmeter_model_flops(const flopmeter_model* model, const flopmeter_counts* 
     out->patch_embed = f.patch_embed;
     out->merger = f.merger;
     out->mtp = f.mtp;
-    const std::string exact = flopmeter::exact_total_flops(state->coeffs, n, scope);
+    const std::string exact = flopmeter::exact_total_flops(state->of(n), n, scope);
     if (exact.size() >= sizeof(out->exact_total)) return FLOPMETER_E_REJECTED;  // cannot happen: <= 40 digits
     std::memcpy(out->exact_total, exact.c_str(), exact.size() + 1);
     return FLOPMETER_OK;
@@ -328,7 +362,8 @@ int64_t flopmeter_model_coefficients_json(const flopmeter_model* model, char* ou
   const auto state = model_registry::instance().find(model);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;
   try {
-    return flopmeter::detail::write_text(flopmeter::detail::coefficients_json(state->spec, state->coeffs), out, size);
+    return flopmeter::detail::write_text(
+        flopmeter::detail::coefficients_json(state->spec, state->coeffs, state->regime), out, size);
   } catch (...) {
     return FLOPMETER_E_REJECTED;
   }
@@ -345,8 +380,8 @@ int64_t flopmeter_model_estimate_json(const flopmeter_model* model, const flopme
     return FLOPMETER_E_REJECTED;
   }
   try {
-    const flopmeter::detail::estimate_result r =
-        flopmeter::detail::estimate_batch(state->spec, flopmeter::detail::counts_from(*counts), scope, seq_len);
+    const flopmeter::detail::estimate_result r = flopmeter::detail::estimate_batch(
+        state->spec, flopmeter::detail::counts_from(*counts), scope, seq_len, state->regime);
     return flopmeter::detail::write_text(flopmeter::detail::estimate_json(r), out, size);
   } catch (...) {
     return FLOPMETER_E_REJECTED;

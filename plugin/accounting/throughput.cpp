@@ -229,6 +229,7 @@ class throughput_plugin::impl {
   bool in_callout() const noexcept { return mutex_.held_by_this_thread(); }
   const coefficients& flop_coefficients() const { return coefficients_; }
   const model_spec& model() const { return options_.model; }
+  const training_regime& training() const { return options_.training; }
   flop_scope scope() const { return options_.scope; }
   std::optional<double> peak() const { return peak_; }
 
@@ -444,6 +445,7 @@ void throughput_plugin::flush() noexcept { (void)impl_->flush("flush"); }
 throughput_health throughput_plugin::health() const { return impl_->health(); }
 const coefficients& throughput_plugin::flop_coefficients() const { return impl_->flop_coefficients(); }
 const model_spec& throughput_plugin::model() const { return impl_->model(); }
+const training_regime& throughput_plugin::training() const { return impl_->training(); }
 flop_scope throughput_plugin::scope() const { return impl_->scope(); }
 std::optional<double> throughput_plugin::peak_tflops_per_gpu() const { return impl_->peak(); }
 

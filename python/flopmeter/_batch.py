@@ -21,14 +21,13 @@ from . import _native
 
 BATCH_ARGUMENTS = ("document_lengths", "cu_seqlens", "position_ids")
 INT64_MAX = 2**63 - 1
-# Meter.on_microbatch's fast path for plain CPU tensors (the same counts as the general path, which the tests
-# check by turning it off; they also turn it off to run the device path on CPU tensors).
+# Meter.on_microbatch's fast path for plain CPU tensors, in C (flopmeter/_fastpath.c), when the package was built
+# with Python's headers: the same counts as the general path, which the tests check by turning it off (FAST_PATH);
+# they also turn it off to run the device path on CPU tensors.
 FAST_PATH = True
-# The same fast path in C (flopmeter/_fastpath.c), when the package was built with Python's headers; the tests
-# turn it off to run the ctypes one.
 try:
     from . import _fastpath
-except ImportError:  # built without Python's development headers: the ctypes fast path serves
+except ImportError:  # built without Python's development headers: every call takes the general path
     _fastpath = None  # type: ignore[assignment]
 NATIVE_FAST_PATH = _fastpath is not None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import re
 from typing import Any, Dict, Mapping
 
 from .errors import ConfigError
@@ -113,3 +114,9 @@ def merge_tables(config: Mapping[str, Any], overrides: Dict[str, Any]) -> Dict[s
         else:
             merged[name] = dict(content) if isinstance(content, Mapping) else content
     return merged
+
+
+def code_error(message: str, source: str) -> str:
+    """A library message about configuration given in code, without the line:col of the TOML text it was written
+    as (text the user never saw): ``Meter(...):5:8: key 'parallel.tp': ...`` reads ``key 'parallel.tp': ...``."""
+    return re.sub(re.escape(source) + r":\d+:\d+: ", "", message)

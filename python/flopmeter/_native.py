@@ -13,6 +13,7 @@ Thread-safety: the loaded library is process-wide and its functions may be calle
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import threading
 from pathlib import Path
@@ -199,6 +200,18 @@ class Flops(ctypes.Structure):
     )
 
 
+class ModelOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("vision_frozen", ctypes.c_int),
+        ("merger_frozen", ctypes.c_int),
+        ("text_frozen", ctypes.c_int),
+        ("lora_rank", ctypes.c_int64),
+        ("lora_targets", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_lora_targets", ctypes.c_size_t),
+    ]
+
+
 # Every mirrored struct, by its C name: what the layout test compares.
 STRUCTS = {
     "flopmeter_grid": Grid,
@@ -209,6 +222,7 @@ STRUCTS = {
     "flopmeter_health_counters": HealthCounters,
     "flopmeter_row_layout": RowLayout,
     "flopmeter_flops": Flops,
+    "flopmeter_model_options": ModelOptions,
 }  # and "flopmeter_counts": Counts, added once the library is loaded (structs_with_counts() has all)
 
 
@@ -217,11 +231,15 @@ def structs_with_counts():
     lib()
     return STRUCTS
 
+# flopmeter_log_callback: (user, level, message).
+LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+
 _P = ctypes.c_void_p
 _COUNTS_P = "POINTER(Counts)"  # the Counts mirror is built when the library is loaded
 _SIGNATURES = {
     "flopmeter_abi_version": (ctypes.c_uint32, []),
     "flopmeter_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+    "flopmeter_set_log_callback": (ctypes.c_int, [LOG_CALLBACK, ctypes.c_void_p, ctypes.c_int]),
     "flopmeter_create": (_P, [ctypes.c_char_p, ctypes.POINTER(Comm), ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_create_from_text": (
         _P,
@@ -239,6 +257,7 @@ _SIGNATURES = {
     "flopmeter_model_load": (_P, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_model_parse_json": (_P, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p,
                                         ctypes.c_size_t]),
+    "flopmeter_model_with_options": (_P, [_P, ctypes.POINTER(ModelOptions), ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_model_destroy": (ctypes.c_int, [_P]),
     "flopmeter_count_field": (ctypes.c_char_p, [ctypes.c_uint32, ctypes.POINTER(ctypes.c_int)]),
     "flopmeter_model_window": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(ctypes.c_int),
@@ -250,6 +269,22 @@ _SIGNATURES = {
     "flopmeter_model_estimate_json": (ctypes.c_int64, [_P, _COUNTS_P, ctypes.c_int, ctypes.c_int64,
                                                        ctypes.c_char_p, ctypes.c_size_t]),
 }
+
+LOG_LEVEL_WARN = 3  # FLOPMETER_LOG_LEVEL_WARN: warnings and errors go to logging, the console sink's records to stderr
+_PYTHON_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR,
+                  5: logging.CRITICAL}
+
+
+def _forward_log(user: object, level: int, message: bytes) -> None:
+    """The library's warnings (rate-limited ones included) and errors, as records of the "flopmeter" logger."""
+    try:
+        logging.getLogger("flopmeter").log(_PYTHON_LEVELS.get(level, logging.WARNING),
+                                           message.decode("utf-8", "replace"))
+    except Exception:  # noqa: BLE001 - nothing may cross into C
+        pass
+
+
+_log_callback = LOG_CALLBACK(_forward_log)  # alive as long as the module: the library keeps calling it
 
 _lock = threading.Lock()
 _library: Optional[ctypes.CDLL] = None
@@ -281,6 +316,7 @@ def lib() -> ctypes.CDLL:
                 function = getattr(loaded, name)
                 function.restype = restype
                 function.argtypes = [counts_p if a is _COUNTS_P else a for a in argtypes]
+            loaded.flopmeter_set_log_callback(_log_callback, None, LOG_LEVEL_WARN)
             _library = loaded
     return _library
 

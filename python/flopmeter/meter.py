@@ -18,7 +18,6 @@ import ctypes
 import datetime
 import json
 import math
-import numbers
 import os
 import sys
 import threading
@@ -187,7 +186,9 @@ class Meter:
             handle = lib.flopmeter_create_from_text(text, len(text), b"Meter(...)", os.fsencode(os.getcwd()), comm,
                                                     error, len(error))
         if not handle:
-            raise ConfigError(error.value.decode("utf-8", "replace"))
+            message = error.value.decode("utf-8", "replace")
+            raise ConfigError(message if config is not None and not isinstance(config, Mapping) else
+                              _config.code_error(message, self._source))
         self._handle = handle
         lib.flopmeter_set_metrics_callback(handle, self._box.callback, None)
         self._finalizer = weakref.finalize(self, _release_plugin, handle, (self._collective, self._box))
@@ -203,25 +204,9 @@ class Meter:
         self._mb = _native.sized(_native.Microbatch)
         self._mb_ref = ctypes.byref(self._mb)
         self._empty_mb = _native.sized(_native.Microbatch)
-        # The fast path (on_microbatch): one micro-batch struct per description, in which only its own
-        # pointer and length, the grids and the scalars are stored per call (every other field stays 0), and
-        # the C function called without ctypes' per-argument conversion (its two arguments are prebuilt).
-        self._fast_cu = self._fast_struct()
-        self._fast_positions = self._fast_struct()
-        self._fast_positions32 = self._fast_struct()
         self._binding: Any = None  # the C fast path's (flopmeter/_fastpath.c), made at the first call
-        self._fast_call = lib._FuncPtr(("flopmeter_on_microbatch", lib))  # argtypes None: no conversion
-        self._fast_call.restype = ctypes.c_int
-        self._fast_handle = ctypes.c_void_p(handle)
         self._empty_mb_ref = ctypes.byref(self._empty_mb)
-        self._log = _native.sized(_native.Log)
-        self._log_ref = ctypes.byref(self._log)
         self._last_health: Optional[Dict[str, int]] = None
-
-    @staticmethod
-    def _fast_struct():
-        mb = _native.sized(_native.Microbatch)
-        return mb, ctypes.byref(mb)
 
     # ---- properties ----
 
@@ -267,11 +252,11 @@ class Meter:
         Returns True when counted (on a device: queued, checked there), False after flush or close. Raises
         TypeError or ValueError, naming the argument, for an argument that is not what it must be.
         """
-        # The fast path, for what a trainer on the host passes: cu_seqlens or position_ids and the grids as
-        # plain CPU tensors that need no conversion (1-D, contiguous, int64; int32 positions too; grids
-        # [items, 3] int64, contiguous), ints, and a float loss over int label tokens. Anything else, and
-        # every error, takes the general path below, which checks and converts every form and names what is
-        # wrong.
+        # The C fast path (flopmeter/_fastpath.c, where its rules for which arguments it takes are written), for
+        # what a trainer on the host passes: cu_seqlens or position_ids and the grids as plain CPU tensors that
+        # need no conversion (1-D, contiguous, int64; int32 positions too; grids [items, 3] int64, contiguous),
+        # ints, and a float loss over int label tokens. Anything else, and every error, takes the one general
+        # path below, which checks and converts every form and names what is wrong.
         if _batch.NATIVE_FAST_PATH and _batch.FAST_PATH and document_lengths is None:
             binding = self._binding or self._bind_native_fast_path()
             if binding is not None:
@@ -284,53 +269,6 @@ class Meter:
                         return False
                     self._raise_fast_rejection(cu_seqlens, position_ids, image_grid_thw, padding_tokens,
                                                loss_sum, label_tokens)
-        facts = _batch.torch_facts or _batch.load_torch_facts()
-        if _batch.FAST_PATH and facts is not None and document_lengths is None and type(samples) is int and \
-                type(padding_tokens) is int and 0 <= samples <= _INT64_MAX and 0 <= padding_tokens <= _INT64_MAX and \
-                (loss_sum is None and label_tokens is None or
-                 type(loss_sum) is float and type(label_tokens) is int and 0 <= label_tokens <= _INT64_MAX and
-                 math.isfinite(loss_sum)):
-            tensor, int64, int32, strided = facts
-            grids = image_grid_thw
-            # stride() == (1,) is "1-D and contiguous" (a contiguous tensor of 0 or 1 entries may have another
-            # stride: it takes the general path, which gives the same counts).
-            if grids is None or type(grids) is tensor and grids.is_cpu and grids.layout is strided and \
-                    grids.dtype is int64 and grids.stride() == (3, 1) and grids.size(1) == 3:
-                t = mb = None
-                if position_ids is None:
-                    t = cu_seqlens
-                    if type(t) is tensor and t.is_cpu and t.layout is strided and t.dtype is int64 and \
-                            t.stride() == (1,):
-                        mb, mb_ref = self._fast_cu
-                        pointer, length = t.data_ptr(), t.numel()
-                        with self._lock:
-                            mb.cu_seqlens = pointer
-                            mb.num_cu_seqlens = length
-                            code = self._fast_scalars(mb, mb_ref, grids, padding_tokens, samples, loss_sum,
-                                                      label_tokens)
-                elif cu_seqlens is None:
-                    t = position_ids
-                    if type(t) is tensor and t.is_cpu and t.layout is strided and t.stride() == (1,):
-                        dtype = t.dtype
-                        if dtype is int64 or dtype is int32:
-                            mb, mb_ref = self._fast_positions if dtype is int64 else self._fast_positions32
-                            pointer, length = t.data_ptr(), t.numel()
-                            with self._lock:
-                                if dtype is int64:
-                                    mb.positions = pointer
-                                    mb.num_positions = length
-                                else:
-                                    mb.positions_int32 = pointer
-                                    mb.num_positions_int32 = length
-                                code = self._fast_scalars(mb, mb_ref, grids, padding_tokens, samples, loss_sum,
-                                                          label_tokens)
-                if mb is not None:
-                    if code == _native.OK:
-                        return True
-                    if code != _native.E_REJECTED:
-                        return False
-                    self._raise_fast_rejection(cu_seqlens, position_ids, grids, padding_tokens, loss_sum,
-                                               label_tokens)
         fmt, value = _batch.one_batch_format(document_lengths, cu_seqlens, position_ids)
         if _batch.is_device_tensor(value) or _batch.is_device_tensor(image_grid_thw) or \
                 _batch.is_device_tensor(loss_sum) or _batch.is_device_tensor(label_tokens):
@@ -379,30 +317,13 @@ class Meter:
             return self._binding
 
     def _raise_fast_rejection(self, cu_seqlens, position_ids, grids, padding_tokens, loss_sum, label_tokens):
-        """A fast path's micro-batch was rejected (and counted so by the library): say why, as the general path
-        does. Its arguments are plain CPU tensors and ints (what the fast paths take)."""
+        """The C fast path's micro-batch was rejected (and counted so by the library): say why, as the general path
+        does. Its arguments are plain CPU tensors and ints (what the fast path takes)."""
         fmt = "cu_seqlens" if position_ids is None else "position_ids"
         raise ValueError(self._explain_rejection(
             fmt, _batch.host_array(fmt, cu_seqlens if position_ids is None else position_ids, allow_int32=True),
             None if grids is None else _batch.host_array("image_grid_thw", grids, want_rows=True),
             padding_tokens, loss_sum is not None, label_tokens or 0))
-
-    def _fast_scalars(self, mb, mb_ref, grids, padding_tokens, samples, loss_sum, label_tokens) -> int:
-        """The fast path's call, under the lock: `mb` already points at the batch array."""
-        if grids is None:
-            mb.num_grids = 0
-        else:
-            mb.grids = grids.data_ptr()
-            mb.num_grids = grids.size(0)
-        mb.padding_tokens = padding_tokens
-        mb.samples = samples
-        if loss_sum is None:
-            mb.has_loss = 0
-        else:
-            mb.has_loss = 1
-            mb.loss_sum = loss_sum
-            mb.label_tokens = label_tokens
-        return self._fast_call(self._fast_handle, mb_ref) if not self._closed else _native.E_INVALID_HANDLE
 
     def _explain_rejection(self, fmt, batch, grids, padding, has_loss, labels) -> str:
         mb = _native.sized(_native.Microbatch)
@@ -416,7 +337,7 @@ class Meter:
         elif has_loss and labels > counts.real_tokens:
             reason = f"label_tokens {labels} exceed the micro-batch's {counts.real_tokens} real tokens"
         else:
-            reason = "the library refused it (see its warning on stderr)"
+            reason = "the library refused it (see its warning, logged to the \"flopmeter\" logger)"
         return f"invalid micro-batch, not counted (health['bad_microbatches']): {reason}"
 
     def _device_microbatch(self, fmt, value, image_grid_thw, padding_tokens, samples, loss_sum,

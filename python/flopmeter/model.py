@@ -55,15 +55,59 @@ def _scope_value(scope: str) -> int:
         raise ValueError(f"scope must be 'complete' or 'seed', got {scope!r}") from None
 
 
+FROZEN_PARTS = ("vision", "merger", "text")
+
+
+def _with_regime(handle: int, frozen: Any, lora_rank: Any, lora_targets: Any) -> int:
+    """A new model handle: `handle`'s model in the regime (`handle` is released either way)."""
+    lib = _native.lib()
+    try:
+        parts = [frozen] if isinstance(frozen, str) else list(frozen or [])
+        for i, part in enumerate(parts):
+            if part not in FROZEN_PARTS:
+                raise ValueError(f"frozen[{i}] must be one of {', '.join(map(repr, FROZEN_PARTS))}, got {part!r}")
+        if len(set(parts)) != len(parts):
+            raise ValueError(f"frozen names a part twice: {parts}")
+        rank = _batch.count_argument("lora_rank", lora_rank)
+        if isinstance(lora_targets, str):
+            raise TypeError("lora_targets must be a list of projection names, not a str")
+        targets = list(lora_targets or [])
+        for i, target in enumerate(targets):
+            if not isinstance(target, str):
+                raise TypeError(f"lora_targets[{i}] must be a str, got {type(target).__name__}")
+        options = _native.sized(_native.ModelOptions)
+        options.vision_frozen = int("vision" in parts)
+        options.merger_frozen = int("merger" in parts)
+        options.text_frozen = int("text" in parts)
+        options.lora_rank = rank
+        names = (ctypes.c_char_p * max(1, len(targets)))(*[t.encode("utf-8") for t in targets])
+        options.lora_targets = ctypes.cast(names, ctypes.POINTER(ctypes.c_char_p))
+        options.num_lora_targets = len(targets)
+        error = _native.error_buffer()
+        regime = lib.flopmeter_model_with_options(handle, ctypes.byref(options), error, len(error))
+        if not regime:
+            message = error.value.decode("utf-8", "replace").replace("flopmeter_model_options.", "")
+            raise ValueError(f"training regime: {message}")
+        return regime
+    finally:
+        lib.flopmeter_model_destroy(handle)
+
+
 class FlopModel:
     """The exact training FLOPs of one model.
 
     ``FlopModel("qwen3_vl_2b")`` takes a shipped config name, a model TOML, a Hugging Face ``config.json``, a
     checkpoint directory holding one, or a dict that is a parsed config.json (``json.load`` or transformers'
     ``PretrainedConfig.to_dict()``). A bad file raises ``ConfigError`` with ``file:line:col``.
+
+    What trains, as the plugin's ``[training]`` table says it (plugin_configs/SCHEMA.md): ``frozen`` is any of
+    ``"vision"``, ``"merger"``, ``"text"`` (a str or a list), ``lora_rank`` and ``lora_targets`` the LoRA adapters
+    (``FlopModel("qwen3_vl_2b", frozen="vision", lora_rank=16, lora_targets=["q_proj", "v_proj"])``). A regime
+    that does not fit the model raises ``ValueError`` naming the argument.
     """
 
-    def __init__(self, model: Union[PathLike, Mapping[str, Any]]) -> None:
+    def __init__(self, model: Union[PathLike, Mapping[str, Any]], *, frozen: Union[str, Sequence[str], None] = None,
+                 lora_rank: int = 0, lora_targets: Optional[Sequence[str]] = None) -> None:
         lib = _native.lib()
         error = _native.error_buffer()
         if isinstance(model, Mapping):
@@ -84,6 +128,8 @@ class FlopModel:
             )
         if not handle:
             raise ConfigError(error.value.decode("utf-8", "replace"))
+        if frozen is not None or lora_rank or lora_targets:
+            handle = _with_regime(handle, frozen, lora_rank, lora_targets)
         self._adopt(handle)
 
     @classmethod

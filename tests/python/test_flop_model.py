@@ -233,3 +233,46 @@ def test_python_m_flopmeter_runs_the_cli():
     done = run_cli("coefficients", "qwen3_vl_2b")
     assert done.returncode == 0 and "10,322,706,432" in done.stdout
     assert run_cli("no-such-command").returncode == 2
+
+
+@pytest.mark.parametrize("regime, flags", [
+    ({"frozen": "vision"}, ["--frozen", "vision"]),
+    ({"frozen": ["vision", "text"]}, ["--frozen", "vision,text"]),
+    ({"frozen": ["vision", "merger"], "lora_rank": 8, "lora_targets": ["q_proj", "v_proj"]},
+     ["--frozen", "vision,merger", "--lora-rank", "8", "--lora-targets", "q_proj,v_proj"]),
+])
+def test_a_training_regime_equals_the_clis_and_its_coefficients(regime, flags):
+    m = flopmeter.FlopModel("qwen3_vl_2b", **regime)
+    c = m.coefficients
+    assert c == cli_json("coefficients", "qwen3_vl_2b", *flags)
+    full = flopmeter.FlopModel("qwen3_vl_2b")
+    lengths, grids = [700, 300], [(1, 16, 16)]
+    n = _python_counts(lengths, grids, 2)
+    # A micro-batch with an image is billed with the regime's coefficients, term by term.
+    exact = (c["dense_per_token"] * n["real_tokens"] + c["text_attn_pair"] * n["causal_pairs"]
+             + c["vision_per_patch"] * n["patches"] + c["vision_attn_pair"] * n["vision_pairs_per_frame"]
+             + c["patch_embed_per_patch"] * n["patches"] + c["merger_per_merged_token"] * n["merged_tokens"])
+    assert m.flops(document_lengths=lengths, image_grid_thw=grids) == exact
+    assert exact < full.flops(document_lengths=lengths, image_grid_thw=grids)
+    args = ["estimate", "qwen3_vl_2b", "--docs", "700,300", "--images", "1x16x16", *flags]
+    assert m.estimate(document_lengths=lengths, image_grid_thw=grids) == cli_json(*args)
+
+
+def test_a_meters_model_is_in_the_meters_regime():
+    with flopmeter.Meter(model="qwen3_vl_2b", frozen=["vision"], peak={"tflops_per_gpu": 1.0},
+                         sinks={"console": False}) as meter:
+        assert meter.model.coefficients == flopmeter.FlopModel("qwen3_vl_2b", frozen="vision").coefficients
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"frozen": "decoder"}, ValueError, "frozen[0] must be one of"),
+    ({"frozen": ["vision", "vision"]}, ValueError, "twice"),
+    ({"lora_rank": -1}, ValueError, "lora_rank must be >= 0"),
+    ({"lora_rank": 8, "lora_targets": "q_proj"}, TypeError, "not a str"),
+    ({"lora_rank": 8, "lora_targets": ["q_proj", "qkv"]}, ValueError, "lora_targets[1]"),
+    ({"frozen": ["vision", "merger", "text"]}, ValueError, "nothing trains"),
+])
+def test_a_bad_regime_raises_naming_the_argument(kwargs, error, words):
+    with pytest.raises(error) as e:
+        flopmeter.FlopModel("qwen3_vl_2b", **kwargs)
+    assert words in str(e.value)
