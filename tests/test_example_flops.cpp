@@ -27,7 +27,9 @@
 //   (they agree exactly); padding runs through the model, as flopmeter bills it.
 // - text attention: the example computes the masked L x L square per document, flopmeter bills the L(L+1)/2
 //   causal pairs; after that documented conversion they agree. ViT attention per temporal patch, (h*w)^2
-//   pairs, agrees directly.
+//   pairs, agrees directly. Sliding-window attention (a qwen2-family variant, w = 5) executes exactly each
+//   query's window and agrees with the billed window pairs with no conversion; MLA (a deepseek_v3-family
+//   variant) is a masked square like full attention, at nh*(nope + rope + v) multiply-adds per pair.
 // - patch embedding: autograd computes no input gradient for pixel values (they are not trainable), so the
 //   executed work is forward + weight gradient, which is what flopmeter bills (4 FLOPs per multiply-add).
 // - Gated DeltaNet core: the conv agrees exactly; the delta rule recurrence runs 3 dk x dv products per token
@@ -744,7 +746,8 @@ double lora_forward_macs_per_token(const flopmeter::model_spec& spec, const flop
   const double width = static_cast<double>(t.intermediate_size);
   double macs = 0;
   for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
-    const bool full = t.layer_type(i) == flopmeter::layer_kind::full_attention;
+    // Softmax attention of any window carries q, k, v, o; a Gated DeltaNet layer in_proj_qkv, in_proj_z, out_proj.
+    const bool full = t.layer_type(i) != flopmeter::layer_kind::linear_attention;
     for (const flopmeter::lora_target target : regime.lora_targets) {
       using flopmeter::lora_target;
       const auto add = [&](bool present, double d_in, double d_out) { macs += present ? r * (d_in + d_out) : 0; };
@@ -947,6 +950,21 @@ void check_regime(const flopmeter::model_spec& spec, const vlm::packed_row& row,
   add("text attention core", {vlm::kTextAttnCore},
       {static_cast<double>(full.text_attn_pair) * pairs, static_cast<double>(c.text_attn_pair) * pairs},
       rc.decoder_core, square_share);
+  // Sliding-window layers: the example executes exactly the pairs inside each query's window (no masked
+  // square), so the billed window pairs are compared with no conversion. Every window's layers run in the one
+  // kTextWindowAttnCore scope, so the windows' terms are summed.
+  const flopmeter::vision_geometry geometry = flopmeter::geometry_of(spec);
+  const std::int64_t window_pairs[flopmeter::kMaxAttentionWindows] = {f.counts.window_pairs_0, f.counts.window_pairs_1};
+  std::pair<double, double> window_billed{0, 0};
+  for (std::int64_t k = 0; k < geometry.window_count; ++k) {
+    const auto n = static_cast<double>(window_pairs[k]);
+    window_billed.first += static_cast<double>(full.window_attn_pair[k]) * n;
+    window_billed.second += static_cast<double>(c.window_attn_pair[k]) * n;
+  }
+  add("sliding-window attention core", {vlm::kTextWindowAttnCore}, window_billed, rc.decoder_core);
+  if (window_billed.first == 0) {
+    EXPECT_EQ(get(m.flops, vlm::kTextWindowAttnCore), 0.0);
+  }
   if (items) {
     const auto patches = static_cast<double>(f.counts.patches);
     add("vision dense", {vlm::kVisionDense},
@@ -1137,6 +1155,165 @@ TEST(ExampleFlops, RecomputeQwen35TypeEveryRecomputedTermMatches) {
 TEST(ExampleFlops, RecomputeMoeEveryRecomputedTermMatches) {
   const flopmeter::model_spec spec = flopmeter::load_model_spec(source_path("model_configs/tiny_moe_vlm.toml"));
   check_recompute_cases(spec, vlm::data_options{});
+}
+
+// ---- sliding-window attention, proven against execution ------------------------------------------------
+//
+// A Qwen2.5-style decoder (text only) with use_sliding_window and max_window_layers = 1: layer 0 attends to its
+// whole document, layers 1 and 2 to the last 5 keys (transformers' Qwen2 rule: layer i slides when
+// i >= max_window_layers). Head dim 48 / 4 = 12, two kv heads (GQA groups of 2).
+const char* const kTinyQwen2WindowToml = R"(
+[model]
+name = "tiny_qwen2_window"
+model_type = "qwen2"
+
+[text_config]
+hidden_size = 48
+num_hidden_layers = 3
+num_attention_heads = 4
+num_key_value_heads = 2
+intermediate_size = 96
+vocab_size = 256
+tie_word_embeddings = false
+use_sliding_window = true
+sliding_window = 5
+max_window_layers = 1
+)";
+
+// Short documents (2 to 12 tokens in 96-token rows), so a row holds documents shorter than, as long as and
+// longer than the window of 5.
+vlm::data_options window_options() {
+  vlm::data_options options;
+  options.row_length = 96;
+  options.min_document_length = 2;
+  options.max_document_length = 12;
+  return options;
+}
+
+// The first row of that stream with a document shorter than `window`, one longer, and padding.
+vlm::packed_row row_around_window(const vlm::data_options& options, const flopmeter::model_spec& spec,
+                                  std::int64_t window) {
+  for (std::int64_t step = 1; step < 200; ++step) {
+    vlm::packed_row row = vlm::make_row(options, spec, 0, step, 0);
+    bool shorter = false, longer = false;
+    for (const std::int64_t l : row.document_lengths) {
+      shorter = shorter || l < window;
+      longer = longer || l > window;
+    }
+    if (shorter && longer && row.padding_tokens > 0) return row;
+  }
+  throw std::runtime_error("no row with documents on both sides of the window in 200 steps");
+}
+
+// Pairs of one document under a sliding window w, by brute force over (query, key): i - w < j <= i.
+std::int64_t brute_force_window_pairs(std::int64_t length, std::int64_t w) {
+  std::int64_t pairs = 0;
+  for (std::int64_t i = 0; i < length; ++i) {
+    for (std::int64_t j = 0; j <= i; ++j) pairs += (i - w < j) ? 1 : 0;
+  }
+  return pairs;
+}
+
+// Every term, forward and backward, at ratio 1.0000: full training, and LoRA (rank 4) on every attention and
+// MLP projection of every layer, sliding ones included (nothing else trains; layer 0's base projections run
+// without an input gradient, so only the billed terms are compared, as for the other LoRA variants).
+TEST(ExampleFlops, SlidingWindowQwen2TypeEveryTermMatchesForwardAndBackward) {
+  using flopmeter::lora_target;
+  const flopmeter::model_spec spec = flopmeter::parse_model_spec(kTinyQwen2WindowToml, "tiny_qwen2_window.toml");
+  ASSERT_EQ(spec.text.layer_type(0), flopmeter::layer_kind::full_attention);
+  ASSERT_EQ(spec.text.layer_type(1), flopmeter::layer_kind::sliding_attention);
+  ASSERT_EQ(spec.text.layer_type(2), flopmeter::layer_kind::sliding_attention);
+  const vlm::data_options options = window_options();
+  const vlm::packed_row row = row_around_window(options, spec, 5);
+  const batch_facts f = flopmeter_view(spec, row);
+
+  // flopmeter's window count against the brute force, and the executed core against it by hand:
+  // 2 sliding layers x (QK^T + PV: 2 x nh*hd = 96 multiply-adds) x 2 FLOPs per pair forward, x2 backward
+  // (each product's two input gradients).
+  std::int64_t pairs = 0;
+  std::printf("documents:");
+  for (const std::int64_t l : row.document_lengths) {
+    pairs += brute_force_window_pairs(l, 5);
+    std::printf(" %lld", static_cast<long long>(l));
+  }
+  std::printf(", padding %lld; window pairs %lld (causal pairs %lld)\n", static_cast<long long>(row.padding_tokens),
+              static_cast<long long>(pairs), static_cast<long long>(f.counts.causal_pairs));
+  ASSERT_EQ(f.counts.window_pairs_0, pairs);
+  ASSERT_LT(pairs, f.counts.causal_pairs);
+  const measurement full_run = measure(spec, row);
+  expect_all_counted(full_run);
+  const category_flops window = full_run.flops.at(vlm::kTextWindowAttnCore);
+  EXPECT_EQ(window.forward, 2.0 * 2 * 96 * static_cast<double>(pairs));
+  EXPECT_EQ(window.backward, 2 * window.forward);
+
+  check_regime(spec, row, {"none (full training)", frozen(false, false, false), 0, 0, 0, 2, 2}, full_run);
+  regime_case lora{"LoRA on every projection", frozen(false, false, false), 0, 0, 0, std::nan(""), 2};
+  lora.regime.lora_rank = 4;
+  lora.regime.lora_targets = {lora_target::q_proj,    lora_target::k_proj,  lora_target::v_proj,   lora_target::o_proj,
+                              lora_target::gate_proj, lora_target::up_proj, lora_target::down_proj};
+  check_regime(spec, row, lora, full_run);
+}
+
+// ---- multi-head latent attention, proven against execution ---------------------------------------------
+//
+// A DeepSeek-V3-style decoder (text only): MLA on every layer (4 heads, q_lora_rank 24 or none, kv_lora_rank 16,
+// nope 8, rope 4, v 12), layer 0 a dense SwiGLU (first_k_dense_replace = 1), layers 1 and 2 MoE blocks (6
+// experts, top-2, width 24) with 2 ungated shared experts (one SwiGLU of 48). `q_lora` is the q_lora_rank line.
+std::string tiny_deepseek_toml(const std::string& q_lora) {
+  return R"(
+[model]
+name = "tiny_deepseek_v3"
+model_type = "deepseek_v3"
+
+[text_config]
+hidden_size = 48
+num_hidden_layers = 3
+num_attention_heads = 4
+num_key_value_heads = 4
+intermediate_size = 96
+vocab_size = 256
+tie_word_embeddings = false
+)" + q_lora +
+         R"(
+kv_lora_rank = 16
+qk_nope_head_dim = 8
+qk_rope_head_dim = 4
+v_head_dim = 12
+moe_intermediate_size = 24
+n_routed_experts = 6
+num_experts_per_tok = 2
+n_shared_experts = 2
+first_k_dense_replace = 1
+)";
+}
+
+// Every term, forward and backward, at ratio 1.0000 under full training (LoRA is refused on MLA models and a
+// frozen decoder leaves nothing to train in a text-only model, so full training is the regime there is). The
+// MLA projections and core are also pinned by hand, independently of flopmeter's coefficients:
+//   projections per token and layer (multiply-adds): with q_lora_rank 24: q_a 48*24 = 1,152 + q_b 24*4*12 =
+//   1,152; without: q_proj 48*4*12 = 2,304; then kv_a 48*(16 + 4) = 960, kv_b 16*4*(8 + 12) = 1,280, o 4*12*48 =
+//   2,304: 6,848 either way; forward 2 FLOPs each, x3 layers.
+//   core per (query, key) pair and layer: QK^T 4*(8 + 4) = 48 + PV 4*12 = 48 = 96 multiply-adds; the example
+//   executes the masked square (sum L^2 pairs), forward 2 FLOPs each, x3 layers.
+TEST(ExampleFlops, MlaDeepSeekV3TypeEveryTermMatchesForwardAndBackward) {
+  for (const std::string q_lora : {"q_lora_rank = 24", "q_lora_rank = \"none\""}) {
+    SCOPED_TRACE(q_lora);
+    const flopmeter::model_spec spec = flopmeter::parse_model_spec(tiny_deepseek_toml(q_lora), "tiny_deepseek_v3.toml");
+    ASSERT_TRUE(spec.text.is_mla());
+    ASSERT_EQ(spec.text.num_moe_layers(), 2);
+    vlm::data_options options;
+    options.row_length = 160;
+    const vlm::packed_row row = row_without_items(options, spec);
+    const batch_facts f = flopmeter_view(spec, row);
+    const measurement full_run = measure(spec, row);
+    expect_all_counted(full_run);
+    const auto tokens = static_cast<double>(f.counts.device_tokens());
+    EXPECT_EQ(full_run.flops.at(vlm::kTextAttnProj).forward, 2.0 * 3 * 6848 * tokens);
+    EXPECT_EQ(full_run.flops.at(vlm::kTextAttnCore).forward, 2.0 * 3 * 96 * static_cast<double>(f.sum_l_squared));
+    std::printf("MLA, %s: %zu documents, padding %lld\n", q_lora.c_str(), row.document_lengths.size(),
+                static_cast<long long>(row.padding_tokens));
+    check_regime(spec, row, {"none (full training)", frozen(false, false, false), 0, 0, 0, 2, 2}, full_run);
+  }
 }
 
 }  // namespace

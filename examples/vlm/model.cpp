@@ -167,6 +167,12 @@ class moe_block_impl : public mlp_block {
                                 std::make_shared<swiglu_impl>(t.hidden_size, t.shared_expert_intermediate_size,
                                                               std::string(kScopePrefix) + kMoeSharedExpert));
       shared_gate_ = register_module("shared_expert_gate", linear(t.hidden_size, 1, false));
+    } else if (t.n_shared_experts > 0) {
+      // DeepSeek-V3: n_shared_experts experts fused into one SwiGLU of n_shared_experts x moe_intermediate_size,
+      // on every token, ungated.
+      shared_ = register_module(
+          "shared_experts", std::make_shared<swiglu_impl>(t.hidden_size, t.n_shared_experts * t.moe_intermediate_size,
+                                                          std::string(kScopePrefix) + kMoeSharedExpert));
     }
   }
 
@@ -195,7 +201,7 @@ class moe_block_impl : public mlp_block {
       out = out.index_add(0, tokens, y * w);
     }
     set_product_position(experts_start + 3);
-    if (shared_) {
+    if (shared_ && !shared_gate_.is_empty()) {
       const torch::Tensor shared = shared_->run(x);  // the shared expert, then its gate (Hugging Face's order)
       torch::Tensor gate;
       {
@@ -203,6 +209,8 @@ class moe_block_impl : public mlp_block {
         gate = product_linear(x, shared_gate_->weight, shared_gate_->bias);  // [T, 1]
       }
       out = out + torch::sigmoid(gate) * shared;
+    } else if (shared_) {
+      out = out + shared_->run(x);  // DeepSeek's shared experts: no gate
     }
     return out;
   }
@@ -222,11 +230,13 @@ class token_mixer : public adaptable {
   virtual torch::Tensor mix(const torch::Tensor& x, const std::vector<segment>& segments) = 0;
 };
 
-// GQA softmax attention per document, with Qwen3.5's sigmoid output gate when attn_output_gate.
+// GQA softmax attention per document, with Qwen3.5's sigmoid output gate when attn_output_gate; over the whole
+// document causally (window 0) or over a sliding window of `window` keys (query i sees keys i - w < j <= i).
 class full_attention_impl : public token_mixer {
  public:
-  explicit full_attention_impl(const flopmeter::text_spec& t)
-      : heads_(t.num_attention_heads),
+  full_attention_impl(const flopmeter::text_spec& t, std::int64_t window)
+      : window_(window),
+        heads_(t.num_attention_heads),
         kv_heads_(t.num_key_value_heads),
         head_dim_(t.head_dim),
         gated_(t.attn_output_gate),
@@ -262,6 +272,7 @@ class full_attention_impl : public token_mixer {
     // The attention core over q, k, v; under the selective policy checkpointed (run again in the backward).
     const auto attend = [this, segments](const std::vector<torch::Tensor>& in) {
       const torch::Tensor &qa = in[0], &ka = in[1], &va = in[2];
+      if (window_ > 0) return windowed_core(qa, ka, va, segments);
       VLM_FLOP_SCOPE("text_attn_core");
       const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
       const std::int64_t groups = heads_ / kv_heads_;
@@ -297,10 +308,134 @@ class full_attention_impl : public token_mixer {
   bool checkpoint_core_ = false;  // the selective policy (set_recompute)
 
  private:
+  // Sliding-window attention per document, executing exactly the pairs a varlen windowed kernel does:
+  // query i of a document of length L attends keys max(0, i - w + 1) .. i, so the document runs
+  //   min(L, w - 1) queries on their causal prefix (1, 2, .. keys: one matmul pair each), and
+  //   the L - w + 1 queries with a full window (when L >= w) as one block: each query against its own w keys,
+  //   gathered by unfold ([m, nh, hd, w]), a batched [1, hd] x [hd, w] score and [1, w] x [w, hd] value product.
+  // That is 2 * nh * hd multiply-adds per pair for L(L+1)/2 pairs when L <= w, w(w+1)/2 + (L - w) w otherwise:
+  // the window pairs flopmeter bills (window_pairs), with nothing masked and nothing computed twice.
+  torch::Tensor windowed_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                              const std::vector<segment>& segments) {
+    VLM_FLOP_SCOPE("text_window_attn_core");
+    const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+    const std::int64_t groups = heads_ / kv_heads_;
+    const std::int64_t width = heads_ * head_dim_;
+    std::vector<torch::Tensor> pieces;
+    for (const segment& s : segments) {
+      if (!s.is_document) {
+        pieces.push_back(torch::zeros({s.length, width}, q.options()));  // padding attends to nothing
+        continue;
+      }
+      const std::int64_t n = s.length;
+      const torch::Tensor qd = q.narrow(0, s.start, n) * scale;                       // [L, nh, hd]
+      const torch::Tensor kd = k.narrow(0, s.start, n).repeat_interleave(groups, 1);  // [L, nh, hd]
+      const torch::Tensor vd = v.narrow(0, s.start, n).repeat_interleave(groups, 1);
+      const std::int64_t prefix = std::min(n, window_ - 1);
+      for (std::int64_t i = 0; i < prefix; ++i) {
+        const torch::Tensor qi = qd[i].unsqueeze(1);                      // [nh, 1, hd]
+        const torch::Tensor ki = kd.narrow(0, 0, i + 1).transpose(0, 1);  // [nh, i+1, hd]
+        const torch::Tensor vi = vd.narrow(0, 0, i + 1).transpose(0, 1);
+        const torch::Tensor probs = torch::softmax(core_matmul(qi, ki.transpose(1, 2)), -1);  // [nh, 1, i+1]
+        pieces.push_back(core_matmul(probs, vi).reshape({1, width}));
+      }
+      if (n >= window_) {
+        const std::int64_t m = n - window_ + 1;                                 // queries w-1 .. L-1
+        const torch::Tensor qb = qd.narrow(0, window_ - 1, m).unsqueeze(2);     // [m, nh, 1, hd]
+        const torch::Tensor kw = kd.unfold(0, window_, 1);                      // [m, nh, hd, w]
+        const torch::Tensor vw = vd.unfold(0, window_, 1).transpose(2, 3);      // [m, nh, w, hd]
+        const torch::Tensor probs = torch::softmax(core_matmul(qb, kw), -1);  // [m, nh, 1, w]
+        pieces.push_back(core_matmul(probs, vw).reshape({m, width}));
+      }
+    }
+    return torch::cat(pieces, 0);
+  }
+
+  std::int64_t window_;
   std::int64_t heads_, kv_heads_, head_dim_;
   bool gated_;
   torch::nn::Linear q_proj_, k_proj_, v_proj_, o_proj_;
   std::shared_ptr<rms_norm_impl> q_norm_, k_norm_;
+};
+
+// DeepSeek-V3's multi-head latent attention, as transformers runs it (the latents expanded per head, no weight
+// absorption):
+//   q   q_a_proj h -> q_lora_rank, RMSNorm, q_b_proj -> nh*(nope + rope); or one q_proj h -> nh*(nope + rope)
+//   kv  kv_a_proj_with_mqa h -> kv_lora_rank + rope: the latent (RMSNorm, then kv_b_proj -> nh*(nope + v)) and
+//       one rope key shared by every head
+//   core per document, causal: scores over nope + rope per head, probabilities times v (v_head_dim)
+//   o   o_proj nh*v -> h
+// The core is the masked square of full_attention_impl (so the test converts it by sum L^2 / sum L(L+1)/2), at
+// nh*(nope + rope) + nh*v multiply-adds per (query, key) pair. RoPE is element-wise and left out.
+class mla_attention_impl : public token_mixer {
+ public:
+  explicit mla_attention_impl(const flopmeter::text_spec& t)
+      : heads_(t.num_attention_heads),
+        nope_(t.qk_nope_head_dim),
+        rope_(t.qk_rope_head_dim),
+        v_dim_(t.v_head_dim),
+        kv_rank_(t.kv_lora_rank),
+        kv_a_proj_(register_module("kv_a_proj_with_mqa", linear(t.hidden_size, kv_rank_ + rope_, false))),
+        kv_a_norm_(register_module("kv_a_layernorm", std::make_shared<rms_norm_impl>(kv_rank_))),
+        kv_b_proj_(register_module("kv_b_proj", linear(kv_rank_, heads_ * (nope_ + v_dim_), false))),
+        o_proj_(register_module("o_proj", linear(heads_ * v_dim_, t.hidden_size, false))) {
+    const std::int64_t q_width = heads_ * (nope_ + rope_);
+    if (t.q_lora_rank > 0) {
+      q_a_proj_ = register_module("q_a_proj", linear(t.hidden_size, t.q_lora_rank, false));
+      q_a_norm_ = register_module("q_a_layernorm", std::make_shared<rms_norm_impl>(t.q_lora_rank));
+      q_b_proj_ = register_module("q_b_proj", linear(t.q_lora_rank, q_width, false));
+    } else {
+      q_proj_ = register_module("q_proj", linear(t.hidden_size, q_width, false));
+    }
+  }
+
+  torch::Tensor mix(const torch::Tensor& x, const std::vector<segment>& segments) override {
+    const std::int64_t tokens = x.size(0);
+    torch::Tensor q, k, v;
+    {
+      VLM_FLOP_SCOPE("text_attn_proj");
+      q = q_proj_.is_empty() ? q_b_proj_->forward(q_a_norm_->forward(q_a_proj_->forward(x))) : q_proj_->forward(x);
+      q = q.view({tokens, heads_, nope_ + rope_});
+      const auto latent = kv_a_proj_->forward(x).split_with_sizes({kv_rank_, rope_}, -1);
+      const torch::Tensor kv =
+          kv_b_proj_->forward(kv_a_norm_->forward(latent[0])).view({tokens, heads_, nope_ + v_dim_});
+      const auto parts = kv.split_with_sizes({nope_, v_dim_}, -1);
+      const torch::Tensor k_rope = latent[1].reshape({tokens, 1, rope_}).expand({tokens, heads_, rope_});
+      k = torch::cat({parts[0], k_rope}, -1);  // [T, nh, nope + rope]
+      v = parts[1];                            // [T, nh, v]
+    }
+    torch::Tensor out;
+    {
+      VLM_FLOP_SCOPE("text_attn_core");
+      const double scale = 1.0 / std::sqrt(static_cast<double>(nope_ + rope_));
+      std::vector<torch::Tensor> pieces;
+      for (const segment& s : segments) {
+        if (!s.is_document) {
+          pieces.push_back(torch::zeros({s.length, heads_ * v_dim_}, x.options()));  // padding attends to nothing
+          continue;
+        }
+        const std::int64_t n = s.length;
+        const torch::Tensor qd = q.narrow(0, s.start, n).transpose(0, 1) * scale;  // [nh, L, nope + rope]
+        const torch::Tensor kd = k.narrow(0, s.start, n).transpose(0, 1);
+        const torch::Tensor vd = v.narrow(0, s.start, n).transpose(0, 1);  // [nh, L, v]
+        const torch::Tensor mask = torch::ones({n, n}, x.options().dtype(torch::kBool)).triu(1);
+        const torch::Tensor probs =
+            torch::softmax(torch::matmul(qd, kd.transpose(1, 2)).masked_fill(mask, -INFINITY), -1);
+        pieces.push_back(torch::matmul(probs, vd).transpose(0, 1).reshape({n, heads_ * v_dim_}));
+      }
+      out = torch::cat(pieces, 0);
+    }
+    VLM_FLOP_SCOPE("text_attn_proj");
+    return o_proj_->forward(out);
+  }
+
+ private:
+  std::int64_t heads_, nope_, rope_, v_dim_, kv_rank_;
+  torch::nn::Linear q_a_proj_{nullptr}, q_b_proj_{nullptr}, q_proj_{nullptr};
+  std::shared_ptr<rms_norm_impl> q_a_norm_;
+  torch::nn::Linear kv_a_proj_;
+  std::shared_ptr<rms_norm_impl> kv_a_norm_;
+  torch::nn::Linear kv_b_proj_, o_proj_;
 };
 
 // Qwen3.5's Gated DeltaNet, kept simple: the same projections and conv as the real layer, and the gated
@@ -414,10 +549,16 @@ class decoder_layer_impl : public torch::nn::Module {
       mlp_ = register_module("mlp", std::make_shared<swiglu_impl>(t.hidden_size, t.intermediate_size,
                                                                   std::string(kScopePrefix) + kTextMlp, true));
     }
-    if (kind == flopmeter::layer_kind::full_attention) {
-      mixer_ = register_module("self_attn", std::make_shared<full_attention_impl>(t));
-    } else {
+    if (t.is_mla() && kind == flopmeter::layer_kind::full_attention) {
+      mixer_ = register_module("self_attn", std::make_shared<mla_attention_impl>(t));
+    } else if (kind == flopmeter::layer_kind::full_attention) {
+      mixer_ = register_module("self_attn", std::make_shared<full_attention_impl>(t, 0));
+    } else if (kind == flopmeter::layer_kind::sliding_attention) {
+      mixer_ = register_module("self_attn", std::make_shared<full_attention_impl>(t, t.sliding_window));
+    } else if (kind == flopmeter::layer_kind::linear_attention) {
       mixer_ = register_module("linear_attn", std::make_shared<gated_deltanet_impl>(t));
+    } else {
+      throw std::invalid_argument("vlm_model: chunked attention layers are not built by this example");
     }
   }
   // Adapters on the named projections of this layer's mixer and dense MLP (an MoE block has none); the count.
@@ -662,8 +803,9 @@ vlm_model_impl::vlm_model_impl(const flopmeter::model_spec& spec) : spec_(spec) 
                                 "moe_intermediate_size >= 1 and decoder_sparse_step >= 1");
   }
   for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
-    // The MoE layers (model_spec.h): on the decoder_sparse_step stride and not in mlp_only_layers.
-    const bool moe = t.is_moe() && (i + 1) % t.decoder_sparse_step == 0 &&
+    // The MoE layers (model_spec.h): from first_k_dense_replace on, on the decoder_sparse_step stride and not in
+    // mlp_only_layers.
+    const bool moe = t.is_moe() && i >= t.first_k_dense_replace && (i + 1) % t.decoder_sparse_step == 0 &&
                      std::find(t.mlp_only_layers.begin(), t.mlp_only_layers.end(), i) == t.mlp_only_layers.end();
     layers_.push_back(register_module("layers_" + std::to_string(i),
                                       std::make_shared<decoder_layer_impl>(t, t.layer_type(i), moe)));

@@ -10,8 +10,11 @@
 //   decoder        token embedding with the merged vision tokens written over the image placeholders,
 //                  `num_hidden_layers` layers of RMSNorm + token mixer + RMSNorm + MLP, final RMSNorm and
 //                  the LM head (tied to the embedding when tie_word_embeddings). The token mixer is GQA
-//                  softmax attention per document (with Qwen3.5's sigmoid output gate when attn_output_gate)
-//                  or a Gated DeltaNet (causal depthwise conv + gated delta rule per document). The MLP is a
+//                  softmax attention per document (with Qwen3.5's sigmoid output gate when attn_output_gate),
+//                  on a sliding_attention layer restricted to the last sliding_window keys (each query against
+//                  exactly its window, as a varlen windowed kernel runs it), DeepSeek-V3's multi-head latent
+//                  attention on an MLA model (q_a/q_b or q, kv_a, kv_b, o; MoE layers from
+//                  first_k_dense_replace on with ungated shared experts), or a Gated DeltaNet (causal depthwise conv + gated delta rule per document). The MLP is a
 //                  SwiGLU, or on an MoE model (qwen3_vl_moe / qwen3_5_moe) in its MoE layers an MoE block:
 //                  a router (hidden -> num_experts, softmax, top-k, renormalised when norm_topk_prob), a
 //                  dropless dispatch (every token goes through exactly its k experts, SwiGLUs of
@@ -50,6 +53,7 @@ namespace vlm {
 inline constexpr const char* kScopePrefix = "flopmeter_cat:";
 inline constexpr const char* kTextAttnProj = "text_attn_proj";    // q (+gate), k, v, o projections
 inline constexpr const char* kTextAttnCore = "text_attn_core";    // QK^T and PV per document
+inline constexpr const char* kTextWindowAttnCore = "text_window_attn_core";  // the same inside a sliding window
 inline constexpr const char* kGdnProj = "gdn_proj";               // in_proj_qkv, _z, _a, _b, out_proj
 inline constexpr const char* kGdnConv = "gdn_conv";               // depthwise causal conv1d
 inline constexpr const char* kGdnDeltaRule = "gdn_delta_rule";    // the gated delta rule recurrence
