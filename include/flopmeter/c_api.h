@@ -408,6 +408,15 @@ typedef struct flopmeter_model_options {
   int64_t lora_rank; /* LoRA adapters of this rank on lora_targets (the decoder's base weights then frozen); 0: none */
   const char* const* lora_targets; /* num_lora_targets projection names as PEFT names them: "q_proj", ... */
   size_t num_lora_targets;
+  /* Activation recomputation (hardware FLOPs; the model FLOPs do not change), as the plugin's [training]
+   * recompute keys: a policy name ("none", "full", "full_early_stop", "selective", "op"; NULL: "none"); the
+   * first recompute_layers layers of each of recompute_pipeline_stages stages, or every recompute_every-th
+   * layer (both 0: all layers); recompute_vision nonzero also checkpoints the ViT blocks. */
+  const char* recompute_policy;
+  int64_t recompute_layers;
+  int64_t recompute_every;
+  int64_t recompute_pipeline_stages; /* 0 is read as 1 */
+  int recompute_vision;
 } flopmeter_model_options;
 
 /* The model of `model` trained as `options` says: a new handle (destroy both). NULL with the message, naming

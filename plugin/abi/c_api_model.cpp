@@ -292,6 +292,14 @@ flopmeter_model* flopmeter_model_with_options(const flopmeter_model* model, cons
       if (options->lora_targets[i] == nullptr) throw flopmeter::error(where + " is NULL");
       regime.lora_targets.push_back(flopmeter::parse_lora_target(options->lora_targets[i], where));
     }
+    if (options->recompute_policy != nullptr) {
+      regime.recompute.policy =
+          flopmeter::parse_recompute_policy(options->recompute_policy, "flopmeter_model_options.recompute_policy");
+    }
+    regime.recompute.layers = options->recompute_layers;
+    regime.recompute.every = options->recompute_every;
+    regime.recompute.pipeline_stages = options->recompute_pipeline_stages == 0 ? 1 : options->recompute_pipeline_stages;
+    regime.recompute.vision = options->recompute_vision != 0;
     return flopmeter::detail::register_model(state->spec, std::move(regime));
   });
 }

@@ -209,6 +209,11 @@ class ModelOptions(ctypes.Structure):
         ("lora_rank", ctypes.c_int64),
         ("lora_targets", ctypes.POINTER(ctypes.c_char_p)),
         ("num_lora_targets", ctypes.c_size_t),
+        ("recompute_policy", ctypes.c_char_p),
+        ("recompute_layers", ctypes.c_int64),
+        ("recompute_every", ctypes.c_int64),
+        ("recompute_pipeline_stages", ctypes.c_int64),
+        ("recompute_vision", ctypes.c_int),
     ]
 
 

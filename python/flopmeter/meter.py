@@ -26,7 +26,7 @@ from typing import Any, Dict, Mapping, Optional, Union
 
 from . import _batch, _config, _distributed, _native
 from .errors import ConfigError
-from .model import FlopModel
+from .model import FlopModel, recompute_settings
 
 PathLike = Union[str, "os.PathLike[str]"]
 _INT64_MAX = 2**63 - 1
@@ -78,20 +78,11 @@ def _seconds(name: str, value: Any) -> float:
 
 
 def _recompute_keys(recompute: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
-    """The ``[training]`` keys of ``Meter(recompute=...)``: a policy name, or a dict with ``policy`` and any of
-    ``layers``, ``every``, ``vision``. The values themselves are checked by the plugin's config rules."""
-    if isinstance(recompute, str):
-        return {"recompute": recompute}
-    if not isinstance(recompute, Mapping):
-        raise TypeError(f"recompute must be a policy name or a dict, got {type(recompute).__name__}")
-    known = {"policy": "recompute", "layers": "recompute_layers", "every": "recompute_every",
+    """The ``[training]`` keys of ``Meter(recompute=...)`` (``recompute_settings`` says what it takes). The values
+    themselves are checked by the plugin's config rules."""
+    names = {"policy": "recompute", "layers": "recompute_layers", "every": "recompute_every",
              "vision": "recompute_vision"}
-    unknown = sorted(set(recompute) - set(known))
-    if unknown:
-        raise ValueError(f"recompute: unknown key {unknown[0]!r} (expected policy, layers, every, vision)")
-    if "policy" not in recompute:
-        raise ValueError("recompute: the dict needs 'policy' (\"full\", \"full_early_stop\", \"selective\" or \"op\")")
-    return {known[key]: value for key, value in recompute.items()}
+    return {names[key]: value for key, value in recompute_settings(recompute).items()}
 
 
 # Up to this many ranks the library gathers the per-rank table at every log by default (throughput.h,

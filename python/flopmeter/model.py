@@ -12,7 +12,7 @@ import json
 import os
 import weakref
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _batch, _native
 from .errors import ConfigError
@@ -56,9 +56,42 @@ def _scope_value(scope: str) -> int:
 
 
 FROZEN_PARTS = ("vision", "merger", "text")
+RECOMPUTE_KEYS = ("policy", "layers", "every", "vision")
 
 
-def _with_regime(handle: int, frozen: Any, lora_rank: Any, lora_targets: Any) -> int:
+def recompute_settings(recompute: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """``recompute=`` of ``FlopModel`` and ``Meter``: a policy name (``"full"``, ``"full_early_stop"``,
+    ``"selective"``, ``"op"`` or ``"none"``), or a dict with ``policy`` and any of ``layers``, ``every``,
+    ``vision`` (the plugin's ``[training] recompute*`` keys, plugin_configs/SCHEMA.md)."""
+    if isinstance(recompute, str):
+        return {"policy": recompute}
+    if not isinstance(recompute, Mapping):
+        raise TypeError(f"recompute must be a policy name or a dict, got {type(recompute).__name__}")
+    unknown = sorted(set(recompute) - set(RECOMPUTE_KEYS))
+    if unknown:
+        raise ValueError(f"recompute: unknown key {unknown[0]!r} (expected policy, layers, every, vision)")
+    if "policy" not in recompute:
+        raise ValueError("recompute: the dict needs 'policy' (\"full\", \"full_early_stop\", \"selective\" or \"op\")")
+    return dict(recompute)
+
+
+def _set_recompute(options: Any, recompute: Union[str, Mapping[str, Any]]) -> None:
+    """Fills flopmeter_model_options' recompute fields from ``recompute=`` (the library checks them against the
+    model: a policy name it knows, layers and every not both set, layers within the decoder)."""
+    settings = recompute_settings(recompute)
+    policy = settings["policy"]
+    if not isinstance(policy, str):
+        raise TypeError(f"recompute['policy'] must be a str, got {type(policy).__name__}")
+    vision = settings.get("vision", False)
+    if not isinstance(vision, bool):
+        raise TypeError(f"recompute['vision'] must be a bool, got {type(vision).__name__}")
+    options.recompute_policy = policy.encode("utf-8")
+    options.recompute_layers = _batch.count_argument("recompute['layers']", settings.get("layers", 0))
+    options.recompute_every = _batch.count_argument("recompute['every']", settings.get("every", 0))
+    options.recompute_vision = int(vision)
+
+
+def _with_regime(handle: int, frozen: Any, lora_rank: Any, lora_targets: Any, recompute: Any = None) -> int:
     """A new model handle: `handle`'s model in the regime (`handle` is released either way)."""
     lib = _native.lib()
     try:
@@ -83,10 +116,13 @@ def _with_regime(handle: int, frozen: Any, lora_rank: Any, lora_targets: Any) ->
         names = (ctypes.c_char_p * max(1, len(targets)))(*[t.encode("utf-8") for t in targets])
         options.lora_targets = ctypes.cast(names, ctypes.POINTER(ctypes.c_char_p))
         options.num_lora_targets = len(targets)
+        if recompute is not None:
+            _set_recompute(options, recompute)
         error = _native.error_buffer()
         regime = lib.flopmeter_model_with_options(handle, ctypes.byref(options), error, len(error))
         if not regime:
-            message = error.value.decode("utf-8", "replace").replace("flopmeter_model_options.", "")
+            message = (error.value.decode("utf-8", "replace").replace("flopmeter_model_options.", "")
+                       .replace("training.recompute", "recompute"))
             raise ValueError(f"training regime: {message}")
         return regime
     finally:
@@ -103,11 +139,15 @@ class FlopModel:
     What trains, as the plugin's ``[training]`` table says it (plugin_configs/SCHEMA.md): ``frozen`` is any of
     ``"vision"``, ``"merger"``, ``"text"`` (a str or a list), ``lora_rank`` and ``lora_targets`` the LoRA adapters
     (``FlopModel("qwen3_vl_2b", frozen="vision", lora_rank=16, lora_targets=["q_proj", "v_proj"])``). A regime
-    that does not fit the model raises ``ValueError`` naming the argument.
+    that does not fit the model raises ``ValueError`` naming the argument. ``recompute`` is the activation
+    recomputation the run does (``recompute_settings``): it changes no model FLOP, and ``estimate()`` then carries
+    ``hardware_flops`` (model FLOPs plus the forward run again) and the per-term ``recompute`` breakdown, as
+    ``flopmeter estimate --recompute`` does (``FlopModel("qwen3_8b", recompute="full_early_stop")``).
     """
 
     def __init__(self, model: Union[PathLike, Mapping[str, Any]], *, frozen: Union[str, Sequence[str], None] = None,
-                 lora_rank: int = 0, lora_targets: Optional[Sequence[str]] = None) -> None:
+                 lora_rank: int = 0, lora_targets: Optional[Sequence[str]] = None,
+                 recompute: Union[str, Mapping[str, Any], None] = None) -> None:
         lib = _native.lib()
         error = _native.error_buffer()
         if isinstance(model, Mapping):
@@ -128,8 +168,8 @@ class FlopModel:
             )
         if not handle:
             raise ConfigError(error.value.decode("utf-8", "replace"))
-        if frozen is not None or lora_rank or lora_targets:
-            handle = _with_regime(handle, frozen, lora_rank, lora_targets)
+        if frozen is not None or lora_rank or lora_targets or recompute is not None:
+            handle = _with_regime(handle, frozen, lora_rank, lora_targets, recompute)
         self._adopt(handle)
 
     @classmethod

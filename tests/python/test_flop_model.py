@@ -276,3 +276,50 @@ def test_a_bad_regime_raises_naming_the_argument(kwargs, error, words):
     with pytest.raises(error) as e:
         flopmeter.FlopModel("qwen3_vl_2b", **kwargs)
     assert words in str(e.value)
+
+
+@pytest.mark.parametrize("recompute, flags", [
+    ("full", ["--recompute", "full"]),
+    ("full_early_stop", ["--recompute", "full_early_stop"]),
+    ({"policy": "op", "every": 2}, ["--recompute", "op", "--recompute-every", "2"]),
+    ({"policy": "selective", "layers": 4}, ["--recompute", "selective", "--recompute-layers", "4"]),
+])
+def test_recompute_equals_the_clis_and_changes_no_model_flop(recompute, flags):
+    m = flopmeter.FlopModel("qwen3_8b", recompute=recompute)
+    assert m.coefficients == cli_json("coefficients", "qwen3_8b", *flags)
+    lengths = [1000, 3000]
+    report = m.estimate(document_lengths=lengths)
+    assert report == cli_json("estimate", "qwen3_8b", "--docs", "1000,3000", *flags)
+    # Recomputation runs some forwards again: hardware FLOPs only. The model FLOPs (MFU's) stay those of the
+    # model without it.
+    assert m.flops(document_lengths=lengths) == flopmeter.FlopModel("qwen3_8b").flops(document_lengths=lengths)
+    assert report["hardware_flops"] > report["flops"]
+
+
+def test_full_recompute_by_hand_reruns_a_third_of_every_decoder_layer():
+    # Qwen3-8B, documents of 1000 and 3000 tokens, everything trains. Under "full" every decoder layer's forward
+    # runs once more in the backward: each of its GEMMs and its attention core, billed 6 per multiply-add in the
+    # model FLOPs (forward 2, backward 4), gets 2 more, a third. The LM head (hidden 4096 -> vocab 151936) lies
+    # outside the layers and runs once: 6 x 4096 x 151936 FLOPs per token over 4000 tokens.
+    # So hardware - model = (model - LM head) / 3.
+    lengths = [1000, 3000]
+    model = flopmeter.FlopModel("qwen3_8b").flops(document_lengths=lengths)
+    lm_head = 6 * 4096 * 151936 * 4000
+    report = flopmeter.FlopModel("qwen3_8b", recompute="full").estimate(document_lengths=lengths)
+    assert (model - lm_head) % 3 == 0
+    assert report["hardware_flops"] == pytest.approx(model + (model - lm_head) // 3, rel=1e-15)
+
+
+@pytest.mark.parametrize("recompute, error, words", [
+    ("sometimes", ValueError, "recompute_policy"),
+    ({"every": 2}, ValueError, "needs 'policy'"),
+    ({"policy": "full", "often": 2}, ValueError, "unknown key 'often'"),
+    ({"policy": "full", "layers": 2, "every": 2}, ValueError, "both set"),
+    ({"policy": "full", "every": -1}, ValueError, "recompute['every'] must be >= 0"),
+    ({"policy": "full", "vision": 1}, TypeError, "recompute['vision'] must be a bool"),
+    (3, TypeError, "recompute must be a policy name or a dict"),
+])
+def test_a_bad_recompute_raises_naming_the_argument(recompute, error, words):
+    with pytest.raises(error) as e:
+        flopmeter.FlopModel("qwen3_8b", recompute=recompute)
+    assert words in str(e.value)
