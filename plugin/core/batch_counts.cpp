@@ -65,8 +65,15 @@ bool operator==(const batch_counts& a, const batch_counts& b) {
 vision_geometry geometry_of(const model_spec& spec) {
   vision_geometry g;
   if (spec.vision) {
+    const vision_spec& v = *spec.vision;
     g.has_vision = true;
-    g.spatial_merge_size = spec.vision->spatial_merge_size;
+    g.spatial_merge_size = v.spatial_merge_size;
+    if (v.num_window_blocks() > 0 && v.patch_size > 0 && v.spatial_merge_size > 0) {
+      g.vision_window = v.window_size / (v.patch_size * v.spatial_merge_size);
+    }
+    g.cls_tokens = v.cls_token ? 1 : 0;
+    if (v.image_size > 0 && v.patch_size > 0) g.segment_side = v.image_size / v.patch_size;
+    g.image_block = v.bidirectional_image;
   }
   // The decoder's distinct windows in order of first use (core/architecture.cpp); the coefficients'
   // window_attn_pair[k] bills window k.
@@ -175,12 +182,60 @@ void add_window_pairs(batch_counts& counts, std::size_t documents, const vision_
   }
 }
 
+// The vision counts of one item beyond patches and pairs (geometry_of: Qwen2.5-VL windows, InternViT's CLS token,
+// Gemma 3's image blocks); false when one overflows. Closed forms, no loop over patches or windows:
+//   window pairs   a segment's merged grid H x W (H = h/m, W = w/m) is cut into windows of v x v merged tokens from
+//                  the top left, the last row of windows H mod v tall and the last column W mod v wide (transformers'
+//                  get_window_index). Window (i, j) holds m^2 * a_i * b_j patches, a_i the heights (v, ..., v,
+//                  H mod v), b_j the widths, so the sum over windows of (patches)^2 factors:
+//                  m^4 * (sum a_i^2) * (sum b_j^2) = m^4 * (floor(H/v) v^2 + (H mod v)^2) * (floor(W/v) v^2 +
+//                  (W mod v)^2), per segment, times t.
+//   CLS tokens     c per segment: t*c tokens through every block; the per-segment pairs are t*(h*w + c)^2.
+//   image blocks   a segment's n = h*w/m^2 merged tokens attend to each other in the decoder: n^2 pairs where the
+//                  causal mask has n(n+1)/2, so n(n-1)/2 more per segment, times t, wherever the image sits.
+bool add_vision_extras(batch_counts& counts, const image_grid& g, std::int64_t frame, const vision_geometry& geometry) {
+  const std::int64_t m = geometry.spatial_merge_size;
+  if (geometry.vision_window > 0) {
+    const std::int64_t v = geometry.vision_window, H = g.h / m, W = g.w / m;
+    constexpr std::int64_t kSide = std::int64_t{1} << 31;
+    if (H > kSide || W > kSide || v > kSide) return false;
+    // Each sum is <= H*v (resp. W*v) <= 2^62.
+    const std::int64_t rows = (H / v) * v * v + (H % v) * (H % v);
+    const std::int64_t cols = (W / v) * v * v + (W % v) * (W % v);
+    std::int64_t m4 = 0, pairs = 0;
+    if (__builtin_mul_overflow(m * m, m * m, &m4) || __builtin_mul_overflow(m4, rows, &pairs) ||
+        __builtin_mul_overflow(pairs, cols, &pairs) || __builtin_mul_overflow(pairs, g.t, &pairs) ||
+        __builtin_add_overflow(counts.vision_window_pairs, pairs, &counts.vision_window_pairs)) {
+      return false;
+    }
+  }
+  if (geometry.cls_tokens > 0) {
+    std::int64_t cls = 0;
+    if (__builtin_mul_overflow(g.t, geometry.cls_tokens, &cls) ||
+        __builtin_add_overflow(counts.vision_cls_tokens, cls, &counts.vision_cls_tokens)) {
+      return false;
+    }
+  }
+  if (geometry.image_block) {
+    const std::int64_t n = frame / (m * m);
+    std::int64_t pairs = 0;
+    if (__builtin_mul_overflow(n % 2 == 0 ? n / 2 : n, n % 2 == 0 ? n - 1 : (n - 1) / 2, &pairs) ||
+        __builtin_mul_overflow(pairs, g.t, &pairs) ||
+        __builtin_add_overflow(counts.image_block_pairs, pairs, &counts.image_block_pairs)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Adds the grids' counts to `counts` (shared by the three count_from_* functions).
 void add_grids(batch_counts& counts, array_view<image_grid> grids, const vision_geometry& geometry) {
   if (!grids.empty() && !geometry.has_vision) {
     throw error("the batch has " + std::to_string(grids.size()) + " image grid(s) but the model has no vision tower");
   }
   const std::int64_t m = geometry.spatial_merge_size;
+  const std::int64_t c = geometry.cls_tokens;
+  const bool extras = geometry.vision_window > 0 || c > 0 || geometry.image_block;
   for (std::size_t i = 0; i < grids.size(); ++i) {
     const image_grid& g = grids[i];
     // Built only on the error path, so a valid batch allocates nothing.
@@ -190,9 +245,16 @@ void add_grids(batch_counts& counts, array_view<image_grid> grids, const vision_
     };
     if (g.t < 1 || g.h < 1 || g.w < 1) fail("t, h and w must be >= 1");
     if (g.h % m != 0 || g.w % m != 0) fail("h and w must be multiples of spatial_merge_size " + std::to_string(m));
-    std::int64_t frame = 0, patches = 0, frame_squared = 0, per_frame_pairs = 0, whole_pairs = 0;
+    if (geometry.segment_side > 0 && (g.h != geometry.segment_side || g.w != geometry.segment_side)) {
+      const std::string side = std::to_string(geometry.segment_side);
+      fail("not a whole tile: h and w must both be " + side +
+           " (image_size / patch_size; an image of n tiles is "
+           "the item n x " +
+           side + " x " + side + ")");
+    }
+    std::int64_t frame = 0, patches = 0, segment = 0, frame_squared = 0, per_frame_pairs = 0, whole_pairs = 0;
     if (__builtin_mul_overflow(g.h, g.w, &frame) || __builtin_mul_overflow(g.t, frame, &patches) ||
-        __builtin_mul_overflow(frame, frame, &frame_squared) ||
+        __builtin_add_overflow(frame, c, &segment) || __builtin_mul_overflow(segment, segment, &frame_squared) ||
         __builtin_mul_overflow(frame_squared, g.t, &per_frame_pairs) ||
         __builtin_mul_overflow(patches, patches, &whole_pairs)) {
       fail("patch or pair count overflows a 64-bit count");
@@ -200,7 +262,8 @@ void add_grids(batch_counts& counts, array_view<image_grid> grids, const vision_
     if (__builtin_add_overflow(counts.patches, patches, &counts.patches) ||
         __builtin_add_overflow(counts.merged_tokens, patches / (m * m), &counts.merged_tokens) ||
         __builtin_add_overflow(counts.vision_pairs_per_frame, per_frame_pairs, &counts.vision_pairs_per_frame) ||
-        __builtin_add_overflow(counts.vision_pairs_whole, whole_pairs, &counts.vision_pairs_whole)) {
+        __builtin_add_overflow(counts.vision_pairs_whole, whole_pairs, &counts.vision_pairs_whole) ||
+        (extras && !add_vision_extras(counts, g, frame, geometry))) {
       fail("the batch's patch or pair count overflows a 64-bit count");
     }
     counts.items += 1;

@@ -89,6 +89,9 @@ void vision_coefficients(const model_spec& spec, const slot_sums& w, coefficient
       to_coefficient(w[coefficient_slot::patch_embed_per_patch], kFlopsPerPass, "patch_embed_per_patch");
   c.merger_per_merged_token =
       to_coefficient(w[coefficient_slot::merger_per_merged_token], kFlopsPerPass, "merger_per_merged_token");
+  c.vision_window_attn_pair =
+      to_coefficient(w[coefficient_slot::vision_window_attn_pair], kFlopsPerPass, "vision_window_attn_pair");
+  c.image_block_pair = to_coefficient(w[coefficient_slot::image_block_pair], kFlopsPerPass, "image_block_pair");
   const std::int64_t m = spec.vision->spatial_merge_size;
   c.patches_per_merged_token = m * m;  // <= 2^62: sizes are <= 2^31
 }
