@@ -100,6 +100,17 @@ std::string coefficients_json(const model_spec& spec, const regime_coefficients&
     }
     object.raw("window_attn_pair", pairs + "]").raw("windows", windows + "]");
   }
+  // A vision tower's segment layout (vision_geometry): what a counter outside the library (the Python package's
+  // device path) needs besides the merge size.
+  if (geometry.has_vision) {
+    json_object vision;
+    vision.integer("spatial_merge_size", geometry.spatial_merge_size)
+        .integer("vision_window", geometry.vision_window)
+        .integer("cls_tokens", geometry.cls_tokens)
+        .integer("segment_side", geometry.segment_side)
+        .boolean("image_block", geometry.image_block);
+    object.raw("vision_geometry", vision.str());
+  }
   json_object breakdown;
   for (const coefficient_entry& e : table.dense_parts) breakdown.integer(e.key, e.value);
   object.raw("dense_per_token_breakdown", breakdown.str());

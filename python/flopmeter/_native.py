@@ -164,6 +164,9 @@ COUNT_FIELDS = (
     "vision_pairs_whole",
     "window_pairs_0",
     "window_pairs_1",
+    "vision_window_pairs",
+    "vision_cls_tokens",
+    "image_block_pairs",
 )
 
 
