@@ -258,8 +258,8 @@ TEST_F(CliTest, CheckOverShippedConfigsPasses) {
        {"qwen3_1_7b", "qwen3_8b", "qwen3_32b", "qwen3_30b_a3b", "qwen3_235b_a22b", "qwen3_next_80b_a3b"}) {
     EXPECT_EQ(per_model[text_only], 3) << text_only;
   }
-  // Files are taken in name order: qwen3_1_7b first, tiny_vlm last.
-  EXPECT_EQ(doc.front().at("model").get<std::string>(), "qwen3_1_7b");
+  // Files are taken in name order: deepseek_v3 first, tiny_vlm last.
+  EXPECT_EQ(doc.front().at("model").get<std::string>(), "deepseek_v3");
   EXPECT_EQ(doc.back().at("model").get<std::string>(), "tiny_vlm");
 }
 

@@ -17,6 +17,7 @@
 
 #include <unistd.h>
 
+#include "core/gemm_walk.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/megatron.h"
@@ -285,6 +286,37 @@ TEST(family_regimes, lora_on_sliding_layers_and_mla_refused) {
   EXPECT_THROW((void)compute_coefficients(mla, frozen), error);  // nothing trains: a text-only model
 }
 
+// ---- the GEMM walk other folds read --------------------------------------------------------------------
+
+// One Llama layer group in forward order: q, k, v, the core, o, gate, up, down; matmuls numbered from 1 (the core
+// is none), down_proj the final GEMM; then the LM head. With every = 2 over 3 layers only layer 1 is walked.
+TEST(family_walk, visits_carry_order_matmul_number_and_the_final_gemm) {
+  const model_spec spec = from_json(json("llama", R"("num_hidden_layers": 3)"));
+  std::vector<detail::gemm_visit> visits;
+  detail::walk_gemms(spec, training_regime{}, false, [&](const detail::gemm_visit& v) { visits.push_back(v); });
+  const char* const names[] = {"q_proj",    "k_proj",  "v_proj",    "attention_core", "o_proj",
+                               "gate_proj", "up_proj", "down_proj", "lm_head"};
+  ASSERT_EQ(visits.size(), 9u);
+  for (std::size_t i = 0; i < 8; ++i) {
+    EXPECT_STREQ(visits[i].name, names[i]);
+    EXPECT_EQ(visits[i].order, static_cast<int>(i));
+    EXPECT_EQ(visits[i].layers.value, 3);
+    EXPECT_EQ(visits[i].passes(), 3);  // full training: forward, input gradient, weight gradient
+  }
+  EXPECT_STREQ(visits[8].name, names[8]);
+  EXPECT_EQ(visits[3].matmul, 0);
+  EXPECT_TRUE(visits[3].weightless);
+  EXPECT_EQ(visits[4].matmul, 4);
+  EXPECT_EQ(visits[7].matmul, 7);
+  EXPECT_TRUE(visits[7].last);
+  EXPECT_FALSE(visits[6].last);
+  std::vector<detail::gemm_visit> every_second;
+  detail::walk_decoder_layers(spec, training_regime{}, 0, 3, 2, true,
+                              [&](const detail::gemm_visit& v) { every_second.push_back(v); });
+  ASSERT_EQ(every_second.size(), 8u);
+  EXPECT_EQ(every_second[0].layers.value, 1);  // layer 1 ((1+1) % 2 == 0) only
+}
+
 // ---- import, TOML and the shipped configs -----------------------------------------------------------------
 
 class family_import : public ::testing::TestWithParam<std::string> {};
@@ -344,6 +376,56 @@ TEST(family_shipped, llama_3_1_8b_and_mistral_7b_by_hand) {
   EXPECT_EQ(mistral.text_attn_pair, 0);
   EXPECT_EQ(mistral.window_attn_pair[0], 1572864);
   EXPECT_EQ(geometry_of(mistral_spec).windows[0].size, 4096);
+}
+
+// ---- the Megatron check, per mixer kind -------------------------------------------------------------------
+
+// MLA: Megatron's MLA term adds q_lora_rank + kv_lora_rank per layer (the latent norms' "+ 1"s): 6 * (16 + 8) * 3
+// layers = 432 per token, the documented difference; every row passes.
+TEST(family_check, mla_latent_norms_are_the_documented_difference) {
+  const model_spec spec = from_json(kDeepSeek);
+  const megatron_constant k = compute_megatron_constant(spec, 4096);
+  EXPECT_EQ(k.text_mla_norms_per_token, 432.0);
+  const check_report report = run_sanity_check(spec, 4096);
+  EXPECT_TRUE(report.pass);
+  bool stated = false;
+  for (const check_row& row : report.rows) stated = stated || row.term.find("MLA latent norms") != std::string::npos;
+  EXPECT_TRUE(stated);
+}
+
+// Windows: the constant bills every softmax layer at S/2 keys. Mistral's config (2 sliding layers, w = 4) at S = 8:
+// exact pairs per layer 4*5/2 + 4*4 = 26, the constant's 8*8/2 = 32: the one-document row expects 26/32.
+TEST(family_check, a_window_is_stated_against_the_constant) {
+  const model_spec spec = from_json(json("mistral", R"("num_hidden_layers": 2, "sliding_window": 4)"));
+  const check_report report = run_sanity_check(spec, 8);
+  EXPECT_TRUE(report.pass);
+  bool found = false;
+  for (const check_row& row : report.rows) {
+    if (row.term == "one S-token document: attention vs constant x S") {
+      EXPECT_DOUBLE_EQ(row.expected_ratio, 26.0 / 32.0);
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+// A spec built in code is held to the same rules (validate_model_spec), with the family's config.json key.
+TEST(family_check, validate_model_spec_names_the_familys_key) {
+  model_spec spec = from_json(kMixtral);
+  spec.name = "m";
+  spec.text.num_experts_per_tok = 5;
+  try {
+    validate_model_spec(spec);
+    FAIL() << "accepted";
+  } catch (const error& e) {
+    EXPECT_STREQ(e.what(),
+                 "model_spec 'm': key 'text_config.num_experts_per_tok': must be <= num_local_experts = 4 "
+                 "(got 5)");
+  }
+  spec = from_json(json("mistral", R"("num_hidden_layers": 2, "sliding_window": 4)"));
+  spec.name = "m";
+  spec.text.sliding_window = 0;
+  EXPECT_THROW(validate_model_spec(spec), error);
 }
 
 // ---- bad input: the field and the reason, at FILE:LINE:COL ------------------------------------------------

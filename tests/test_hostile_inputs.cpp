@@ -64,6 +64,22 @@ const std::string kVlJson =
     "  }\n"                                      // 12
     "}\n";                                       // 13
 
+// A DeepSeek-V3-style MLA + MoE model (families.cpp) and a gpt-oss-style windowed one, line numbers in comments.
+const std::string kMla =
+    "[model]\nmodel_type = \"deepseek_v3\"\n[text_config]\n"                       // 1-3
+    "hidden_size = 64\nnum_hidden_layers = 3\nnum_attention_heads = 4\n"           // 4-6
+    "intermediate_size = 96\nvocab_size = 100\nq_lora_rank = 16\n"                 // 7-9
+    "kv_lora_rank = 8\nqk_nope_head_dim = 8\nqk_rope_head_dim = 4\n"               // 10-12
+    "v_head_dim = 8\nmoe_intermediate_size = 16\nn_routed_experts = 8\n"           // 13-15
+    "num_experts_per_tok = 2\nn_shared_experts = 1\nfirst_k_dense_replace = 1\n";  // 16-18
+const std::string kWindows =
+    "[model]\nmodel_type = \"gpt_oss\"\n[text_config]\n"                  // 1-3
+    "hidden_size = 64\nnum_hidden_layers = 2\nnum_attention_heads = 4\n"  // 4-6
+    "num_key_value_heads = 2\nhead_dim = 32\nintermediate_size = 32\n"    // 7-9
+    "vocab_size = 100\nsliding_window = 4\n"                              // 10-11
+    "layer_types = [\"sliding_attention\", \"full_attention\"]\n"         // 12
+    "num_local_experts = 4\nnum_experts_per_tok = 2\n";                   // 13-14
+
 using testing::error_message_of;
 using testing::replace_once;
 
@@ -88,7 +104,7 @@ std::string repeat(const std::string& piece, std::size_t count) {
 
 // The edit tables below: each row edits the TOML document kVl or the config.json kVlJson within one place and
 // pins the whole message its loader gives.
-enum class document { toml, json };
+enum class document { toml, json, mla_toml, window_toml };
 
 struct hostile_edit {
   document base;
@@ -102,9 +118,12 @@ class hostile_edits : public ::testing::TestWithParam<hostile_edit> {};
 
 TEST_P(hostile_edits, message_names_file_location_key_and_problem) {
   const hostile_edit& c = GetParam();
-  EXPECT_EQ(c.base == document::toml ? toml_error(replace_once(kVl, c.from, c.to))
-                                     : json_error(replace_once(kVlJson, c.from, c.to)),
-            c.message);
+  switch (c.base) {
+    case document::toml: EXPECT_EQ(toml_error(replace_once(kVl, c.from, c.to)), c.message); break;
+    case document::json: EXPECT_EQ(json_error(replace_once(kVlJson, c.from, c.to)), c.message); break;
+    case document::mla_toml: EXPECT_EQ(toml_error(replace_once(kMla, c.from, c.to)), c.message); break;
+    case document::window_toml: EXPECT_EQ(toml_error(replace_once(kWindows, c.from, c.to)), c.message); break;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -221,6 +240,44 @@ const hostile_edit kTomlEdits[] = {
 };
 
 INSTANTIATE_TEST_SUITE_P(hostile_toml, hostile_edits, ::testing::ValuesIn(kTomlEdits), testing::row_name<hostile_edit>);
+
+// The family rules (core/families.cpp), one row per rule: the field and the reason at FILE:LINE:COL.
+const hostile_edit kFamilyEdits[] = {
+    {document::mla_toml, "first_k_dense_replace_beyond_the_layers", "first_k_dense_replace = 1",
+     "first_k_dense_replace = 4",
+     "h.toml:18:25: key 'text_config.first_k_dense_replace': must be in [0, num_hidden_layers = 3] (got 4)"},
+    {document::mla_toml, "kv_lora_rank_without_the_rope_dims", "qk_rope_head_dim = 4\n", "",
+     "h.toml:3:1: required key 'text_config.qk_rope_head_dim' is missing"},
+    {document::mla_toml, "none_for_a_field_that_cannot_be_null", "kv_lora_rank = 8", "kv_lora_rank = \"none\"",
+     "h.toml:10:16: key 'text_config.kv_lora_rank': must not be null"},
+    {document::mla_toml, "top_k_above_the_routed_experts", "num_experts_per_tok = 2", "num_experts_per_tok = 9",
+     "h.toml:16:23: key 'text_config.num_experts_per_tok': must be <= n_routed_experts = 8 (got 9)"},
+    {document::window_toml, "a_window_of_zero", "sliding_window = 4", "sliding_window = 0",
+     "h.toml:11:18: key 'text_config.sliding_window': must be > 0 (got 0)"},
+    {document::window_toml, "no_window_for_sliding_layers", "sliding_window = 4", "sliding_window = \"none\"",
+     "h.toml:11:18: key 'text_config.sliding_window': is null but layer_types has \"sliding_attention\" layers: "
+     "give the window's size"},
+    {document::window_toml, "layer_types_of_the_wrong_length", "[\"sliding_attention\", \"full_attention\"]",
+     "[\"sliding_attention\"]",
+     "h.toml:12:15: key 'text_config.layer_types': has 1 entries but num_hidden_layers = 2 (one entry per decoder "
+     "layer)"},
+    {document::window_toml, "unknown_layer_types_entry", "\"full_attention\"]", "\"global\"]",
+     "h.toml:12:37: key 'text_config.layer_types[1]': unknown layer type \"global\" (expected \"full_attention\" or "
+     "\"sliding_attention\")"},
+    {document::window_toml, "layer_types_not_a_list", "[\"sliding_attention\", \"full_attention\"]",
+     "\"sliding_attention\"", "h.toml:12:15: key 'text_config.layer_types': expected an array, got string"},
+};
+
+INSTANTIATE_TEST_SUITE_P(hostile_families, hostile_edits, ::testing::ValuesIn(kFamilyEdits),
+                         testing::row_name<hostile_edit>);
+
+TEST(hostile_families, two_million_alternating_layers_without_a_list_are_refused_not_enumerated) {
+  std::string doc = replace_once(kWindows, "num_hidden_layers = 2", "num_hidden_layers = 2000000");
+  doc = replace_once(doc, "layer_types = [\"sliding_attention\", \"full_attention\"]\n", "");
+  EXPECT_EQ(toml_error(doc),
+            "h.toml:5:21: key 'text_config.num_hidden_layers': without layer_types, more than 131072 "
+            "alternating layers are not supported (got 2000000)");
+}
 
 TEST(hostile_toml, unicode_key_is_unknown_at_its_position) {
   EXPECT_EQ(toml_error(kVl + "\"hïdden_size\" = 64\n"),
@@ -428,9 +485,11 @@ const hostile_edit kJsonEdits[] = {
     {document::json, "string_for_an_integer_is_a_type_error", "\"head_dim\": 16", "\"head_dim\": \"16\"",
      "config.json:8:17: key 'text_config.head_dim': expected an integer, got string"},
     // "  \"model_type\": " + 16 -> 2:17.
-    {document::json, "unsupported_model_type", "\"qwen3_vl\"", "\"llama\"",
-     "config.json:2:17: key 'model_type': unsupported model type \"llama\" (flopmeter models \"qwen3_vl\", "
-     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")"},
+    {document::json, "unsupported_model_type", "\"qwen3_vl\"", "\"falcon\"",
+     "config.json:2:17: key 'model_type': unsupported model type \"falcon\" (flopmeter models \"qwen3_vl\", "
+     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
+     "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
+     "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\")"},
     {document::json, "missing_model_type", "  \"model_type\": \"qwen3_vl\",\n", "",
      "config.json:1:1: required key 'model_type' is missing (a Hugging Face config.json names its model type at "
      "the top level)"},
@@ -458,7 +517,9 @@ const hostile_edit kJsonEdits[] = {
     // An ESC sequence in the model type ("\u001b[2J" clears a terminal) is quoted as \u001b, never raw.
     {document::json, "control_characters_in_the_model_type_are_escaped", "\"qwen3_vl\"", "\"\\u001b[2J\"",
      "config.json:2:17: key 'model_type': unsupported model type \"\\u001b[2J\" (flopmeter models \"qwen3_vl\", "
-     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")"},
+     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
+     "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
+     "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\")"},
     // "    \"rope_theta\": 5000000" becomes "    \"layer_types\": [\"full_attention\", \"sliding\", ...]": entry 1
     // starts at 4 + 15 + 1 + 16 + 2 = 38 (+1 = column 39).
     {document::json, "layer_type_of_an_unknown_kind_is_cited_at_the_entry", "\"rope_theta\": 5000000",

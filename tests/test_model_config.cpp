@@ -436,9 +436,11 @@ const edit_case kBadCases[] = {
      "bad.toml:15:27: key 'text_config.full_attention_interval': inconsistent Qwen3.5 layer layout: "
      "full_attention_interval = 8 exceeds num_hidden_layers = 4, so no layer would be full attention"},
     // "model_type = " is 13 characters -> column 14, line 2.
-    {"unknown_model_type", "model_type = \"qwen3_5\"", "model_type = \"llama\"",
-     "bad.toml:2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", "
-     "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")"},
+    {"unknown_model_type", "model_type = \"qwen3_5\"", "model_type = \"falcon\"",
+     "bad.toml:2:14: key 'model.model_type': unknown model type \"falcon\" (supported: \"qwen3_vl\", \"qwen3_5\", "
+     "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
+     "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
+     "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\")"},
     // Column 14, line 5.
     {"text_model_type_mismatch", "model_type = \"qwen3_5_text\"", "model_type = \"qwen3_vl_text\"",
      "bad.toml:5:14: key 'text_config.model_type': must be \"qwen3_5_text\" for model.model_type \"qwen3_5\" "
@@ -579,11 +581,13 @@ TEST(validate_model_spec, names_the_offending_field) {
   }
   {
     model_spec s = good;
-    s.model_type = "llama";
+    s.model_type = "falcon";
     EXPECT_EQ(
         validation_error(s),
-        "model_spec 'tiny': key 'model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", "
-        "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")");
+        "model_spec 'tiny': key 'model_type': unknown model type \"falcon\" (supported: \"qwen3_vl\", \"qwen3_5\", "
+        "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
+        "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
+        "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\")");
   }
   {
     model_spec s = good;

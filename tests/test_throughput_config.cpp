@@ -447,12 +447,14 @@ TEST_F(throughput_config, model_path_may_be_a_config_json_or_a_checkpoint_direct
 }
 
 TEST_F(throughput_config, model_file_errors_propagate_unchanged) {
-  const std::string model = write("bad_model.toml", "[model]\nmodel_type = \"llama\"\n[text_config]\n");
+  const std::string model = write("bad_model.toml", "[model]\nmodel_type = \"falcon\"\n[text_config]\n");
   // The model loader's own message: "model_type = " is 13 characters -> 2:14 in the model file.
   EXPECT_EQ(error_of("[model]\nconfig = \"bad_model.toml\"\n"),
             model +
-                ":2:14: key 'model.model_type': unknown model type \"llama\" (supported: \"qwen3_vl\", \"qwen3_5\", "
-                "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\")");
+                ":2:14: key 'model.model_type': unknown model type \"falcon\" (supported: \"qwen3_vl\", \"qwen3_5\", "
+                "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
+                "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
+                "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\")");
 }
 
 TEST_F(throughput_config, text_form_names_its_source_and_resolves_the_model_against_base_dir) {

@@ -57,14 +57,21 @@ std::vector<regime_factor> regime_factors(const model_spec& spec, const training
   const auto row = [&](const char* term, std::int64_t coefficients::*field) {
     return regime_factor{term, ratio(rc.with_items.*field, full.*field), ratio(rc.without_items.*field, full.*field)};
   };
-  return {row("dense_per_token", &coefficients::dense_per_token),
-          row("text_attn_pair", &coefficients::text_attn_pair),
-          row("vision_per_patch", &coefficients::vision_per_patch),
-          row("vision_attn_pair", &coefficients::vision_attn_pair),
-          row("patch_embed_per_patch", &coefficients::patch_embed_per_patch),
-          row("merger_per_merged_token", &coefficients::merger_per_merged_token),
-          row("mtp_per_token", &coefficients::mtp_per_token),
-          row("mtp_attn_pair", &coefficients::mtp_attn_pair)};
+  std::vector<regime_factor> factors = {row("dense_per_token", &coefficients::dense_per_token),
+                                        row("text_attn_pair", &coefficients::text_attn_pair),
+                                        row("vision_per_patch", &coefficients::vision_per_patch),
+                                        row("vision_attn_pair", &coefficients::vision_attn_pair),
+                                        row("patch_embed_per_patch", &coefficients::patch_embed_per_patch),
+                                        row("merger_per_merged_token", &coefficients::merger_per_merged_token),
+                                        row("mtp_per_token", &coefficients::mtp_per_token),
+                                        row("mtp_attn_pair", &coefficients::mtp_attn_pair)};
+  // A windowed model: each window's pair coefficient too (listed only for the windows the model has).
+  static const char* const kWindowTerms[] = {"window_attn_pair[0]", "window_attn_pair[1]"};
+  for (std::int64_t k = 0; k < geometry_of(spec).window_count; ++k) {
+    factors.push_back({kWindowTerms[k], ratio(rc.with_items.window_attn_pair[k], full.window_attn_pair[k]),
+                       ratio(rc.without_items.window_attn_pair[k], full.window_attn_pair[k])});
+  }
+  return factors;
 }
 
 std::string regime_factors_json(const training_regime& regime, const std::vector<regime_factor>& factors) {

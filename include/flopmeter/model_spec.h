@@ -93,7 +93,7 @@ struct text_spec {
   bool is_mla() const { return kv_lora_rank > 0; }
 
   layer_kind layer_type(std::int64_t index) const;  // index in [0, num_hidden_layers)
-  std::int64_t num_full_attention_layers() const;    // full_attention layers (MLA layers on an MLA model)
+  std::int64_t num_full_attention_layers() const;   // full_attention layers (MLA layers on an MLA model)
   std::int64_t num_linear_attention_layers() const;  // Gated DeltaNet layers
   // Softmax attention layers of any window: full, sliding and chunked.
   std::int64_t num_attention_layers() const { return num_hidden_layers - num_linear_attention_layers(); }

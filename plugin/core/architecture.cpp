@@ -70,7 +70,8 @@ struct kind_count {
   std::int64_t moe = 0;
 };
 
-std::vector<kind_count> kinds_in(const text_spec& t, std::int64_t from, std::int64_t to) {
+// Only layers whose number i+1 is a multiple of `every` (1: all of them) are counted.
+std::vector<kind_count> kinds_in(const text_spec& t, std::int64_t from, std::int64_t to, std::int64_t every = 1) {
   std::vector<kind_count> out;
   const auto add = [&out](layer_kind kind, std::int64_t layers, std::int64_t moe) {
     if (layers <= 0) return;
@@ -88,22 +89,22 @@ std::vector<kind_count> kinds_in(const text_spec& t, std::int64_t from, std::int
     std::int64_t start = 0;
     for (const layer_run& run : t.layer_runs) {
       const std::int64_t a = std::max(from, start), b = std::min(to, start + run.count);
-      if (a < b) add(run.kind, b - a, moe_among(t, 1, a, b));
+      if (a < b) add(run.kind, multiples(every, a, b), moe_among(t, every, a, b));
       start += run.count;
       if (start >= to) break;
     }
     return out;
   }
   if (t.full_attention_interval <= 0) {
-    add(layer_kind::full_attention, to - from, moe_among(t, 1, from, to));
+    add(layer_kind::full_attention, multiples(every, from, to), moe_among(t, every, from, to));
     return out;
   }
-  const std::int64_t k = t.full_attention_interval;
+  const std::int64_t k = capped_lcm(t.full_attention_interval, every, to);
   const std::int64_t full = multiples(k, from, to);
   const std::int64_t full_moe = moe_among(t, k, from, to);
   // Layer `from` decides which kind is used first.
-  const bool first_full = (from + 1) % k == 0;
-  const std::int64_t linear = to - from - full, linear_moe = moe_among(t, 1, from, to) - full_moe;
+  const bool first_full = (from + 1) % t.full_attention_interval == 0;
+  const std::int64_t linear = multiples(every, from, to) - full, linear_moe = moe_among(t, every, from, to) - full_moe;
   if (first_full) add(layer_kind::full_attention, full, full_moe);
   add(layer_kind::linear_attention, linear, linear_moe);
   if (!first_full) add(layer_kind::full_attention, full, full_moe);
@@ -201,9 +202,9 @@ std::int64_t first_attention_layer(const text_spec& t) {
   return t.full_attention_interval <= t.num_hidden_layers ? t.full_attention_interval - 1 : t.num_hidden_layers;
 }
 
-std::vector<layer_group> layer_groups(const model_spec& spec, std::int64_t from, std::int64_t to) {
+std::vector<layer_group> layer_groups(const model_spec& spec, std::int64_t from, std::int64_t to, std::int64_t every) {
   std::vector<layer_group> groups;
-  for (const kind_count& k : kinds_in(spec.text, from, to)) {
+  for (const kind_count& k : kinds_in(spec.text, from, to, every)) {
     const token_mixer mixer = mixer_of(spec, k.kind);
     if (k.layers - k.moe > 0) groups.push_back({k.layers - k.moe, mixer, mlp_of(spec.text, false)});
     if (k.moe > 0) groups.push_back({k.moe, mixer, mlp_of(spec.text, true)});

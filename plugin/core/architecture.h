@@ -103,8 +103,10 @@ struct vision_tower {
 vision_tower vision_tower_of(const vision_spec& v);
 
 // The decoder layers [from, to) (0 <= from <= to <= num_hidden_layers) as groups, in a fixed order (by mixer
-// kind in order of first use, dense MLP before MoE); groups of count 0 are left out.
-std::vector<layer_group> layer_groups(const model_spec& spec, std::int64_t from, std::int64_t to);
+// kind in order of first use, dense MLP before MoE); groups of count 0 are left out. With `every` > 1 only the
+// layers whose number i+1 is a multiple of it (every k-th layer, e.g. the checkpointed ones).
+std::vector<layer_group> layer_groups(const model_spec& spec, std::int64_t from, std::int64_t to,
+                                      std::int64_t every = 1);
 // The group one layer belongs to (count 1).
 layer_group layer_at(const model_spec& spec, std::int64_t index);
 // An MTP layer (count = mtp_num_hidden_layers).

@@ -17,7 +17,6 @@ namespace flopmeter::detail {
 __extension__ typedef __int128 int128;
 __extension__ typedef unsigned __int128 uint128;
 
-
 // Saturating arithmetic with provenance. Sizes are capped at 2^31 by the loader, but products of several
 // (the merger's (m^2 * hv)^2 is up to 2^186) and layer counts times per-layer work can exceed even 128 bits.
 // A `term` saturates at kSaturated (2^120, far above any int64) instead of wrapping, and remembers the

@@ -110,6 +110,13 @@ class walker {
     gemm("lm_head", h(), {t_.vocab_size, "text.vocab_size"}, hidden, layers, coefficient_slot::mtp_per_token);
   }
 
+  // The decoder layers [from, to) with (i+1) % every == 0, input gradient g (walk_decoder_layers).
+  void decoder_layers(std::int64_t from, std::int64_t to, std::int64_t every, bool g) {
+    part_ = model_part::text;
+    group_ = 0;
+    groups(from, to, g, every);
+  }
+
   // The vision tower (architecture.h vision_tower_of), part by part.
   void vision() {
     if (!spec_.vision) return;
@@ -130,21 +137,22 @@ class walker {
     for (const vision_block_group& g : tower.groups) {
       const factor depth{g.count, "vision.depth"};
       order_ = 0;
-      visit(gemm_of("qkv", product({{3, nullptr}, hv, hv}), V, V, depth, block));
+      matmul_ = 0;
+      visit_matmul(gemm_of("qkv", product({{3, nullptr}, hv, hv}), V, V, depth, block), false);
       gemm_visit core =
           gemm_of("attention_core", product({{2, nullptr}, hv}), V, false, depth,
                   g.attention == vision_attention_kind::windowed ? coefficient_slot::vision_window_attn_pair
                                                                  : coefficient_slot::vision_attn_pair);
       core.weightless = true;
       visit(core);
-      visit(gemm_of("proj", product({hv, hv}), V, V, depth, block));
+      visit_matmul(gemm_of("proj", product({hv, hv}), V, V, depth, block), false);
       if (tower.mlp == vision_mlp_kind::gated) {
-        visit(gemm_of("gate_proj", product({hv, iv}), V, V, depth, block));
-        visit(gemm_of("up_proj", product({hv, iv}), V, V, depth, block));
-        visit(gemm_of("down_proj", product({iv, hv}), V, V, depth, block));
+        visit_matmul(gemm_of("gate_proj", product({hv, iv}), V, V, depth, block), false);
+        visit_matmul(gemm_of("up_proj", product({hv, iv}), V, V, depth, block), false);
+        visit_matmul(gemm_of("down_proj", product({iv, hv}), V, V, depth, block), true);
       } else {
-        visit(gemm_of("fc1", product({hv, iv}), V, V, depth, block));
-        visit(gemm_of("fc2", product({iv, hv}), V, V, depth, block));
+        visit_matmul(gemm_of("fc1", product({hv, iv}), V, V, depth, block), false);
+        visit_matmul(gemm_of("fc2", product({iv, hv}), V, V, depth, block), true);
       }
       ++group_;
     }
@@ -168,6 +176,7 @@ class walker {
     v.group = group_;
     v.layers = layers;
     v.order = order_++;
+    v.matmul = 0;
     v.name = name;
     v.input_gradient = input_gradient;
     v.weight_trains = weight_trains;
@@ -183,17 +192,23 @@ class walker {
 
   // One weight GEMM d_in -> d_out into `slot`, with its LoRA adapter when `target` is adapted. Returns whether its
   // output needs a gradient.
+  // `last`: the block's final GEMM (with an adapter, its B is: PEFT adds B's output last).
   bool gemm(const char* name, const factor& d_in, const factor& d_out, bool g, const factor& layers,
-            coefficient_slot slot, std::optional<lora_target> target = std::nullopt) {
+            coefficient_slot slot, std::optional<lora_target> target = std::nullopt, bool last = false) {
     const bool adapted = target && regime_.adapts(*target);
-    visit(gemm_of(name, product({d_in, d_out}), g, weights_train_, layers, dense(slot)));
+    visit_matmul(gemm_of(name, product({d_in, d_out}), g, weights_train_, layers, dense(slot)), last && !adapted);
     if (adapted) {
       const factor rank{regime_.lora_rank, "training.lora_rank"};
       const coefficient_slot lora = dense(coefficient_slot::lora_adapters);
-      visit(gemm_of("lora_A", product({d_in, rank}), g, true, layers, lora));
-      visit(gemm_of("lora_B", product({rank, d_out}), true, true, layers, lora));
+      visit_matmul(gemm_of("lora_A", product({d_in, rank}), g, true, layers, lora), false);
+      visit_matmul(gemm_of("lora_B", product({rank, d_out}), true, true, layers, lora), last);
     }
     return g || weights_train_ || adapted;
+  }
+  void visit_matmul(gemm_visit v, bool last) {
+    v.matmul = ++matmul_;
+    v.last = last;
+    visit(v);
   }
 
   void core(const char* name, term macs, bool g, const factor& layers, coefficient_slot slot) {
@@ -295,7 +310,7 @@ class walker {
     bool gate = false;
     if (b.kind == mlp_kind::gated) gate = gemm("gate_proj", h(), b.width, g, layers, slot, lora_target::gate_proj);
     const bool up = gemm("up_proj", h(), b.width, g, layers, slot, lora_target::up_proj);
-    const bool down = gemm("down_proj", b.width, h(), gate || up, layers, slot, lora_target::down_proj);
+    const bool down = gemm("down_proj", b.width, h(), gate || up, layers, slot, lora_target::down_proj, true);
     return g || down;
   }
 
@@ -307,15 +322,28 @@ class walker {
   //                  DeepSeek/GLM: n_shared_experts x moe_intermediate_size), and Qwen's sigmoid gate h -> 1
   // Weighting the expert outputs by the router probabilities and summing them is element-wise, not counted.
   bool moe(const mlp_block& b, bool g, const factor& layers) {
-    visit(gemm_of("router", product({h(), b.experts}), g, weights_train_, layers, dense(coefficient_slot::moe_router)));
-    visit(gemm_of("experts", product({{3, nullptr}, h(), b.expert_width}) * b.top_k, g, weights_train_, layers,
-                  dense(coefficient_slot::moe_routed_experts)));
+    // The experts' scaled outputs are a saved product, so no GEMM of an MoE block is `last`.
+    visit_matmul(
+        gemm_of("router", product({h(), b.experts}), g, weights_train_, layers, dense(coefficient_slot::moe_router)),
+        false);
+    // The routed experts' gate, up and down (each a grouped matmul over the top_k experts of every token).
+    const char* const parts[] = {"experts.gate_proj", "experts.up_proj", "experts.down_proj"};
+    for (const char* part : parts) {
+      visit_matmul(gemm_of(part, product({h(), b.expert_width}) * b.top_k, g, weights_train_, layers,
+                           dense(coefficient_slot::moe_routed_experts)),
+                   false);
+    }
     if (b.shared_width.value > 0) {
-      visit(gemm_of("shared_expert", product({{3, nullptr}, h()}) * b.shared_width, g, weights_train_, layers,
-                    dense(coefficient_slot::moe_shared_expert)));
+      const char* const shared[] = {"shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj"};
+      for (const char* part : shared) {
+        visit_matmul(gemm_of(part, product({h()}) * b.shared_width, g, weights_train_, layers,
+                             dense(coefficient_slot::moe_shared_expert)),
+                     false);
+      }
       if (b.shared_gate) {
-        visit(gemm_of("shared_expert_gate", product({h()}), g, weights_train_, layers,
-                      dense(coefficient_slot::moe_shared_expert_gate)));
+        visit_matmul(gemm_of("shared_expert_gate", product({h()}), g, weights_train_, layers,
+                             dense(coefficient_slot::moe_shared_expert_gate)),
+                     false);
       }
     }
     return g || weights_train_;
@@ -323,6 +351,7 @@ class walker {
 
   bool layer(const layer_group& group, bool g, const factor& layers) {
     order_ = 0;
+    matmul_ = 0;
     bool hidden = false;
     switch (group.mixer.kind) {
       case mixer_kind::attention: hidden = attention(group.mixer.attention, g, layers); break;
@@ -332,9 +361,9 @@ class walker {
     return mlp(group.mlp, hidden, layers);
   }
 
-  void groups(std::int64_t from, std::int64_t to, bool g) {
+  void groups(std::int64_t from, std::int64_t to, bool g, std::int64_t every = 1) {
     if (to <= from) return;
-    for (const layer_group& group : layer_groups(spec_, from, to)) {
+    for (const layer_group& group : layer_groups(spec_, from, to, every)) {
       layer(group, g, factor{group.count, "text.num_hidden_layers"});
       ++group_;
     }
@@ -348,6 +377,7 @@ class walker {
   model_part part_ = model_part::text;
   std::size_t group_ = 0;
   int order_ = 0;
+  int matmul_ = 0;
 };
 
 bool adapts_any(const training_regime& r, std::initializer_list<lora_target> targets) {
@@ -377,6 +407,12 @@ std::int64_t first_adapted_layer(const model_spec& spec, const training_regime& 
     first = std::min(first, start);
   }
   return first;
+}
+
+void walk_decoder_layers(const model_spec& spec, const training_regime& regime, std::int64_t from, std::int64_t to,
+                         std::int64_t every, bool g, const gemm_visitor& visit) {
+  walker w(spec, regime, visit);
+  w.decoder_layers(from, to, every < 1 ? 1 : every, g);
 }
 
 void walk_gemms(const model_spec& spec, const training_regime& regime, bool items, const gemm_visitor& visit) {

@@ -52,7 +52,12 @@ struct gemm_visit {
   model_part part = model_part::text;
   std::size_t group = 0;        // the layer group within its part (0 for the LM head, eh_proj, the vision parts)
   factor layers{1, nullptr};    // how many layers run it
-  int order = 0;                // position in its block's forward order
+  int order = 0;                // position in its block's forward order (every product, from 0)
+  int matmul = 0;               // its number among the block's matmuls, from 1 (projections, LoRA's A and B after
+                                // their base, the router, each of the experts' gate, up and down as one grouped
+                                // matmul); 0 for the attention core, the conv and the delta rule
+  bool last = false;            // the block's final GEMM, whose output only the residual add reads (the gated
+                                // MLP's down_proj, or its LoRA B when adapted; the ViT's fc2)
   const char* name = "";        // "q_proj", "attention_core", "lm_head", ... (Hugging Face names where they exist)
   bool weightless = false;      // a product of two activations: no weight, its backward forms both operands' gradients
   bool input_gradient = false;  // its input needs a gradient (weightless: a gradient flows through it)
@@ -75,6 +80,12 @@ using gemm_visitor = std::function<void(const gemm_visit&)>;
 // (text, LM head, MTP when spec.train_mtp_layers) are visited for the decoder; vision and merger parts when the
 // model has a vision tower.
 void walk_gemms(const model_spec& spec, const training_regime& regime, bool items, const gemm_visitor& visit);
+
+// The decoder layers [from, to) whose number i+1 is a multiple of `every`, walked as `walk_gemms` walks them with
+// input gradient `g` (a fold that selects layers, e.g. the checkpointed ones, walks them again). Visits carry
+// part text, their group's layer count among the selected layers.
+void walk_decoder_layers(const model_spec& spec, const training_regime& regime, std::int64_t from, std::int64_t to,
+                         std::int64_t every, bool g, const gemm_visitor& visit);
 
 // The coefficients the walk's visits fold into (training_regime.cpp): each slot's pass-weighted multiply-adds x 2.
 // Throws coefficient_overflow.

@@ -63,8 +63,8 @@ void text_constant(const text_spec& t, bool train_mtp, double s, megatron_consta
     const double v = static_cast<double>(t.v_head_dim), q_lora = static_cast<double>(t.q_lora_rank);
     const double kv_lora = static_cast<double>(t.kv_lora_rank);
     const double q_term = t.q_lora_rank > 0 ? q_lora * (h + heads * (nope + rope) + 1) : h * heads * (nope + rope);
-    standard_projection = kForwardBackward * kFma *
-                          (q_term + kv_lora * (h + heads * (nope + v) + 1) + h * rope + heads * v * h);
+    standard_projection =
+        kForwardBackward * kFma * (q_term + kv_lora * (h + heads * (nope + v) + 1) + h * rope + heads * v * h);
     standard_core = kForwardBackward * kFma * (s * heads * (nope + rope) / 2 + s * heads * v / 2);
     out.text_mla_norms_per_token =
         kForwardBackward * kFma * ((t.q_lora_rank > 0 ? q_lora : 0.0) + kv_lora) * standard_layers;
@@ -264,21 +264,23 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
                                  "ratio 1 + that / constant"
                                : "same projections, MLP and logits, per token";
   if (mla) {
-    linear_why += "; Megatron's MLA term bills 1 per latent rank (q_lora_rank + kv_lora_rank) per layer for the latent "
-                  "norms, flopmeter does not (element-wise)";
+    linear_why +=
+        "; Megatron's MLA term bills 1 per latent rank (q_lora_rank + kv_lora_rank) per layer for the latent "
+        "norms, flopmeter does not (element-wise)";
   }
   report.rows.push_back(make_row("text dense_per_token (+MTP) = constant's token-linear part",
                                  static_cast<double>(c.dense_per_token) + static_cast<double>(c.mtp_per_token),
                                  k.text_linear_per_token, linear_ratio, tolerance, linear_why));
   if (mla) {
-    report.rows.push_back(make_row("MLA latent norms = the documented difference (in the constant, not billed)",
-                                   6.0 * static_cast<double>(spec.text.num_attention_layers() +
-                                                             (spec.train_mtp_layers ? spec.text.mtp_num_hidden_layers : 0)) *
-                                       static_cast<double>((spec.text.q_lora_rank > 0 ? spec.text.q_lora_rank : 0) +
-                                                           spec.text.kv_lora_rank),
-                                   k.text_mla_norms_per_token, 1.0, tolerance,
-                                   "Megatron-LM's MLA formula adds q_lora_rank + kv_lora_rank per layer (the \"+ 1\" "
-                                   "terms, the latent RMSNorms): 6 x that x MLA layers"));
+    report.rows.push_back(make_row(
+        "MLA latent norms = the documented difference (in the constant, not billed)",
+        6.0 *
+            static_cast<double>(spec.text.num_attention_layers() +
+                                (spec.train_mtp_layers ? spec.text.mtp_num_hidden_layers : 0)) *
+            static_cast<double>((spec.text.q_lora_rank > 0 ? spec.text.q_lora_rank : 0) + spec.text.kv_lora_rank),
+        k.text_mla_norms_per_token, 1.0, tolerance,
+        "Megatron-LM's MLA formula adds q_lora_rank + kv_lora_rank per layer (the \"+ 1\" "
+        "terms, the latent RMSNorms): 6 x that x MLA layers"));
   }
   if (moe) {
     // The MoE parts on their own. The MTP layers' share (trained MTP layers of an MoE model are MoE layers) is
@@ -292,11 +294,10 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
                                    k.text_moe_routed_per_token, 1.0, tolerance,
                                    "top-k SwiGLU experts of moe_intermediate_size per token (dropless routing)"));
     if (spec.text.shared_expert_intermediate_size > 0 || spec.text.n_shared_experts > 0) {
-      report.rows.push_back(make_row("MoE shared expert = constant's shared-expert term",
-                                     static_cast<double>(c.dense.moe_shared_expert) * scale,
-                                     k.text_moe_shared_per_token, 1.0, tolerance,
-                                     spec.text.n_shared_experts > 0
-                                         ? "one SwiGLU of n_shared_experts x moe_intermediate_size on every token"
+      report.rows.push_back(make_row(
+          "MoE shared expert = constant's shared-expert term", static_cast<double>(c.dense.moe_shared_expert) * scale,
+          k.text_moe_shared_per_token, 1.0, tolerance,
+          spec.text.n_shared_experts > 0 ? "one SwiGLU of n_shared_experts x moe_intermediate_size on every token"
                                          : "one SwiGLU of shared_expert_intermediate_size on every token"));
     }
     report.rows.push_back(make_row(
@@ -344,16 +345,15 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
                                        "window; the constant bills S*S/2 in every layer"
                                      : "causal pairs are S(S+1)/2, the constant bills S*S/2: ratio (S+1)/S"));
   const double text_linear = k.text_linear_per_token, text_attention = k.text_attention_per_token;
-  report.rows.push_back(make_row("one S-token document: total vs constant x S",
-                                 text_flops.text_dense + text_flops.mtp + text_flops.text_attention,
-                                 k.text_per_token() * s,
-                                 (text_linear + k.text_moe_unbilled_per_token - k.text_mla_norms_per_token +
-                                  text_attention * attention_ratio) /
-                                     (text_linear + text_attention),
-                                 tolerance,
-                                 moe ? "token-linear parts differ by the router and shared-expert gate, the attention "
-                                       "part by (S+1)/S"
-                                     : "token-linear parts equal; only the attention part differs, by (S+1)/S"));
+  report.rows.push_back(make_row(
+      "one S-token document: total vs constant x S", text_flops.text_dense + text_flops.mtp + text_flops.text_attention,
+      k.text_per_token() * s,
+      (text_linear + k.text_moe_unbilled_per_token - k.text_mla_norms_per_token + text_attention * attention_ratio) /
+          (text_linear + text_attention),
+      tolerance,
+      moe ? "token-linear parts differ by the router and shared-expert gate, the attention "
+            "part by (S+1)/S"
+          : "token-linear parts equal; only the attention part differs, by (S+1)/S"));
 
   if (spec.vision) {
     const vision_spec& v = *spec.vision;

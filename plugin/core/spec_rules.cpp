@@ -121,13 +121,13 @@ std::optional<spec_violation> check_fields(const model_spec& spec) {
     return spec_violation{"text_config.layer_types", std::string(kNoSlidingWindow)};
   }
   if (t.is_mla() || t.q_lora_rank != 0 || t.qk_nope_head_dim != 0 || t.qk_rope_head_dim != 0 || t.v_head_dim != 0) {
-    return spec_violation{"text_config.kv_lora_rank", "not allowed for model_type " + type +
-                                                          ", which has no multi-head latent attention (MLA)"};
+    return spec_violation{"text_config.kv_lora_rank",
+                          "not allowed for model_type " + type + ", which has no multi-head latent attention (MLA)"};
   }
   if (t.first_k_dense_replace != 0 || t.n_shared_experts != 0) {
-    return spec_violation{t.first_k_dense_replace != 0 ? "text_config.first_k_dense_replace"
-                                                       : "text_config.n_shared_experts",
-                          "not allowed for model_type " + type + " (a DeepSeek-V3 / GLM-4.5 MoE field)"};
+    return spec_violation{
+        t.first_k_dense_replace != 0 ? "text_config.first_k_dense_replace" : "text_config.n_shared_experts",
+        "not allowed for model_type " + type + " (a DeepSeek-V3 / GLM-4.5 MoE field)"};
   }
   for (const text_int& field : kTextInts) {
     const std::int64_t value = t.*field.member;

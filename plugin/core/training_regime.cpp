@@ -48,15 +48,18 @@ constexpr int128 kFlopsPerPass = 2;
 // fixed order so that the same part overflows first.
 void text_coefficients(const model_spec& spec, const slot_sums& w, coefficients& c) {
   dense_terms& d = c.dense;
-  std::int64_t* const parts[kDenseSlots] = {&d.attention_projections, &d.linear_attention,   &d.dense_mlp,
-                                            &d.moe_router,            &d.moe_routed_experts, &d.moe_shared_expert,
-                                            &d.moe_shared_expert_gate, &d.logits,            &d.lora_adapters};
-  const char* const names[kDenseSlots] = {
-      "dense_per_token (attention projections)", "dense_per_token (Gated DeltaNet)",
-      "dense_per_token (dense MLP)",             "dense_per_token (MoE router)",
-      "dense_per_token (MoE routed experts)",    "dense_per_token (MoE shared expert)",
-      "dense_per_token (MoE shared-expert gate)", "dense_per_token (logits)",
-      "dense_per_token (LoRA adapters)"};
+  std::int64_t* const parts[kDenseSlots] = {
+      &d.attention_projections, &d.linear_attention,       &d.dense_mlp, &d.moe_router,   &d.moe_routed_experts,
+      &d.moe_shared_expert,     &d.moe_shared_expert_gate, &d.logits,    &d.lora_adapters};
+  const char* const names[kDenseSlots] = {"dense_per_token (attention projections)",
+                                          "dense_per_token (Gated DeltaNet)",
+                                          "dense_per_token (dense MLP)",
+                                          "dense_per_token (MoE router)",
+                                          "dense_per_token (MoE routed experts)",
+                                          "dense_per_token (MoE shared expert)",
+                                          "dense_per_token (MoE shared-expert gate)",
+                                          "dense_per_token (logits)",
+                                          "dense_per_token (LoRA adapters)"};
   term total;
   for (std::size_t i = 0; i < kDenseSlots; ++i) {
     *parts[i] = to_coefficient(w.slot[i], kFlopsPerPass, names[i]);
@@ -64,10 +67,8 @@ void text_coefficients(const model_spec& spec, const slot_sums& w, coefficients&
   }
   c.dense_per_token = to_coefficient(total, kFlopsPerPass, "dense_per_token");
   c.text_attn_pair = to_coefficient(w[coefficient_slot::text_attn_pair], kFlopsPerPass, "text_attn_pair");
-  c.window_attn_pair[0] =
-      to_coefficient(w[coefficient_slot::window_attn_pair_0], kFlopsPerPass, "window_attn_pair[0]");
-  c.window_attn_pair[1] =
-      to_coefficient(w[coefficient_slot::window_attn_pair_1], kFlopsPerPass, "window_attn_pair[1]");
+  c.window_attn_pair[0] = to_coefficient(w[coefficient_slot::window_attn_pair_0], kFlopsPerPass, "window_attn_pair[0]");
+  c.window_attn_pair[1] = to_coefficient(w[coefficient_slot::window_attn_pair_1], kFlopsPerPass, "window_attn_pair[1]");
   c.mtp_per_token = 0;
   c.mtp_attn_pair = 0;
   if (spec.train_mtp_layers && spec.text.mtp_num_hidden_layers > 0) {

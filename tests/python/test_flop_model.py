@@ -70,6 +70,23 @@ def test_a_small_batch_by_hand():
     assert m.flops(document_lengths=[3, 5], padding_tokens=2, image_grid_thw=[[1, 4, 4]], scope="seed") == seed
 
 
+def test_gpt_oss_20b_windowed_batch_by_hand():
+    # gpt_oss_20b (model_configs/gpt_oss_20b.toml): 24 layers alternating sliding (window 128) and full attention,
+    # 64 heads of 64. Per pair and layer 6 * 2*64*64 = 49,152: 12 full layers 589,824, 12 sliding layers 589,824.
+    # Documents of 1000 and 3000 tokens: causal pairs 500,500 + 4,501,500 = 5,002,000; pairs inside the window
+    # 128*129/2 + (L - 128)*128: 8,256 + 111,616 = 119,872 and 8,256 + 367,616 = 375,872, together 495,744.
+    # dense_per_token (hand-derived in tests/test_families.cpp's terms): 6 * (24*(2880*9216) + 24*2880*32
+    # + 24*4*3*2880*2880 + 2880*201088) = 21,642,854,400.
+    m = flopmeter.FlopModel("gpt_oss_20b")
+    c = m.coefficients
+    assert c["dense_per_token"] == 21642854400
+    assert c["text_attn_pair"] == 589824 and c["window_attn_pair"] == [589824]
+    assert c["windows"] == [{"kind": "sliding", "size": 128}]
+    counts = m.counts(document_lengths=[1000, 3000])
+    assert counts["causal_pairs"] == 5002000 and counts["window_pairs_0"] == 495744
+    assert m.flops(document_lengths=[1000, 3000]) == 21642854400 * 4000 + 589824 * 5002000 + 589824 * 495744
+
+
 def _python_counts(lengths, grids, merge):
     """The counts, computed here from their definitions (METRICS.md, section 1), independently of the library."""
     return {
