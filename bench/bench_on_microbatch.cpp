@@ -39,6 +39,11 @@ std::shared_ptr<throughput_plugin> make_plugin() {
   return throughput_plugin::create(std::move(o), make_local_communicator());
 }
 
+void run_counters(benchmark::State& state, std::size_t documents) {
+  state.counters["ns_per_document"] = benchmark::Counter(static_cast<double>(state.iterations() * documents),
+                                                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 void run(benchmark::State& state, const microbatch_event& event, std::size_t documents) {
   auto plugin = make_plugin();
   const std::uint64_t before = g_allocations.load();
@@ -46,8 +51,7 @@ void run(benchmark::State& state, const microbatch_event& event, std::size_t doc
   const std::uint64_t allocations = g_allocations.load() - before;
   state.counters["allocs_per_call"] =
       benchmark::Counter(static_cast<double>(allocations) / static_cast<double>(state.iterations()));
-  state.counters["ns_per_document"] = benchmark::Counter(
-      static_cast<double>(state.iterations() * documents), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  run_counters(state, documents);
   if (plugin->health().bad_microbatches != 0) state.SkipWithError("the benchmark batch was rejected");
 }
 
@@ -80,9 +84,35 @@ void BM_on_microbatch_positions(benchmark::State& state) {
   run(state, e, kLengths.size());
 }
 
+// The counting step of on_microbatch with cu_seqlens (count_from_cu_seqlens and the sum into the interval)
+// for a full-attention model (range(0) = 0) and a two-window one (1: sliding 4096 and chunked 8192, as a
+// geometry_of would give): what windows add to the hook. Issue 30's target is on_microbatch for a two-window
+// model <= 1.15x the full-attention one; (on_microbatch + this difference) / on_microbatch is that ratio.
+void BM_count_cu_seqlens(benchmark::State& state) {
+  std::vector<std::int64_t> cu = {0};
+  for (const std::int64_t l : kLengths) cu.push_back(cu.back() + l);
+  vision_geometry g;
+  g.has_vision = true;
+  g.spatial_merge_size = 2;
+  if (state.range(0) == 1) {
+    g.window_count = 2;
+    g.windows[0] = {window_kind::sliding, 4096};
+    g.windows[1] = {window_kind::chunked, 8192};
+  }
+  state.SetLabel(state.range(0) == 1 ? "two windows" : "full attention");
+  batch_counts interval;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(cu.data());
+    interval += count_from_cu_seqlens(cu, 0, kGrids, g);
+    benchmark::DoNotOptimize(interval);
+  }
+  run_counters(state, kLengths.size());
+}
+
 BENCHMARK(BM_on_microbatch_lengths);
 BENCHMARK(BM_on_microbatch_cu_seqlens);
 BENCHMARK(BM_on_microbatch_positions);
+BENCHMARK(BM_count_cu_seqlens)->Arg(0)->Arg(1);
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 // least work that reads every entry once, compiled here with the project's own flags) and the scan with each
 // kernel this CPU has (scalar reference, SSE2 baseline, AVX2 when present) plus count_from_positions, which
 // dispatches to the best kernel. Counter ns_per_token; scripts/bench.sh prints the ratios to the plain sum.
+// BM_positions_scan_windows: the best kernel without windows and with one or two attention windows, in one run.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -85,6 +86,31 @@ void BM_count_from_positions(benchmark::State& state) {
   per_token(state, tokens);
 }
 
+// The scan with 0, 1 or 2 windows (issue 30's target: one sliding window at most 1.3x the scan without), best
+// kernel. Windows: sliding 4096 (Mistral's), then chunked 8192 (range(2) = 3: two sliding, 4096 and 1024).
+template <class T>
+void BM_positions_scan_windows(benchmark::State& state) {
+  const auto tokens = static_cast<std::size_t>(state.range(0));
+  const auto count = static_cast<std::size_t>(state.range(1));
+  const attention_window sliding_chunked[] = {{window_kind::sliding, 4096}, {window_kind::chunked, 8192}};
+  const attention_window two_sliding[] = {{window_kind::sliding, 4096}, {window_kind::sliding, 1024}};
+  const array_view<attention_window> windows =
+      count == 3 ? array_view<attention_window>(two_sliding, 2) : array_view<attention_window>(sliding_chunked, count);
+  state.SetLabel(count == 0 ? "full" : count == 1 ? "sliding" : count == 2 ? "sliding+chunked" : "sliding+sliding");
+  const std::vector<T> row = positions_row<T>(tokens);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(row.data());
+    benchmark::DoNotOptimize(detail::scan_positions(array_view<T>(row), windows));
+  }
+  per_token(state, tokens);
+}
+
+void sizes_and_windows(benchmark::internal::Benchmark* b) {
+  for (const int tokens : {32768, 1 << 20}) {
+    for (const int windows : {0, 1, 3, 2}) b->Args({tokens, windows});
+  }
+}
+
 void kernels_and_sizes(benchmark::internal::Benchmark* b) {
   for (const int kernel : {0, 1, 2}) {
     for (const int tokens : {32768, 1 << 20}) b->Args({kernel, tokens});
@@ -97,6 +123,8 @@ BENCHMARK_TEMPLATE(BM_count_from_positions, std::int64_t)->Arg(32768)->Arg(1 << 
 BENCHMARK_TEMPLATE(BM_plain_sum, std::int32_t)->Arg(32768)->Arg(1 << 20);
 BENCHMARK_TEMPLATE(BM_positions_scan, std::int32_t)->Apply(kernels_and_sizes);
 BENCHMARK_TEMPLATE(BM_count_from_positions, std::int32_t)->Arg(32768)->Arg(1 << 20);
+BENCHMARK_TEMPLATE(BM_positions_scan_windows, std::int64_t)->Apply(sizes_and_windows);
+BENCHMARK_TEMPLATE(BM_positions_scan_windows, std::int32_t)->Apply(sizes_and_windows);
 
 }  // namespace
 

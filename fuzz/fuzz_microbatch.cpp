@@ -10,6 +10,8 @@
 //     cu_seqlens / positions are turned back into lengths), including on whether they are accepted.
 //   positions scan: every kernel this CPU has (SSE2, AVX2) gives exactly the scalar kernel's totals or error
 //     text, for int64 positions and, where they fit, the same entries as int32.
+//   attention windows: every count runs again with sliding / chunked windows; the three descriptions and every
+//     kernel agree on the window pairs too, tokens <= window pairs <= causal pairs, and nothing else changes.
 //   plugin: a hook never throws (they are noexcept: a throw would terminate, a crash the fuzzer reports);
 //     it rejects exactly the micro-batches a mirror of its accounting rejects (health().bad_microbatches);
 //     every emitted value is finite and the counts behind them are non-negative; train/tokens_seen is the
@@ -26,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -38,6 +41,7 @@
 #include "flopmeter/flop_model.h"
 #include "flopmeter/hooks.h"
 #include "flopmeter/throughput.h"
+#include "core/count_fields.h"
 #include "core/positions_scan.h"
 #include "fuzz_support.h"
 #include "support/small_models.h"
@@ -145,13 +149,38 @@ std::optional<batch_counts> try_count(const std::vector<std::int64_t>& values, i
   }
 }
 
-void check_non_negative(const batch_counts& n) {
-  FUZZ_CHECK(n.real_tokens >= 0 && n.padding_tokens >= 0 && n.documents >= 0 && n.causal_pairs >= 0 &&
-                 n.items >= 0 && n.patches >= 0 && n.merged_tokens >= 0 && n.vision_pairs_per_frame >= 0 &&
-                 n.vision_pairs_whole >= 0,
-             "a negative count was accepted");
+void check_non_negative(const batch_counts& n, const vision_geometry& g) {
+  detail::for_each_count_field([&](auto i) {
+    FUZZ_CHECK(n.*detail::kCountMember<decltype(i)::value> >= 0,
+               std::string("a negative count was accepted: ") + std::string(detail::kCountFields[i].name));
+  });
   FUZZ_CHECK(n.causal_pairs >= n.real_tokens, "fewer causal pairs than tokens");
   FUZZ_CHECK(n.vision_pairs_whole >= n.vision_pairs_per_frame, "whole-item pairs below per-frame pairs");
+  // Each query attends 1 to i + 1 keys under a window: tokens <= window pairs <= causal pairs; absent windows 0.
+  for (std::size_t k = 0; k < kMaxAttentionWindows; ++k) {
+    const std::int64_t pairs = n.*detail::kWindowPairs[k];
+    if (static_cast<std::int64_t>(k) < g.window_count) {
+      FUZZ_CHECK(pairs >= n.real_tokens && pairs <= n.causal_pairs, "window pairs outside [tokens, causal pairs]");
+    } else {
+      FUZZ_CHECK(pairs == 0, "a window the geometry does not have was counted");
+    }
+  }
+}
+
+// The count checks run again with windows (the plugin's model has none): chosen from the batch's size, so that
+// the corpus keeps its meaning. Sliding and chunked, windows of 1 (every query attends itself), one beyond 2^32
+// (the positions kernels clamp it) and sizes around the vector steps.
+vision_geometry with_windows(vision_geometry g, std::size_t choice) {
+  static constexpr attention_window kWindows[][2] = {
+      {{window_kind::sliding, 3}, {window_kind::chunked, 5}},
+      {{window_kind::chunked, 1}, {window_kind::sliding, std::int64_t{1} << 40}},
+      {{window_kind::sliding, 64}, {window_kind::sliding, 1}},
+      {{window_kind::chunked, 4096}, {window_kind::chunked, 3}}};
+  const auto& pick = kWindows[choice % std::size(kWindows)];
+  g.window_count = choice % 5 == 4 ? 1 : 2;
+  g.windows[0] = pick[0];
+  g.windows[1] = pick[1];
+  return g;
 }
 
 bool same_except_documents(const batch_counts& a, const batch_counts& b) {
@@ -211,10 +240,12 @@ void check_agreement_to_lengths(const std::vector<std::int64_t>& values, int for
 // ---- the positions scan: every kernel against the scalar one ---------------------------------------------
 
 template <class T>
-std::string scan_outcome(const std::vector<T>& values, detail::positions_kernel kernel) {
+std::string scan_outcome(const std::vector<T>& values, detail::positions_kernel kernel,
+                         array_view<attention_window> windows) {
   try {
-    const detail::positions_totals t = detail::scan_positions(array_view<T>(values), kernel);
-    return std::to_string(t.tokens) + " " + std::to_string(t.documents) + " " + std::to_string(t.causal_pairs);
+    const detail::positions_totals t = detail::scan_positions(array_view<T>(values), kernel, windows);
+    return std::to_string(t.tokens) + " " + std::to_string(t.documents) + " " + std::to_string(t.causal_pairs) + " " +
+           std::to_string(t.window_pairs[0]) + " " + std::to_string(t.window_pairs[1]);
   } catch (const error& e) {
     return std::string("error: ") + e.what();
   }
@@ -227,17 +258,18 @@ bool fits_int32(const std::vector<std::int64_t>& values) {
   return true;
 }
 
-void check_positions_kernels(const std::vector<std::int64_t>& values) {
+void check_positions_kernels(const std::vector<std::int64_t>& values, const vision_geometry& g) {
   using detail::positions_kernel;
-  const std::string reference = scan_outcome(values, positions_kernel::scalar);
+  const array_view<attention_window> windows(g.windows, static_cast<std::size_t>(g.window_count));
+  const std::string reference = scan_outcome(values, positions_kernel::scalar, windows);
   const std::vector<std::int32_t> narrow(values.begin(), values.end());
   const bool narrow_same = fits_int32(values);
   for (const positions_kernel k : {positions_kernel::scalar, positions_kernel::sse2, positions_kernel::avx2}) {
     if (!detail::available(k)) continue;
-    FUZZ_CHECK(scan_outcome(values, k) == reference, std::string("int64 positions: kernel ") + detail::name_of(k) +
-                                                         " disagrees with the scalar one");
+    FUZZ_CHECK(scan_outcome(values, k, windows) == reference,
+               std::string("int64 positions: kernel ") + detail::name_of(k) + " disagrees with the scalar one");
     if (narrow_same) {
-      FUZZ_CHECK(scan_outcome(narrow, k) == reference,
+      FUZZ_CHECK(scan_outcome(narrow, k, windows) == reference,
                  std::string("int32 positions: kernel ") + detail::name_of(k) + " disagrees with int64 scalar");
     }
   }
@@ -262,11 +294,8 @@ struct interval {
 
 // Every count below 2^53 is exact in the collective's double row; from 2^53 on the plugin skips the interval.
 bool representable(const batch_counts& n) {
-  for (const std::int64_t v : {n.real_tokens, n.padding_tokens, n.documents, n.causal_pairs, n.items, n.patches,
-                               n.merged_tokens, n.vision_pairs_per_frame, n.vision_pairs_whole}) {
-    if (v >= (std::int64_t{1} << 53)) return false;
-  }
-  return true;
+  return !detail::any_count_field(
+      [&](auto i) { return n.*detail::kCountMember<decltype(i)::value> >= (std::int64_t{1} << 53); });
 }
 
 // What a record must satisfy on its own; the figures the run checks against the mirror afterwards.
@@ -383,10 +412,27 @@ void run_plugin(FuzzedDataProvider& in) {
       // count_* on their own.
       const int counted_format = format == 3 ? 0 : format;
       const std::optional<batch_counts> counted = try_count(values, counted_format, padding, grids, g);
-      if (counted) check_non_negative(*counted);
+      if (counted) check_non_negative(*counted, g);
       if (counted_format == 0) check_agreement_from_lengths(values, counted, padding, grids, g);
       if (counted && counted_format != 0) check_agreement_to_lengths(values, counted_format, *counted, padding, grids, g);
-      if (counted_format == 2) check_positions_kernels(values);
+      if (counted_format == 2) check_positions_kernels(values, g);
+      // The same with attention windows: accepted exactly when without, the other counts unchanged.
+      const vision_geometry gw = with_windows(g, values.size());
+      const std::optional<batch_counts> windowed = try_count(values, counted_format, padding, grids, gw);
+      FUZZ_CHECK(windowed.has_value() == counted.has_value(), "windows changed whether a batch is accepted");
+      if (windowed) {
+        check_non_negative(*windowed, gw);
+        batch_counts without = *windowed;
+        for (std::size_t k = 0; k < kMaxAttentionWindows; ++k) {
+          without.*detail::kWindowPairs[k] = without.*detail::kItemlessWindowPairs[k] = 0;
+        }
+        FUZZ_CHECK(without == *counted, "windows changed a count other than the window pairs");
+      }
+      if (counted_format == 0) check_agreement_from_lengths(values, windowed, padding, grids, gw);
+      if (windowed && counted_format != 0) {
+        check_agreement_to_lengths(values, counted_format, *windowed, padding, grids, gw);
+      }
+      if (counted_format == 2) check_positions_kernels(values, gw);
 
       microbatch_event e;
       if (format == 0) e.document_lengths = values;

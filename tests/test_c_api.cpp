@@ -931,4 +931,79 @@ TEST_F(c_api_plugin, on_microbatch_from_inside_the_metrics_callback_is_refused_a
   EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);
 }
 
+// flopmeter_counts grew in 0.3 by window_pairs_0/1 at its end, versioned by struct_size. A caller built with
+// the nine-count struct (struct_size = the offset of window_pairs_0) still counts and bills a model without
+// windows, and the library writes nothing past its struct_size; the counts are named in the table's order.
+TEST(c_api, counts_are_named_by_the_library_and_an_older_counts_struct_still_works) {
+  void* library = dlopen(FLOPMETER_LIBRARY_PATH, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  const auto count_field = reinterpret_cast<decltype(&flopmeter_count_field)>(dlsym(library, "flopmeter_count_field"));
+  const auto load = reinterpret_cast<decltype(&flopmeter_model_load)>(dlsym(library, "flopmeter_model_load"));
+  const auto count = reinterpret_cast<decltype(&flopmeter_model_count)>(dlsym(library, "flopmeter_model_count"));
+  const auto flops = reinterpret_cast<decltype(&flopmeter_model_flops)>(dlsym(library, "flopmeter_model_flops"));
+  const auto window = reinterpret_cast<decltype(&flopmeter_model_window)>(dlsym(library, "flopmeter_model_window"));
+  const auto destroy = reinterpret_cast<decltype(&flopmeter_model_destroy)>(dlsym(library, "flopmeter_model_destroy"));
+  ASSERT_TRUE(count_field && load && count && flops && window && destroy);
+
+  // The names: flopmeter_counts' fields in order (in_counts_struct 1), then the row's others, then NULL.
+  const std::vector<std::string> struct_fields = {
+      "real_tokens",   "padding_tokens",         "documents",          "causal_pairs",   "items",         "patches",
+      "merged_tokens", "vision_pairs_per_frame", "vision_pairs_whole", "window_pairs_0", "window_pairs_1"};
+  std::vector<std::string> named, others;
+  int in_struct = -1;
+  for (uint32_t i = 0; const char* name = count_field(i, &in_struct); ++i) {
+    (in_struct == 1 ? named : others).push_back(name);
+    EXPECT_TRUE(in_struct == 0 || others.empty()) << name << ": the struct's fields come first";
+  }
+  EXPECT_EQ(named, struct_fields);
+  EXPECT_EQ(others, (std::vector<std::string>{"itemless_device_tokens", "itemless_causal_pairs",
+                                              "itemless_window_pairs_0", "itemless_window_pairs_1"}));
+  EXPECT_EQ(count_field(1000, nullptr), nullptr);
+
+  char error[256] = {};
+  flopmeter_model* model = load(FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml", error, sizeof error);
+  ASSERT_NE(model, nullptr) << error;
+  int kind = -1;
+  int64_t size = -1;
+  EXPECT_EQ(window(model, 0, &kind, &size), FLOPMETER_E_REJECTED);  // tiny_vlm attends fully: no window
+  EXPECT_EQ(window(model, 0, nullptr, &size), FLOPMETER_E_NULL_ARGUMENT);
+
+  // Documents of 3 and 5 tokens, 2 padding tokens: 21 causal pairs (test_flop_model.py's batch).
+  const int64_t lengths[] = {3, 5};
+  flopmeter_microbatch mb{};
+  mb.struct_size = sizeof mb;
+  mb.document_lengths = lengths;
+  mb.num_document_lengths = 2;
+  mb.padding_tokens = 2;
+  flopmeter_counts current{};
+  current.struct_size = sizeof current;
+  ASSERT_EQ(count(model, &mb, &current, error, sizeof error), FLOPMETER_OK) << error;
+  EXPECT_EQ(current.causal_pairs, 21);
+  EXPECT_EQ(current.window_pairs_0, 0);
+
+  // The older struct: the library writes its nine counts and leaves the caller's memory after them alone.
+  flopmeter_counts older{};
+  older.struct_size = static_cast<uint32_t>(offsetof(flopmeter_counts, window_pairs_0));
+  older.window_pairs_0 = older.window_pairs_1 = 77;  // stands for the caller's own memory past its struct
+  ASSERT_EQ(count(model, &mb, &older, error, sizeof error), FLOPMETER_OK) << error;
+  EXPECT_EQ(older.causal_pairs, 21);
+  EXPECT_EQ(older.real_tokens, 8);
+  EXPECT_EQ(older.window_pairs_0, 77);
+  EXPECT_EQ(older.window_pairs_1, 77);
+  // Billed alike: the same FLOPs from either struct (the older one's window fields are not read).
+  flopmeter_flops from_current{}, from_older{};
+  from_current.struct_size = from_older.struct_size = sizeof(flopmeter_flops);
+  ASSERT_EQ(flops(model, &current, FLOPMETER_SCOPE_COMPLETE, &from_current), FLOPMETER_OK);
+  ASSERT_EQ(flops(model, &older, FLOPMETER_SCOPE_COMPLETE, &from_older), FLOPMETER_OK);
+  EXPECT_STREQ(from_older.exact_total, from_current.exact_total);
+  EXPECT_GT(from_current.total, 0);
+  // Below the first version: refused.
+  flopmeter_counts too_small{};
+  too_small.struct_size = static_cast<uint32_t>(offsetof(flopmeter_counts, vision_pairs_whole));
+  EXPECT_EQ(count(model, &mb, &too_small, error, sizeof error), FLOPMETER_E_STRUCT_SIZE);
+  EXPECT_EQ(flops(model, &too_small, FLOPMETER_SCOPE_COMPLETE, &from_older), FLOPMETER_E_STRUCT_SIZE);
+  EXPECT_EQ(destroy(model), FLOPMETER_OK);
+  dlclose(library);
+}
+
 }  // namespace

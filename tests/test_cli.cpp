@@ -436,6 +436,38 @@ TEST_F(CliTest, CoefficientsWithFrozenPartsAreTheRegimesAndSayWhichParts) {
   EXPECT_DOUBLE_EQ(f.at("dense_per_token").get<double>(), 1.0);
 }
 
+// --recompute: qwen3_vl_2b's decoder layers are dense_per_token less the LM head, 10,322,706,432 - 6 x 2048 x
+// 151,936 = 8,455,716,864 per token (test_flop_model.cpp); "full" runs their forward once more: a third of it,
+// 2,818,572,288, and a third of text_attn_pair 688,128: 229,376. estimate: one 100-token document (5050 pairs):
+// hardware_flops = flops + 2,818,572,288 x 100 + 229,376 x 5050.
+TEST_F(CliTest, RecomputeAddsItsCoefficientsAndTheHardwareFlops) {
+  const result r = run({"coefficients", "qwen3_vl_2b", "--recompute", "full", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json c = parse_json(r.out).at("recompute");
+  EXPECT_EQ(c.at("settings").at("policy"), "full");
+  EXPECT_EQ(c.at("text_per_token").get<double>(), 2818572288.0);
+  EXPECT_EQ(c.at("text_attn_pair").get<double>(), 229376.0);
+  EXPECT_EQ(c.at("vision_per_patch").get<double>(), 0.0);             // no --recompute-vision
+  EXPECT_FALSE(c.at("text_per_token_breakdown").contains("logits"));  // the LM head is in no checkpointed layer
+  const result e = run({"estimate", "qwen3_vl_2b", "--docs", "100", "--recompute", "full", "--json"});
+  ASSERT_EQ(e.status, 0) << e.err;
+  const json x = parse_json(e.out);
+  EXPECT_EQ(x.at("recompute").at("text_dense").get<double>(), 2818572288.0 * 100);
+  EXPECT_EQ(x.at("recompute").at("text_attention").get<double>(), 229376.0 * 5050);
+  EXPECT_EQ(x.at("hardware_flops").get<double>(), x.at("flops").get<double>() + 2818572288.0 * 100 + 229376.0 * 5050);
+  const json none = parse_json(run({"estimate", "qwen3_vl_2b", "--docs", "100", "--json"}).out);
+  EXPECT_EQ(none.at("hardware_flops"), none.at("flops"));
+  EXPECT_EQ(none.at("recompute").at("settings").at("policy"), "none");
+  // Bad flags are usage errors; a selection that checkpoints no layer is a model error.
+  EXPECT_EQ(run({"coefficients", "qwen3_vl_2b", "--recompute", "block"}).status, 2);
+  EXPECT_EQ(run({"coefficients", "qwen3_vl_2b", "--recompute-every", "2"}).status, 2);
+  EXPECT_EQ(
+      run({"coefficients", "qwen3_vl_2b", "--recompute", "full", "--recompute-every", "2", "--recompute-layers", "2"})
+          .status,
+      2);
+  EXPECT_EQ(run({"coefficients", "qwen3_vl_2b", "--recompute", "full", "--recompute-every", "29"}).status, 1);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // estimate
 

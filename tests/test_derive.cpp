@@ -593,6 +593,41 @@ TEST(derive, records_carry_the_regime_and_the_megatron_figures) {
   EXPECT_DOUBLE_EQ(value(r.record, m::kMfuMegatron), 20.0);
 }
 
+// Hardware FLOPs beside model FLOPs. small_text_model under recompute "full" (tests/test_recompute.cpp):
+// model 7392 per token + 192 per pair, recomputed 2304 + 64. Two ranks, 100 tokens (5050 pairs) in 1 s each:
+//   model 7392*100 + 192*5050 = 1,708,800 FLOPs, recomputed 2304*100 + 64*5050 = 553,600: hardware 2,262,400
+//   per GPU 1.7088e-6 and 2.2624e-6 TFLOP/s; at a peak of 1e-5: MFU 17.088%, HFU 22.624%.
+// Without recomputation both hardware figures equal the model ones (always emitted: one dashboard layout).
+// When only the hardware figure exceeds the peak (2e-6), HFU is left out with a warning and MFU stays.
+TEST(derive, hardware_flops_and_hfu_add_the_recomputed_forward) {
+  derive_setup setup = setup_for(2, 1, 1e-5);
+  training_regime full;
+  full.recompute.policy = recompute_policy::full;
+  setup.flop_coefficients = compute_coefficients(small_text_model(), full);
+  std::vector<row_spec> specs(2);
+  specs[0].tokens = specs[1].tokens = 100;
+  const std::vector<double> rows = rows_of(specs);
+  const derive_result r = metrics_deriver(setup).derive(rows.data(), 2, derive_context{});
+  ASSERT_TRUE(r.derived) << r.why;
+  EXPECT_DOUBLE_EQ(value(r.record, m::kTflopsPerSecond), 1.7088e-6);
+  EXPECT_DOUBLE_EQ(value(r.record, m::kTflopsPerSecondHardware), 2.2624e-6);
+  EXPECT_DOUBLE_EQ(value(r.record, m::kMfu), 17.088);
+  EXPECT_DOUBLE_EQ(value(r.record, m::kHfu), 22.624);
+
+  const derive_result none = metrics_deriver(setup_for(2, 1, 1e-5)).derive(rows.data(), 2, derive_context{});
+  ASSERT_TRUE(none.derived) << none.why;
+  EXPECT_EQ(value(none.record, m::kTflopsPerSecondHardware), value(none.record, m::kTflopsPerSecond));
+  EXPECT_EQ(value(none.record, m::kHfu), value(none.record, m::kMfu));
+
+  setup.peak_tflops_per_gpu = 2e-6;
+  const derive_result over = metrics_deriver(setup).derive(rows.data(), 2, derive_context{});
+  ASSERT_TRUE(over.derived) << over.why;
+  EXPECT_DOUBLE_EQ(value(over.record, m::kMfu), 85.44);
+  EXPECT_EQ(find(over.record, m::kHfu), nullptr);
+  EXPECT_NE(over.warning.find("HFU not reported: 2.2624e-06 hardware TFLOP/s per GPU"), std::string::npos)
+      << over.warning;
+}
+
 // The Megatron billing of one micro-batch is the constant at its own row length: text_per_token(S) x S +
 // vision_per_token(S) x patches, as `flopmeter estimate` reports it.
 TEST(derive, megatron_billing_is_the_constant_at_the_row_length) {

@@ -12,11 +12,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
 
+#include "core/families.h"
 #include "core/gemm_walk.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
@@ -426,6 +428,32 @@ TEST(family_check, validate_model_spec_names_the_familys_key) {
   spec.name = "m";
   spec.text.sliding_window = 0;
   EXPECT_THROW(validate_model_spec(spec), error);
+}
+
+// SCHEMA.md's family table follows the field tables: every field of every adapter is named, in backquotes, in its
+// model_type's row or in the paragraph of the fields every family reads.
+TEST(family_schema, schema_md_names_every_field_of_every_adapter) {
+  std::ifstream in(std::string(FLOPMETER_SOURCE_DIR) + "/model_configs/SCHEMA.md");
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t section = doc.find("## Decoder families");
+  ASSERT_NE(section, std::string::npos);
+  const std::string text = doc.substr(section, doc.find("\n## ", section + 1) - section);
+  const std::string common = text.substr(0, text.find("| `model_type` |"));
+  for (const detail::family_adapter* family : detail::all_families()) {
+    const std::string type = "`" + std::string(family->model_type) + "`";
+    // The row whose first cell names the type ("| `deepseek_v3`, `kimi_k2` | ...").
+    std::string row;
+    for (std::size_t at = text.find("\n| "); at != std::string::npos; at = text.find("\n| ", at + 1)) {
+      const std::string line = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+      if (line.substr(0, line.find(" |", 2)).find(type) != std::string::npos) row = line;
+    }
+    ASSERT_FALSE(row.empty()) << family->model_type;
+    for (const detail::family_field& field : family->fields) {
+      const std::string key = "`" + std::string(field.key) + "`";
+      EXPECT_TRUE(row.find(key) != std::string::npos || common.find(key) != std::string::npos)
+          << family->model_type << ": " << field.key;
+    }
+  }
 }
 
 // ---- bad input: the field and the reason, at FILE:LINE:COL ------------------------------------------------

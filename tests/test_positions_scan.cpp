@@ -4,6 +4,7 @@
 // tail, entries whose low 32 bits look valid but whose high bits do not, and random arrays.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -366,6 +367,27 @@ TEST(Windows, LongestDocumentIsExact) {
   EXPECT_EQ(c.window_pairs_0,
             (std::int64_t{1} << 61) + (std::int64_t{1} << 30) + (std::int64_t{1} << 62) - (std::int64_t{1} << 31));
   EXPECT_EQ(c.window_pairs_1, std::int64_t{1} << 62);
+}
+
+TEST(Windows, ChunkedCountOfLongDocumentsEqualsTheDivisionForm) {
+  // count_from_lengths forms L / c with a multiply by 1/c (and corrects it); here the same count with integer
+  // division, q = L / c, r = L % c: q * c(c+1)/2 + r(r+1)/2, for random L < 2^32 and c <= L, c near L, c
+  // dividing L and one off.
+  std::mt19937_64 rng(20261204);
+  const auto tri = [](std::int64_t m) { return m % 2 == 0 ? (m / 2) * (m + 1) : m * ((m + 1) / 2); };
+  for (int trial = 0; trial < 20000; ++trial) {
+    const std::int64_t length = 1 + static_cast<std::int64_t>(rng() % ((std::uint64_t{1} << 32) - 1));
+    std::int64_t c = 1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(length));
+    switch (trial % 4) {
+      case 0: break;
+      case 1: c = std::max<std::int64_t>(1, length / (1 + static_cast<std::int64_t>(rng() % 1000))); break;
+      case 2: c = std::max<std::int64_t>(1, length / (1 + static_cast<std::int64_t>(rng() % 1000)) + 1); break;
+      default: c = std::max<std::int64_t>(1, length - static_cast<std::int64_t>(rng() % 3)); break;
+    }
+    const std::vector<std::int64_t> lengths = {length};
+    const batch_counts got = count_from_lengths(lengths, 0, {}, with_windows({window_kind::chunked, c}));
+    ASSERT_EQ(got.window_pairs_0, (length / c) * tri(c) + tri(length % c)) << "L " << length << " c " << c;
+  }
 }
 
 TEST(Windows, BadWindowsAndOverflowingSumsAreErrors) {

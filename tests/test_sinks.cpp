@@ -459,6 +459,7 @@ TEST(ConsoleSink, OneLineWithEveryKnownValue) {
                                {"perf/tokens_per_second_per_gpu", 3086.41},
                                {"perf/tflops_per_second", 123.44},
                                {"perf/mfu", 41.23},
+                               {"perf/hfu", 52.06},
                                {"perf/step_time", 0.5123},
                                {"train/batch_efficiency", 0.931},
                                {"perf/mem_gib", 41.23},
@@ -468,8 +469,8 @@ TEST(ConsoleSink, OneLineWithEveryKnownValue) {
   EXPECT_EQ(sink->failures(), 0u);
   ASSERT_EQ(log.lines().size(), 1u);
   EXPECT_EQ(log.lines()[0],
-            "info|step 20 | tok/s 12345.6 | tok/s/gpu 3086.4 | TFLOP/s/gpu 123.4 | MFU 41.2% | mb_time 0.512s | "
-            "eff 0.93 | mem 41.2GiB | loss 2.3456 | wait 0.01ms");
+            "info|step 20 | tok/s 12345.6 | tok/s/gpu 3086.4 | TFLOP/s/gpu 123.4 | MFU 41.2% | HFU 52.1% | "
+            "mb_time 0.512s | eff 0.93 | mem 41.2GiB | loss 2.3456 | wait 0.01ms");
 }
 
 TEST(ConsoleSink, SmallTflopsAndMfuKeepThreeSignificantDigits) {

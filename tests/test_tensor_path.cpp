@@ -124,6 +124,52 @@ TEST(tensor_path, vision_counts_of_the_new_families_equal_host_counts) {
   }
 }
 
+// Attention windows on the device: the same counts as the host path (which a brute-force per-pair test checks,
+// test_positions_scan.cpp), for cu_seqlens and positions, a sliding and a chunked window, and the clamp's
+// extremes (a window of 1, a window beyond every document, a chunk dividing a document). By hand for the
+// cu_seqlens batch, documents 3, 1, 4, 0, 2 under sliding 2: (1+2+2) + 1 + (1+2+2+2) + 0 + (1+2) = 16; chunked 3:
+// (1+2+3) + 1 + (1+2+3 + 1) + 0 + (1+2) = 17.
+TEST(tensor_path, window_counts_equal_host_counts) {
+  vision_geometry g = geometry_of(small_vlm());
+  g.window_count = 2;
+  const std::vector<std::int64_t> cu = {0, 3, 4, 8, 8, 10};
+  const std::vector<std::int64_t> positions = {0, 1, 2, 0, 0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6};
+  const std::vector<image_grid> items = {{1, 2, 2}};
+  const std::vector<std::pair<attention_window, attention_window>> windows = {
+      {{window_kind::sliding, 2}, {window_kind::chunked, 3}},
+      {{window_kind::sliding, 1}, {window_kind::chunked, 1}},
+      {{window_kind::chunked, 2}, {window_kind::sliding, std::int64_t{1} << 40}},
+      {{window_kind::sliding, 4}, {window_kind::chunked, std::int64_t{1} << 40}}};
+  for (const auto& [w0, w1] : windows) {
+    g.windows[0] = w0;
+    g.windows[1] = w1;
+    for (const bool with_items : {false, true}) {
+      tensor_microbatch by_cu;
+      by_cu.cu_seqlens = dev_longs(cu);
+      by_cu.padding_tokens = 2;
+      tensor_microbatch by_positions;
+      by_positions.positions = dev_longs(positions).to(at::kInt);
+      if (with_items) by_cu.grid_thw = by_positions.grid_thw = dev_grids(items);
+      const array_view<image_grid> grid_view = with_items ? array_view<image_grid>(items) : array_view<image_grid>();
+      const at::Tensor from_cu = tensor_batch_counts(by_cu, g), from_positions = tensor_batch_counts(by_positions, g);
+      EXPECT_EQ(invalid_entries(from_cu), 0);
+      EXPECT_EQ(invalid_entries(from_positions), 0);
+      EXPECT_EQ(to_batch_counts(from_cu), count_from_cu_seqlens(cu, 2, grid_view, g));
+      EXPECT_EQ(to_batch_counts(from_positions), count_from_positions(positions, 0, grid_view, g));
+    }
+  }
+  g.windows[0] = {window_kind::sliding, 2};
+  g.windows[1] = {window_kind::chunked, 3};
+  tensor_microbatch by_cu;
+  by_cu.cu_seqlens = dev_longs(cu);
+  const batch_counts by_hand = to_batch_counts(tensor_batch_counts(by_cu, g));
+  EXPECT_EQ(by_hand.window_pairs_0, 16);
+  EXPECT_EQ(by_hand.window_pairs_1, 17);
+  EXPECT_EQ(by_hand.itemless_window_pairs_0, 16);
+  g.windows[1].size = 0;
+  EXPECT_THROW(tensor_batch_counts(by_cu, g), error);
+}
+
 // Sums on the device never wrap. Eight documents of 2^31 tokens: each has 2^31 (2^31 + 1) / 2 = 2^61 + 2^30
 // pairs, the batch 8 (2^61 + 2^30) = 2^64 + 2^33. Summed in int64 that wrapped to 2^33 = 8,589,934,592, a
 // plausible and wrong count; as float64 it is exactly 2^64 + 2^33 (33 significant bits), which the plugin

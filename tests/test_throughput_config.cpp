@@ -595,4 +595,32 @@ TEST_F(throughput_config, training_table_sets_the_regime_and_refuses_what_does_n
              "of model 'tiny_vlm': nothing trains");
 }
 
+// [training] recompute keys: the policy by name, the layer selection, the ViT; recompute_layers counts per
+// pipeline stage, so [parallel] pp is carried into the regime. A bad name is refused at its key, a selection
+// that does not fit the model at the table.
+TEST_F(throughput_config, training_table_sets_the_recompute_policy) {
+  const std::string model = "[model]\nconfig = \"" + kTinyVlm + "\"\n";
+  const throughput_options o =
+      load_plugin_config(write("r.toml", model + "[training]\nrecompute = \"full_early_stop\"\n"
+                                                 "recompute_layers = 2\nrecompute_vision = true\n"
+                                                 "[parallel]\npp = 2\n"))
+          .options;
+  EXPECT_EQ(o.training.recompute.policy, recompute_policy::full_early_stop);
+  EXPECT_EQ(o.training.recompute.layers, 2);
+  EXPECT_EQ(o.training.recompute.every, 0);
+  EXPECT_TRUE(o.training.recompute.vision);
+  EXPECT_EQ(o.training.recompute.pipeline_stages, 2);
+  EXPECT_EQ(error_of(model + "[training]\nrecompute = \"block\"\n"),
+            plugin_path() +
+                ":4:13: key 'training.recompute': unknown recompute policy 'block' (expected one of \"none\", "
+                "\"full\", \"full_early_stop\", \"selective\", \"op\")");
+  EXPECT_EQ(error_of(model + "[training]\nrecompute_every = 2\n"),
+            plugin_path() +
+                ":3:1: table [training]: training.recompute_every without a recompute policy: set "
+                "training.recompute to \"full\", \"full_early_stop\", \"selective\" or \"op\"");
+  EXPECT_EQ(error_of(model + "[training]\nrecompute = \"op\"\nrecompute_every = -1\n")
+                .find(plugin_path() + ":5:19: key 'training.recompute_every'"),
+            0u);
+}
+
 }  // namespace flopmeter

@@ -82,8 +82,9 @@ std::vector<image_grid> parse_grid_list(const std::string& command, const std::s
 // plugin config); a bad value is a usage_error for `command`.
 flop_scope parse_scope_option(const std::string& command, const std::string& text);
 
-// --frozen vision,merger,text, --lora-rank R and --lora-targets q_proj,... of `parsed` (each given at most
-// once; absent: everything trains). A bad part or target name is a usage_error; whether the regime fits the
+// --frozen vision,merger,text, --lora-rank R and --lora-targets q_proj,..., --recompute POLICY,
+// --recompute-layers N, --recompute-every K and --recompute-vision of `parsed` (each given at most once;
+// absent: everything trains, nothing is recomputed; recompute_layers counts one pipeline stage). A bad part or target name is a usage_error; whether the regime fits the
 // model is checked when the coefficients are formed (flopmeter::error).
 training_regime parse_regime_options(const parsed_args& parsed);
 

@@ -240,6 +240,30 @@ training_regime parse_regime_options(const parsed_args& parsed) {
   if (regime.lora_rank == 0 && !regime.lora_targets.empty()) {
     throw usage_error(command, "--lora-targets needs --lora-rank R (the adapters' rank)");
   }
+  recompute_options& recompute = regime.recompute;
+  if (const std::optional<std::string> policy = parsed.single("--recompute")) {
+    try {
+      recompute.policy = parse_recompute_policy(*policy, "--recompute");
+    } catch (const error& e) {
+      throw usage_error(command, e.what());
+    }
+  }
+  if (const std::optional<std::string> layers = parsed.single("--recompute-layers")) {
+    recompute.layers = parse_positive_int(command, "--recompute-layers", *layers);
+  }
+  if (const std::optional<std::string> every = parsed.single("--recompute-every")) {
+    recompute.every = parse_positive_int(command, "--recompute-every", *every);
+  }
+  recompute.vision = parsed.has("--recompute-vision");
+  const bool selects = recompute.layers > 0 || recompute.every > 0 || recompute.vision;
+  if (recompute.policy == recompute_policy::none && selects) {
+    throw usage_error(command,
+                      "--recompute-layers, --recompute-every and --recompute-vision need --recompute POLICY (full, "
+                      "full_early_stop, selective or op)");
+  }
+  if (recompute.layers > 0 && recompute.every > 0) {
+    throw usage_error(command, "--recompute-layers and --recompute-every exclude each other: give one");
+  }
   return regime;
 }
 

@@ -11,7 +11,9 @@
 namespace flopmeter::cli {
 
 const char* const kCoefficientsUsage =
-    "usage: flopmeter coefficients MODEL [--frozen PARTS] [--lora-rank R --lora-targets NAMES] [--json]\n"
+    "usage: flopmeter coefficients MODEL [--frozen PARTS] [--lora-rank R --lora-targets NAMES]\n"
+    "                              [--recompute POLICY [--recompute-layers N | --recompute-every K]\n"
+    "                               [--recompute-vision]] [--json]\n"
     "\n"
     "Prints the exact training FLOPs (forward + backward) per unit of work of one model: FLOPs of a batch =\n"
     "sum of coefficient x count (see `flopmeter estimate`). With frozen parts or LoRA, the coefficients of\n"
@@ -30,14 +32,34 @@ const char* const kCoefficientsUsage =
     "                  an object whose parts sum to dense_per_token: attention_projections, linear_attention,\n"
     "                  dense_mlp, moe_router, moe_routed_experts, moe_shared_expert, moe_shared_expert_gate, logits,\n"
     "                  lora_adapters; and, when a frozen decoder makes micro-batches without images cost less,\n"
-    "                  without_items: their dense_per_token, text_attn_pair, mtp_per_token, mtp_attn_pair)\n"
+    "                  without_items: their dense_per_token, text_attn_pair, mtp_per_token, mtp_attn_pair,\n"
+    "                  recompute_text_per_token, recompute_text_attn_pair; recompute: settings {policy, layers,\n"
+    "                  every, pipeline_stages, vision}, text_per_token, text_attn_pair, vision_per_patch,\n"
+    "                  vision_attn_pair and text_per_token_breakdown: the forward FLOPs run again per unit)\n"
+    "  --recompute POLICY\n"
+    "                  activation recomputation, billed as hardware FLOPs beside the model FLOPs: none\n"
+    "                  (default), full (the whole layer again: Megatron, torch reentrant checkpoint),\n"
+    "                  full_early_stop (torch's non-reentrant checkpoint: a dense MLP's down projection does not\n"
+    "                  run again), selective (the attention core only), op (torchtitan's per-op policy: every\n"
+    "                  second matmul of a layer); METRICS.md, \"Activation recomputation\"\n"
+    "  --recompute-layers N, --recompute-every K\n"
+    "                  checkpoint only the first N decoder layers, or every K-th (layer i when (i+1) % K == 0)\n"
+    "  --recompute-vision\n"
+    "                  checkpoint the ViT blocks too\n"
     "  -h, --help      show this help\n"
     "\n"
     "exit status: 0 on success, 1 when the model file is invalid, 2 for a bad command line.\n";
 
 int run_coefficients(const std::vector<std::string>& args) {
-  const parsed_args parsed = parse_args(
-      "coefficients", args, {{"--json", false}, {"--frozen", true}, {"--lora-rank", true}, {"--lora-targets", true}});
+  const parsed_args parsed = parse_args("coefficients", args,
+                                        {{"--json", false},
+                                         {"--frozen", true},
+                                         {"--lora-rank", true},
+                                         {"--lora-targets", true},
+                                         {"--recompute", true},
+                                         {"--recompute-layers", true},
+                                         {"--recompute-every", true},
+                                         {"--recompute-vision", false}});
   if (parsed.help) {
     std::fputs(kCoefficientsUsage, stdout);
     return kExitOk;
@@ -87,6 +109,19 @@ int run_coefficients(const std::vector<std::string>& args) {
                                 ", summed over its layers";
     std::printf("  %-25s %22s  %s\n", key.c_str(), group_digits(rc.with_items.window_attn_pair[k]).c_str(),
                 meaning.c_str());
+  }
+  if (regime.recompute.policy != recompute_policy::none) {
+    const detail::recompute_table recompute = detail::recompute_entries(rc.with_items);
+    std::printf("\n  recompute %s: the forward run again in the backward (hardware FLOPs, not model FLOPs)\n",
+                to_string(regime.recompute.policy));
+    for (const detail::coefficient_entry& e : recompute.entries) {
+      std::printf("  %-25s %22s  %s\n", e.key, group_digits(e.value).c_str(), e.meaning);
+      if (&e != &recompute.entries[0]) continue;
+      for (const detail::coefficient_entry& part : recompute.dense_parts) {
+        if (part.value == 0) continue;
+        std::printf("    %-23s %22s  %s\n", part.key, group_digits(part.value).c_str(), part.meaning);
+      }
+    }
   }
   const detail::itemless_table itemless = detail::itemless_entries(rc);
   if (itemless.differs) {

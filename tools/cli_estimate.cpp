@@ -21,7 +21,9 @@ namespace flopmeter::cli {
 const char* const kEstimateUsage =
     "usage: flopmeter estimate MODEL --docs L1,L2,... [--padding N] [--images TxHxW,...]\n"
     "                          [--scope seed|complete] [--seq-len S] [--frozen PARTS]\n"
-    "                          [--lora-rank R --lora-targets NAMES] [--json]\n"
+    "                          [--lora-rank R --lora-targets NAMES]\n"
+    "                          [--recompute POLICY [--recompute-layers N | --recompute-every K]\n"
+    "                           [--recompute-vision]] [--json]\n"
     "\n"
     "Exact training FLOPs (forward + backward) of one packed micro-batch, term by term, and what the Megatron\n"
     "per-token constant at row length S would report for the same batch:\n"
@@ -45,13 +47,26 @@ const char* const kEstimateUsage =
     "                    its full-training form\n"
     "  --lora-rank R, --lora-targets NAMES\n"
     "                    LoRA adapters of rank R on the named decoder projections (base decoder frozen)\n"
+    "  --recompute POLICY\n"
+    "                    activation recomputation, billed as hardware FLOPs beside the model FLOPs: none\n"
+    "                    (default), full (the whole layer again: Megatron, torch reentrant checkpoint),\n"
+    "                    full_early_stop (torch's non-reentrant checkpoint: a dense MLP's down projection does not\n"
+    "                    run again), selective (the attention core only), op (torchtitan's per-op policy: every\n"
+    "                    second matmul of a layer); METRICS.md, \"Activation recomputation\"\n"
+    "  --recompute-layers N, --recompute-every K\n"
+    "                    checkpoint only the first N decoder layers, or every K-th (layer i when (i+1) % K == 0)\n"
+    "  --recompute-vision\n"
+    "                    checkpoint the ViT blocks too\n"
     "  --seq-len S       row length of the constant (default: real + padding tokens); with --scope seed the\n"
     "                    constant leaves out MTP layers, as the seed scope does\n"
     "  --json            print one JSON object (keys: model, file, scope, frozen, lora_rank, flops, text_dense, "
     "text_attention,\n"
-    "                    vision_dense, vision_attention, patch_embed, merger, mtp, counts{real_tokens,\n"
+    "                    vision_dense, vision_attention, patch_embed, merger, mtp, hardware_flops (flops + the\n"
+    "                    recomputed forward), recompute{settings, text_dense, text_attention, vision_dense,\n"
+    "                    vision_attention, total}, counts{real_tokens,\n"
     "                    padding_tokens, documents, causal_pairs, items, patches, merged_tokens,\n"
-    "                    vision_pairs_per_frame, vision_pairs_whole}, row_length, megatron_text_per_token,\n"
+    "                    vision_pairs_per_frame, vision_pairs_whole, window_pairs_0, window_pairs_1},\n"
+    "                    row_length, megatron_text_per_token,\n"
     "                    megatron_vision_per_token, megatron_flops, megatron_over_exact)\n"
     "  -h, --help        show this help\n"
     "\n"
@@ -86,6 +101,10 @@ std::optional<estimate_request> parse_request(const std::vector<std::string>& ar
                                          {"--frozen", true},
                                          {"--lora-rank", true},
                                          {"--lora-targets", true},
+                                         {"--recompute", true},
+                                         {"--recompute-layers", true},
+                                         {"--recompute-every", true},
+                                         {"--recompute-vision", false},
                                          {"--json", false}});
   if (parsed.help) {
     std::fputs(kEstimateUsage, stdout);
@@ -172,6 +191,23 @@ void print_text(const estimate_request& request, const estimate_result& r) {
     std::printf("  %-24s %20s   %s\n", term.name, short_number(term.value).c_str(), si_flops(term.value).c_str());
   }
   std::printf("  %-24s %20s   %s\n", "total", short_number(r.exact).c_str(), si_flops(r.exact).c_str());
+  if (request.regime.recompute.policy != recompute_policy::none) {
+    const flop_breakdown::recompute_flops& re = f.recompute;
+    std::printf("\nrecompute %s: the forward run again in the backward (hardware FLOPs, beside the model FLOPs)\n",
+                to_string(request.regime.recompute.policy));
+    const struct {
+      const char* name;
+      double value;
+    } recomputed[] = {{"text_dense", re.text_dense},
+                      {"text_attention", re.text_attention},
+                      {"vision_dense", re.vision_dense},
+                      {"vision_attention", re.vision_attention}};
+    for (const auto& term : recomputed) {
+      std::printf("  %-24s %20s   %s\n", term.name, short_number(term.value).c_str(), si_flops(term.value).c_str());
+    }
+    const double hardware = f.hardware_total();
+    std::printf("  %-24s %20s   %s\n", "hardware total", short_number(hardware).c_str(), si_flops(hardware).c_str());
+  }
 
   std::printf("\nMegatron per-token constant\n");
   if (!r.constant) {

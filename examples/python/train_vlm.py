@@ -46,6 +46,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 import flopmeter
 
@@ -148,6 +149,7 @@ class VisionTower(nn.Module):
         self.merger_norm = nn.LayerNorm(hidden)
         self.merger_fc1 = nn.Linear(self.merge * hidden, self.merge * hidden)
         self.merger_fc2 = nn.Linear(self.merge * hidden, vision["out_hidden_size"])
+        self.run_block = lambda block, x, allowed: block(x, allowed)  # TinyVLM's checkpoint, when it asks
 
     def forward(self, pixel_patches: torch.Tensor, frame_ids: torch.Tensor) -> torch.Tensor:
         """pixel_patches [patches, patch_input], item by item, frame by frame, each frame's patches in merge
@@ -155,7 +157,7 @@ class VisionTower(nn.Module):
         x = self.patch_embed(pixel_patches)
         allowed = frame_ids[:, None] == frame_ids[None, :]
         for block in self.blocks:
-            x = block(x, allowed)
+            x = self.run_block(block, x, allowed)
         x = self.merger_norm(x).reshape(-1, self.merge * x.shape[-1])
         return self.merger_fc2(F.gelu(self.merger_fc1(x)))
 
@@ -193,9 +195,30 @@ class DecoderLayer(nn.Module):
         return x + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
 
 
+def checkpoint_early_stop_available() -> bool:
+    """Whether torch's non-reentrant checkpoint stops once the last saved tensor is recomputed (torch >= 2.1;
+    torch 1.13 re-runs the whole block)."""
+    return hasattr(torch.utils.checkpoint, "set_checkpoint_early_stop")
+
+
+def recompute_policy(use_reentrant: bool) -> str:
+    """The flopmeter policy that bills what torch.utils.checkpoint runs again (METRICS.md, "Activation
+    recomputation"): the whole block for the reentrant checkpoint, and for the non-reentrant one where torch
+    has no early stop; the block but its final GEMM (down_proj, fc2) where it has."""
+    return "full_early_stop" if not use_reentrant and checkpoint_early_stop_available() else "full"
+
+
 class TinyVLM(nn.Module):
-    def __init__(self, config: Dict[str, Any]) -> None:
+    """``checkpoint``: None, or "reentrant" / "non_reentrant": every decoder layer (and with
+    ``checkpoint_vision`` every ViT block) runs under torch.utils.checkpoint, keeping no activations in the
+    forward and running its forward again in the backward (bill it with recompute_policy())."""
+
+    def __init__(self, config: Dict[str, Any], checkpoint: Any = None, checkpoint_vision: bool = False) -> None:
         super().__init__()
+        if checkpoint not in (None, "reentrant", "non_reentrant"):
+            raise ValueError(f"checkpoint must be None, 'reentrant' or 'non_reentrant', got {checkpoint!r}")
+        self.checkpoint = checkpoint
+        self.checkpoint_vision = checkpoint_vision
         text = config["text_config"]
         if not text["tie_word_embeddings"]:
             raise SystemExit("this example ties the LM head to the embedding (tie_word_embeddings = true)")
@@ -204,6 +227,14 @@ class TinyVLM(nn.Module):
         self.vision = VisionTower(config["vision_config"])
         self.layers = nn.ModuleList(DecoderLayer(text) for _ in range(text["num_hidden_layers"]))
         self.final_norm = RMSNorm(text["hidden_size"])
+        if checkpoint is not None and checkpoint_vision:
+            self.vision.run_block = self.run_block  # the tower's blocks go through the same checkpoint
+
+    def run_block(self, block: nn.Module, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """One decoder layer or ViT block, under torch.utils.checkpoint when checkpointing is on."""
+        if self.checkpoint is None or not torch.is_grad_enabled():
+            return block(x, allowed)
+        return torch.utils.checkpoint.checkpoint(block, x, allowed, use_reentrant=self.checkpoint == "reentrant")
 
     def forward(self, batch: Dict[str, Any]) -> torch.Tensor:
         """The SUM of the per-token cross-entropy over the row's label tokens (a scalar)."""
@@ -217,7 +248,7 @@ class TinyVLM(nn.Module):
         # Causal inside each document; a padding token (its own "document") sees only itself.
         allowed = (doc[:, None] == doc[None, :]) & (position[None, :] <= position[:, None])
         for layer in self.layers:
-            x = layer(x, allowed)
+            x = self.run_block(layer, x, allowed)
         logits = self.final_norm(x) @ self.embed.weight.t()  # tied LM head
         return F.cross_entropy(logits, batch["labels"], ignore_index=IGNORE, reduction="sum")
 
@@ -298,6 +329,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
     p.add_argument("--model-config", type=Path, default=DEFAULT_MODEL_CONFIG,
                    help="the flopmeter model TOML the model is built from and counted with (default tiny_vl.toml)")
+    p.add_argument("--checkpoint", choices=("reentrant", "non_reentrant"), default=None,
+                   help="activation checkpointing of every decoder layer and ViT block with torch.utils.checkpoint; "
+                        "flopmeter then reports perf/hfu beside perf/mfu (default: none)")
     p.add_argument("--peak-tflops", type=float, default=0.5,
                    help="nominal peak TFLOP/s per rank for perf/mfu (default 0.5: a CPU, so MFU is illustrative)")
     args = p.parse_args(argv)
@@ -328,7 +362,9 @@ def main(argv: Sequence[str]) -> int:
 
     config = load_model_config(args.model_config)
     torch.manual_seed(args.seed)  # the same initial weights on every rank
-    model = TinyVLM(config)
+    model = TinyVLM(config, checkpoint=args.checkpoint, checkpoint_vision=args.checkpoint is not None)
+    recompute = ({"policy": recompute_policy(args.checkpoint == "reentrant"), "vision": True}
+                 if args.checkpoint is not None else None)
     ddp = nn.parallel.DistributedDataParallel(model) if distributed else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
 
@@ -339,6 +375,7 @@ def main(argv: Sequence[str]) -> int:
         peak={"tflops_per_gpu": args.peak_tflops},
         logging={"tpi_multiplier": float(args.microbatches), "topk": 2, "emit": "rank0"},
         sinks={"console": False, "jsonl": str(out / "flopmeter.jsonl"), "tensorboard": str(out / "tensorboard")},
+        recompute=recompute,
     )
     if rank == 0:
         print(f"{meter!r}: {world} rank(s), {args.steps} steps x {args.microbatches} micro-batches of "

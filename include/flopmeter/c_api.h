@@ -343,6 +343,14 @@ typedef struct flopmeter_counts {
  * The returned string is static. For bindings that mirror the counts without a hand-kept list. */
 FLOPMETER_EXPORT const char* flopmeter_count_field(uint32_t index, int* in_counts_struct);
 
+/* The model's attention window `index` (window_pairs_<index> counts its pairs): FLOPMETER_OK with *kind set to
+ * FLOPMETER_WINDOW_SLIDING or FLOPMETER_WINDOW_CHUNKED and *size (>= 1); FLOPMETER_E_REJECTED past the model's
+ * last window (a model without windows has none); FLOPMETER_E_NULL_ARGUMENT, FLOPMETER_E_INVALID_HANDLE. For a
+ * layer that counts on a device and needs the windows the library counts with. */
+#define FLOPMETER_WINDOW_SLIDING 0
+#define FLOPMETER_WINDOW_CHUNKED 1
+FLOPMETER_EXPORT int flopmeter_model_window(const flopmeter_model* model, uint32_t index, int* kind, int64_t* size);
+
 /* What is counted: the scope of plugin_configs/SCHEMA.md. */
 #define FLOPMETER_SCOPE_COMPLETE 0
 #define FLOPMETER_SCOPE_SEED 1
@@ -408,8 +416,8 @@ FLOPMETER_EXPORT int64_t flopmeter_model_estimate_json(const flopmeter_model* mo
  * Also in 0.3 (within struct_size): flopmeter_health_counters gained config_mismatch_intervals;
  * flopmeter_log gained peak_reserved_memory_bytes with FLOPMETER_LOG_PEAK_RESERVED_MEMORY. A FLOPMETER_LOG_*
  * bit set with the value 0 is now reported as 0 (before, a 0 on every rank read as not reported).
- * Also in 0.3: flopmeter_counts gained window_pairs_0 and window_pairs_1 (within struct_size) and
- * flopmeter_count_field names the counts; the row's counts grew by the window pairs (num_counts says how many). */
+ * Also in 0.3: flopmeter_counts gained window_pairs_0 and window_pairs_1 (within struct_size),
+ * flopmeter_count_field names the counts, flopmeter_model_window gives the windows; the row's counts grew by the window pairs (num_counts says how many). */
 
 #ifdef __cplusplus
 }

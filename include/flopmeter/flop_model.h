@@ -92,6 +92,19 @@ struct coefficients {
   std::int64_t vision_window_attn_pair = 0;  // per ViT pair inside a window, summed over Qwen2.5-VL's window blocks
   std::int64_t image_block_pair = 0;         // per decoder pair an image's bidirectional block adds (Gemma 3),
                                              //   summed over the decoder's attention layers
+  // Activation recomputation (training_regime::recompute): the forward FLOPs run a second time in the
+  // backward, per unit, 2 per multiply-add. Not part of the model FLOPs above (MFU); model + these = hardware
+  // FLOPs (HFU). All 0 with recompute "none" and in compute_coefficients(spec).
+  struct recompute_terms {
+    std::int64_t text_per_token = 0;  // re-executed decoder GEMMs per device token (sums `dense`)
+    std::int64_t text_attn_pair = 0;  // re-executed attention core per causal pair
+    std::int64_t window_attn_pair[kMaxAttentionWindows] = {};  // re-executed core per pair under window k
+    std::int64_t vision_per_patch = 0;                         // re-executed ViT block GEMMs per patch
+    std::int64_t vision_attn_pair = 0;                         // re-executed ViT attention core per (query, key) pair
+    dense_terms dense;                         // text_per_token by GEMM family (logits and LoRA included; logits 0)
+    std::int64_t vision_window_attn_pair = 0;  // re-executed ViT attention core per windowed pair (Qwen2.5-VL)
+    std::int64_t image_block_pair = 0;         // re-executed decoder core per image-block pair (Gemma 3)
+  } recompute;
 };
 
 // Thrown by compute_coefficients when a coefficient, or a sum that reports form from two of them
@@ -203,7 +216,17 @@ struct flop_breakdown {
   double patch_embed = 0;       // complete only
   double merger = 0;            // complete only
   double mtp = 0;               // complete only, when MTP layers are trained
-  double total() const;
+  // The forward work that activation recomputation runs again (0 with recompute "none"), by term: the
+  // recompute coefficients times the same counts as text_dense, text_attention, vision_dense, vision_attention.
+  struct recompute_flops {
+    double text_dense = 0;
+    double text_attention = 0;
+    double vision_dense = 0;
+    double vision_attention = 0;
+    double total() const { return text_dense + text_attention + vision_dense + vision_attention; }
+  } recompute;
+  double total() const;  // model FLOPs (MFU's): the terms above, without `recompute`
+  double hardware_total() const { return total() + recompute.total(); }  // what the device ran (HFU's)
 };
 
 flop_breakdown compute_flops(const coefficients& coeffs, const batch_counts& counts, flop_scope scope);
@@ -238,6 +261,38 @@ const char* to_string(lora_target target);
 // Parses a name above; throws flopmeter::error naming `where` and the accepted names otherwise.
 lora_target parse_lora_target(const std::string& name, const std::string& where);
 
+// ---- Activation recomputation ----------------------------------------------------------------------------
+//
+// A checkpointed layer keeps no activations in the forward and runs (part of) its forward again in the
+// backward. That work is hardware FLOPs, not model FLOPs: MFU ignores it (PaLM's definition), HFU counts it.
+// The rule, per GEMM (and per weightless product: attention core, delta rule): in a checkpointed layer whose
+// backward runs (its output needs a gradient), each product the policy names runs once more forward, 2 FLOPs
+// per multiply-add. A layer no gradient crosses (a frozen vision tower, the decoder layers below the first
+// LoRA adapter of a text-only LoRA run) runs no backward and recomputes nothing, whatever the policy. Which
+// products each policy names, per layer kind: plugin/core/training_regime.cpp and METRICS.md.
+enum class recompute_policy : unsigned {
+  none,             // nothing is recomputed (the default)
+  full,             // the whole layer: Megatron's "full", torch's reentrant checkpoint
+  full_early_stop,  // torch's non-reentrant checkpoint (HF Trainer, torchtitan): the whole layer but its last
+                    // GEMM (a dense MLP's down projection), whose output nothing saves
+  selective,        // the softmax attention core only (QK^T and PV): Megatron's selective core_attn
+  op,               // torchtitan's per-op policy: every second matmul of the layer in forward order
+};
+const char* to_string(recompute_policy policy);
+// Parses a name above; throws flopmeter::error naming `where` and the accepted names otherwise.
+recompute_policy parse_recompute_policy(const std::string& name, const std::string& where);
+
+struct recompute_options {
+  recompute_policy policy = recompute_policy::none;
+  // Which decoder layers are checkpointed: all (both 0, the default), or the first `layers` of each pipeline
+  // stage (Megatron's "block" method; the decoder split evenly into `pipeline_stages`), or every `every`-th
+  // (layer i when (i + 1) % every == 0: torch's/torchtitan's apply_ac(freq)). At most one of the two is set.
+  std::int64_t layers = 0;
+  std::int64_t every = 0;
+  std::int64_t pipeline_stages = 1;  // pp: the plugin sets it from [parallel] pp
+  bool vision = false;               // also checkpoint every ViT block (HF's gradient_checkpointing_enable() does)
+};
+
 struct training_regime {
   bool vision_frozen = false;  // ViT blocks, patch embedding, position embedding: no weight trains
   bool merger_frozen = false;  // the patch merger and the DeepStack mergers
@@ -246,7 +301,9 @@ struct training_regime {
   // base weights (and its norms, embeddings, LM head) are then frozen, whatever text_frozen says. 0: no LoRA.
   std::int64_t lora_rank = 0;
   std::vector<lora_target> lora_targets;
+  recompute_options recompute;  // activation recomputation (hardware FLOPs only; model FLOPs unchanged)
 
+  // Model FLOPs only: recomputation does not change what full_training() means.
   bool full_training() const { return !vision_frozen && !merger_frozen && !text_frozen && lora_rank == 0; }
   bool adapts(lora_target target) const;
 };

@@ -16,6 +16,10 @@ inline constexpr char kTokensPerSecond[] = "perf/tokens_per_second";
 inline constexpr char kTokensPerSecondPerGpu[] = "perf/tokens_per_second_per_gpu";
 inline constexpr char kTflopsPerSecond[] = "perf/tflops_per_second";  // per GPU
 inline constexpr char kMfu[] = "perf/mfu";                             // percent
+// Hardware FLOPs: the model FLOPs plus the forward that activation recomputation runs again ([training]
+// recompute), over the same interval, peak and world; equal to the two above with recompute "none"
+inline constexpr char kTflopsPerSecondHardware[] = "perf/tflops_per_second_hardware";  // per GPU
+inline constexpr char kHfu[] = "perf/hfu";                                             // percent
 inline constexpr char kStepTime[] = "perf/step_time";                  // seconds per micro-batch
 inline constexpr char kOptimizerStepTime[] = "perf/optimizer_step_time";
 inline constexpr char kMemGib[] = "perf/mem_gib";

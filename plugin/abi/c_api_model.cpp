@@ -257,6 +257,17 @@ const char* flopmeter_count_field(uint32_t index, int* in_counts_struct) {
   return flopmeter::detail::kCountFields[index].name.data();  // a string literal: NUL-terminated, static
 }
 
+int flopmeter_model_window(const flopmeter_model* model, uint32_t index, int* kind, int64_t* size) {
+  if (model == nullptr || kind == nullptr || size == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const auto state = model_registry::instance().find(model);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  if (static_cast<std::int64_t>(index) >= state->geometry.window_count) return FLOPMETER_E_REJECTED;
+  const flopmeter::attention_window& w = state->geometry.windows[index];
+  *kind = w.kind == flopmeter::window_kind::sliding ? FLOPMETER_WINDOW_SLIDING : FLOPMETER_WINDOW_CHUNKED;
+  *size = w.size;
+  return FLOPMETER_OK;
+}
+
 int flopmeter_model_destroy(flopmeter_model* model) {
   if (model == nullptr) return FLOPMETER_OK;
   return model_registry::instance().remove(model) ? FLOPMETER_OK : FLOPMETER_E_INVALID_HANDLE;

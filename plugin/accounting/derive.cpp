@@ -117,6 +117,7 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   }
   double max_mem = 0, max_data = 0, max_fwd_bwd = 0, max_wait = 0, sum_tps = 0, sum_tflops = 0, sum_step = 0;
   double sum_megatron_tflops = 0;  // the Megatron constant's view of the same intervals, formed like sum_tflops
+  double sum_hardware_tflops = 0, max_hardware_tflops = 0;  // model + recomputed FLOPs, formed like sum_tflops
   // How many ranks reported each trainer figure: a reported 0 counts, a figure no rank reported is left out.
   std::size_t mem_ranks = 0, data_ranks = 0, fwd_bwd_ranks = 0, reserved_ranks = 0;
   double max_reserved = 0, max_data_pct = 0;
@@ -146,7 +147,8 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     const std::size_t i = static_cast<std::size_t>(r);
     const batch_counts counts = counts_from_row(x);
     // Each rank of a TP group holds the same micro-batch and does 1/tp of its matmul work: its share.
-    const double batch_flops = compute_flops(setup_.flop_coefficients, counts, setup_.scope).total();
+    const flop_breakdown flops = compute_flops(setup_.flop_coefficients, counts, setup_.scope);
+    const double batch_flops = flops.total();
     // A replica's tokens are seen by all tp*cp*pp ranks that share its micro-batches; attributing 1/(tp*cp*pp)
     // of them to each makes the rows sum to the job's tokens/s.
     tps_[i] = static_cast<double>(counts.real_tokens) / ranks_per_replica / t;
@@ -178,6 +180,10 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     log_wait_[i] = reported(x[row_log_wait_ms]);
     sum_tps += tps_[i];
     sum_tflops += tflops_[i];
+    // Hardware FLOPs: the same interval and divisor; equal to tflops_[i] with recompute "none".
+    const double hardware_tflops = flops.hardware_total() / tflops_divisor / t;
+    sum_hardware_tflops += hardware_tflops;
+    max_hardware_tflops = std::max(max_hardware_tflops, hardware_tflops);
     if (std::isfinite(x[row_megatron_flops]) && x[row_megatron_flops] > 0) {
       sum_megatron_tflops += x[row_megatron_flops] / tflops_divisor / t;
     }
@@ -190,7 +196,7 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
     max_wait = std::max(max_wait, log_wait_[i]);
   }
   // Finite per-rank rates can still sum past the double range (many ranks at ~1e308 tokens/s).
-  if (!std::isfinite(sum_tps) || !std::isfinite(sum_tflops)) {
+  if (!std::isfinite(sum_tps) || !std::isfinite(sum_tflops) || !std::isfinite(sum_hardware_tflops)) {
     result.why = "the ranks' rates sum beyond the double range (intervals too short for their counts)";
     return result;
   }
@@ -236,6 +242,8 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
   // Per GPU over every GPU of the job: with equal intervals, dp_sum(flops) * tp / t / world / 1e12.
   const double tflops_per_gpu = sum_tflops / world_size;
   v.emplace_back(m::kTflopsPerSecond, tflops_per_gpu);
+  const double hardware_tflops_per_gpu = sum_hardware_tflops / world_size;
+  v.emplace_back(m::kTflopsPerSecondHardware, hardware_tflops_per_gpu);
   // MFU above 100% (the job's or any rank's) is impossible: the peak is too low for this GPU and precision, or
   // the trainer reported micro-batches that did not run in the interval (e.g. events replayed in a burst). Such
   // an MFU is not reported; the warning says which figures disagree. Tokens/s and TFLOP/s stay: they are what
@@ -252,6 +260,15 @@ derive_result metrics_deriver::derive(const double* rows, std::int64_t world, co
                        ") exceeds the peak of " + format_number(peak) +
                        " TFLOP/s; the peak is too low for this GPU and precision, or micro-batches were reported "
                        "that did not run in this interval";
+    }
+    // HFU (PaLM's hardware FLOPs utilisation) beside MFU, under the same plausibility check: the recomputed
+    // forward can push the hardware figure past a peak the model figure stays under.
+    if (mfu_plausible && hardware_tflops_per_gpu <= peak && max_hardware_tflops <= peak) {
+      v.emplace_back(m::kHfu, hardware_tflops_per_gpu / peak * 100.0);
+    } else if (mfu_plausible) {
+      result.warning = "HFU not reported: " + format_number(hardware_tflops_per_gpu) +
+                       " hardware TFLOP/s per GPU (model and recomputed FLOPs) exceeds the peak of " +
+                       format_number(peak) + " TFLOP/s; the peak is too low for this GPU and precision";
     }
   }
   // Megatron's per-token constant for the same micro-batches, full-training form, beside the exact figures.

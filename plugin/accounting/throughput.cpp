@@ -60,6 +60,7 @@ class throughput_plugin::impl {
     if (!comm_) throw error("a communicator is required (make_local_communicator() for one process)");
     logger_ = detail::logger_or_private(options_.logger);
     detail::sanitize_options(options_);
+    options_.training.recompute.pipeline_stages = options_.parallel.pp;  // recompute_layers counts per stage
     regime_coefficients_ = compute_coefficients(options_.model, options_.training);
     coefficients_ = regime_coefficients_.with_items;
     megatron_ = megatron_billing::of(options_.model, options_.scope);

@@ -42,7 +42,8 @@ namespace {
 // Keys of each table, in SCHEMA.md order.
 constexpr std::string_view kRootKeys[] = {"model", "training", "peak", "parallel", "logging", "sinks"};
 constexpr std::string_view kModelKeys[] = {"config", "scope", "sanity_check", "train_mtp_layers"};
-constexpr std::string_view kTrainingKeys[] = {"frozen", "lora_rank", "lora_targets"};
+constexpr std::string_view kTrainingKeys[] = {"frozen",           "lora_rank",       "lora_targets",    "recompute",
+                                              "recompute_layers", "recompute_every", "recompute_vision"};
 constexpr std::string_view kPeakKeys[] = {"gpu", "tflops_per_gpu", "precision"};
 constexpr std::string_view kParallelKeys[] = {"tp", "cp", "pp", "order"};
 constexpr std::string_view kLoggingKeys[] = {"log_interval_steps", "tpi_multiplier", "topk", "emit",
@@ -142,6 +143,8 @@ class options_loader : private detail::toml_reader {
 
     options.model = load_model(*model->get("config"), model_path);
     if (train_mtp_layers) options.model.train_mtp_layers = *train_mtp_layers;
+    // recompute_layers counts per pipeline stage: the layout's pp says how many stages.
+    options.training.recompute.pipeline_stages = options.parallel.pp;
     if (training != nullptr) {
       // Whether the regime fits the model (nothing trains, MoE experts as LoRA targets, ...): at [training].
       try {
@@ -186,7 +189,8 @@ class options_loader : private detail::toml_reader {
     }
   }
 
-  // [training]: frozen = ["vision", "merger", "text"] (any subset), lora_rank, lora_targets.
+  // [training]: frozen = ["vision", "merger", "text"] (any subset), lora_rank, lora_targets, recompute (a
+  // policy name), recompute_layers, recompute_every, recompute_vision.
   void read_training(const toml::table& training, training_regime& regime) const {
     const auto strings = [&](const char* key, const auto& each) {
       const toml::node* node = training.get(key);
@@ -222,6 +226,21 @@ class options_loader : private detail::toml_reader {
         fail_key(element, path, "unknown LoRA target '" + escaped(name) + "' (expected one of " + known + ")");
       }
     });
+    recompute_options& recompute = regime.recompute;
+    if (const toml::node* node = training.get("recompute")) {
+      const std::string name = string_value(*node, "training.recompute");
+      try {
+        recompute.policy = parse_recompute_policy(name, "training.recompute");
+      } catch (const error&) {
+        fail_key(*node, "training.recompute",
+                 "unknown recompute policy '" + escaped(name) +
+                     "' (expected one of \"none\", \"full\", \"full_early_stop\", \"selective\", \"op\")");
+      }
+    }
+    constexpr detail::int_bounds kLayers{0, std::int64_t{1} << 31};
+    recompute.layers = optional_int(training, "training", "recompute_layers", kLayers, 0);
+    recompute.every = optional_int(training, "training", "recompute_every", kLayers, 0);
+    recompute.vision = optional_bool(training, "training", "recompute_vision", false);
   }
 
   void read_peak(const toml::table& peak, throughput_options& options) const {

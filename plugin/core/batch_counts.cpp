@@ -154,32 +154,56 @@ std::int64_t triangle(std::int64_t m) {
   return static_cast<std::int64_t>(u * (u + 1) / 2);
 }
 
-// The pairs of one document of L tokens (0 <= L <= 2^32 - 1, as add_document allows) under window `w`:
-//   sliding:  query i attends min(i + 1, w) keys. With m = min(L, w): the first m queries attend 1 .. m keys,
-//             m(m+1)/2 pairs, the other L - m attend w = m keys each: m(m+1)/2 + (L - m) * m
-//             (L <= w: L(L+1)/2; otherwise w(w+1)/2 + (L - w) * w).
-//   chunked:  q = L / c whole chunks of c(c+1)/2 pairs each, and a last chunk of r = L % c tokens,
-//             r(r+1)/2 pairs. c >= L: one chunk, L(L+1)/2 (and c(c+1)/2 is never formed for a c above L).
-std::int64_t window_pairs(std::int64_t length, const attention_window& w) {
-  if (w.kind == window_kind::sliding) {
-    const std::int64_t m = length < w.size ? length : w.size;
-    return triangle(m) + (length - m) * m;
+// A window with what its per-document count needs precomputed: 1/c for a chunked one, so that L / c costs a
+// multiply, not a division (a division per document and window was most of the windows' cost in
+// bench_on_microbatch's BM_count_cu_seqlens).
+struct window_counter {
+  attention_window w;
+  double reciprocal = 0;  // 1.0 / size (chunked)
+  explicit window_counter(const attention_window& window)
+      : w(window), reciprocal(1.0 / static_cast<double>(window.size)) {}
+
+  // The pairs of one document of L tokens (0 <= L <= 2^32 - 1, as add_document allows):
+  //   sliding:  query i attends min(i + 1, w) keys. With m = min(L, w): the first m queries attend 1 .. m keys,
+  //             m(m+1)/2 pairs, the other L - m attend w = m keys each: m(m+1)/2 + (L - m) * m
+  //             (L <= w: L(L+1)/2; otherwise w(w+1)/2 + (L - w) * w).
+  //   chunked:  q = L / c whole chunks of c(c+1)/2 pairs each, and a last chunk of r = L % c tokens,
+  //             r(r+1)/2 pairs. c >= L: one chunk, L(L+1)/2 (and c(c+1)/2 is never formed for a c above L).
+  std::int64_t pairs(std::int64_t length) const {
+    if (w.kind == window_kind::sliding) {
+      const std::int64_t m = length < w.size ? length : w.size;
+      return triangle(m) + (length - m) * m;
+    }
+    if (w.size >= length) return triangle(length);
+    // c < L < 2^32: L * (1/c) in double is within 1 of L / c (L and 1/c carry 53 bits, the quotient < 2^32), so
+    // one step either way makes q exact: q * c <= L < (q + 1) * c.
+    std::int64_t q = static_cast<std::int64_t>(static_cast<double>(length) * reciprocal);
+    if (q * w.size > length) q -= 1;
+    if ((q + 1) * w.size <= length) q += 1;
+    return q * triangle(w.size) + triangle(length - q * w.size);
   }
-  if (w.size >= length) return triangle(length);
-  return (length / w.size) * triangle(w.size) + triangle(length % w.size);
-}
+};
 
 // Sets window_pairs_k for documents whose lengths `length_of(i)`, i < documents, were already validated and added
 // (so each is in [0, 2^32 - 1] and the pair sums fit, above). A separate pass run only for a model with windows:
 // full attention keeps its loop unchanged.
+// One pass over the documents for every window (each length is read once).
 template <class LengthOf>
 void add_window_pairs(batch_counts& counts, std::size_t documents, const vision_geometry& g, LengthOf length_of) {
-  for (std::int64_t k = 0; k < g.window_count; ++k) {
-    const attention_window w = g.windows[k];
-    std::int64_t sum = 0;
-    for (std::size_t i = 0; i < documents; ++i) sum += window_pairs(length_of(i), w);
-    counts.*detail::kWindowPairs[k] = sum;
+  const window_counter w0(g.windows[0]), w1(g.window_count > 1 ? g.windows[1] : g.windows[0]);
+  std::int64_t sum0 = 0, sum1 = 0;
+  if (g.window_count == 1) {
+    for (std::size_t i = 0; i < documents; ++i) sum0 += w0.pairs(length_of(i));
+  } else {
+    for (std::size_t i = 0; i < documents; ++i) {
+      const std::int64_t length = length_of(i);
+      sum0 += w0.pairs(length);
+      sum1 += w1.pairs(length);
+    }
   }
+  counts.*detail::kWindowPairs[0] = sum0;
+  counts.*detail::kWindowPairs[1] = sum1;
+  static_assert(kMaxAttentionWindows == 2, "add_window_pairs sums two windows");
 }
 
 // The vision counts of one item beyond patches and pairs (geometry_of: Qwen2.5-VL windows, InternViT's CLS token,

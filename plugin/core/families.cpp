@@ -581,8 +581,7 @@ std::optional<spec_violation> check_family_spec(const model_spec& spec) {
       return spec_violation{path("layer_types"), "has " + n(total) + " entries but num_hidden_layers = " +
                                                      n(t.num_hidden_layers) + " (one entry per decoder layer)"};
     }
-    const bool slides = t.num_attention_layers() > t.num_full_attention_layers();
-    if (slides && count_layers_of_kind(t, layer_kind::sliding_attention, 0, t.num_hidden_layers) > 0) {
+    if (count_layers_of_kind(t, layer_kind::sliding_attention, 0, t.num_hidden_layers) > 0) {
       if (auto bad = bounded(spec, "sliding_window", t.sliding_window, 1)) return bad;
     }
     if (count_layers_of_kind(t, layer_kind::chunked_attention, 0, t.num_hidden_layers) > 0) {
@@ -627,11 +626,9 @@ std::optional<spec_violation> check_family_spec(const model_spec& spec) {
              t.n_shared_experts != 0 || t.shared_expert_intermediate_size != 0 || !t.mlp_only_layers.empty()) {
     return spec_violation{key_of(spec, "num_experts"), "must be > 0 when expert fields are set"};
   }
+  // A dense width no layer uses is harmless (DeepSeek with first_k_dense_replace = 0): checked only when used.
   if (t.num_dense_mlp_layers() > 0) {
     if (auto bad = bounded(spec, "intermediate_size", t.intermediate_size, 1)) return bad;
-  } else if (t.intermediate_size != 0 && find_family(spec.model_type) != nullptr &&
-             find_family(spec.model_type)->field("num_local_experts") == nullptr) {
-    // A dense width no layer uses is harmless (DeepSeek with first_k_dense_replace = 0).
   }
   if (auto bad = bounded(spec, "mtp_num_hidden_layers", t.mtp_num_hidden_layers, 0)) return bad;
   return std::nullopt;

@@ -68,6 +68,21 @@ flop_breakdown compute_flops(const coefficients& c, const batch_counts& n, flop_
   flop_breakdown f;
   for (std::size_t i = 0; i < count; ++i)
     f.*products[i].term += exact_product(products[i].coefficient, products[i].count);
+  // The re-executed forward (hardware FLOPs only): the same counts as the four terms it repeats.
+  const coefficients::recompute_terms& r = c.recompute;
+  f.recompute.text_dense = exact_product(r.text_per_token, n.device_tokens());
+  f.recompute.text_attention = exact_product(r.text_attn_pair, n.causal_pairs) +
+                               exact_product(r.window_attn_pair[0], n.window_pairs_0) +
+                               exact_product(r.window_attn_pair[1], n.window_pairs_1);
+  f.recompute.vision_dense = exact_product(r.vision_per_patch, n.patches);
+  f.recompute.vision_attention =
+      exact_product(r.vision_attn_pair, scope == flop_scope::seed ? n.vision_pairs_whole : n.vision_pairs_per_frame);
+  if (scope == flop_scope::complete) {
+    f.recompute.text_attention += exact_product(r.image_block_pair, n.image_block_pairs);
+    f.recompute.vision_attention += exact_product(r.vision_window_attn_pair, n.vision_window_pairs);
+  } else {
+    f.recompute.vision_attention += exact_product(r.vision_window_attn_pair, n.vision_pairs_whole);
+  }
   return f;
 }
 
@@ -80,7 +95,11 @@ flop_breakdown compute_flops(const regime_coefficients& rc, const batch_counts& 
   const bool same = with.dense_per_token == without.dense_per_token && with.text_attn_pair == without.text_attn_pair &&
                     with.window_attn_pair[0] == without.window_attn_pair[0] &&
                     with.window_attn_pair[1] == without.window_attn_pair[1] &&
-                    with.mtp_per_token == without.mtp_per_token && with.mtp_attn_pair == without.mtp_attn_pair;
+                    with.mtp_per_token == without.mtp_per_token && with.mtp_attn_pair == without.mtp_attn_pair &&
+                    with.recompute.text_per_token == without.recompute.text_per_token &&
+                    with.recompute.text_attn_pair == without.recompute.text_attn_pair &&
+                    with.recompute.window_attn_pair[0] == without.recompute.window_attn_pair[0] &&
+                    with.recompute.window_attn_pair[1] == without.recompute.window_attn_pair[1];
   if (same || (n.itemless_device_tokens == 0 && n.itemless_causal_pairs == 0)) return f;
   // Text terms: with_items over the tokens and pairs of micro-batches with items, without_items over the rest.
   const std::int64_t device = n.device_tokens() - n.itemless_device_tokens;
@@ -89,13 +108,23 @@ flop_breakdown compute_flops(const regime_coefficients& rc, const batch_counts& 
       exact_product(with.dense_per_token, device) + exact_product(without.dense_per_token, n.itemless_device_tokens);
   f.text_attention =
       exact_product(with.text_attn_pair, pairs) + exact_product(without.text_attn_pair, n.itemless_causal_pairs);
+  f.recompute.text_dense = exact_product(with.recompute.text_per_token, device) +
+                           exact_product(without.recompute.text_per_token, n.itemless_device_tokens);
+  f.recompute.text_attention = exact_product(with.recompute.text_attn_pair, pairs) +
+                               exact_product(without.recompute.text_attn_pair, n.itemless_causal_pairs);
   const std::int64_t window_pairs[] = {n.window_pairs_0, n.window_pairs_1};
   const std::int64_t itemless_window_pairs[] = {n.itemless_window_pairs_0, n.itemless_window_pairs_1};
   for (std::size_t k = 0; k < kMaxAttentionWindows; ++k) {
     f.text_attention += exact_product(with.window_attn_pair[k], window_pairs[k] - itemless_window_pairs[k]) +
                         exact_product(without.window_attn_pair[k], itemless_window_pairs[k]);
+    f.recompute.text_attention +=
+        exact_product(with.recompute.window_attn_pair[k], window_pairs[k] - itemless_window_pairs[k]) +
+        exact_product(without.recompute.window_attn_pair[k], itemless_window_pairs[k]);
   }
-  if (scope == flop_scope::complete) f.text_attention += exact_product(with.image_block_pair, n.image_block_pairs);
+  if (scope == flop_scope::complete) {
+    f.text_attention += exact_product(with.image_block_pair, n.image_block_pairs);
+    f.recompute.text_attention += exact_product(with.recompute.image_block_pair, n.image_block_pairs);
+  }
   if (scope == flop_scope::complete) {
     f.mtp = exact_product(with.mtp_per_token, device) + exact_product(with.mtp_attn_pair, pairs) +
             exact_product(without.mtp_per_token, n.itemless_device_tokens) +

@@ -97,6 +97,119 @@ void vision_coefficients(const model_spec& spec, const slot_sums& w, coefficient
   c.patches_per_merged_token = m * m;  // <= 2^62: sizes are <= 2^31
 }
 
+// ---- Activation recomputation: the re-executed forward, a fold of the same walk -----------------------------
+//
+// A checkpointed layer whose backward runs (its output needs a gradient) runs part of its forward again in the
+// backward. Each visit of such a layer adds its forward multiply-adds once when the policy runs it again, to a
+// second set of sums (model FLOPs and MFU are unchanged). Which products run again, per policy (forward order
+// inside one layer, gemm_visit::matmul numbering the matmuls):
+//   full             every product: the projections (with LoRA's A and B), the attention core, the Gated
+//                    DeltaNet conv and delta rule, the MLP or MoE block (Megatron "full", torch reentrant).
+//   full_early_stop  the same but the layer's final GEMM (gemm_visit::last: the gated MLP's down_proj, or its LoRA
+//                    B). Torch's non-reentrant checkpoint stops once the last tensor autograd saved is recomputed;
+//                    the final GEMM's inputs are saved before it runs, its output by nothing. An MoE block's expert
+//                    outputs are scaled by their routing weights (a saved product): none of its GEMMs is final.
+//   selective        the softmax attention core only (QK^T and PV, any window; MLA's too), where a gradient flows
+//                    through it (Megatron's core_attn).
+//   op               torchtitan's per-op policy: the even-numbered matmuls run again, the odd ones are saved; the
+//                    attention core is saved; the conv and the delta rule are not matmuls and run again; the final
+//                    GEMM is cut by torch's early stop as above.
+// A layer no gradient crosses runs no backward and recomputes nothing (the forward-only layers below the first
+// LoRA adapter of a text-only LoRA run; a frozen ViT). Logits, MTP layers, the patch embedding and the mergers
+// sit in no checkpointed layer.
+int128 recomputed(recompute_policy policy, const gemm_visit& v) {
+  const bool full = policy == recompute_policy::full, early = policy == recompute_policy::full_early_stop;
+  const bool attention_core = v.weightless && v.slot != coefficient_slot::linear_attention;
+  if (attention_core) {
+    return full || early || (policy == recompute_policy::selective && v.input_gradient) ? 1 : 0;
+  }
+  if (v.matmul == 0) return full || early || policy == recompute_policy::op ? 1 : 0;  // conv, delta rule
+  if (full) return 1;
+  if (early) return v.last ? 0 : 1;
+  if (policy == recompute_policy::op) return v.matmul % 2 == 0 && !v.last ? 1 : 0;
+  return 0;
+}
+
+// The recomputed forward of the decoder layers [from, to) checkpointed under `o` (the first o.layers of each
+// pipeline stage, or every o.every-th layer, or all), whose input gradient is `g`.
+void recompute_layers(const model_spec& spec, const training_regime& regime, std::int64_t from, std::int64_t to, bool g,
+                      slot_sums& r) {
+  const recompute_options& o = regime.recompute;
+  const auto add = [&r, &o](const gemm_visit& v) {
+    term& into = r.slot[static_cast<std::size_t>(v.slot)];
+    into = into + v.macs * v.layers * factor{recomputed(o.policy, v), nullptr};
+  };
+  if (o.layers > 0) {
+    // Megatron's block method: the first `layers` of each pipeline stage's num_hidden_layers / stages.
+    const std::int64_t stage = spec.text.num_hidden_layers / o.pipeline_stages;
+    for (std::int64_t s = 0; s < o.pipeline_stages; ++s) {
+      const std::int64_t a = std::max(from, s * stage), b = std::min(to, s * stage + o.layers);
+      if (a < b) walk_decoder_layers(spec, regime, a, b, 1, g, add);
+    }
+  } else if (from < to) {
+    walk_decoder_layers(spec, regime, from, to, o.every > 0 ? o.every : 1, g, add);
+  }
+}
+
+// The recomputed forward of a micro-batch (with or without items) into `c.recompute`, 2 FLOPs per multiply-add.
+void recompute_coefficients(const model_spec& spec, const training_regime& regime, bool items, coefficients& c) {
+  const recompute_options& o = regime.recompute;
+  if (o.policy == recompute_policy::none) return;
+  slot_sums r;
+  const bool weights_train = !regime.text_frozen && regime.lora_rank == 0;
+  const bool vision_side_trains = spec.vision && (!regime.vision_frozen || !regime.merger_frozen);
+  const std::int64_t n = spec.text.num_hidden_layers;
+  if (weights_train || (items && vision_side_trains)) {
+    recompute_layers(spec, regime, 0, n, true, r);
+  } else {
+    // As the walk: nothing upstream of the first adapted layer trains, so no backward runs there.
+    const std::int64_t f = first_adapted_layer(spec, regime);
+    recompute_layers(spec, regime, f, std::min(f + 1, n), false, r);
+    recompute_layers(spec, regime, f + 1, n, true, r);
+  }
+  coefficients::recompute_terms& rc = c.recompute;
+  dense_terms& d = rc.dense;
+  std::int64_t* const parts[kDenseSlots] = {
+      &d.attention_projections, &d.linear_attention,       &d.dense_mlp, &d.moe_router,   &d.moe_routed_experts,
+      &d.moe_shared_expert,     &d.moe_shared_expert_gate, &d.logits,    &d.lora_adapters};
+  const char* const names[kDenseSlots] = {"recompute (attention projections)",
+                                          "recompute (Gated DeltaNet)",
+                                          "recompute (dense MLP)",
+                                          "recompute (MoE router)",
+                                          "recompute (MoE routed experts)",
+                                          "recompute (MoE shared expert)",
+                                          "recompute (MoE shared-expert gate)",
+                                          "recompute (logits)",
+                                          "recompute (LoRA adapters)"};
+  term total;
+  for (std::size_t i = 0; i < kDenseSlots; ++i) {
+    *parts[i] = to_coefficient(r.slot[i], kFlopsPerPass, names[i]);
+    total = total + r.slot[i];
+  }
+  rc.text_per_token = to_coefficient(total, kFlopsPerPass, "recompute.text_per_token");
+  rc.text_attn_pair = to_coefficient(r[coefficient_slot::text_attn_pair], kFlopsPerPass, "recompute.text_attn_pair");
+  rc.window_attn_pair[0] =
+      to_coefficient(r[coefficient_slot::window_attn_pair_0], kFlopsPerPass, "recompute.window_attn_pair[0]");
+  rc.window_attn_pair[1] =
+      to_coefficient(r[coefficient_slot::window_attn_pair_1], kFlopsPerPass, "recompute.window_attn_pair[1]");
+  rc.image_block_pair =
+      to_coefficient(r[coefficient_slot::image_block_pair], kFlopsPerPass, "recompute.image_block_pair");
+  if (spec.vision && o.vision && !regime.vision_frozen) {  // a frozen ViT runs no backward: nothing
+    slot_sums v;
+    walk_gemms(spec, regime, items, [&v, &o](const gemm_visit& visit) {
+      if (visit.part != model_part::vision || visit.slot == coefficient_slot::patch_embed_per_patch) return;
+      term& into = v.slot[static_cast<std::size_t>(visit.slot)];
+      into = into + visit.macs * visit.layers * factor{recomputed(o.policy, visit), nullptr};
+    });
+    rc.vision_per_patch =
+        to_coefficient(v[coefficient_slot::vision_per_patch], kFlopsPerPass, "recompute.vision_per_patch");
+    rc.vision_attn_pair =
+        to_coefficient(v[coefficient_slot::vision_attn_pair], kFlopsPerPass, "recompute.vision_attn_pair");
+    rc.vision_window_attn_pair = to_coefficient(v[coefficient_slot::vision_window_attn_pair], kFlopsPerPass,
+                                                "recompute.vision_window_attn_pair");
+  }
+}
+
 bool adapts_any(const training_regime& r, std::initializer_list<lora_target> targets) {
   for (const lora_target target : targets) {
     if (r.adapts(target)) return true;
@@ -115,6 +228,7 @@ coefficients fold_coefficients(const model_spec& spec, const training_regime& re
   // among the text terms; the vision terms of a model with MTP overflow first only when they are larger).
   text_coefficients(spec, w, c);
   vision_coefficients(spec, w, c);
+  recompute_coefficients(spec, regime, items, c);
   return c;
 }
 
@@ -122,10 +236,23 @@ coefficients fold_coefficients(const model_spec& spec, const training_regime& re
 
 namespace {
 
+const char* const kRecomputeNames[] = {"none", "full", "full_early_stop", "selective", "op"};
+
 const char* const kLoraTargetNames[] = {"q_proj",  "k_proj",    "v_proj",      "o_proj",    "gate_proj",
                                         "up_proj", "down_proj", "in_proj_qkv", "in_proj_z", "out_proj"};
 
 }  // namespace
+
+const char* to_string(recompute_policy policy) { return kRecomputeNames[static_cast<unsigned>(policy)]; }
+
+recompute_policy parse_recompute_policy(const std::string& name, const std::string& where) {
+  std::string known;
+  for (unsigned i = 0; i < std::size(kRecomputeNames); ++i) {
+    if (name == kRecomputeNames[i]) return static_cast<recompute_policy>(i);
+    known += std::string(i == 0 ? "\"" : ", \"") + kRecomputeNames[i] + "\"";
+  }
+  throw error(where + ": unknown recompute policy '" + name + "' (expected one of " + known + ")");
+}
 
 const char* to_string(lora_target target) { return kLoraTargetNames[static_cast<unsigned>(target)]; }
 
@@ -182,8 +309,58 @@ std::string quoted_parts(const training_regime& regime) {
 
 }  // namespace
 
+namespace {
+
+// The recompute settings against the model (validate_training_regime).
+void validate_recompute(const model_spec& spec, const recompute_options& o) {
+  const std::int64_t n = spec.text.num_hidden_layers;
+  const bool on = o.policy != recompute_policy::none;
+  if (!on && (o.layers != 0 || o.every != 0 || o.vision)) {
+    throw error(std::string("training.") +
+                (o.layers != 0  ? "recompute_layers"
+                 : o.every != 0 ? "recompute_every"
+                                : "recompute_vision") +
+                " without a recompute policy: set training.recompute to \"full\", \"full_early_stop\", "
+                "\"selective\" or \"op\"");
+  }
+  if (o.layers < 0 || o.every < 0) {
+    throw error(std::string("training.") + (o.layers < 0 ? "recompute_layers" : "recompute_every") +
+                " must be >= 0 (got " + std::to_string(o.layers < 0 ? o.layers : o.every) + ")");
+  }
+  if (o.layers > 0 && o.every > 0) {
+    throw error(
+        "training.recompute_layers and training.recompute_every are both set: choose the first N layers of "
+        "each pipeline stage or every k-th layer");
+  }
+  if (o.layers > 0) {
+    if (o.pipeline_stages < 1 || o.pipeline_stages > n) {
+      throw error("pipeline stages (pp) must be in [1, num_hidden_layers = " + std::to_string(n) + "] (got " +
+                  std::to_string(o.pipeline_stages) + ")");
+    }
+    if (n % o.pipeline_stages != 0) {
+      throw error("training.recompute_layers needs the " + std::to_string(n) + " decoder layers split evenly over " +
+                  std::to_string(o.pipeline_stages) + " pipeline stages");
+    }
+    if (o.layers > n / o.pipeline_stages) {
+      throw error("training.recompute_layers = " + std::to_string(o.layers) + " exceeds the " +
+                  std::to_string(n / o.pipeline_stages) + " decoder layers of each pipeline stage of model '" +
+                  spec.name + "'");
+    }
+  }
+  if (o.every > n) {
+    throw error("training.recompute_every = " + std::to_string(o.every) + " checkpoints no layer of model '" +
+                spec.name + "' (" + std::to_string(n) + " decoder layers)");
+  }
+  if (o.vision && !spec.vision) {
+    throw error("training.recompute_vision: model '" + spec.name + "' has no vision tower");
+  }
+}
+
+}  // namespace
+
 void validate_training_regime(const model_spec& spec, const training_regime& regime) {
   const text_spec& t = spec.text;
+  validate_recompute(spec, regime.recompute);
   if (regime.lora_rank < 0 || regime.lora_rank > (std::int64_t{1} << 20)) {
     throw error("training.lora_rank must be in [0, 1048576] (got " + std::to_string(regime.lora_rank) + ")");
   }
@@ -246,6 +423,10 @@ regime_coefficients compute_coefficients(const model_spec& spec, const training_
     c.window_attn_pair[1] = without.window_attn_pair[1];
     c.mtp_per_token = without.mtp_per_token;
     c.mtp_attn_pair = without.mtp_attn_pair;
+    const coefficients::recompute_terms vision_recompute = c.recompute;
+    c.recompute = without.recompute;
+    c.recompute.vision_per_patch = vision_recompute.vision_per_patch;  // the vision terms: with_items'
+    c.recompute.vision_attn_pair = vision_recompute.vision_attn_pair;
   }
   return rc;
 }

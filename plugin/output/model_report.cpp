@@ -49,16 +49,54 @@ itemless_table itemless_entries(const regime_coefficients& rc) {
   const coefficients& w = rc.without_items;
   return itemless_table{
       w.dense_per_token != c.dense_per_token || w.text_attn_pair != c.text_attn_pair ||
-          w.mtp_per_token != c.mtp_per_token || w.mtp_attn_pair != c.mtp_attn_pair,
+          w.mtp_per_token != c.mtp_per_token || w.mtp_attn_pair != c.mtp_attn_pair ||
+          w.recompute.text_per_token != c.recompute.text_per_token ||
+          w.recompute.text_attn_pair != c.recompute.text_attn_pair,
       {
           {"dense_per_token", w.dense_per_token, "per device token of a micro-batch without images or videos"},
           {"text_attn_pair", w.text_attn_pair, "per causal pair of such a micro-batch"},
           {"mtp_per_token", w.mtp_per_token, "MTP layers, per device token of such a micro-batch"},
           {"mtp_attn_pair", w.mtp_attn_pair, "MTP attention, per causal pair of such a micro-batch"},
+          {"recompute_text_per_token", w.recompute.text_per_token,
+           "recomputed decoder forward, per device token of such a micro-batch"},
+          {"recompute_text_attn_pair", w.recompute.text_attn_pair,
+           "recomputed attention core, per causal pair of such a micro-batch"},
       }};
 }
 
 const char* window_kind_name(window_kind kind) { return kind == window_kind::sliding ? "sliding" : "chunked"; }
+recompute_table recompute_entries(const coefficients& c) {
+  const coefficients::recompute_terms& r = c.recompute;
+  const dense_terms& d = r.dense;
+  return recompute_table{
+      {
+          {"text_per_token", r.text_per_token, "decoder forward run again in the backward, per device token"},
+          {"text_attn_pair", r.text_attn_pair, "attention core run again, per causal pair"},
+          {"vision_per_patch", r.vision_per_patch, "ViT blocks' forward run again, per patch"},
+          {"vision_attn_pair", r.vision_attn_pair, "ViT attention core run again, per (query, key) pair"},
+      },
+      {
+          {"attention_projections", d.attention_projections, "full-attention projections run again"},
+          {"linear_attention", d.linear_attention, "Gated DeltaNet layers run again"},
+          {"dense_mlp", d.dense_mlp, "SwiGLU MLPs run again"},
+          {"moe_router", d.moe_router, "MoE routers run again"},
+          {"moe_routed_experts", d.moe_routed_experts, "routed experts run again"},
+          {"moe_shared_expert", d.moe_shared_expert, "shared experts run again"},
+          {"moe_shared_expert_gate", d.moe_shared_expert_gate, "shared-expert gates run again"},
+          {"lora_adapters", d.lora_adapters, "LoRA A and B run again"},
+      }};
+}
+
+std::string recompute_settings_json(const training_regime& regime) {
+  const recompute_options& o = regime.recompute;
+  json_object object;
+  object.string("policy", to_string(o.policy))
+      .integer("layers", o.layers)
+      .integer("every", o.every)
+      .integer("pipeline_stages", o.pipeline_stages)
+      .raw("vision", o.vision ? "true" : "false");
+  return object.str();
+}
 
 std::string frozen_json(const training_regime& regime) {
   std::string list = "[";
@@ -114,6 +152,23 @@ std::string coefficients_json(const model_spec& spec, const regime_coefficients&
   json_object breakdown;
   for (const coefficient_entry& e : table.dense_parts) breakdown.integer(e.key, e.value);
   object.raw("dense_per_token_breakdown", breakdown.str());
+  // The recompute coefficients (hardware FLOPs only; all 0 with recompute "none"): the settings, the four
+  // coefficients and text_per_token by GEMM family.
+  const recompute_table recompute = recompute_entries(rc.with_items);
+  json_object recomputed;
+  recomputed.raw("settings", recompute_settings_json(regime));
+  for (const coefficient_entry& e : recompute.entries) recomputed.integer(e.key, e.value);
+  json_object recomputed_parts;
+  for (const coefficient_entry& e : recompute.dense_parts) recomputed_parts.integer(e.key, e.value);
+  recomputed.raw("text_per_token_breakdown", recomputed_parts.str());
+  if (geometry.window_count > 0) {  // a windowed model: the re-executed core per pair under each window
+    std::string pairs = "[";
+    for (std::int64_t k = 0; k < geometry.window_count; ++k) {
+      pairs += (k > 0 ? ", " : "") + std::to_string(rc.with_items.recompute.window_attn_pair[k]);
+    }
+    recomputed.raw("window_attn_pair", pairs + "]");
+  }
+  object.raw("recompute", recomputed.str());
   const itemless_table itemless = itemless_entries(rc);
   if (itemless.differs) {
     json_object without;
@@ -155,6 +210,18 @@ std::string counts_json(const batch_counts& n) {
   return object.str();
 }
 
+std::string recompute_flops_json(const estimate_result& r) {
+  const flop_breakdown::recompute_flops& f = r.f.recompute;
+  json_object object;
+  object.raw("settings", recompute_settings_json(r.regime))
+      .number("text_dense", f.text_dense)
+      .number("text_attention", f.text_attention)
+      .number("vision_dense", f.vision_dense)
+      .number("vision_attention", f.vision_attention)
+      .number("total", f.total());
+  return object.str();
+}
+
 std::string estimate_json(const estimate_result& r) {
   const flop_breakdown& f = r.f;
   json_object object;
@@ -171,6 +238,8 @@ std::string estimate_json(const estimate_result& r) {
       .number("patch_embed", f.patch_embed)
       .number("merger", f.merger)
       .number("mtp", f.mtp)
+      .number("hardware_flops", f.hardware_total())
+      .raw("recompute", recompute_flops_json(r))
       .raw("counts", counts_json(r.n))
       .integer("row_length", r.row_length)
       .number("megatron_text_per_token", r.constant ? r.constant->text_per_token() : r.megatron_flops)

@@ -30,15 +30,27 @@ struct coefficient_table {
 coefficient_table coefficient_entries(const coefficients& c);
 
 // `flopmeter coefficients MODEL --json`: model, file (when the spec came from one), the training regime
-// (frozen, lora_rank, lora_targets), the regime's coefficients and dense_per_token_breakdown, and when a frozen
-// decoder bills micro-batches without images differently, without_items (their text coefficients).
+// (frozen, lora_rank, lora_targets), the regime's coefficients and dense_per_token_breakdown, recompute (the
+// settings, the recompute coefficients and text_per_token_breakdown), and when a frozen decoder bills
+// micro-batches without images differently, without_items (their text coefficients).
 std::string coefficients_json(const model_spec& spec, const regime_coefficients& c, const training_regime& regime = {});
 // The four text coefficients a micro-batch without images may be billed with (regime_coefficients).
 struct itemless_table {
   bool differs = false;  // from the with-items coefficients: only then are they reported
-  coefficient_entry entries[4];
+  coefficient_entry entries[6];
 };
 itemless_table itemless_entries(const regime_coefficients& c);
+// The recompute coefficients (coefficients::recompute): the four per unit and text_per_token by GEMM family.
+struct recompute_table {
+  coefficient_entry entries[4];
+  coefficient_entry dense_parts[8];
+};
+recompute_table recompute_entries(const coefficients& c);
+// The recompute settings as a JSON object: policy, layers, every, pipeline_stages, vision.
+std::string recompute_settings_json(const training_regime& regime);
+// The recomputed FLOPs of an estimate by term, and their total, with the settings.
+struct estimate_result;
+std::string recompute_flops_json(const estimate_result& r);
 // The frozen parts as a JSON array of strings (["vision", "merger"], [] when nothing is frozen) and the LoRA
 // targets likewise.
 std::string frozen_json(const training_regime& regime);

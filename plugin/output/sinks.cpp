@@ -92,6 +92,7 @@ constexpr console_field kConsoleFields[] = {
     {metric::kTokensPerSecondPerGpu, "tok/s/gpu", 1, ""},
     {metric::kTflopsPerSecond, "TFLOP/s/gpu", 1, "", true},
     {metric::kMfu, "MFU", 1, "%", true},
+    {metric::kHfu, "HFU", 1, "%", true},  // hardware FLOPs (recomputation included); absent without a peak
     // perf/step_time is per micro-batch: labelled "step" right after "step N" it read as the optimizer step.
     {metric::kStepTime, "mb_time", 3, "s"},
     {metric::kBatchEfficiency, "eff", 2, ""},

@@ -63,6 +63,28 @@ at::Tensor causal_pairs(const at::Tensor& lengths) {
 // The float64 sum of an int64 tensor's entries (see above: exact below 2^53, never wrapping).
 at::Tensor sum_exact(const at::Tensor& x) { return x.to(at::kDouble).sum(); }
 
+// Per document of L tokens (0 <= L <= kMaxDocumentTokens), the pairs under window `w`, in int64 and exact (every
+// term is at most L(L+1)/2 < 2^63; the definitions are batch_counts' in flop_model.h):
+//   sliding w: m = min(L, w) (the clamp): m(m+1)/2 + (L - m) * m;
+//   chunked c: q = L / c, r = L % c: q * c(c+1)/2 + r(r+1)/2, with c clamped to 2^32 - 1 (a c >= L is one chunk
+//   either way, and c(c+1)/2 then fits int64).
+at::Tensor window_pairs_of_lengths(const at::Tensor& lengths, const attention_window& w) {
+  if (w.kind == window_kind::sliding) {
+    const at::Tensor m = lengths.clamp_max(w.size);
+    return causal_pairs(m) + (lengths - m) * m;
+  }
+  const std::int64_t c = w.size < kMaxDocumentTokens ? w.size : kMaxDocumentTokens;
+  const std::int64_t chunk_pairs = c % 2 == 0 ? (c / 2) * (c + 1) : c * ((c + 1) / 2);
+  return at::div(lengths, c, "floor") * chunk_pairs + causal_pairs(lengths.remainder(c));
+}
+
+// Per token at position p (clamped to [0, kMaxDocumentTokens - 1] like the causal pairs), the keys it attends:
+// min(p + 1, w) (sliding, the clamp) or (p mod c) + 1 (chunked).
+at::Tensor window_pairs_of_positions(const at::Tensor& p, const attention_window& w) {
+  const at::Tensor q = p.clamp(0, kMaxDocumentTokens - 1);
+  return w.kind == window_kind::sliding ? (q + 1).clamp_max(w.size) : q.remainder(w.size) + 1;
+}
+
 }  // namespace
 
 at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry& g) {
@@ -96,6 +118,14 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
   const auto options = at::TensorOptions().dtype(at::kDouble).device(device);
   at::Tensor zero = at::zeros({}, options);
   at::Tensor real = zero, documents = zero, pairs = zero, invalid = zero;
+  if (g.window_count < 0 || g.window_count > static_cast<std::int64_t>(kMaxAttentionWindows)) {
+    throw error("vision_geometry.window_count must be 0 to " + std::to_string(kMaxAttentionWindows));
+  }
+  for (std::int64_t k = 0; k < g.window_count; ++k) {
+    if (g.windows[k].size < 1) throw error("vision_geometry.windows[" + std::to_string(k) + "].size must be >= 1");
+  }
+  static_assert(kMaxAttentionWindows == 2, "one zero per window below");
+  at::Tensor window[kMaxAttentionWindows] = {zero, zero};
 
   if (has_cu) {
     const at::Tensor cu = b.cu_seqlens.to(at::kLong);
@@ -108,6 +138,9 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
       const at::Tensor safe = lengths.clamp(0, kMaxDocumentTokens);
       real = sum_exact(safe);
       pairs = sum_exact(causal_pairs(safe));
+      for (std::int64_t k = 0; k < g.window_count; ++k) {
+        window[k] = sum_exact(window_pairs_of_lengths(safe, g.windows[k]));
+      }
     }
   } else if (has_positions) {
     const at::Tensor p = b.positions.to(at::kLong);
@@ -122,6 +155,9 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
     }
     // The reference's sum(positions + 1): L(L+1)/2 per document once the runs are valid.
     pairs = sum_exact(p.clamp(0, kMaxDocumentTokens - 1) + 1);
+    for (std::int64_t k = 0; k < g.window_count; ++k) {
+      window[k] = sum_exact(window_pairs_of_positions(p, g.windows[k]));
+    }
   }
 
   at::Tensor items = zero, patches = zero, merged = zero, per_frame = zero, whole = zero, window = zero,
@@ -180,6 +216,10 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
   entries[row_image_block_pairs] = block;
   entries[row_itemless_device_tokens] = itemless_tokens;
   entries[row_itemless_causal_pairs] = itemless_pairs;
+  for (std::size_t k = 0; k < kMaxAttentionWindows; ++k) {
+    entries[count_field_index(kWindowPairs[k])] = window[k];
+    entries[count_field_index(kItemlessWindowPairs[k])] = has_grids ? zero : window[k];
+  }
   entries[kRowCountFields] = invalid.to(at::kDouble);
   return at::stack(entries);
 }

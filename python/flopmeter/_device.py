@@ -21,23 +21,34 @@ Thread-safety: the Meter calls these under its own lock.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from . import _native
 
 MAX_DOCUMENT_TOKENS = (1 << 32) - 1
 MAX_ITEM_PATCHES = 1 << 31
 
-# The accumulator's slots: the row's counts (flopmeter_counts' fourteen, then the device tokens, causal pairs and
-# window pairs of the micro-batches without images), then these.
-COUNTS = 18
-INVALID = 18
-LABEL_TOKENS = 19
-SAMPLES = 20
-LOSS_SUM = 21
-TOKENS_SQUARED = 22        # sum over micro-batches of S^2, S = its device tokens (the Megatron constant's text
-TOKENS_TIMES_PATCHES = 23  # attention grows with it), and of S x its patches (its ViT attention)
-SLOTS = 24
+# A window as the library describes it: ("sliding" | "chunked", size >= 1).
+Window = Tuple[str, int]
+
+
+class Slots:
+    """The accumulator's slots: the row's counts in the library's table order (_native.ROW_COUNT_FIELDS: no list
+    of counts is kept here), then the invalid micro-batches, label tokens, samples, loss sum and the sums over
+    micro-batches of S^2 and S x patches (S = its device tokens: what the Megatron constant's text and ViT
+    attention grow with)."""
+
+    def __init__(self) -> None:
+        names = _native.ROW_COUNT_FIELDS
+        self.index: Dict[str, int] = {name: i for i, name in enumerate(names)}
+        self.counts = len(names)
+        self.invalid = self.counts
+        self.label_tokens = self.counts + 1
+        self.samples = self.counts + 2
+        self.loss_sum = self.counts + 3
+        self.tokens_squared = self.counts + 4
+        self.tokens_times_patches = self.counts + 5
+        self.total = self.counts + 6
 
 
 class VisionGeometry:
@@ -59,6 +70,11 @@ class VisionGeometry:
         return cls(int(g.get("spatial_merge_size", 1)), int(g.get("vision_window", 0)), int(g.get("cls_tokens", 0)),
                    int(g.get("segment_side", 0)), bool(g.get("image_block", False)))
 
+    @classmethod
+    def of(cls, geometry: Union["VisionGeometry", int]) -> "VisionGeometry":
+        """A geometry, or a merge size alone (a tower without windows, CLS tokens or image blocks)."""
+        return geometry if isinstance(geometry, VisionGeometry) else cls(int(geometry))
+
 
 def _causal_pairs(torch: Any, lengths: Any) -> Any:
     """L(L+1)/2 per entry, exact for 0 <= L <= 2^32 - 1: the even factor is halved before the product."""
@@ -67,12 +83,43 @@ def _causal_pairs(torch: Any, lengths: Any) -> Any:
                        lengths * torch.div(following, 2, rounding_mode="floor"))
 
 
+def _triangle(torch: Any, m: Any) -> Any:
+    """m(m+1)/2 per entry, exact for 0 <= m <= 2^32 - 1 (as _causal_pairs)."""
+    return _causal_pairs(torch, m)
+
+
+def _window_pairs_of_lengths(torch: Any, safe: Any, window: Window) -> Any:
+    """Per document of L tokens (0 <= L <= 2^32 - 1), the pairs under `window`, in int64 and exact: every term is
+    at most L(L+1)/2 < 2^63 (METRICS.md has the definitions).
+    sliding w: m = min(L, w): m(m+1)/2 + (L - m) * m.
+    chunked c: q = L // c, r = L % c: q * c(c+1)/2 + r(r+1)/2, with c clamped to 2^32 - 1 (a c >= L is one chunk
+    either way, and c(c+1)/2 then fits int64)."""
+    kind, size = window
+    if kind == "sliding":
+        m = safe.clamp(max=size)
+        return _triangle(torch, m) + (safe - m) * m
+    c = min(size, MAX_DOCUMENT_TOKENS)
+    return torch.div(safe, c, rounding_mode="floor") * (c * (c + 1) // 2) + _triangle(torch, safe.remainder(c))
+
+
+def _window_pairs_of_positions(torch: Any, p: Any, window: Window) -> Any:
+    """Per token at position p (clamped to [0, 2^32 - 2] like the causal pairs), the keys it attends:
+    min(p + 1, w) (sliding) or (p mod c) + 1 (chunked)."""
+    kind, size = window
+    q = p.clamp(0, MAX_DOCUMENT_TOKENS - 1)
+    return (q + 1).clamp(max=size) if kind == "sliding" else q.remainder(size) + 1
+
+
 def batch_counts(torch: Any, fmt: Optional[str], batch: Any, grids: Any, padding_tokens: int,
-                 geometry: VisionGeometry, device: Any) -> Any:
-    """A float64 tensor of the row's COUNTS counts and the number of invalid entries on `device`."""
+                 merge_size: Union[VisionGeometry, int], device: Any, slots: Slots,
+                 windows: Sequence[Window] = ()) -> Any:
+    """A float64 tensor of the row's counts (in slots' order) and the number of invalid entries on `device`.
+    `merge_size`: the vision tower's VisionGeometry, or its spatial_merge_size alone."""
+    geometry = VisionGeometry.of(merge_size)
     f64 = torch.float64
     zero = torch.zeros((), dtype=f64, device=device)
     real = documents = pairs = invalid = zero
+    window_pairs = [zero for _ in windows]
     lengths = None
     if fmt == "cu_seqlens" and batch.numel() > 0:
         cu = batch.to(torch.int64)
@@ -86,6 +133,7 @@ def batch_counts(torch: Any, fmt: Optional[str], batch: Any, grids: Any, padding
         safe = lengths.clamp(0, MAX_DOCUMENT_TOKENS)
         real = safe.to(f64).sum()
         pairs = _causal_pairs(torch, safe).to(f64).sum()
+        window_pairs = [_window_pairs_of_lengths(torch, safe, w).to(f64).sum() for w in windows]
     if fmt == "position_ids" and batch.numel() > 0:
         p = batch.to(torch.int64)
         n = p.numel()
@@ -98,6 +146,7 @@ def batch_counts(torch: Any, fmt: Optional[str], batch: Any, grids: Any, padding
             invalid = invalid + ((current != 0) & (current != previous + 1)).sum().to(f64)
         # sum(positions + 1) is L(L+1)/2 per document once the runs are valid.
         pairs = (p.clamp(0, MAX_DOCUMENT_TOKENS - 1) + 1).to(f64).sum()
+        window_pairs = [_window_pairs_of_positions(torch, p, w).to(f64).sum() for w in windows]
 
     items = patches = merged = per_frame = whole = window = cls_tokens = block = zero
     if grids is not None and grids.numel() > 0:
@@ -139,10 +188,20 @@ def batch_counts(torch: Any, fmt: Optional[str], batch: Any, grids: Any, padding
     # A micro-batch without images (known on the host: no grid rows) carries its text work in the itemless
     # counts too, which a frozen decoder bills by other coefficients.
     has_items = grids is not None and grids.numel() > 0
-    itemless_tokens = zero if has_items else real + padding
-    itemless_pairs = zero if has_items else pairs
-    return torch.stack([real, padding, documents, pairs, items, patches, merged, per_frame, whole, zero, zero,
-                        window, cls_tokens, block, itemless_tokens, itemless_pairs, zero, zero, invalid])
+    values = {"real_tokens": real, "padding_tokens": padding, "documents": documents, "causal_pairs": pairs,
+              "items": items, "patches": patches, "merged_tokens": merged, "vision_pairs_per_frame": per_frame,
+              "vision_pairs_whole": whole, "vision_window_pairs": window, "vision_cls_tokens": cls_tokens,
+              "image_block_pairs": block,
+              "itemless_device_tokens": zero if has_items else real + padding,
+              "itemless_causal_pairs": zero if has_items else pairs}
+    for k, pairs_k in enumerate(window_pairs):
+        values[f"window_pairs_{k}"] = pairs_k
+        values[f"itemless_window_pairs_{k}"] = zero if has_items else pairs_k
+    entries = [zero] * (slots.counts + 1)
+    for name, value in values.items():
+        entries[slots.index[name]] = value  # a KeyError here: the library's table lost a count this path forms
+    entries[slots.invalid] = invalid
+    return torch.stack(entries)
 
 
 def _device_scalar(torch: Any, value: Any, device: Any) -> Any:
@@ -157,38 +216,43 @@ def _device_scalar(torch: Any, value: Any, device: Any) -> Any:
 class DeviceCounts:
     """This rank's interval accumulators on one device, and its running totals there."""
 
-    def __init__(self, torch: Any, device: Any, geometry: VisionGeometry) -> None:
+    def __init__(self, torch: Any, device: Any, merge_size: Union[VisionGeometry, int],
+                 windows: Sequence[Window] = ()) -> None:
         self.torch = torch
         self.device = device
-        self.geometry = geometry
-        self.accumulated = torch.zeros(SLOTS, dtype=torch.float64, device=device)
+        self.merge_size = merge_size
+        self.windows = tuple(windows)
+        self.slots = Slots()
+        self.accumulated = torch.zeros(self.slots.total, dtype=torch.float64, device=device)
         self.seen = torch.zeros(3, dtype=torch.float64, device=device)  # real tokens, samples, label tokens
 
     def add(self, fmt: Optional[str], batch: Any, grids: Any, padding_tokens: int, samples: int,
             loss_sum: Any, label_tokens: Any) -> None:
         """Adds one micro-batch, masked by its validity; no value is read back."""
         torch = self.torch
-        counts = batch_counts(torch, fmt, batch, grids, padding_tokens, self.geometry, self.device)
-        valid = (counts[INVALID] == 0).to(torch.float64)
+        s = self.slots
+        counts = batch_counts(torch, fmt, batch, grids, padding_tokens, self.merge_size, self.device, s, self.windows)
+        real = counts[s.index["real_tokens"]]
+        valid = (counts[s.invalid] == 0).to(torch.float64)
         if label_tokens is not None:
             labels = _device_scalar(torch, label_tokens, self.device)
             # More label tokens than real tokens is refused on the host path; here both are on the device.
-            valid = valid * (counts[0] >= labels).to(torch.float64)
+            valid = valid * (real >= labels).to(torch.float64)
             loss = _device_scalar(torch, loss_sum, self.device)
             valid = valid * torch.isfinite(loss).to(torch.float64)
-            self.accumulated[LABEL_TOKENS] += valid * labels
-            self.accumulated[LOSS_SUM] += torch.where(valid > 0, loss, torch.zeros_like(loss))
-        self.accumulated[:INVALID] += counts[:INVALID] * valid
-        self.accumulated[INVALID] += 1 - valid
-        self.accumulated[SAMPLES] += valid * float(samples)
+            self.accumulated[s.label_tokens] += valid * labels
+            self.accumulated[s.loss_sum] += torch.where(valid > 0, loss, torch.zeros_like(loss))
+        self.accumulated[:s.invalid] += counts[:s.invalid] * valid
+        self.accumulated[s.invalid] += 1 - valid
+        self.accumulated[s.samples] += valid * float(samples)
         # The sums the Megatron constant's attention parts grow with, per micro-batch of S device tokens.
-        row_tokens = counts[0] + counts[1]
-        self.accumulated[TOKENS_SQUARED] += valid * (row_tokens * row_tokens)
-        self.accumulated[TOKENS_TIMES_PATCHES] += valid * (row_tokens * counts[5])
+        row_tokens = real + counts[s.index["padding_tokens"]]
+        self.accumulated[s.tokens_squared] += valid * (row_tokens * row_tokens)
+        self.accumulated[s.tokens_times_patches] += valid * (row_tokens * counts[s.index["patches"]])
 
     def reject(self) -> None:
         """A micro-batch refused on the host (a bad shape or dtype) still counts as rejected, on the device."""
-        self.accumulated[INVALID] += 1
+        self.accumulated[self.slots.invalid] += 1
 
     def contribute(self, host_row_buffer: Any, rank: int, layout: _native.RowLayout) -> Any:
         """The collective buffer on the device: the host buffer plus this interval's device values in this
@@ -202,21 +266,23 @@ class DeviceCounts:
             buffer = host_row_buffer.pin_memory().to(self.device, non_blocking=True)
         row = rank * layout.row_doubles
         a = self.accumulated
-        if layout.num_counts != COUNTS:
-            raise RuntimeError(f"the library's row has {layout.num_counts} counts, this package counts {COUNTS}")
-        buffer[row + layout.counts: row + layout.counts + COUNTS] += a[:COUNTS]
-        buffer[row + layout.device_rejected] += a[INVALID]
-        buffer[row + layout.label_tokens] += a[LABEL_TOKENS]
-        buffer[row + layout.loss_sum] += a[LOSS_SUM]
+        s = self.slots
+        if layout.num_counts != s.counts:
+            raise RuntimeError(f"the library's row has {layout.num_counts} counts, its count table {s.counts}")
+        buffer[row + layout.counts: row + layout.counts + s.counts] += a[:s.counts]
+        buffer[row + layout.device_rejected] += a[s.invalid]
+        buffer[row + layout.label_tokens] += a[s.label_tokens]
+        buffer[row + layout.loss_sum] += a[s.loss_sum]
         # In the host path's order of operations (derive.h, megatron_billing::interval_flops): the same double.
-        tokens = a[0] + a[1]
+        real = a[s.index["real_tokens"]]
+        tokens = real + a[s.index["padding_tokens"]]
         buffer[row + layout.megatron_flops] += (tokens * layout.megatron_text_linear
-                                                + a[TOKENS_SQUARED] * layout.megatron_text_attention_slope
-                                                + a[5] * layout.megatron_vision_linear
-                                                + a[TOKENS_TIMES_PATCHES] * layout.megatron_vision_attention_slope)
-        self.seen[0] += a[0]
-        self.seen[1] += a[SAMPLES]
-        self.seen[2] += a[LABEL_TOKENS]
+                                                + a[s.tokens_squared] * layout.megatron_text_attention_slope
+                                                + a[s.index["patches"]] * layout.megatron_vision_linear
+                                                + a[s.tokens_times_patches] * layout.megatron_vision_attention_slope)
+        self.seen[0] += real
+        self.seen[1] += a[s.samples]
+        self.seen[2] += a[s.label_tokens]
         buffer[row + layout.tokens_seen] += self.seen[0]
         buffer[row + layout.samples_seen] += self.seen[1]
         buffer[row + layout.label_tokens_seen] += self.seen[2]
@@ -227,9 +293,10 @@ class DeviceCounts:
         """A log without a collective: tokens and samples join the running totals, the rest is dropped, and
         device rejections wait for the next row."""
         a = self.accumulated
-        self.seen[0] += a[0]
-        self.seen[1] += a[SAMPLES]
-        self.seen[2] += a[LABEL_TOKENS]
-        rejected = a[INVALID].clone()
+        s = self.slots
+        self.seen[0] += a[s.index["real_tokens"]]
+        self.seen[1] += a[s.samples]
+        self.seen[2] += a[s.label_tokens]
+        rejected = a[s.invalid].clone()
         a.zero_()
-        a[INVALID] = rejected
+        a[s.invalid] = rejected

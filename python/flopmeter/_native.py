@@ -152,26 +152,39 @@ class RowLayout(ctypes.Structure):
     ]
 
 
-COUNT_FIELDS = (
-    "real_tokens",
-    "padding_tokens",
-    "documents",
-    "causal_pairs",
-    "items",
-    "patches",
-    "merged_tokens",
-    "vision_pairs_per_frame",
-    "vision_pairs_whole",
-    "window_pairs_0",
-    "window_pairs_1",
-    "vision_window_pairs",
-    "vision_cls_tokens",
-    "image_block_pairs",
-)
+# The counts are not listed here: the library names them (flopmeter_count_field, in its one count table's order)
+# and the loaded library decides them. COUNT_FIELDS (flopmeter_counts' fields), ROW_COUNT_FIELDS (the per-log
+# row's counts: those, then the itemless ones) and the Counts mirror are set when the library is loaded, on
+# first use of any of them (module __getattr__ below).
+def _count_table(loaded: ctypes.CDLL):
+    """[(name, in flopmeter_counts)] in the library's table order."""
+    function = loaded.flopmeter_count_field
+    function.restype = ctypes.c_char_p
+    function.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_int)]
+    table = []
+    in_struct = ctypes.c_int(0)
+    while True:
+        name = function(len(table), ctypes.byref(in_struct))
+        if name is None:
+            return table
+        table.append((name.decode("ascii"), bool(in_struct.value)))
 
 
-class Counts(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_uint32)] + [(name, ctypes.c_int64) for name in COUNT_FIELDS]
+def _set_count_mirrors(table) -> type:
+    global COUNT_FIELDS, ROW_COUNT_FIELDS, Counts
+    COUNT_FIELDS = tuple(name for name, in_struct in table if in_struct)
+    ROW_COUNT_FIELDS = tuple(name for name, _ in table)
+    Counts = type("Counts", (ctypes.Structure,),
+                  {"_fields_": [("struct_size", ctypes.c_uint32)] + [(n, ctypes.c_int64) for n in COUNT_FIELDS]})
+    STRUCTS["flopmeter_counts"] = Counts
+    return Counts
+
+
+def __getattr__(name: str):
+    if name in ("COUNT_FIELDS", "ROW_COUNT_FIELDS", "Counts"):
+        lib()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 FLOP_TERMS = ("text_dense", "text_attention", "vision_dense", "vision_attention", "patch_embed", "merger", "mtp")
@@ -194,11 +207,17 @@ STRUCTS = {
     "flopmeter_gloo_options": GlooOptions,
     "flopmeter_health_counters": HealthCounters,
     "flopmeter_row_layout": RowLayout,
-    "flopmeter_counts": Counts,
     "flopmeter_flops": Flops,
-}
+}  # and "flopmeter_counts": Counts, added once the library is loaded (structs_with_counts() has all)
+
+
+def structs_with_counts():
+    """STRUCTS with the Counts mirror, which the loaded library's count table decides."""
+    lib()
+    return STRUCTS
 
 _P = ctypes.c_void_p
+_COUNTS_P = "POINTER(Counts)"  # the Counts mirror is built when the library is loaded
 _SIGNATURES = {
     "flopmeter_abi_version": (ctypes.c_uint32, []),
     "flopmeter_status_string": (ctypes.c_char_p, [ctypes.c_int]),
@@ -221,11 +240,13 @@ _SIGNATURES = {
                                         ctypes.c_size_t]),
     "flopmeter_model_destroy": (ctypes.c_int, [_P]),
     "flopmeter_count_field": (ctypes.c_char_p, [ctypes.c_uint32, ctypes.POINTER(ctypes.c_int)]),
-    "flopmeter_model_count": (ctypes.c_int, [_P, ctypes.POINTER(Microbatch), ctypes.POINTER(Counts), ctypes.c_char_p,
+    "flopmeter_model_window": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(ctypes.c_int),
+                                              ctypes.POINTER(ctypes.c_int64)]),
+    "flopmeter_model_count": (ctypes.c_int, [_P, ctypes.POINTER(Microbatch), _COUNTS_P, ctypes.c_char_p,
                                              ctypes.c_size_t]),
-    "flopmeter_model_flops": (ctypes.c_int, [_P, ctypes.POINTER(Counts), ctypes.c_int, ctypes.POINTER(Flops)]),
+    "flopmeter_model_flops": (ctypes.c_int, [_P, _COUNTS_P, ctypes.c_int, ctypes.POINTER(Flops)]),
     "flopmeter_model_coefficients_json": (ctypes.c_int64, [_P, ctypes.c_char_p, ctypes.c_size_t]),
-    "flopmeter_model_estimate_json": (ctypes.c_int64, [_P, ctypes.POINTER(Counts), ctypes.c_int, ctypes.c_int64,
+    "flopmeter_model_estimate_json": (ctypes.c_int64, [_P, _COUNTS_P, ctypes.c_int, ctypes.c_int64,
                                                        ctypes.c_char_p, ctypes.c_size_t]),
 }
 
@@ -254,12 +275,25 @@ def lib() -> ctypes.CDLL:
     with _lock:
         if _library is None:
             loaded = ctypes.CDLL(str(library_path()), mode=ctypes.RTLD_LOCAL)
+            counts_p = ctypes.POINTER(_set_count_mirrors(_count_table(loaded)))
             for name, (restype, argtypes) in _SIGNATURES.items():
                 function = getattr(loaded, name)
                 function.restype = restype
-                function.argtypes = argtypes
+                function.argtypes = [counts_p if a is _COUNTS_P else a for a in argtypes]
             _library = loaded
     return _library
+
+
+WINDOW_KINDS = {0: "sliding", 1: "chunked"}  # FLOPMETER_WINDOW_SLIDING, FLOPMETER_WINDOW_CHUNKED
+
+
+def model_windows(handle) -> tuple:
+    """A model's attention windows, (("sliding" | "chunked", size), ...), in window_pairs_<k> order."""
+    windows = []
+    kind, size = ctypes.c_int(0), ctypes.c_int64(0)
+    while lib().flopmeter_model_window(handle, len(windows), ctypes.byref(kind), ctypes.byref(size)) == OK:
+        windows.append((WINDOW_KINDS[kind.value], int(size.value)))
+    return tuple(windows)
 
 
 def error_buffer() -> ctypes.Array:

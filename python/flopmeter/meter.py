@@ -78,13 +78,33 @@ def _seconds(name: str, value: Any) -> float:
     return seconds
 
 
+def _recompute_keys(recompute: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """The ``[training]`` keys of ``Meter(recompute=...)``: a policy name, or a dict with ``policy`` and any of
+    ``layers``, ``every``, ``vision``. The values themselves are checked by the plugin's config rules."""
+    if isinstance(recompute, str):
+        return {"recompute": recompute}
+    if not isinstance(recompute, Mapping):
+        raise TypeError(f"recompute must be a policy name or a dict, got {type(recompute).__name__}")
+    known = {"policy": "recompute", "layers": "recompute_layers", "every": "recompute_every",
+             "vision": "recompute_vision"}
+    unknown = sorted(set(recompute) - set(known))
+    if unknown:
+        raise ValueError(f"recompute: unknown key {unknown[0]!r} (expected policy, layers, every, vision)")
+    if "policy" not in recompute:
+        raise ValueError("recompute: the dict needs 'policy' (\"full\", \"full_early_stop\", \"selective\" or \"op\")")
+    return {known[key]: value for key, value in recompute.items()}
+
+
 class Meter:
     """The throughput plugin.
 
     ``Meter("flopmeter.toml")`` reads a plugin TOML (plugin_configs/SCHEMA.md). ``Meter(model="qwen3_vl_2b",
     peak={"gpu": "H100 SXM"}, parallel={"tp": 2})`` or ``Meter({"model": {...}, "peak": {...}})`` gives the
     same tables in code, checked by the same rules (``ConfigError`` names the key: ``parallel.tp``).
-    ``scope=`` and ``frozen=`` set ``[model] scope`` and ``[training] frozen``.
+    ``scope=`` and ``frozen=`` set ``[model] scope`` and ``[training] frozen``; ``recompute=`` sets
+    ``[training] recompute``: a policy name (``"full"``, ``"full_early_stop"``, ``"selective"``, ``"op"``) or a
+    dict with ``policy`` and any of ``layers``, ``every``, ``vision`` (``recompute_layers``, ...), which adds
+    ``perf/tflops_per_second_hardware`` and ``perf/hfu`` for the recomputed forward (METRICS.md).
 
     When torch.distributed is initialised the Meter makes a Gloo group of its own over the whole world
     (``new_group``: every rank must make its Meter at the same point), or uses ``process_group``, which must
@@ -96,7 +116,7 @@ class Meter:
                  frozen: Optional[Any] = None, peak: Optional[Mapping[str, Any]] = None,
                  parallel: Optional[Mapping[str, Any]] = None, logging: Optional[Mapping[str, Any]] = None,
                  sinks: Optional[Mapping[str, Any]] = None, training: Optional[Mapping[str, Any]] = None,
-                 process_group: Any = None) -> None:
+                 recompute: Union[str, Mapping[str, Any], None] = None, process_group: Any = None) -> None:
         self._handle = 0
         self._lock = threading.RLock()
         self._closed = False
@@ -108,6 +128,8 @@ class Meter:
         if frozen is not None:
             parts = [frozen] if isinstance(frozen, str) else list(frozen)
             tables["training"] = dict(tables["training"] or {}, frozen=parts)
+        if recompute is not None:
+            tables["training"] = dict(tables["training"] or {}, **_recompute_keys(recompute))
         given_tables = {k: v for k, v in tables.items() if v is not None}
 
         lib = _native.lib()
@@ -428,7 +450,8 @@ class Meter:
                 return False
             if self._device_counts is None:
                 self._device_counts = _device.DeviceCounts(
-                    torch, device, _device.VisionGeometry.from_coefficients(self._model.coefficients))
+                    torch, device, _device.VisionGeometry.from_coefficients(self._model.coefficients),
+                    self._model.windows)
                 self._collective.device_counts = self._device_counts
             elif self._device_counts.device != device:
                 raise ValueError(f"the batch is on {device}, this meter counts on {self._device_counts.device} "

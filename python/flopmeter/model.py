@@ -12,7 +12,7 @@ import json
 import os
 import weakref
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _batch, _native
 from .errors import ConfigError
@@ -100,6 +100,7 @@ class FlopModel:
         self._counts = _native.sized(_native.Counts)
         self._flops = _native.sized(_native.Flops)
         self._mb = _native.sized(_native.Microbatch)
+        self._windows = _native.model_windows(handle)
 
     @property
     def name(self) -> str:
@@ -110,9 +111,18 @@ class FlopModel:
         """The keys of ``flopmeter coefficients --json``: FLOPs per token, pair, patch, merged token."""
         return json.loads(json.dumps(self._coefficients))  # a copy: the model is immutable
 
+    @property
+    def windows(self) -> List[Tuple[str, int]]:
+        """The decoder's attention windows besides full attention, ``("sliding", w)`` or ``("chunked", c)``;
+        ``counts()``'s ``window_pairs_<k>`` counts the pairs under window k. Empty for a model that attends fully
+        on every layer."""
+        return list(self._windows)
+
     def counts(self, *, document_lengths: Any = None, cu_seqlens: Any = None, position_ids: Any = None,
                image_grid_thw: Any = None, padding_tokens: int = 0) -> Dict[str, int]:
-        """The nine exact counts of one micro-batch (``flopmeter estimate --json``'s ``counts``)."""
+        """The exact counts of one micro-batch (``flopmeter estimate --json``'s ``counts``), named as the library
+        names them: tokens, documents, causal pairs, image counts, and the pairs under each attention window
+        (``window_pairs_0``, ``window_pairs_1``; 0 for a window the model does not have)."""
         counts = self._count(document_lengths, cu_seqlens, position_ids, image_grid_thw, padding_tokens)
         return {name: int(getattr(counts, name)) for name in _native.COUNT_FIELDS}
 

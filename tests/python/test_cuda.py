@@ -124,25 +124,24 @@ def _run(meter, batches_for, device_batches, sync_check):
 
 
 def test_device_counts_are_the_host_counts_exactly(device_path):
-    """The nine counts formed on the device are the host path's exact counts (so the FLOPs are bit-identical:
+    """The counts formed on the device are the host path's exact counts (so the FLOPs are bit-identical:
     the FLOP model is linear in them)."""
     model = flopmeter.FlopModel("tiny_vlm")
-    geometry = _device.VisionGeometry.from_coefficients(model.coefficients)
-    assert geometry.spatial_merge_size == 2  # tiny_vlm's
-    reported = len(_native.COUNT_FIELDS)
+    merge = 2  # tiny_vlm's spatial_merge_size
+    slots = _device.Slots()
     for batch in BATCHES:
         d = _on_device(batch, device_path)
         counts = _device.batch_counts(torch, "cu_seqlens", d["cu_seqlens"], d.get("image_grid_thw"),
-                                      batch["padding_tokens"], geometry, device_path)
-        on_device = [int(v) for v in counts.cpu().tolist()]
+                                      batch["padding_tokens"], merge, device_path, slots)
+        on_device = dict(zip(_native.ROW_COUNT_FIELDS, [int(v) for v in counts.cpu().tolist()]))
         host = model.counts(cu_seqlens=batch["cu_seqlens"], image_grid_thw=batch["image_grid_thw"],
                             padding_tokens=batch["padding_tokens"])
-        assert on_device[:reported] == list(host.values()), batch
+        assert {k: on_device[k] for k in host} == host, batch
         # The itemless counts: the batch's device tokens and causal pairs when it has no image, else 0.
         itemless = batch["image_grid_thw"] is None
-        assert on_device[reported:reported + 2] == (
+        assert [on_device["itemless_device_tokens"], on_device["itemless_causal_pairs"]] == (
             [host["real_tokens"] + host["padding_tokens"], host["causal_pairs"]] if itemless else [0, 0]), batch
-        assert on_device[_device.INVALID] == 0  # no invalid entry
+        assert int(counts[slots.invalid]) == 0  # no invalid entry
     # Spot values derived by hand in the module docstring: A's causal pairs and merged tokens.
     a = model.counts(cu_seqlens=BATCHES[0]["cu_seqlens"], image_grid_thw=BATCHES[0]["image_grid_thw"])
     assert a["causal_pairs"] == 1950 and a["merged_tokens"] == 6 and a["patches"] == 24
@@ -160,26 +159,24 @@ VLM_BATCHES = [
 
 @pytest.mark.parametrize("config,grids", VLM_BATCHES)
 def test_vision_counts_of_the_new_families_are_the_host_counts(device_path, config, grids):
-    """Window pairs, CLS tokens and image-block pairs formed on the device equal the host's exact counts; a grid
-    that is not a whole tile is invalid on the device as on the host."""
+    """Window pairs, CLS tokens and image-block pairs formed on the device equal the host's exact counts (with the
+    decoder's windows: Gemma 3 slides); a grid that is not a whole tile is invalid on the device as on the host."""
     model = flopmeter.FlopModel(str(REPO / "tests" / "data" / "vlm" / config))
     geometry = _device.VisionGeometry.from_coefficients(model.coefficients)
+    slots = _device.Slots()
     cu = torch.tensor([0, 700, 1000], dtype=torch.int64, device=device_path)
     thw = torch.tensor(grids, dtype=torch.int64, device=device_path)
-    counts = _device.batch_counts(torch, "cu_seqlens", cu, thw, 0, geometry, device_path)
-    on_device = [int(v) for v in counts.cpu().tolist()]
+    counts = _device.batch_counts(torch, "cu_seqlens", cu, thw, 0, geometry, device_path, slots, model.windows)
+    on_device = dict(zip(_native.ROW_COUNT_FIELDS, [int(v) for v in counts.cpu().tolist()]))
     host = model.counts(cu_seqlens=[0, 700, 1000], image_grid_thw=grids)
-    # Every count but the decoder's window pairs (Gemma 3's sliding layers), which this test is not about.
-    names = list(host)
-    compared = [i for i, name in enumerate(names) if not name.startswith("window_pairs")]
-    assert [on_device[i] for i in compared] == [host[names[i]] for i in compared]
+    assert {k: on_device[k] for k in host} == host
     assert host["vision_window_pairs"] + host["vision_cls_tokens"] + host["image_block_pairs"] > 0
-    assert on_device[_device.INVALID] == 0
+    assert int(counts[slots.invalid]) == 0
     if geometry.segment_side > 0:
         bad = torch.tensor([[1, geometry.segment_side, geometry.segment_side - 2]], dtype=torch.int64,
                            device=device_path)
-        counts = _device.batch_counts(torch, "cu_seqlens", cu, bad, 0, geometry, device_path)
-        assert int(counts[_device.INVALID]) == 1
+        counts = _device.batch_counts(torch, "cu_seqlens", cu, bad, 0, geometry, device_path, slots, model.windows)
+        assert int(counts[slots.invalid]) == 1
 
 
 def test_no_sync_on_the_microbatch_path_and_records_equal_the_cpu_path(device_path, capsys):
