@@ -207,7 +207,7 @@ void add_window_pairs(batch_counts& counts, std::size_t documents, const vision_
 }
 
 // The vision counts of one item beyond patches and pairs (geometry_of: Qwen2.5-VL windows, InternViT's CLS token,
-// Gemma 3's image blocks); false when one overflows. Closed forms, no loop over patches or windows:
+// Gemma 3's image blocks). Closed forms, no loop over patches or windows:
 //   window pairs   a segment's merged grid H x W (H = h/m, W = w/m) is cut into windows of v x v merged tokens from
 //                  the top left, the last row of windows H mod v tall and the last column W mod v wide (transformers'
 //                  get_window_index). Window (i, j) holds m^2 * a_i * b_j patches, a_i the heights (v, ..., v,
@@ -217,39 +217,43 @@ void add_window_pairs(batch_counts& counts, std::size_t documents, const vision_
 //   CLS tokens     c per segment: t*c tokens through every block; the per-segment pairs are t*(h*w + c)^2.
 //   image blocks   a segment's n = h*w/m^2 merged tokens attend to each other in the decoder: n^2 pairs where the
 //                  causal mask has n(n+1)/2, so n(n-1)/2 more per segment, times t, wherever the image sits.
-bool add_vision_extras(batch_counts& counts, const image_grid& g, std::int64_t frame, const vision_geometry& geometry) {
+//
+// None can overflow once the item's per-segment pairs t*(h*w + c)^2 and the batch's sums of them and of the
+// patches are checked (add_grids does that first): a segment's window pairs are a sum of squares of parts of its
+// h*w patches, at most (h*w)^2; its image-block pairs n(n-1)/2 < (h*w)^2; its CLS tokens c <= h*w. So the sums
+// below stay under sums already known to fit, and are formed without checks (this runs per item on the hook).
+inline void add_vision_extras(batch_counts& counts, const image_grid& g, std::int64_t frame,
+                              const vision_geometry& geometry) {
   const std::int64_t m = geometry.spatial_merge_size;
   if (geometry.vision_window > 0) {
-    const std::int64_t v = geometry.vision_window, H = g.h / m, W = g.w / m;
-    constexpr std::int64_t kSide = std::int64_t{1} << 31;
-    if (H > kSide || W > kSide || v > kSide) return false;
-    // Each sum is <= H*v (resp. W*v) <= 2^62.
-    const std::int64_t rows = (H / v) * v * v + (H % v) * (H % v);
-    const std::int64_t cols = (W / v) * v * v + (W % v) * (W % v);
-    std::int64_t m4 = 0, pairs = 0;
-    if (__builtin_mul_overflow(m * m, m * m, &m4) || __builtin_mul_overflow(m4, rows, &pairs) ||
-        __builtin_mul_overflow(pairs, cols, &pairs) || __builtin_mul_overflow(pairs, g.t, &pairs) ||
-        __builtin_add_overflow(counts.vision_window_pairs, pairs, &counts.vision_window_pairs)) {
-      return false;
+    const std::int64_t v = geometry.vision_window;
+    std::int64_t H = 0, W = 0, qh = 0, qw = 0;
+    const auto is_power_of_two = [](std::int64_t x) { return (x & (x - 1)) == 0; };
+    if (is_power_of_two(v) && is_power_of_two(m)) {
+      // Every released Qwen2.5-VL (m = 2, v = 4): shifts instead of four divisions per item.
+      const int sm = __builtin_ctzll(static_cast<unsigned long long>(m));
+      const int sv = __builtin_ctzll(static_cast<unsigned long long>(v));
+      H = g.h >> sm;
+      W = g.w >> sm;
+      qh = H >> sv;
+      qw = W >> sv;
+    } else {
+      H = g.h / m;
+      W = g.w / m;
+      qh = H / v;
+      qw = W / v;
     }
+    const std::int64_t rh = H - qh * v, rw = W - qw * v;
+    // m^2 * rows is the sum of the squares of the window rows' heights in patches (at most h^2), likewise m^2 * cols
+    // (at most w^2): their product, the segment's window pairs, is at most (h*w)^2.
+    const std::int64_t rows = qh * v * v + rh * rh, cols = qw * v * v + rw * rw;
+    counts.vision_window_pairs += g.t * ((m * m * rows) * (m * m * cols));
   }
-  if (geometry.cls_tokens > 0) {
-    std::int64_t cls = 0;
-    if (__builtin_mul_overflow(g.t, geometry.cls_tokens, &cls) ||
-        __builtin_add_overflow(counts.vision_cls_tokens, cls, &counts.vision_cls_tokens)) {
-      return false;
-    }
-  }
+  counts.vision_cls_tokens += g.t * geometry.cls_tokens;
   if (geometry.image_block) {
     const std::int64_t n = frame / (m * m);
-    std::int64_t pairs = 0;
-    if (__builtin_mul_overflow(n % 2 == 0 ? n / 2 : n, n % 2 == 0 ? n - 1 : (n - 1) / 2, &pairs) ||
-        __builtin_mul_overflow(pairs, g.t, &pairs) ||
-        __builtin_add_overflow(counts.image_block_pairs, pairs, &counts.image_block_pairs)) {
-      return false;
-    }
+    counts.image_block_pairs += g.t * (n % 2 == 0 ? (n / 2) * (n - 1) : n * ((n - 1) / 2));
   }
-  return true;
 }
 
 // Adds the grids' counts to `counts` (shared by the three count_from_* functions).
@@ -286,10 +290,10 @@ void add_grids(batch_counts& counts, array_view<image_grid> grids, const vision_
     if (__builtin_add_overflow(counts.patches, patches, &counts.patches) ||
         __builtin_add_overflow(counts.merged_tokens, patches / (m * m), &counts.merged_tokens) ||
         __builtin_add_overflow(counts.vision_pairs_per_frame, per_frame_pairs, &counts.vision_pairs_per_frame) ||
-        __builtin_add_overflow(counts.vision_pairs_whole, whole_pairs, &counts.vision_pairs_whole) ||
-        (extras && !add_vision_extras(counts, g, frame, geometry))) {
+        __builtin_add_overflow(counts.vision_pairs_whole, whole_pairs, &counts.vision_pairs_whole)) {
       fail("the batch's patch or pair count overflows a 64-bit count");
     }
+    if (extras) add_vision_extras(counts, g, frame, geometry);
     counts.items += 1;
   }
   // A micro-batch without images or videos: all of its text work is itemless (regime_coefficients).
