@@ -160,8 +160,8 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
     }
   }
 
-  at::Tensor items = zero, patches = zero, merged = zero, per_frame = zero, whole = zero, window = zero,
-             cls_tokens = zero, block = zero;
+  at::Tensor items = zero, patches = zero, merged = zero, per_frame = zero, whole = zero,
+             vision_window = zero, cls_tokens = zero, block = zero;
   if (has_grids) {
     const at::Tensor grid = b.grid_thw.to(at::kLong);
     const std::int64_t m = g.spatial_merge_size, c = g.cls_tokens;
@@ -189,7 +189,7 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
       const at::Tensor hm = at::div(hs, m, "floor"), wm = at::div(ws, m, "floor");
       const at::Tensor rows = at::div(hm, v, "floor") * (v * v) + hm.remainder(v) * hm.remainder(v);
       const at::Tensor cols = at::div(wm, v, "floor") * (v * v) + wm.remainder(v) * wm.remainder(v);
-      window = sum_exact(ts * (rows * (m * m)) * (cols * (m * m)) * ok);
+      vision_window = sum_exact(ts * (rows * (m * m)) * (cols * (m * m)) * ok);
     }
     if (c > 0) cls_tokens = sum_exact(ts * c * ok);
     if (g.image_block) {
@@ -211,7 +211,7 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
   entries[row_merged_tokens] = merged;
   entries[row_vision_pairs_per_frame] = per_frame;
   entries[row_vision_pairs_whole] = whole;
-  entries[row_vision_window_pairs] = window;
+  entries[row_vision_window_pairs] = vision_window;
   entries[row_vision_cls_tokens] = cls_tokens;
   entries[row_image_block_pairs] = block;
   entries[row_itemless_device_tokens] = itemless_tokens;
