@@ -160,8 +160,8 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
     }
   }
 
-  at::Tensor items = zero, patches = zero, merged = zero, per_frame = zero, whole = zero,
-             vision_window = zero, cls_tokens = zero, block = zero;
+  at::Tensor items = zero, patches = zero, merged = zero, per_frame = zero, whole = zero, vision_window = zero,
+             cls_tokens = zero, block = zero;
   if (has_grids) {
     const at::Tensor grid = b.grid_thw.to(at::kLong);
     const std::int64_t m = g.spatial_merge_size, c = g.cls_tokens;
