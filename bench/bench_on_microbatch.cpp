@@ -32,9 +32,10 @@ const std::vector<std::int64_t> kLengths = {8192, 6000, 4096, 3500, 3000, 2600, 
 const std::vector<image_grid> kGrids = {{1, 32, 32}, {1, 16, 24}, {2, 16, 16}, {1, 8, 8},
                                         {1, 24, 32}, {4, 12, 12}, {1, 10, 14}, {1, 2, 2}};
 
-std::shared_ptr<throughput_plugin> make_plugin() {
+std::shared_ptr<throughput_plugin> make_plugin(const char* model = FLOPMETER_SOURCE_DIR
+                                               "/model_configs/qwen3_vl_2b.toml") {
   throughput_options o;
-  o.model = load_model_spec(FLOPMETER_SOURCE_DIR "/model_configs/qwen3_vl_2b.toml");
+  o.model = load_model_spec(model);
   o.peak_tflops_per_gpu = 989.4;
   return throughput_plugin::create(std::move(o), make_local_communicator());
 }
@@ -44,8 +45,8 @@ void run_counters(benchmark::State& state, std::size_t documents) {
                                                          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
-void run(benchmark::State& state, const microbatch_event& event, std::size_t documents) {
-  auto plugin = make_plugin();
+void run(benchmark::State& state, const microbatch_event& event, std::size_t documents,
+         std::shared_ptr<throughput_plugin> plugin = make_plugin()) {
   const std::uint64_t before = g_allocations.load();
   for (auto _ : state) plugin->on_microbatch(event);
   const std::uint64_t allocations = g_allocations.load() - before;
@@ -109,10 +110,26 @@ void BM_count_cu_seqlens(benchmark::State& state) {
   run_counters(state, kLengths.size());
 }
 
+// The same batch (8 image grids, one of them a 4-frame video) on Qwen3-VL-2B (range(0) = 0) and on Qwen2.5-VL-3B
+// (1), whose ViT adds window pairs per grid in closed form (issue 31's target: Qwen2.5-VL <= 1.2x Qwen3-VL).
+void BM_on_microbatch_vlm(benchmark::State& state) {
+  std::vector<std::int64_t> cu = {0};
+  for (const std::int64_t l : kLengths) cu.push_back(cu.back() + l);
+  microbatch_event e;
+  e.cu_seqlens = cu;
+  e.image_grids = kGrids;
+  const bool qwen25 = state.range(0) == 1;
+  state.SetLabel(qwen25 ? "qwen2_5_vl_3b (window blocks)" : "qwen3_vl_2b");
+  run(state, e, kLengths.size(),
+      make_plugin(qwen25 ? FLOPMETER_SOURCE_DIR "/model_configs/qwen2_5_vl_3b.toml"
+                         : FLOPMETER_SOURCE_DIR "/model_configs/qwen3_vl_2b.toml"));
+}
+
 BENCHMARK(BM_on_microbatch_lengths);
 BENCHMARK(BM_on_microbatch_cu_seqlens);
 BENCHMARK(BM_on_microbatch_positions);
 BENCHMARK(BM_count_cu_seqlens)->Arg(0)->Arg(1);
+BENCHMARK(BM_on_microbatch_vlm)->Arg(0)->Arg(1);
 
 }  // namespace
 

@@ -960,9 +960,20 @@ TEST(c_api, counts_are_named_by_the_library_and_an_older_counts_struct_still_wor
   ASSERT_TRUE(count_field && load && count && flops && window && destroy);
 
   // The names: flopmeter_counts' fields in order (in_counts_struct 1), then the row's others, then NULL.
-  const std::vector<std::string> struct_fields = {
-      "real_tokens",   "padding_tokens",         "documents",          "causal_pairs",   "items",         "patches",
-      "merged_tokens", "vision_pairs_per_frame", "vision_pairs_whole", "window_pairs_0", "window_pairs_1"};
+  const std::vector<std::string> struct_fields = {"real_tokens",
+                                                  "padding_tokens",
+                                                  "documents",
+                                                  "causal_pairs",
+                                                  "items",
+                                                  "patches",
+                                                  "merged_tokens",
+                                                  "vision_pairs_per_frame",
+                                                  "vision_pairs_whole",
+                                                  "window_pairs_0",
+                                                  "window_pairs_1",
+                                                  "vision_window_pairs",
+                                                  "vision_cls_tokens",
+                                                  "image_block_pairs"};
   std::vector<std::string> named, others;
   int in_struct = -1;
   for (uint32_t i = 0; const char* name = count_field(i, &in_struct); ++i) {

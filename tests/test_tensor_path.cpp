@@ -21,6 +21,7 @@
 #include "flopmeter/c10d.h"
 #include "flopmeter/error.h"
 #include "flopmeter/hooks.h"
+#include "flopmeter/model_config.h"
 #include "gloo_harness.h"
 #include "support/capture_sink.h"
 #include "support/json_reading.h"
@@ -90,6 +91,37 @@ TEST(tensor_path, device_counts_equal_host_counts) {
   EXPECT_EQ(to_batch_counts(from_positions).causal_pairs, 20);
   EXPECT_EQ(to_batch_counts(from_positions).patches, 164);
   EXPECT_EQ(to_batch_counts(from_positions).vision_pairs_per_frame, 7056);
+}
+
+// The vision counts of the newer towers on the device equal the host's: Qwen2.5-VL's window pairs (grids whose
+// merged grid is not a multiple of the window, a video of 3 frames), InternViT's CLS tokens (and an item that is
+// not a whole tile, invalid on the device as on the host), Gemma 3's image-block pairs.
+TEST(tensor_path, vision_counts_of_the_new_families_equal_host_counts) {
+  const std::string data = std::string(FLOPMETER_SOURCE_DIR) + "/tests/data/vlm/";
+  const std::pair<const char*, std::vector<image_grid>> cases[] = {
+      {"qwen2.5-vl-3b-instruct.json", {{1, 36, 50}, {3, 16, 16}, {2, 6, 10}}},
+      {"internvl3-8b-hf-partial.json", {{1, 32, 32}, {5, 32, 32}}},
+      {"gemma-3-4b-it.json", {{1, 64, 64}, {3, 64, 64}}}};
+  for (const auto& [file, items] : cases) {
+    const vision_geometry g = geometry_of(load_model_spec(data + file));
+    tensor_microbatch b;
+    b.cu_seqlens = dev_longs({0, 700, 1000});
+    b.grid_thw = dev_grids(items);
+    const at::Tensor counts = tensor_batch_counts(b, g);
+    EXPECT_EQ(invalid_entries(counts), 0) << file;
+    const batch_counts device = to_batch_counts(counts);
+    const batch_counts host = count_from_cu_seqlens(std::vector<std::int64_t>{0, 700, 1000}, 0, items, g);
+    EXPECT_EQ(device.vision_window_pairs, host.vision_window_pairs) << file;
+    EXPECT_EQ(device.vision_cls_tokens, host.vision_cls_tokens) << file;
+    EXPECT_EQ(device.image_block_pairs, host.image_block_pairs) << file;
+    EXPECT_EQ(device.vision_pairs_per_frame, host.vision_pairs_per_frame) << file;
+    EXPECT_EQ(device.merged_tokens, host.merged_tokens) << file;
+    EXPECT_GT(host.vision_window_pairs + host.vision_cls_tokens + host.image_block_pairs, 0) << file;
+    if (g.segment_side > 0) {
+      b.grid_thw = dev_grids({{1, g.segment_side, g.segment_side - 2}});
+      EXPECT_EQ(invalid_entries(tensor_batch_counts(b, g)), 1) << file;
+    }
+  }
 }
 
 // Attention windows on the device: the same counts as the host path (which a brute-force per-pair test checks,

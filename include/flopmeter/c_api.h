@@ -352,6 +352,14 @@ typedef struct flopmeter_counts {
    * attention would be missing. */
   int64_t window_pairs_0;
   int64_t window_pairs_1;
+  /* Added in 0.3 after the window pairs, read and written only when struct_size covers them (METRICS.md): the
+   * pairs of Qwen2.5-VL's window blocks (per segment, the sum over its windows of (patches in the window)^2),
+   * InternViT's CLS tokens (one per segment) and the pairs Gemma 3's bidirectional image blocks add in the
+   * decoder (n(n-1)/2 per image of n tokens). A struct without them is refused (FLOPMETER_E_STRUCT_SIZE) for a
+   * model whose vision tower has these features. */
+  int64_t vision_window_pairs;
+  int64_t vision_cls_tokens;
+  int64_t image_block_pairs;
 } flopmeter_counts;
 
 /* The name of count `index` ("real_tokens", ...), in the order of the library's one count table: the fields of

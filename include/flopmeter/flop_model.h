@@ -80,7 +80,7 @@ struct coefficients {
   // use that window; 0 for a model without windows.
   std::int64_t window_attn_pair[kMaxAttentionWindows] = {};
   std::int64_t vision_per_patch = 0;  // ViT blocks' projections and MLP per patch
-  std::int64_t vision_attn_pair = 0;  // per ViT (query, key) pair, summed over blocks
+  std::int64_t vision_attn_pair = 0;  // per ViT (query, key) pair, summed over the blocks attending per segment
   // What the reference leaves out (counted in complete scope):
   std::int64_t patch_embed_per_patch = 0;     // the patch-embedding linear map
   std::int64_t merger_per_merged_token = 0;   // patch merger + DeepStack mergers, per merged token
@@ -88,16 +88,22 @@ struct coefficients {
   std::int64_t mtp_attn_pair = 0;             // MTP layers' attention per causal pair (0 unless trained)
   std::int64_t patches_per_merged_token = 1;  // spatial_merge_size^2
   dense_terms dense;                          // dense_per_token by GEMM family (sums to dense_per_token)
+  // Added in 0.3 (0 for a model without them):
+  std::int64_t vision_window_attn_pair = 0;  // per ViT pair inside a window, summed over Qwen2.5-VL's window blocks
+  std::int64_t image_block_pair = 0;         // per decoder pair an image's bidirectional block adds (Gemma 3),
+                                             //   summed over the decoder's attention layers
   // Activation recomputation (training_regime::recompute): the forward FLOPs run a second time in the
   // backward, per unit, 2 per multiply-add. Not part of the model FLOPs above (MFU); model + these = hardware
   // FLOPs (HFU). All 0 with recompute "none" and in compute_coefficients(spec).
   struct recompute_terms {
-    std::int64_t text_per_token = 0;    // re-executed decoder GEMMs per device token (sums `dense`)
-    std::int64_t text_attn_pair = 0;    // re-executed attention core per causal pair
+    std::int64_t text_per_token = 0;  // re-executed decoder GEMMs per device token (sums `dense`)
+    std::int64_t text_attn_pair = 0;  // re-executed attention core per causal pair
     std::int64_t window_attn_pair[kMaxAttentionWindows] = {};  // re-executed core per pair under window k
-    std::int64_t vision_per_patch = 0;  // re-executed ViT block GEMMs per patch
-    std::int64_t vision_attn_pair = 0;  // re-executed ViT attention core per (query, key) pair
-    dense_terms dense;                  // text_per_token by GEMM family (logits and LoRA included; logits 0)
+    std::int64_t vision_per_patch = 0;                         // re-executed ViT block GEMMs per patch
+    std::int64_t vision_attn_pair = 0;                         // re-executed ViT attention core per (query, key) pair
+    dense_terms dense;                         // text_per_token by GEMM family (logits and LoRA included; logits 0)
+    std::int64_t vision_window_attn_pair = 0;  // re-executed ViT attention core per windowed pair (Qwen2.5-VL)
+    std::int64_t image_block_pair = 0;         // re-executed decoder core per image-block pair (Gemma 3)
   } recompute;
 };
 
@@ -146,6 +152,15 @@ struct batch_counts {
   // 0 for a window the geometry does not have (window_count <= k).
   std::int64_t window_pairs_0 = 0;
   std::int64_t window_pairs_1 = 0;
+  // Vision counts added in 0.3 (METRICS.md; 0 for a model without the feature). An item t x h x w is t segments.
+  //   vision_window_pairs  Qwen2.5-VL window blocks: per segment the sum over its windows of (patches in it)^2
+  //   vision_cls_tokens    InternViT: one CLS token per segment (sum of t); vision_pairs_per_frame then counts
+  //                        t*(h*w + 1)^2
+  //   image_block_pairs    Gemma 3: per segment of n merged tokens n(n-1)/2, the pairs its bidirectional block
+  //                        adds to the causal ones in the decoder
+  std::int64_t vision_window_pairs = 0;
+  std::int64_t vision_cls_tokens = 0;
+  std::int64_t image_block_pairs = 0;
   // The part of real + padding tokens and of causal_pairs that lies in micro-batches without any image or
   // video. A frozen decoder gets a gradient only through the images it sees (training_regime), so such a
   // micro-batch may be billed differently (regime_coefficients::without_items).
@@ -172,6 +187,12 @@ struct vision_geometry {
   std::int64_t spatial_merge_size = 1;
   std::int64_t window_count = 0;  // 0 .. kMaxAttentionWindows
   attention_window windows[kMaxAttentionWindows];
+  // The vision tower's segment layout (added in 0.3; geometry_of(spec) fills them):
+  std::int64_t vision_window = 0;  // Qwen2.5-VL: window edge in merged tokens (window_size / patch_size /
+                                   // spatial_merge_size); 0: no window blocks
+  std::int64_t cls_tokens = 0;     // tokens added to every segment (InternViT's CLS: 1)
+  std::int64_t segment_side = 0;   // h and w must both equal it (InternVL tiles, Gemma 3 images); 0: any
+  bool image_block = false;        // count image_block_pairs (Gemma 3)
 };
 vision_geometry geometry_of(const model_spec& spec);
 
@@ -188,9 +209,10 @@ batch_counts count_from_positions(array_view<std::int32_t> positions, std::int64
 // FLOPs per term; `total()` is their sum. Terms outside the scope are 0.
 struct flop_breakdown {
   double text_dense = 0;        // dense_per_token x (real + padding tokens)
-  double text_attention = 0;    // text_attn_pair x causal pairs
-  double vision_dense = 0;      // vision_per_patch x patches
+  double text_attention = 0;    // text_attn_pair x causal pairs (+ image_block_pair x image block pairs)
+  double vision_dense = 0;      // vision_per_patch x (patches + CLS tokens)
   double vision_attention = 0;  // vision_attn_pair x (pairs per frame | whole-item pairs in seed scope)
+                                //   + vision_window_attn_pair x window pairs
   double patch_embed = 0;       // complete only
   double merger = 0;            // complete only
   double mtp = 0;               // complete only, when MTP layers are trained

@@ -103,28 +103,61 @@ struct text_spec {
   std::int64_t num_dense_mlp_layers() const { return num_hidden_layers - num_moe_layers(); }
 };
 
-// Vision tower (ViT) facts, Qwen3-VL / Qwen3.5 style.
+// How a ViT block's MLP is built: plain (fc1 hidden->I, activation, fc2 I->hidden: Qwen2-VL's QuickGELU, Qwen3-VL's
+// GELU, InternViT, SigLIP) or gated (gate and up hidden->I, SiLU, down I->hidden: Qwen2.5-VL).
+enum class vision_mlp_kind { plain, gated };
+
+// What turns the ViT's patches into decoder tokens (one "merged token" each):
+//   patch_merger       Qwen: spatial_merge_size^2 neighbouring patches concatenated, m^2*h -> m^2*h, GELU,
+//                      m^2*h -> out_hidden_size (one more per DeepStack index on Qwen3-VL)
+//   pixel_shuffle_mlp  InternVL: pixel shuffle by downsample_ratio (spatial_merge_size = 1 / downsample_ratio
+//                      patches a side form one token, a reshape), LayerNorm, m^2*h -> out_hidden_size, GELU,
+//                      out_hidden_size -> out_hidden_size
+//   avgpool_linear     Gemma 3: average pooling of spatial_merge_size x spatial_merge_size patches (not a matmul),
+//                      RMSNorm, one projection h -> out_hidden_size
+enum class vision_projector_kind { patch_merger, pixel_shuffle_mlp, avgpool_linear };
+
+// Vision tower (ViT) facts. An image or video item t x h x w (in patches) is t attention segments of h x w patches
+// each: temporal frames for Qwen, tiles for InternVL, images or pan-and-scan crops for Gemma 3.
 struct vision_spec {
   std::int64_t depth = 0;                  // ViT blocks
-  std::int64_t hidden_size = 0;
+  std::int64_t hidden_size = 0;            // the ViT's width (Qwen2-VL's vision_config.embed_dim)
   std::int64_t num_heads = 0;              // divides hidden_size
-  std::int64_t intermediate_size = 0;      // plain GELU MLP: hidden->I->hidden
-  std::int64_t out_hidden_size = 0;        // merger output = decoder hidden size
+  std::int64_t intermediate_size = 0;      // MLP width: hidden->I->hidden (gated: gate and up hidden->I)
+  std::int64_t out_hidden_size = 0;        // projector output = decoder hidden size
   std::vector<std::int64_t> deepstack_visual_indexes;  // Qwen3-VL: one extra merger per index
   std::int64_t patch_size = 0;             // spatial patch edge in pixels
-  std::int64_t temporal_patch_size = 0;    // frames per temporal patch
-  std::int64_t spatial_merge_size = 0;     // merger groups spatial_merge_size^2 patches into one token
+  std::int64_t temporal_patch_size = 0;    // frames per temporal patch (1 for a 2-D patch embedding)
+  std::int64_t spatial_merge_size = 0;     // patches a side per merged token (Qwen's merge, InternVL's 1 /
+                                           // downsample_ratio, Gemma 3's pooling kernel)
   std::int64_t in_channels = 0;
+
+  // Added in 0.3 (defaults: the Qwen3-VL tower).
+  vision_mlp_kind mlp = vision_mlp_kind::plain;
+  vision_projector_kind projector = vision_projector_kind::patch_merger;
+  // Qwen2.5-VL window attention: window_size (pixels, a multiple of patch_size * spatial_merge_size) > 0 makes
+  // every block not listed in fullatt_block_indexes attend inside square windows of window_size / patch_size
+  // patches a side (smaller at the right and bottom edges); 0: every block attends per segment.
+  std::int64_t window_size = 0;
+  std::vector<std::int64_t> fullatt_block_indexes;  // distinct, each in [0, depth)
+  bool cls_token = false;            // InternViT: one CLS token per segment runs through every block (not the patch
+                                     // embedding, not the projector)
+  std::int64_t image_size = 0;       // InternVL / Gemma 3: a segment is exactly image_size / patch_size patches a side
+                                     // (the learned position embeddings fix it); 0: any grid (Qwen)
+  bool bidirectional_image = false;  // Gemma 3: an image's merged tokens attend to each other in the decoder
 
   // Inputs of the patch embedding per patch: in_channels * temporal_patch_size * patch_size^2.
   std::int64_t patch_input_size() const;
   // Number of mergers: the final one plus one per deepstack index.
   std::int64_t num_mergers() const;
+  // ViT blocks that attend inside windows: depth - fullatt_block_indexes.size() when window_size > 0, else 0.
+  std::int64_t num_window_blocks() const;
 };
 
 struct model_spec {
   std::string name;         // file stem or [model].name, for reports
   std::string model_type;   // "qwen3_vl", "qwen3_5" (dense) or "qwen3_vl_moe", "qwen3_5_moe" (mixture of experts);
+                            // other vision-language models: "qwen2_vl", "qwen2_5_vl", "internvl", "gemma3";
                             // text only: "qwen3", "qwen3_moe", "qwen3_next", "llama", "qwen2", "qwen2_moe",
                             // "mistral", "mixtral", "gemma3_text", "gpt_oss", "deepseek_v3", "kimi_k2",
                             // "glm4_moe" (no vision)

@@ -119,6 +119,9 @@ constexpr std::pair<int64_t flopmeter_counts::*, std::int64_t batch_counts::*> k
     {&flopmeter_counts::vision_pairs_whole, &batch_counts::vision_pairs_whole},
     {&flopmeter_counts::window_pairs_0, &batch_counts::window_pairs_0},
     {&flopmeter_counts::window_pairs_1, &batch_counts::window_pairs_1},
+    {&flopmeter_counts::vision_window_pairs, &batch_counts::vision_window_pairs},
+    {&flopmeter_counts::vision_cls_tokens, &batch_counts::vision_cls_tokens},
+    {&flopmeter_counts::image_block_pairs, &batch_counts::image_block_pairs},
 };
 // flopmeter_counts' first version ends after vision_pairs_whole; the window pairs are read and written only when
 // struct_size covers them.
@@ -157,11 +160,14 @@ void counts_to(const batch_counts& n, flopmeter_counts& c) {
   }
 }
 
-// The struct_size check of a counts argument: at least the first version, and the window pairs when the model
-// has windows (without them its window attention would be billed as nothing).
+// The struct_size check of a counts argument: at least the first version, the window pairs when the model has
+// windows and the vision counts of 0.3 when its tower has windows, CLS tokens or image blocks (without them that
+// work would be billed as nothing).
 bool counts_size_ok(const flopmeter_counts& c, const vision_geometry& g) {
   if (c.struct_size < kCountsV1Size) return false;
-  return g.window_count == 0 || c.struct_size >= sizeof(flopmeter_counts);
+  if (g.window_count > 0 && !covers(c.struct_size, &flopmeter_counts::window_pairs_1)) return false;
+  const bool vision_counts = g.vision_window > 0 || g.cls_tokens > 0 || g.image_block;
+  return !vision_counts || covers(c.struct_size, &flopmeter_counts::image_block_pairs);
 }
 
 // Counts must be >= 0: the FLOP model's products are exact only for the counts a batch can have.

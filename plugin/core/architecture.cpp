@@ -250,4 +250,42 @@ int window_index(const model_spec& spec, const attention_mixer& mixer) {
   return -1;
 }
 
+// The vision tower (architecture.h). Sizes per patch (merged token) of one block (projector):
+//   patch embedding  a Conv3d/Conv2d with stride = kernel: in_channels * temporal_patch_size * patch_size^2 -> hv
+//   blocks           qkv hv -> 3hv, proj hv -> hv; MLP plain (fc1 hv -> I, fc2 I -> hv) or gated (gate, up hv -> I,
+//                    down I -> hv); the attention core 2*hv per (query, key) pair. Blocks listed in
+//                    fullatt_block_indexes attend per segment, the others inside windows (when window_size > 0).
+//   projector        patch_merger: m^2 hv -> m^2 hv, m^2 hv -> out (x num_mergers with DeepStack);
+//                    pixel_shuffle_mlp: m^2 hv -> out, out -> out; avgpool_linear: hv -> out.
+vision_tower vision_tower_of(const vision_spec& v) {
+  vision_tower t;
+  t.width = f(v.hidden_size, "vision.hidden_size");
+  t.mlp_width = f(v.intermediate_size, "vision.intermediate_size");
+  t.mlp = v.mlp;
+  t.patch_inputs = product({{v.in_channels, "vision.in_channels"},
+                            {v.temporal_patch_size, "vision.temporal_patch_size"},
+                            {v.patch_size, "vision.patch_size"},
+                            {v.patch_size, "vision.patch_size"}});
+  const std::int64_t windowed = v.num_window_blocks();
+  if (v.depth - windowed > 0) t.groups.push_back({v.depth - windowed, vision_attention_kind::per_segment});
+  if (windowed > 0) t.groups.push_back({windowed, vision_attention_kind::windowed});
+  const term merged = product({{v.spatial_merge_size, "vision.spatial_merge_size"},
+                               {v.spatial_merge_size, "vision.spatial_merge_size"},
+                               {v.hidden_size, "vision.hidden_size"}});
+  const term out = product({{v.out_hidden_size, "vision.out_hidden_size"}});
+  switch (v.projector) {
+    case vision_projector_kind::patch_merger:
+      t.projector = {{"merger_fc1", merged, merged}, {"merger_fc2", merged, out}};
+      t.projectors = f(v.num_mergers(), "vision.deepstack_visual_indexes");
+      break;
+    case vision_projector_kind::pixel_shuffle_mlp:
+      t.projector = {{"linear_1", merged, out}, {"linear_2", out, out}};
+      break;
+    case vision_projector_kind::avgpool_linear:
+      t.projector = {{"mm_input_projection", product({{v.hidden_size, "vision.hidden_size"}}), out}};
+      break;
+  }
+  return t;
+}
+
 }  // namespace flopmeter::detail

@@ -13,6 +13,11 @@
 // no window; MLA on an MLA model) and the model's MLP (an MoE block on an MoE model), each with its own eh_proj
 // 2h -> h and LM head. Embedding lookups are not GEMMs.
 //
+// A vision tower is a description of the same kind (vision_tower_of): the patch embedding, block groups that differ
+// only in how they attend (per segment, or inside Qwen2.5-VL's windows), the block's MLP (plain or gated), an
+// optional CLS token per segment, and the projector's GEMMs per merged token (Qwen's patch merger and DeepStack
+// mergers, InternVL's pixel-shuffle MLP, Gemma 3's pooled projection).
+//
 // Every size carries the model_spec field it comes from (a `factor`), so an overflow names the field.
 // Not installed. Thread-safety: pure functions on values.
 #pragma once
@@ -68,6 +73,34 @@ struct layer_group {
   token_mixer mixer;
   mlp_block mlp;
 };
+
+enum class vision_attention_kind {
+  per_segment,  // full bidirectional attention inside each segment (frame, tile, image)
+  windowed,     // Qwen2.5-VL: inside windows of the segment (vision_geometry::vision_window merged tokens a side)
+};
+
+struct vision_block_group {
+  std::int64_t count = 0;
+  vision_attention_kind attention = vision_attention_kind::per_segment;
+};
+
+// One GEMM of the projector per merged token: d_in -> d_out.
+struct projector_gemm {
+  const char* name = "";
+  term d_in, d_out;
+};
+
+struct vision_tower {
+  factor width{0, nullptr}, mlp_width{0, nullptr};
+  vision_mlp_kind mlp = vision_mlp_kind::plain;
+  term patch_inputs;                       // inputs of the patch embedding per patch
+  std::vector<vision_block_group> groups;  // per-segment blocks first, then windowed ones; counts > 0
+  std::vector<projector_gemm> projector;   // per merged token, in forward order
+  factor projectors{1, nullptr};           // how many projectors run (Qwen3-VL: 1 + one per DeepStack index)
+};
+
+// The vision tower of a spec with one (spec.vision set).
+vision_tower vision_tower_of(const vision_spec& v);
 
 // The decoder layers [from, to) (0 <= from <= to <= num_hidden_layers) as groups, in a fixed order (by mixer
 // kind in order of first use, dense MLP before MoE); groups of count 0 are left out. With `every` > 1 only the

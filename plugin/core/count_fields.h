@@ -28,7 +28,7 @@ struct count_field {
 // `flopmeter estimate` and the C ABI's flopmeter_counts, whose struct_size says how many a caller has); the four
 // itemless_* split the text counts by micro-batches without images (regime_coefficients) and travel in the
 // per-log row only. The window counts sit right after the nine counts of flopmeter_counts' version 1, so that
-// the C struct grew by appending.
+// the C struct grew by appending; the three vision counts of 0.3 follow them.
 inline constexpr count_field kCountFields[] = {
     {"real_tokens", &batch_counts::real_tokens, "real token count"},
     {"padding_tokens", &batch_counts::padding_tokens, "padding token count"},
@@ -41,13 +41,16 @@ inline constexpr count_field kCountFields[] = {
     {"vision_pairs_whole", &batch_counts::vision_pairs_whole, "vision pair count"},
     {"window_pairs_0", &batch_counts::window_pairs_0, "window pair count"},
     {"window_pairs_1", &batch_counts::window_pairs_1, "window pair count"},
+    {"vision_window_pairs", &batch_counts::vision_window_pairs, "vision window pair count"},
+    {"vision_cls_tokens", &batch_counts::vision_cls_tokens, "CLS token count"},
+    {"image_block_pairs", &batch_counts::image_block_pairs, "image block pair count"},
     {"itemless_device_tokens", &batch_counts::itemless_device_tokens, "device token count"},
     {"itemless_causal_pairs", &batch_counts::itemless_causal_pairs, "causal pair count"},
     {"itemless_window_pairs_0", &batch_counts::itemless_window_pairs_0, "window pair count"},
     {"itemless_window_pairs_1", &batch_counts::itemless_window_pairs_1, "window pair count"},
 };
 inline constexpr std::size_t kCountFieldCount = std::size(kCountFields);
-inline constexpr std::size_t kReportedCountFields = 11;
+inline constexpr std::size_t kReportedCountFields = 14;
 
 // Window k's pair count and its itemless part, k < kMaxAttentionWindows (vision_geometry::windows[k]).
 inline constexpr std::int64_t batch_counts::*kWindowPairs[] = {&batch_counts::window_pairs_0,

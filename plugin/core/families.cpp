@@ -634,12 +634,10 @@ std::optional<spec_violation> check_family_spec(const model_spec& spec) {
   return std::nullopt;
 }
 
-model_spec read_family_spec(const field_reader& reader, const family_adapter& adapter) {
-  if (reader.has_table("vision_config")) {
-    reader.fail("vision_config", "not allowed for model_type " + quoted(std::string(adapter.model_type)) +
-                                     ", a text-only decoder (no vision tower)");
-  }
-  if (!reader.has_table(kText)) reader.fail("", "required table [text_config] is missing");
+// The decoder of a document through `adapter`: every field's type and presence, the build step and the decoder's
+// rules (check_family_spec), each violation cited where the document sets it. No coefficient bounds (the caller
+// checks them once the whole model is built).
+model_spec read_family_decoder(const field_reader& reader, const family_adapter& adapter) {
   field_values values;
   values.adapter = &adapter;
   for (const family_field& f : adapter.fields) {
@@ -692,6 +690,16 @@ model_spec read_family_spec(const field_reader& reader, const family_adapter& ad
   spec.model_type = std::string(adapter.model_type);
   if (auto bad = adapter.build(values, spec)) reader.fail(bad->field, bad->what);
   if (auto bad = check_family_spec(spec)) reader.fail(bad->field, bad->what);
+  return spec;
+}
+
+model_spec read_family_spec(const field_reader& reader, const family_adapter& adapter) {
+  if (reader.has_table("vision_config")) {
+    reader.fail("vision_config", "not allowed for model_type " + quoted(std::string(adapter.model_type)) +
+                                     ", a text-only decoder (no vision tower)");
+  }
+  if (!reader.has_table(kText)) reader.fail("", "required table [text_config] is missing");
+  model_spec spec = read_family_decoder(reader, adapter);
   if (auto bad = check_coefficients(spec)) {
     // The FLOP model names text_spec members: in this family's config.json names.
     const auto in_keys = [&spec](const std::string& field) {

@@ -84,6 +84,9 @@ const std::vector<const family_adapter*>& all_families();
 // Reads a model of `adapter`'s type through `reader`: every field's type and presence, the build step, the
 // spec's rules (check_family_spec) and the coefficient bounds, each violation cited where the document sets it.
 model_spec read_family_spec(const field_reader& reader, const family_adapter& adapter);
+// The decoder part of read_family_spec: fields, build step and check_family_spec, without the coefficient bounds
+// (a vision-language family reads its decoder with it, then its vision tower).
+model_spec read_family_decoder(const field_reader& reader, const family_adapter& adapter);
 
 // The rules of a built spec of a family type (sizes, GQA, MoE, windows, MLA), for loaders and
 // validate_model_spec(); violations name config.json keys ("text_config.num_local_experts" on mixtral).

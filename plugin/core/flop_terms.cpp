@@ -103,28 +103,4 @@ void check_sum_fits(std::int64_t a, const term& a_macs, std::int64_t b, const te
   if (__builtin_add_overflow(a, b, &sum)) throw coefficient_overflow(name, field_names(a_macs + b_macs));
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// Per-token multiply-adds of each GEMM family. Field names are model_spec paths.
-
-// The patch embedding is a Conv3d with stride = kernel, i.e. a linear map of
-// in_channels * temporal_patch_size * patch_size^2 inputs to hv, once per patch.
-term patch_embed_macs(const vision_spec& v) {
-  return product({{v.in_channels, "vision.in_channels"},
-                  {v.temporal_patch_size, "vision.temporal_patch_size"},
-                  {v.patch_size, "vision.patch_size"},
-                  {v.patch_size, "vision.patch_size"},
-                  {v.hidden_size, "vision.hidden_size"}});
-}
-
-// One merger per merged token: it concatenates spatial_merge_size^2 = m patches (width m*hv), then
-// m*hv -> m*hv, GELU, m*hv -> out_hidden_size.
-term merger_macs(const vision_spec& v) {
-  const term width = product({{v.spatial_merge_size, "vision.spatial_merge_size"},
-                              {v.spatial_merge_size, "vision.spatial_merge_size"},
-                              {v.hidden_size, "vision.hidden_size"}});
-  term square = width * factor{width.value, nullptr};
-  square.fields.insert(square.fields.end(), width.fields.begin(), width.fields.end());
-  return square + width * factor{v.out_hidden_size, "vision.out_hidden_size"};
-}
-
 }  // namespace flopmeter::detail

@@ -52,9 +52,4 @@ inline double exact_product(std::int64_t a, std::int64_t b) {
   return static_cast<double>(product);
 }
 
-// Multiply-adds per patch of the vision tower's patch embedding and per merged token of one merger (the
-// decoder's GEMMs are formed in gemm_walk.cpp).
-term patch_embed_macs(const vision_spec& v);
-term merger_macs(const vision_spec& v);
-
 }  // namespace flopmeter::detail

@@ -28,8 +28,7 @@ struct flop_product {
   std::int64_t count;
 };
 
-// At most 10 products (complete scope: 7 terms, text attention has three (full and two windows), mtp two);
-// `out` must hold that many. Returns how many.
+// At most kMaxFlopProducts products; `out` must hold that many. Returns how many.
 std::size_t flop_products(const coefficients& c, const batch_counts& n, flop_scope scope, flop_product* out) {
   std::size_t k = 0;
   // Padding tokens run through every projection and the MLP (the device computes them), so they cost dense
@@ -41,10 +40,17 @@ std::size_t flop_products(const coefficients& c, const batch_counts& n, flop_sco
   out[k++] = {&flop_breakdown::text_attention, c.window_attn_pair[1], n.window_pairs_1};
   out[k++] = {&flop_breakdown::vision_dense, c.vision_per_patch, n.patches};
   if (scope == flop_scope::seed) {
+    // The reference bills every ViT block over the whole item, windowed or not.
     out[k++] = {&flop_breakdown::vision_attention, c.vision_attn_pair, n.vision_pairs_whole};
+    out[k++] = {&flop_breakdown::vision_attention, c.vision_window_attn_pair, n.vision_pairs_whole};
     return k;
   }
+  // Gemma 3's image blocks: the pairs the bidirectional block adds to the causal ones, in the decoder's layers.
+  out[k++] = {&flop_breakdown::text_attention, c.image_block_pair, n.image_block_pairs};
+  // InternViT's CLS token runs through every block like a patch.
+  out[k++] = {&flop_breakdown::vision_dense, c.vision_per_patch, n.vision_cls_tokens};
   out[k++] = {&flop_breakdown::vision_attention, c.vision_attn_pair, n.vision_pairs_per_frame};
+  out[k++] = {&flop_breakdown::vision_attention, c.vision_window_attn_pair, n.vision_window_pairs};
   out[k++] = {&flop_breakdown::patch_embed, c.patch_embed_per_patch, n.patches};
   out[k++] = {&flop_breakdown::merger, c.merger_per_merged_token, n.merged_tokens};
   out[k++] = {&flop_breakdown::mtp, c.mtp_per_token, n.device_tokens()};
@@ -52,7 +58,7 @@ std::size_t flop_products(const coefficients& c, const batch_counts& n, flop_sco
   return k;
 }
 
-constexpr std::size_t kMaxFlopProducts = 10;
+constexpr std::size_t kMaxFlopProducts = 16;
 
 }  // namespace
 
@@ -71,6 +77,12 @@ flop_breakdown compute_flops(const coefficients& c, const batch_counts& n, flop_
   f.recompute.vision_dense = exact_product(r.vision_per_patch, n.patches);
   f.recompute.vision_attention =
       exact_product(r.vision_attn_pair, scope == flop_scope::seed ? n.vision_pairs_whole : n.vision_pairs_per_frame);
+  if (scope == flop_scope::complete) {
+    f.recompute.text_attention += exact_product(r.image_block_pair, n.image_block_pairs);
+    f.recompute.vision_attention += exact_product(r.vision_window_attn_pair, n.vision_window_pairs);
+  } else {
+    f.recompute.vision_attention += exact_product(r.vision_window_attn_pair, n.vision_pairs_whole);
+  }
   return f;
 }
 
@@ -110,6 +122,10 @@ flop_breakdown compute_flops(const regime_coefficients& rc, const batch_counts& 
         exact_product(without.recompute.window_attn_pair[k], itemless_window_pairs[k]);
   }
   if (scope == flop_scope::complete) {
+    f.text_attention += exact_product(with.image_block_pair, n.image_block_pairs);
+    f.recompute.text_attention += exact_product(with.recompute.image_block_pair, n.image_block_pairs);
+  }
+  if (scope == flop_scope::complete) {
     f.mtp = exact_product(with.mtp_per_token, device) + exact_product(with.mtp_attn_pair, pairs) +
             exact_product(without.mtp_per_token, n.itemless_device_tokens) +
             exact_product(without.mtp_attn_pair, n.itemless_causal_pairs);
@@ -121,7 +137,7 @@ std::string exact_total_flops(const coefficients& c, const batch_counts& n, flop
   flop_product products[kMaxFlopProducts];
   const std::size_t count = flop_products(c, n, scope, products);
   // Each product of two int64 fits in int128 with a bit to spare (|a*b| < 2^126); coefficients and counts are
-  // >= 0, so 10 of them sum below 2^130: the sum is kept in unsigned 128 bits plus a carry count of 2^128s.
+  // >= 0, so 16 of them sum below 2^130: the sum is kept in unsigned 128 bits plus a carry count of 2^128s (< 4).
   uint128 low = 0;
   unsigned carries = 0;
   for (std::size_t i = 0; i < count; ++i) {

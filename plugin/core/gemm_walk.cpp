@@ -117,41 +117,53 @@ class walker {
     groups(from, to, g, every);
   }
 
+  // The vision tower (architecture.h vision_tower_of), part by part.
   void vision() {
     if (!spec_.vision) return;
-    const vision_spec& v = *spec_.vision;
+    const vision_tower tower = vision_tower_of(*spec_.vision);
     const bool V = !regime_.vision_frozen, M = !regime_.merger_frozen;
-    const factor hv{v.hidden_size, "vision.hidden_size"};
-    const factor depth{v.depth, "vision.depth"};
+    const factor hv = tower.width;
     part_ = model_part::vision;
     group_ = 0;
     order_ = 0;
-    // The patch embedding is a Conv3d with stride = kernel: a linear map of in_channels * temporal_patch_size *
-    // patch_size^2 inputs to hv, once per patch. Its input is pixels: no input gradient.
-    visit(gemm_of("patch_embed", patch_embed_macs(v), false, V, factor{1, nullptr},
+    // The patch embedding, once per patch (not per CLS token). Its input is pixels: no input gradient.
+    visit(gemm_of("patch_embed", tower.patch_inputs * hv, false, V, factor{1, nullptr},
                   coefficient_slot::patch_embed_per_patch));
-    // ViT block, per patch: fused qkv hv -> 3hv, proj hv -> hv, MLP hv -> Iv -> hv (GELU, not gated). Attention
-    // per (query, key) pair: QK^T and AV over num_heads heads of hv/num_heads each, 2*hv. ViT attention is
-    // bidirectional: an item of P patches has P^2 pairs (the reference bills P = t*h*w; the model attends
-    // within each temporal patch: t*(h*w)^2).
-    const factor iv{v.intermediate_size, "vision.intermediate_size"};
+    // ViT blocks, per token (patch or CLS): qkv hv -> 3hv, proj hv -> hv, the MLP; attention per (query, key)
+    // pair: QK^T and AV over num_heads heads of hv/num_heads each, 2*hv. ViT attention is bidirectional inside a
+    // segment (or a window of it): the counts say how many pairs (the reference bills the whole item (t*h*w)^2).
+    const factor iv = tower.mlp_width;
     const coefficient_slot block = coefficient_slot::vision_per_patch;
-    order_ = 0;
-    matmul_ = 0;
-    visit_matmul(gemm_of("qkv", product({{3, nullptr}, hv, hv}), V, V, depth, block), false);
-    gemm_visit core =
-        gemm_of("attention_core", product({{2, nullptr}, hv}), V, false, depth, coefficient_slot::vision_attn_pair);
-    core.weightless = true;
-    visit(core);
-    visit_matmul(gemm_of("proj", product({hv, hv}), V, V, depth, block), false);
-    visit_matmul(gemm_of("fc1", product({hv, iv}), V, V, depth, block), false);
-    visit_matmul(gemm_of("fc2", product({iv, hv}), V, V, depth, block), true);
-    // One merger per merged token (the final one plus one DeepStack merger per index): it concatenates
-    // spatial_merge_size^2 = m patches (width m*hv), then m*hv -> m*hv, GELU, m*hv -> out_hidden_size.
+    for (const vision_block_group& g : tower.groups) {
+      const factor depth{g.count, "vision.depth"};
+      order_ = 0;
+      matmul_ = 0;
+      visit_matmul(gemm_of("qkv", product({{3, nullptr}, hv, hv}), V, V, depth, block), false);
+      gemm_visit core =
+          gemm_of("attention_core", product({{2, nullptr}, hv}), V, false, depth,
+                  g.attention == vision_attention_kind::windowed ? coefficient_slot::vision_window_attn_pair
+                                                                 : coefficient_slot::vision_attn_pair);
+      core.weightless = true;
+      visit(core);
+      visit_matmul(gemm_of("proj", product({hv, hv}), V, V, depth, block), false);
+      if (tower.mlp == vision_mlp_kind::gated) {
+        visit_matmul(gemm_of("gate_proj", product({hv, iv}), V, V, depth, block), false);
+        visit_matmul(gemm_of("up_proj", product({hv, iv}), V, V, depth, block), false);
+        visit_matmul(gemm_of("down_proj", product({iv, hv}), V, V, depth, block), true);
+      } else {
+        visit_matmul(gemm_of("fc1", product({hv, iv}), V, V, depth, block), false);
+        visit_matmul(gemm_of("fc2", product({iv, hv}), V, V, depth, block), true);
+      }
+      ++group_;
+    }
+    // The projector per merged token (each of tower.projectors of them): its input (the ViT's output) needs a
+    // gradient iff V; its norm's weight trains with M, so every GEMM's input needs one iff V or M.
     part_ = model_part::merger;
+    group_ = 0;
     order_ = 0;
-    visit(gemm_of("merger", merger_macs(v), V || M, M, {v.num_mergers(), "vision.deepstack_visual_indexes"},
-                  coefficient_slot::merger_per_merged_token));
+    for (const projector_gemm& g : tower.projector) {
+      visit(gemm_of(g.name, g.d_in * g.d_out, V || M, M, tower.projectors, coefficient_slot::merger_per_merged_token));
+    }
   }
 
  private:
@@ -230,6 +242,12 @@ class walker {
                           ? product({{2, nullptr}, a.heads, a.qk_head_dim})
                           : product({a.heads, a.qk_head_dim}) + product({a.heads, a.v_head_dim});
     core("attention_core", pair, flows, layers, pair_slot(a));
+    // Gemma 3: an image's tokens also attend to the later tokens of the same image (its bidirectional block), in
+    // every attention layer: the same per-pair work over image_block_pairs (the window holds the image: the
+    // rules require mm_tokens_per_image <= sliding_window).
+    if (part_ == model_part::text && spec_.vision && spec_.vision->bidirectional_image) {
+      core("image_block_core", pair, flows, layers, coefficient_slot::image_block_pair);
+    }
     const bool o = gemm("o_proj", as_factor(o_width), h(), flows, layers, slot, lora_target::o_proj);
     return g || o;
   }

@@ -42,8 +42,10 @@ enum class coefficient_slot : std::uint8_t {
   merger_per_merged_token,
   mtp_per_token,
   mtp_attn_pair,
+  vision_window_attn_pair,
+  image_block_pair,
 };
-inline constexpr std::size_t kCoefficientSlots = 18;
+inline constexpr std::size_t kCoefficientSlots = 20;
 inline constexpr std::size_t kDenseSlots = 9;  // attention_projections .. lora_adapters
 
 struct gemm_visit {

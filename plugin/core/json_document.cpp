@@ -24,6 +24,7 @@
 #include "flopmeter/error.h"
 #include "core/printable_text.h"
 #include "core/spec_rules.h"
+#include "core/vlm_families.h"
 
 namespace flopmeter::detail {
 namespace {
@@ -243,6 +244,12 @@ json_document::json_document(const std::string& text, std::string source) : text
   // rules call text_config.X sit at the top level as X.
   const auto type = root_.find("model_type");
   flat_ = type != root_.end() && type->is_string() && is_text_only_model_type(type->get<std::string>());
+  // Qwen2-VL and Qwen2.5-VL hub files keep the decoder's keys at the top level beside vision_config (a file
+  // re-saved by a newer transformers nests them in text_config instead: then it is read as written).
+  if (type != root_.end() && type->is_string() && !root_.contains(std::string(kText))) {
+    const vlm_family* family = find_vlm_family(type->get<std::string>());
+    flat_ = flat_ || (family != nullptr && family->flat);
+  }
 }
 
 const json* json_document::node(std::string_view schema_path) const {
@@ -294,6 +301,11 @@ std::int64_t json_document::integer(std::string_view path) const {
   }
   if (!value.is_number_integer()) type_error(path, value, "an integer");
   return value.get<std::int64_t>();
+}
+double json_document::number(std::string_view path) const {
+  const json& value = *node(path);
+  if (!value.is_number()) type_error(path, value, "a number");
+  return value.get<double>();
 }
 bool json_document::boolean(std::string_view path) const {
   const json& value = *node(path);

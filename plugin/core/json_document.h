@@ -53,6 +53,8 @@ class json_document final : public field_reader {
   std::string string(std::string_view path) const override;
   std::size_t array_size(std::string_view path) const override;
   bool is_null(std::string_view path) const override { return node(path) != nullptr && node(path)->is_null(); }
+  double number(std::string_view path) const override;
+  bool is_array(std::string_view path) const override { return node(path) != nullptr && node(path)->is_array(); }
   std::optional<bool> default_bool(std::string_view path) const override;
   std::optional<std::string> top_level_key(std::string_view path) const override;
   std::string model_type_path() const override { return "model_type"; }

@@ -118,7 +118,8 @@ void vision_constant(const vision_spec& v, double s, megatron_constant& out) {
   const double layers = static_cast<double>(v.depth);
   const double query_ratio = 1.0;       // kv_channels * heads / hidden = 1 for the ViT
   const double groups_over_heads = 1.0; // MHA
-  const double gated = 1.0;             // GELU MLP, not SwiGLU
+  // GELU MLP (2 matrices); a gated MLP (Qwen2.5-VL) has 3, Megatron's SwiGLU factor 3/2.
+  const double gated = v.mlp == vision_mlp_kind::gated ? 1.5 : 1.0;
   const double base = expansion_factor * layers * hv * hv;
   out.vision_linear_per_token =
       base * ((1 + groups_over_heads) * query_ratio + static_cast<double>(v.intermediate_size) / hv * gated);
@@ -137,6 +138,50 @@ check_row make_row(std::string term, double exact, double megatron, double expec
   row.pass = std::isfinite(row.ratio) && row.relative_error <= tolerance;
   row.explanation = std::move(explanation);
   return row;
+}
+
+// The differences of the newer towers from the constant, each on the unit that shows it (check_report rows):
+//   Qwen2.5-VL windows  one frame that is exactly one window (side = window_size / patch_size patches a side,
+//                       P = side^2 patches): the window blocks attend P^2 pairs, the constant bills them S/2 keys
+//                       per patch: ratio 2P/S.
+//   InternViT CLS       one tile of P = side^2 patches runs P + 1 tokens through every block; the constant bills
+//                       the P patches: ratio (P+1)/P.
+//   Gemma 3 image block per pair the block costs what a causal pair costs in every decoder layer (full and sliding);
+//                       the constant has no image block: these pairs are on top of its S/2 keys.
+void documented_vision_rows(const model_spec& spec, const coefficients& c, const megatron_constant& k, double s,
+                            double tolerance, check_report& report) {
+  const vision_spec& v = *spec.vision;
+  const vision_geometry geometry = geometry_of(spec);
+  if (v.num_window_blocks() > 0) {
+    const std::int64_t side = v.window_size / v.patch_size;
+    const image_grid frame[] = {{1, side, side}};
+    const batch_counts n = count_from_lengths({}, 0, frame, geometry);
+    const double patches = static_cast<double>(side * side);
+    const double share = static_cast<double>(v.num_window_blocks()) / static_cast<double>(v.depth);
+    report.rows.push_back(make_row(
+        "one window-sized frame: window blocks' attention vs constant's share",
+        static_cast<double>(c.vision_window_attn_pair) * static_cast<double>(n.vision_window_pairs),
+        k.vision_attention_per_token * share * patches, 2 * patches / s, tolerance,
+        "window blocks attend inside windows of window_size/patch_size patches a side (P^2 pairs per window); the "
+        "constant bills S/2 keys per patch: ratio 2P/S"));
+  }
+  if (v.cls_token) {
+    const std::int64_t side = v.image_size / v.patch_size;
+    const image_grid tile[] = {{1, side, side}};
+    const batch_counts n = count_from_lengths({}, 0, tile, geometry);
+    const double patches = static_cast<double>(side * side);
+    report.rows.push_back(make_row("one tile: ViT token-linear work vs constant x patches",
+                                   compute_flops(c, n, flop_scope::complete).vision_dense,
+                                   k.vision_linear_per_token * patches, (patches + 1) / patches, tolerance,
+                                   "InternViT runs a CLS token with each tile's P patches: ratio (P+1)/P"));
+  }
+  if (v.bidirectional_image) {
+    report.rows.push_back(make_row("image_block_pair x S/2 vs constant's attention part",
+                                   static_cast<double>(c.image_block_pair) * s / 2, k.text_attention_per_token, 1.0,
+                                   tolerance,
+                                   "an image's n tokens attend to each other: n(n-1)/2 pairs on top of the causal "
+                                   "ones in every layer, each costing a causal pair's work; the constant has none"));
+  }
 }
 
 }  // namespace
@@ -311,12 +356,19 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
           : "token-linear parts equal; only the attention part differs, by (S+1)/S"));
 
   if (spec.vision) {
+    const vision_spec& v = *spec.vision;
     report.rows.push_back(make_row("vision_per_patch = constant's ViT token-linear part",
                                    static_cast<double>(c.vision_per_patch), k.vision_linear_per_token, 1.0, tolerance,
-                                   "same ViT projections and MLP, per patch"));
-    report.rows.push_back(make_row("vision_attn_pair x S/2 = constant's ViT attention part",
-                                   static_cast<double>(c.vision_attn_pair) * s / 2, k.vision_attention_per_token, 1.0,
-                                   tolerance, "the constant bills S/2 keys per patch, as for the decoder"));
+                                   v.mlp == vision_mlp_kind::gated
+                                       ? "same ViT projections and gated MLP (Megatron's SwiGLU factor 3/2), per patch"
+                                       : "same ViT projections and MLP, per patch"));
+    // Per pair every block costs 2*hidden, windowed or not; the windows change how many pairs a block has.
+    report.rows.push_back(make_row(
+        v.num_window_blocks() > 0 ? "ViT attention per pair (all blocks, windowed too) x S/2 = constant's part"
+                                  : "vision_attn_pair x S/2 = constant's ViT attention part",
+        static_cast<double>(c.vision_attn_pair + c.vision_window_attn_pair) * s / 2, k.vision_attention_per_token, 1.0,
+        tolerance, "the constant bills S/2 keys per patch, as for the decoder"));
+    documented_vision_rows(spec, c, k, s, tolerance, report);
     // One image of S patches (grid 1 x 1 x S; the merge constraint is irrelevant to the ViT blocks), counted
     // in the reference's scope, against the ViT billed once per decoder token at S.
     const vision_geometry any_grid{true, 1, 0, {}};

@@ -49,4 +49,8 @@ std::int64_t vision_spec::patch_input_size() const {
 
 std::int64_t vision_spec::num_mergers() const { return 1 + static_cast<std::int64_t>(deepstack_visual_indexes.size()); }
 
+std::int64_t vision_spec::num_window_blocks() const {
+  return window_size > 0 ? depth - static_cast<std::int64_t>(fullatt_block_indexes.size()) : 0;
+}
+
 }  // namespace flopmeter

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <string>
@@ -26,6 +27,7 @@
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 #include "core/families.h"
+#include "core/vlm_families.h"
 #include "core/printable_text.h"
 #include "core/spec_rules.h"
 #include "core/toml_reader.h"
@@ -101,6 +103,10 @@ class toml_fields final : public detail::field_reader, private detail::toml_read
     if (!value.is_array()) fail_type(value, std::string(path), "an array");
     return value.as_array()->size();
   }
+  double number(std::string_view path) const override {
+    return double_value(*node(path), std::string(path), detail::double_bounds{});
+  }
+  bool is_array(std::string_view path) const override { return node(path) != nullptr && node(path)->is_array(); }
   std::string model_type_path() const override { return "model.model_type"; }
   error_location where(std::string_view path) const override {
     // A path the document lacks (a default the rules found wrong) is cited at the nearest enclosing table.
@@ -130,7 +136,26 @@ class spec_loader : private detail::toml_reader {
 
   model_spec load(const toml::table& root) const {
     refuse_plugin_config(root);
-    check_keys(root, "", kRootKeys, kSchemaDoc, homes());
+    // A vision-language family's wrapper keys (InternVL's downsample_ratio, Gemma 3's mm_tokens_per_image) sit at
+    // the top level, as in its config.json.
+    const detail::vlm_family* vlm = nullptr;
+    if (const toml::table* m = root.get_as<toml::table>("model")) {
+      const toml::node* t = m->get("model_type");
+      if (t != nullptr && t->is_string()) vlm = detail::find_vlm_family(t->as_string()->get());
+    }
+    std::vector<std::string_view> root_keys(std::begin(kRootKeys), std::end(kRootKeys));
+    std::vector<std::string_view> vlm_vision_keys;
+    if (vlm != nullptr) {
+      for (const detail::vlm_field& f : vlm->fields) {
+        const std::string_view prefix = "vision_config.";
+        if (f.path.substr(0, prefix.size()) == prefix) {
+          vlm_vision_keys.push_back(f.path.substr(prefix.size()));
+        } else {
+          root_keys.push_back(f.path);
+        }
+      }
+    }
+    check_keys(root, "", root_keys, kSchemaDoc, homes());
     const toml::table* model = optional_table(root, "model");
     const toml::table* text = optional_table(root, "text_config");
     const toml::table* vision = optional_table(root, "vision_config");
@@ -142,14 +167,25 @@ class spec_loader : private detail::toml_reader {
     const toml::node* type_node = model->get("model_type");
     const detail::family_adapter* family =
         type_node != nullptr && type_node->is_string() ? detail::find_family(type_node->as_string()->get()) : nullptr;
+    if (vlm != nullptr) {
+      // The decoder's family: fixed by the model type, or named by text_config.model_type (InternVL).
+      std::string decoder(vlm->decoder);
+      const toml::node* decoder_node = text->get("model_type");
+      if (decoder.empty() && decoder_node != nullptr && decoder_node->is_string()) {
+        decoder = decoder_node->as_string()->get();
+      }
+      family = detail::find_family(decoder);
+    }
     if (family != nullptr) {
       std::vector<std::string_view> keys;
       for (const detail::family_field& field : family->fields) keys.push_back(field.key);
+      if (vlm != nullptr) keys.push_back("model_type");
       check_keys(*text, "text_config", keys, kSchemaDoc);
-    } else {
+    } else if (vlm == nullptr) {
       check_keys(*text, "text_config", text_keys(), kSchemaDoc);
     }
-    if (vision != nullptr) check_keys(*vision, "vision_config", vision_keys(), kSchemaDoc);
+    if (vision != nullptr)
+      check_keys(*vision, "vision_config", vlm != nullptr ? vlm_vision_keys : vision_keys(), kSchemaDoc);
     if (options != nullptr) check_keys(*options, "flopmeter", kFlopmeterKeys, kSchemaDoc);
 
     std::optional<std::string> name = optional_string(*model, "model", "name");

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/families.h"
+#include "core/vlm_families.h"
 #include "core/spec_fields.h"
 #include "flopmeter/error.h"
 
@@ -22,6 +23,7 @@ namespace flopmeter::detail {
 
 model_spec read_model_spec(const field_reader& reader, const std::string& model_type) {
   if (const family_adapter* family = find_family(model_type)) return read_family_spec(reader, *family);
+  if (const vlm_family* family = find_vlm_family(model_type)) return read_vlm_spec(reader, *family);
   model_spec spec;
   spec.model_type = model_type;
   text_spec& t = spec.text;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/families.h"
+#include "core/vlm_families.h"
 #include "core/spec_fields.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
@@ -78,7 +79,8 @@ const char* kind_name(layer_kind kind) {
 
 bool is_supported_model_type(std::string_view model_type) {
   return model_type == kQwen3Vl || model_type == kQwen35 || model_type == kQwen3VlMoe || model_type == kQwen35Moe ||
-         is_text_only_model_type(model_type) || find_family(model_type) != nullptr;
+         is_text_only_model_type(model_type) || find_family(model_type) != nullptr ||
+         find_vlm_family(model_type) != nullptr;
 }
 
 bool is_text_only_model_type(std::string_view model_type) {
@@ -92,6 +94,7 @@ std::string text_model_type(std::string_view model_type) {
 
 std::string model_family_name(std::string_view model_type) {
   if (const family_adapter* family = find_family(model_type)) return std::string(family->family);
+  if (const vlm_family* family = find_vlm_family(model_type)) return std::string(family->family);
   if (model_type == kQwen3 || model_type == kQwen3Moe) return "Qwen3";
   if (model_type == kQwen3Next) return "Qwen3-Next";
   if (model_type == kQwen35 || model_type == kQwen35Moe) return "Qwen3.5";
@@ -101,6 +104,7 @@ std::string model_family_name(std::string_view model_type) {
 std::string supported_model_types_text() {
   std::string text = R"("qwen3_vl", "qwen3_5", "qwen3_vl_moe", "qwen3_5_moe", "qwen3", "qwen3_moe", "qwen3_next")";
   for (const family_adapter* family : all_families()) text += ", " + quoted(family->model_type);
+  for (const vlm_family* family : all_vlm_families()) text += ", " + quoted(family->model_type);
   return text;
 }
 
@@ -110,6 +114,7 @@ std::optional<spec_violation> check_fields(const model_spec& spec) {
                                             supported_model_types_text() + ")"};
   }
   if (find_family(spec.model_type) != nullptr) return check_family_spec(spec);
+  if (find_vlm_family(spec.model_type) != nullptr) return check_vlm_spec(spec);
   const text_spec& t = spec.text;
   const std::string type = in_quotes(spec.model_type);
   if (!t.layer_runs.empty() || t.sliding_window != 0 || t.attention_chunk_size != 0) {
@@ -205,6 +210,12 @@ std::optional<spec_violation> check_fields(const model_spec& spec) {
       return spec_violation{"vision_config.deepstack_visual_indexes",
                             not_this_type(spec, belongs::qwen3_vl, "DeepStack mergers") + "; write [] or leave it out"};
     }
+    if (v.mlp != vision_mlp_kind::plain || v.projector != vision_projector_kind::patch_merger || v.window_size != 0 ||
+        !v.fullatt_block_indexes.empty() || v.cls_token || v.image_size != 0 || v.bidirectional_image) {
+      return spec_violation{"vision_config",
+                            "a Qwen3-VL / Qwen3.5 vision tower has a plain MLP, the patch merger, no "
+                            "windows, no CLS token, any grid size and no image blocks"};
+    }
     if (!bounded_patch_input_size(v)) {
       return spec_violation{"vision_config", "patch embedding input in_channels * temporal_patch_size * "
                                              "patch_size^2 is too large: must be <= " + max_size_text()};
@@ -214,7 +225,8 @@ std::optional<spec_violation> check_fields(const model_spec& spec) {
 }
 
 std::optional<spec_violation> check_invariants(const model_spec& spec) {
-  if (find_family(spec.model_type) != nullptr) return std::nullopt;  // check_family_spec has them
+  if (find_family(spec.model_type) != nullptr) return std::nullopt;      // check_family_spec has them
+  if (find_vlm_family(spec.model_type) != nullptr) return std::nullopt;  // check_vlm_spec has them
   const text_spec& t = spec.text;
   const bool hybrid = is_hybrid(spec);
   if (t.num_attention_heads % t.num_key_value_heads != 0) {

@@ -71,6 +71,10 @@ class field_reader {
   virtual bool boolean(std::string_view path) const = 0;
   virtual std::string string(std::string_view path) const = 0;
   virtual std::size_t array_size(std::string_view path) const = 0;
+  // A number (integer or floating point), for the few fields that are ratios (InternVL's downsample_ratio).
+  virtual double number(std::string_view path) const { fail(path, "expected a number"); }
+  // Whether the value at `path` is an array (InternVL writes image_size as [448, 448] or 448).
+  virtual bool is_array(std::string_view /*path*/) const { return false; }
   // Whether the value at `path` is null (config.json's null; in a model TOML the string "none").
   virtual bool is_null(std::string_view /*path*/) const { return false; }
   // A required boolean the document may leave out (config.json may omit tie_word_embeddings); nullopt when

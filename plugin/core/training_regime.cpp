@@ -90,6 +90,9 @@ void vision_coefficients(const model_spec& spec, const slot_sums& w, coefficient
       to_coefficient(w[coefficient_slot::patch_embed_per_patch], kFlopsPerPass, "patch_embed_per_patch");
   c.merger_per_merged_token =
       to_coefficient(w[coefficient_slot::merger_per_merged_token], kFlopsPerPass, "merger_per_merged_token");
+  c.vision_window_attn_pair =
+      to_coefficient(w[coefficient_slot::vision_window_attn_pair], kFlopsPerPass, "vision_window_attn_pair");
+  c.image_block_pair = to_coefficient(w[coefficient_slot::image_block_pair], kFlopsPerPass, "image_block_pair");
   const std::int64_t m = spec.vision->spatial_merge_size;
   c.patches_per_merged_token = m * m;  // <= 2^62: sizes are <= 2^31
 }
@@ -189,6 +192,8 @@ void recompute_coefficients(const model_spec& spec, const training_regime& regim
       to_coefficient(r[coefficient_slot::window_attn_pair_0], kFlopsPerPass, "recompute.window_attn_pair[0]");
   rc.window_attn_pair[1] =
       to_coefficient(r[coefficient_slot::window_attn_pair_1], kFlopsPerPass, "recompute.window_attn_pair[1]");
+  rc.image_block_pair =
+      to_coefficient(r[coefficient_slot::image_block_pair], kFlopsPerPass, "recompute.image_block_pair");
   if (spec.vision && o.vision && !regime.vision_frozen) {  // a frozen ViT runs no backward: nothing
     slot_sums v;
     walk_gemms(spec, regime, items, [&v, &o](const gemm_visit& visit) {
@@ -200,6 +205,8 @@ void recompute_coefficients(const model_spec& spec, const training_regime& regim
         to_coefficient(v[coefficient_slot::vision_per_patch], kFlopsPerPass, "recompute.vision_per_patch");
     rc.vision_attn_pair =
         to_coefficient(v[coefficient_slot::vision_attn_pair], kFlopsPerPass, "recompute.vision_attn_pair");
+    rc.vision_window_attn_pair = to_coefficient(v[coefficient_slot::vision_window_attn_pair], kFlopsPerPass,
+                                                "recompute.vision_window_attn_pair");
   }
 }
 

@@ -16,14 +16,20 @@ coefficient_table coefficient_entries(const coefficients& c) {
           {"text_attn_pair", c.text_attn_pair,
            "causal attention per (query, key) pair, summed over full-attention layers"},
           {"vision_per_patch", c.vision_per_patch, "ViT blocks' projections and MLP, per patch"},
-          {"vision_attn_pair", c.vision_attn_pair, "ViT attention per (query, key) pair, summed over blocks"},
+          {"vision_attn_pair", c.vision_attn_pair,
+           "ViT attention per (query, key) pair, summed over the blocks that attend per segment"},
           {"patch_embed_per_patch", c.patch_embed_per_patch, "patch-embedding linear map, per patch (complete scope)"},
           {"merger_per_merged_token", c.merger_per_merged_token,
-           "patch merger + DeepStack mergers, per merged token (complete scope)"},
+           "patch merger + DeepStack mergers (InternVL, Gemma 3: the projector), per merged token (complete scope)"},
           {"mtp_per_token", c.mtp_per_token,
            "MTP layers' dense work per device token (0 unless MTP layers are trained)"},
           {"mtp_attn_pair", c.mtp_attn_pair, "MTP layers' attention per causal pair (0 unless MTP layers are trained)"},
           {"patches_per_merged_token", c.patches_per_merged_token, "spatial_merge_size^2 (a count, not FLOPs)"},
+          {"vision_window_attn_pair", c.vision_window_attn_pair,
+           "ViT attention per (query, key) pair inside a window, summed over the window blocks (Qwen2.5-VL)"},
+          {"image_block_pair", c.image_block_pair,
+           "decoder attention per pair an image's bidirectional block adds, summed over the attention layers (Gemma "
+           "3)"},
       },
       {
           {"attention_projections", d.attention_projections, "full-attention q, k, v, o (+ output gate) projections"},
@@ -131,6 +137,17 @@ std::string coefficients_json(const model_spec& spec, const regime_coefficients&
       windows += (k > 0 ? ", " : "") + window.str();
     }
     object.raw("window_attn_pair", pairs + "]").raw("windows", windows + "]");
+  }
+  // A vision tower's segment layout (vision_geometry): what a counter outside the library (the Python package's
+  // device path) needs besides the merge size.
+  if (geometry.has_vision) {
+    json_object vision;
+    vision.integer("spatial_merge_size", geometry.spatial_merge_size)
+        .integer("vision_window", geometry.vision_window)
+        .integer("cls_tokens", geometry.cls_tokens)
+        .integer("segment_side", geometry.segment_side)
+        .boolean("image_block", geometry.image_block);
+    object.raw("vision_geometry", vision.str());
   }
   json_object breakdown;
   for (const coefficient_entry& e : table.dense_parts) breakdown.integer(e.key, e.value);

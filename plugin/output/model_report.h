@@ -22,9 +22,9 @@ struct coefficient_entry {
   const char* meaning;
 };
 
-// The nine coefficients of the top level, in the order of the JSON object.
+// The coefficients of the top level, in the order of the JSON object.
 struct coefficient_table {
-  coefficient_entry entries[9];
+  coefficient_entry entries[11];
   coefficient_entry dense_parts[9];  // dense_per_token by GEMM family; the parts sum to it exactly
 };
 coefficient_table coefficient_entries(const coefficients& c);

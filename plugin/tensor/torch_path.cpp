@@ -160,14 +160,17 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
     }
   }
 
-  at::Tensor items = zero, patches = zero, merged = zero, per_frame = zero, whole = zero;
+  at::Tensor items = zero, patches = zero, merged = zero, per_frame = zero, whole = zero, vision_window = zero,
+             cls_tokens = zero, block = zero;
   if (has_grids) {
     const at::Tensor grid = b.grid_thw.to(at::kLong);
-    const std::int64_t m = g.spatial_merge_size;
+    const std::int64_t m = g.spatial_merge_size, c = g.cls_tokens;
     const at::Tensor t = grid.select(1, 0), h = grid.select(1, 1), w = grid.select(1, 2);
     // Bounds first, in double (exact enough to compare against 2^31), so no int64 product can overflow.
     const at::Tensor too_large = (t.to(at::kDouble) * h.to(at::kDouble) * w.to(at::kDouble)) > static_cast<double>(kMaxItemPatches);
-    const at::Tensor row_bad = (grid < 1).any(1) | (h.remainder(m) != 0) | (w.remainder(m) != 0) | too_large;
+    at::Tensor row_bad = (grid < 1).any(1) | (h.remainder(m) != 0) | (w.remainder(m) != 0) | too_large;
+    // A tiled model's segment is one whole tile (InternVL, Gemma 3).
+    if (g.segment_side > 0) row_bad = row_bad | (h != g.segment_side) | (w != g.segment_side);
     invalid = invalid + row_bad.sum();
     const at::Tensor ok = (~row_bad).to(at::kLong);
     // Invalid rows are replaced by (1, m, m) and masked out below, so their products stay small.
@@ -177,8 +180,22 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
     items = constant(grid.size(0), options);
     patches = sum_exact(item_patches * ok);
     merged = sum_exact(at::div(item_patches, m * m, "floor") * ok);
-    per_frame = sum_exact(ts * frame * frame * ok);
+    per_frame = sum_exact(ts * (frame + c) * (frame + c) * ok);
     whole = sum_exact(item_patches * item_patches * ok);
+    // The closed forms of the host path (core/batch_counts.cpp add_vision_extras), per segment times t; each is at
+    // most the per-segment pairs, so the int64 products stay below 2^62.
+    if (g.vision_window > 0) {
+      const std::int64_t v = g.vision_window;
+      const at::Tensor hm = at::div(hs, m, "floor"), wm = at::div(ws, m, "floor");
+      const at::Tensor rows = at::div(hm, v, "floor") * (v * v) + hm.remainder(v) * hm.remainder(v);
+      const at::Tensor cols = at::div(wm, v, "floor") * (v * v) + wm.remainder(v) * wm.remainder(v);
+      vision_window = sum_exact(ts * (rows * (m * m)) * (cols * (m * m)) * ok);
+    }
+    if (c > 0) cls_tokens = sum_exact(ts * c * ok);
+    if (g.image_block) {
+      const at::Tensor n = at::div(frame, m * m, "floor");
+      block = sum_exact(ts * at::div(n * (n - 1), 2, "floor") * ok);
+    }
   }
   // Whether the micro-batch has images or videos is a shape fact, known on the host (regime_coefficients).
   const at::Tensor padding = constant(b.padding_tokens, options);
@@ -194,6 +211,9 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
   entries[row_merged_tokens] = merged;
   entries[row_vision_pairs_per_frame] = per_frame;
   entries[row_vision_pairs_whole] = whole;
+  entries[row_vision_window_pairs] = vision_window;
+  entries[row_vision_cls_tokens] = cls_tokens;
+  entries[row_image_block_pairs] = block;
   entries[row_itemless_device_tokens] = itemless_tokens;
   entries[row_itemless_causal_pairs] = itemless_pairs;
   for (std::size_t k = 0; k < kMaxAttentionWindows; ++k) {

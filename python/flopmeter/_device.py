@@ -7,7 +7,7 @@ The counts are the host path's, formed as the C++ tensor path forms them (plugin
 - sums over documents, items and micro-batches in float64: exact below 2^53 and never wrapping (an interval
   that reaches 2^53 is refused by every rank when the row is derived, as on the host path).
 A malformed batch (cu_seqlens not starting at 0 or decreasing, positions that do not restart at 0 or step by
-1, a grid entry < 1 or not divisible by the merge size, label tokens above the real tokens) is found on the
+1, a grid entry < 1 or not divisible by the merge size or not a whole tile, label tokens above the real tokens) is found on the
 device: everything it contributes is multiplied by 0 and it is counted as rejected, which reaches
 ``health['bad_microbatches']`` one log later, in the log's collective.
 
@@ -21,7 +21,7 @@ Thread-safety: the Meter calls these under its own lock.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from . import _native
 
@@ -49,6 +49,31 @@ class Slots:
         self.tokens_squared = self.counts + 4
         self.tokens_times_patches = self.counts + 5
         self.total = self.counts + 6
+
+
+class VisionGeometry:
+    """The vision tower's segment layout (the library's vision_geometry, from the coefficients' JSON): the merge
+    size, Qwen2.5-VL's window edge in merged tokens, InternViT's CLS tokens per segment, the side a tiled model's
+    segments must have, and whether Gemma 3's image blocks are counted."""
+
+    def __init__(self, spatial_merge_size: int = 1, vision_window: int = 0, cls_tokens: int = 0,
+                 segment_side: int = 0, image_block: bool = False) -> None:
+        self.spatial_merge_size = spatial_merge_size
+        self.vision_window = vision_window
+        self.cls_tokens = cls_tokens
+        self.segment_side = segment_side
+        self.image_block = image_block
+
+    @classmethod
+    def from_coefficients(cls, coefficients: Any) -> "VisionGeometry":
+        g = coefficients.get("vision_geometry") or {}
+        return cls(int(g.get("spatial_merge_size", 1)), int(g.get("vision_window", 0)), int(g.get("cls_tokens", 0)),
+                   int(g.get("segment_side", 0)), bool(g.get("image_block", False)))
+
+    @classmethod
+    def of(cls, geometry: Union["VisionGeometry", int]) -> "VisionGeometry":
+        """A geometry, or a merge size alone (a tower without windows, CLS tokens or image blocks)."""
+        return geometry if isinstance(geometry, VisionGeometry) else cls(int(geometry))
 
 
 def _causal_pairs(torch: Any, lengths: Any) -> Any:
@@ -86,8 +111,11 @@ def _window_pairs_of_positions(torch: Any, p: Any, window: Window) -> Any:
 
 
 def batch_counts(torch: Any, fmt: Optional[str], batch: Any, grids: Any, padding_tokens: int,
-                 merge_size: int, device: Any, slots: Slots, windows: Sequence[Window] = ()) -> Any:
-    """A float64 tensor of the row's counts (in slots' order) and the number of invalid entries on `device`."""
+                 merge_size: Union[VisionGeometry, int], device: Any, slots: Slots,
+                 windows: Sequence[Window] = ()) -> Any:
+    """A float64 tensor of the row's counts (in slots' order) and the number of invalid entries on `device`.
+    `merge_size`: the vision tower's VisionGeometry, or its spatial_merge_size alone."""
+    geometry = VisionGeometry.of(merge_size)
     f64 = torch.float64
     zero = torch.zeros((), dtype=f64, device=device)
     real = documents = pairs = invalid = zero
@@ -120,14 +148,17 @@ def batch_counts(torch: Any, fmt: Optional[str], batch: Any, grids: Any, padding
         pairs = (p.clamp(0, MAX_DOCUMENT_TOKENS - 1) + 1).to(f64).sum()
         window_pairs = [_window_pairs_of_positions(torch, p, w).to(f64).sum() for w in windows]
 
-    items = patches = merged = per_frame = whole = zero
+    items = patches = merged = per_frame = whole = window = cls_tokens = block = zero
     if grids is not None and grids.numel() > 0:
         grid = grids.to(torch.int64)
-        m = merge_size
+        m = geometry.spatial_merge_size
+        c = geometry.cls_tokens
         t, h, w = grid[:, 0], grid[:, 1], grid[:, 2]
         # Bounds first, in double, so that no int64 product below can overflow.
         too_large = (t.to(f64) * h.to(f64) * w.to(f64)) > float(MAX_ITEM_PATCHES)
         row_bad = (grid < 1).any(1) | (h.remainder(m) != 0) | (w.remainder(m) != 0) | too_large
+        if geometry.segment_side > 0:  # a tiled model's segment is one whole tile
+            row_bad = row_bad | (h != geometry.segment_side) | (w != geometry.segment_side)
         invalid = invalid + row_bad.sum().to(f64)
         ok = (~row_bad).to(torch.int64)
         # Invalid rows are replaced by (1, m, m) and masked out, so their products stay small.
@@ -139,15 +170,28 @@ def batch_counts(torch: Any, fmt: Optional[str], batch: Any, grids: Any, padding
         items = torch.full((), grid.shape[0], dtype=f64, device=device)
         patches = (item_patches * ok).to(f64).sum()
         merged = (torch.div(item_patches, m * m, rounding_mode="floor") * ok).to(f64).sum()
-        per_frame = (ts * frame * frame * ok).to(f64).sum()
+        per_frame = (ts * (frame + c) * (frame + c) * ok).to(f64).sum()
         whole = (item_patches * item_patches * ok).to(f64).sum()
+        # The closed forms of the host path (core/batch_counts.cpp add_vision_extras), per segment times t.
+        if geometry.vision_window > 0:
+            v = geometry.vision_window
+            big_h, big_w = torch.div(hs, m, rounding_mode="floor"), torch.div(ws, m, rounding_mode="floor")
+            rows = torch.div(big_h, v, rounding_mode="floor") * v * v + big_h.remainder(v) ** 2
+            cols = torch.div(big_w, v, rounding_mode="floor") * v * v + big_w.remainder(v) ** 2
+            window = (ts * (m * m * rows) * (m * m * cols) * ok).to(f64).sum()
+        if c > 0:
+            cls_tokens = (ts * c * ok).to(f64).sum()
+        if geometry.image_block:
+            n = torch.div(frame, m * m, rounding_mode="floor")
+            block = (ts * torch.div(n * (n - 1), 2, rounding_mode="floor") * ok).to(f64).sum()
     padding = torch.full((), padding_tokens, dtype=f64, device=device)
     # A micro-batch without images (known on the host: no grid rows) carries its text work in the itemless
     # counts too, which a frozen decoder bills by other coefficients.
     has_items = grids is not None and grids.numel() > 0
     values = {"real_tokens": real, "padding_tokens": padding, "documents": documents, "causal_pairs": pairs,
               "items": items, "patches": patches, "merged_tokens": merged, "vision_pairs_per_frame": per_frame,
-              "vision_pairs_whole": whole,
+              "vision_pairs_whole": whole, "vision_window_pairs": window, "vision_cls_tokens": cls_tokens,
+              "image_block_pairs": block,
               "itemless_device_tokens": zero if has_items else real + padding,
               "itemless_causal_pairs": zero if has_items else pairs}
     for k, pairs_k in enumerate(window_pairs):
@@ -172,7 +216,8 @@ def _device_scalar(torch: Any, value: Any, device: Any) -> Any:
 class DeviceCounts:
     """This rank's interval accumulators on one device, and its running totals there."""
 
-    def __init__(self, torch: Any, device: Any, merge_size: int, windows: Sequence[Window] = ()) -> None:
+    def __init__(self, torch: Any, device: Any, merge_size: Union[VisionGeometry, int],
+                 windows: Sequence[Window] = ()) -> None:
         self.torch = torch
         self.device = device
         self.merge_size = merge_size

@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
 
 import flopmeter  # noqa: E402
 from flopmeter import _device, _native  # noqa: E402  (the device counting, compared with the host's exact counts)
+from conftest import REPO  # noqa: E402
 
 ON_CPU = os.environ.get("FLOPMETER_TEST_DEVICE_PATH_ON_CPU") == "1"
 if not ON_CPU and not torch.cuda.is_available():
@@ -144,6 +145,38 @@ def test_device_counts_are_the_host_counts_exactly(device_path):
     # Spot values derived by hand in the module docstring: A's causal pairs and merged tokens.
     a = model.counts(cu_seqlens=BATCHES[0]["cu_seqlens"], image_grid_thw=BATCHES[0]["image_grid_thw"])
     assert a["causal_pairs"] == 1950 and a["merged_tokens"] == 6 and a["patches"] == 24
+
+
+# Grids of the vision-language families' real configs (tests/data/vlm): Qwen2.5-VL items whose merged grid is
+# not a multiple of the 4 x 4 window and a video of 3 frames; InternVL images of 1 and 5 tiles; Gemma 3 images
+# and pan-and-scan crops.
+VLM_BATCHES = [
+    ("qwen2.5-vl-3b-instruct.json", [[1, 36, 50], [3, 16, 16], [2, 6, 10]]),
+    ("internvl3-8b-hf-partial.json", [[1, 32, 32], [5, 32, 32]]),
+    ("gemma-3-4b-it.json", [[1, 64, 64], [3, 64, 64]]),
+]
+
+
+@pytest.mark.parametrize("config,grids", VLM_BATCHES)
+def test_vision_counts_of_the_new_families_are_the_host_counts(device_path, config, grids):
+    """Window pairs, CLS tokens and image-block pairs formed on the device equal the host's exact counts (with the
+    decoder's windows: Gemma 3 slides); a grid that is not a whole tile is invalid on the device as on the host."""
+    model = flopmeter.FlopModel(str(REPO / "tests" / "data" / "vlm" / config))
+    geometry = _device.VisionGeometry.from_coefficients(model.coefficients)
+    slots = _device.Slots()
+    cu = torch.tensor([0, 700, 1000], dtype=torch.int64, device=device_path)
+    thw = torch.tensor(grids, dtype=torch.int64, device=device_path)
+    counts = _device.batch_counts(torch, "cu_seqlens", cu, thw, 0, geometry, device_path, slots, model.windows)
+    on_device = dict(zip(_native.ROW_COUNT_FIELDS, [int(v) for v in counts.cpu().tolist()]))
+    host = model.counts(cu_seqlens=[0, 700, 1000], image_grid_thw=grids)
+    assert {k: on_device[k] for k in host} == host
+    assert host["vision_window_pairs"] + host["vision_cls_tokens"] + host["image_block_pairs"] > 0
+    assert int(counts[slots.invalid]) == 0
+    if geometry.segment_side > 0:
+        bad = torch.tensor([[1, geometry.segment_side, geometry.segment_side - 2]], dtype=torch.int64,
+                           device=device_path)
+        counts = _device.batch_counts(torch, "cu_seqlens", cu, bad, 0, geometry, device_path, slots, model.windows)
+        assert int(counts[slots.invalid]) == 1
 
 
 def test_no_sync_on_the_microbatch_path_and_records_equal_the_cpu_path(device_path, capsys):

@@ -58,6 +58,8 @@ def test_a_small_batch_by_hand():
         "real_tokens": 8, "padding_tokens": 2, "documents": 2, "causal_pairs": 21, "items": 1, "patches": 16,
         "merged_tokens": 4, "vision_pairs_per_frame": 256, "vision_pairs_whole": 256,
         "window_pairs_0": 0, "window_pairs_1": 0,  # tiny_vlm attends fully on every layer: no window
+        # Its ViT has no window blocks, no CLS token and no image blocks (tests/python/test_vlm_families.py).
+        "vision_window_pairs": 0, "vision_cls_tokens": 0, "image_block_pairs": 0,
     }
     expected = (c["dense_per_token"] * 10 + c["text_attn_pair"] * 21 + c["vision_per_patch"] * 16
                 + c["vision_attn_pair"] * 256 + c["patch_embed_per_patch"] * 16 + c["merger_per_merged_token"] * 4
