@@ -340,10 +340,10 @@ class full_attention_impl : public token_mixer {
         pieces.push_back(core_matmul(probs, vi).reshape({1, width}));
       }
       if (n >= window_) {
-        const std::int64_t m = n - window_ + 1;                                 // queries w-1 .. L-1
-        const torch::Tensor qb = qd.narrow(0, window_ - 1, m).unsqueeze(2);     // [m, nh, 1, hd]
-        const torch::Tensor kw = kd.unfold(0, window_, 1);                      // [m, nh, hd, w]
-        const torch::Tensor vw = vd.unfold(0, window_, 1).transpose(2, 3);      // [m, nh, w, hd]
+        const std::int64_t m = n - window_ + 1;                               // queries w-1 .. L-1
+        const torch::Tensor qb = qd.narrow(0, window_ - 1, m).unsqueeze(2);   // [m, nh, 1, hd]
+        const torch::Tensor kw = kd.unfold(0, window_, 1);                    // [m, nh, hd, w]
+        const torch::Tensor vw = vd.unfold(0, window_, 1).transpose(2, 3);    // [m, nh, w, hd]
         const torch::Tensor probs = torch::softmax(core_matmul(qb, kw), -1);  // [m, nh, 1, w]
         pieces.push_back(core_matmul(probs, vw).reshape({m, width}));
       }

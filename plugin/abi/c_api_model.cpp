@@ -274,6 +274,8 @@ int flopmeter_model_window(const flopmeter_model* model, uint32_t index, int* ki
   *kind = w.kind == flopmeter::window_kind::sliding ? FLOPMETER_WINDOW_SLIDING : FLOPMETER_WINDOW_CHUNKED;
   *size = w.size;
   return FLOPMETER_OK;
+}
+
 flopmeter_model* flopmeter_model_with_options(const flopmeter_model* model, const flopmeter_model_options* options,
                                               char* error, size_t error_size) {
   return flopmeter::detail::create_or_report(error, error_size, [&] {
