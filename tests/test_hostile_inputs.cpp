@@ -489,7 +489,7 @@ const hostile_edit kJsonEdits[] = {
      "config.json:2:17: key 'model_type': unsupported model type \"falcon\" (flopmeter models \"qwen3_vl\", "
      "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
      "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
-     "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\")"},
+     "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\", \"qwen2_vl\", \"qwen2_5_vl\", \"internvl\", \"gemma3\")"},
     {document::json, "missing_model_type", "  \"model_type\": \"qwen3_vl\",\n", "",
      "config.json:1:1: required key 'model_type' is missing (a Hugging Face config.json names its model type at "
      "the top level)"},
@@ -519,7 +519,7 @@ const hostile_edit kJsonEdits[] = {
      "config.json:2:17: key 'model_type': unsupported model type \"\\u001b[2J\" (flopmeter models \"qwen3_vl\", "
      "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
      "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
-     "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\")"},
+     "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\", \"qwen2_vl\", \"qwen2_5_vl\", \"internvl\", \"gemma3\")"},
     // "    \"rope_theta\": 5000000" becomes "    \"layer_types\": [\"full_attention\", \"sliding\", ...]": entry 1
     // starts at 4 + 15 + 1 + 16 + 2 = 38 (+1 = column 39).
     {document::json, "layer_type_of_an_unknown_kind_is_cited_at_the_entry", "\"rope_theta\": 5000000",

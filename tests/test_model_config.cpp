@@ -440,7 +440,7 @@ const edit_case kBadCases[] = {
      "bad.toml:2:14: key 'model.model_type': unknown model type \"falcon\" (supported: \"qwen3_vl\", \"qwen3_5\", "
      "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
      "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
-     "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\")"},
+     "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\", \"qwen2_vl\", \"qwen2_5_vl\", \"internvl\", \"gemma3\")"},
     // Column 14, line 5.
     {"text_model_type_mismatch", "model_type = \"qwen3_5_text\"", "model_type = \"qwen3_vl_text\"",
      "bad.toml:5:14: key 'text_config.model_type': must be \"qwen3_5_text\" for model.model_type \"qwen3_5\" "
@@ -587,7 +587,7 @@ TEST(validate_model_spec, names_the_offending_field) {
         "model_spec 'tiny': key 'model_type': unknown model type \"falcon\" (supported: \"qwen3_vl\", \"qwen3_5\", "
         "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
         "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
-        "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\")");
+        "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\", \"qwen2_vl\", \"qwen2_5_vl\", \"internvl\", \"gemma3\")");
   }
   {
     model_spec s = good;

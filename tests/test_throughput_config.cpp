@@ -454,7 +454,7 @@ TEST_F(throughput_config, model_file_errors_propagate_unchanged) {
                 ":2:14: key 'model.model_type': unknown model type \"falcon\" (supported: \"qwen3_vl\", \"qwen3_5\", "
                 "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
                 "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
-                "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\")");
+                "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\", \"qwen2_vl\", \"qwen2_5_vl\", \"internvl\", \"gemma3\")");
 }
 
 TEST_F(throughput_config, text_form_names_its_source_and_resolves_the_model_against_base_dir) {
