@@ -9,6 +9,12 @@
 #include <mutex>
 #include <string>
 
+// libspdlog.so instantiates base_sink<std::mutex> and the stderr sink's base (their vtables and typeinfo, with
+// spdlog's default visibility). Declared here, this file uses those instantiations instead of making its own,
+// which libflopmeter.so would export as spdlog symbols (ctest packaging_exported_symbols: none is exported).
+extern template class spdlog::sinks::base_sink<std::mutex>;
+extern template class spdlog::sinks::stdout_sink_base<spdlog::details::console_nullmutex>;
+
 namespace flopmeter::detail {
 namespace {
 
