@@ -282,7 +282,8 @@ std::optional<bool> headline_record(const derive_setup& setup, const headline_fi
                        format_number(h.fastest_tflops) + ") exceeds the peak of " + format_number(peak) +
                        " TFLOP/s; the peak is too low for this GPU and precision, or micro-batches were reported "
                        "that did not run in this interval";
-    }    // HFU (PaLM's hardware FLOPs utilisation) beside MFU, under the same plausibility check: the recomputed
+    }
+    // HFU (PaLM's hardware FLOPs utilisation) beside MFU, under the same plausibility check: the recomputed
     // forward can push the hardware figure past a peak the model figure stays under.
     if (mfu_plausible && hardware_tflops_per_gpu <= peak && h.fastest_hardware_tflops <= peak) {
       v.emplace_back(m::kHfu, hardware_tflops_per_gpu / peak * 100.0);

@@ -109,7 +109,7 @@ rank_figures rank_figures_of(const derive_setup& setup, const double* row);
 struct headline_figures {
   double sum_tps = 0, sum_tflops = 0, sum_megatron_tflops = 0, sum_step = 0;
   double sum_hardware_tflops = 0, fastest_hardware_tflops = 0;  // model + recomputed FLOPs (HFU)
-  bool step_time_known = true;  // every rank ran a micro-batch
+  bool step_time_known = true;                                  // every rank ran a micro-batch
   double max_mem = 0, max_reserved = 0, max_data = 0, max_data_pct = 0, max_fwd_bwd = 0, max_wait = 0;
   std::size_t mem_ranks = 0, reserved_ranks = 0, data_ranks = 0, fwd_bwd_ranks = 0;  // ranks that reported each
   double fastest_tflops = 0;       // the highest TFLOP/s of a rank (MFU plausibility)

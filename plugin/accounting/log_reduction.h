@@ -66,10 +66,10 @@ enum max_field : std::size_t {
   max_data_pct,
   max_forward_backward_seconds,
   max_log_wait_ms,
-  max_rank_tflops,     // the fastest rank's TFLOP/s (derive()'s MFU plausibility check)
+  max_rank_tflops,           // the fastest rank's TFLOP/s (derive()'s MFU plausibility check)
   max_rank_hardware_tflops,  // the same with the recomputed forward (HFU plausibility)
-  max_dp_loss,         // the highest mean loss of a DP rank with label tokens
-  max_dp_tokens_seen,  // running totals: below 2^53 and >= 0 on every DP rank (exact in a row)
+  max_dp_loss,               // the highest mean loss of a DP rank with label tokens
+  max_dp_tokens_seen,        // running totals: below 2^53 and >= 0 on every DP rank (exact in a row)
   max_dp_samples_seen,
   max_dp_label_tokens_seen,
   neg_min_dp_tokens_seen,
