@@ -39,7 +39,7 @@ namespace {
 using namespace flopmeter;
 using namespace flopmeter::detail;
 
-constexpr std::size_t kVector = kSumFields + kMaxFields;
+constexpr std::size_t kVector = static_cast<std::size_t>(kSumFields) + static_cast<std::size_t>(kMaxFields);
 constexpr double kTableEvery = static_cast<double>(kTableIntervalLogsAtScale);
 
 struct model_constants {

@@ -115,6 +115,7 @@ derive_result reduced_record(const derive_setup& setup, const double* sums, cons
 std::string describe_reduced_differences(const double* maxima);
 
 // Bytes one rank sends per log with each collective, for the simulator and METRICS.md.
-inline constexpr std::size_t kReductionBytes = (kSumFields + kMaxFields) * sizeof(double);
+inline constexpr std::size_t kReductionBytes =
+    (static_cast<std::size_t>(kSumFields) + static_cast<std::size_t>(kMaxFields)) * sizeof(double);
 
 }  // namespace flopmeter::detail

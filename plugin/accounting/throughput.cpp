@@ -92,7 +92,7 @@ class throughput_plugin::impl {
     }
     buffer_.assign(static_cast<std::size_t>(world_) * kRowFields, 0.0);
     row_.assign(kRowFields, 0.0);
-    reduced_.assign(kSumFields + kMaxFields, 0.0);
+    reduced_.assign(static_cast<std::size_t>(kSumFields) + static_cast<std::size_t>(kMaxFields), 0.0);
     table_every_ = options_.topk_interval_logs > 0    ? options_.topk_interval_logs
                    : world_ <= kTableEveryLogMaxWorld ? 1
                                                       : kTableIntervalLogsAtScale;
