@@ -39,8 +39,8 @@ inline std::string input_text(const std::uint8_t* data, std::size_t size) {
 }
 
 // What every accepted spec must satisfy, whichever loader (`loader`, for the message) produced it:
-// validate_model_spec accepts it (the loaders and it share one rule set); it has layers and a full-attention
-// layer; its coefficients are positive where every spec has the term and non-negative elsewhere, or their
+// validate_model_spec accepts it (the loaders and it share one rule set); it has layers and an attention layer
+// (full, windowed or MLA); its coefficients are positive where every spec has the term and non-negative elsewhere, or their
 // computation is refused with flopmeter::error (a coefficient beyond 2^63), never an overflow; and the
 // Megatron sanity check runs without undefined behaviour (it may refuse, e.g. a term that cannot be formed).
 inline void check_accepted_spec(const model_spec& spec, const std::string& loader) {
@@ -49,8 +49,9 @@ inline void check_accepted_spec(const model_spec& spec, const std::string& loade
   } catch (const error& e) {
     FUZZ_CHECK(false, "a spec " + loader + " accepted fails validate_model_spec: " + e.what());
   }
-  FUZZ_CHECK(spec.text.num_hidden_layers > 0 && spec.text.num_full_attention_layers() > 0,
-             "an accepted spec has no layers or no full attention layer");
+  // Softmax attention of any window (full, sliding, chunked) or MLA: a model may slide on every layer (Mistral).
+  FUZZ_CHECK(spec.text.num_hidden_layers > 0 && spec.text.num_attention_layers() > 0,
+             "an accepted spec has no layers or no attention layer");
   coefficients c;
   try {
     c = compute_coefficients(spec);
@@ -58,7 +59,10 @@ inline void check_accepted_spec(const model_spec& spec, const std::string& loade
     return;  // a coefficient beyond 2^63: refused, which is the contract
   }
   FUZZ_CHECK(c.dense_per_token > 0, "dense_per_token <= 0 for an accepted spec");
-  FUZZ_CHECK(c.text_attn_pair > 0, "text_attn_pair <= 0 although every spec has a full-attention layer");
+  FUZZ_CHECK(c.text_attn_pair >= 0 && c.window_attn_pair[0] >= 0 && c.window_attn_pair[1] >= 0,
+             "a negative attention pair coefficient");
+  FUZZ_CHECK(c.text_attn_pair > 0 || c.window_attn_pair[0] > 0 || c.window_attn_pair[1] > 0,
+             "no attention pair coefficient > 0 although every spec has an attention layer");
   FUZZ_CHECK(c.vision_per_patch >= 0 && c.vision_attn_pair >= 0 && c.patch_embed_per_patch >= 0 &&
                  c.merger_per_merged_token >= 0 && c.mtp_per_token >= 0 && c.mtp_attn_pair >= 0,
              "a negative coefficient");
