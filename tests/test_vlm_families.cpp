@@ -359,18 +359,28 @@ TEST(vlm_bad_input, decoder_and_ratio_fields) {
 //     6*27*2*1152 = 373,248; projector 6*1152*2560 = 17,694,720; decoder 34 layers (5 full, 29 sliding over
 //     1024), 8 heads of 256: per pair 6*2*8*256 = 24,576 a layer: full 122,880, window 712,704, image block
 //     (all 34) 835,584.
+//   Qwen2.5-VL-72B: the same ViT with a 3456-wide gated MLP: 6*32*(4*1280^2 + 3*1280*3456) = 3,806,330,880 per
+//     patch (pairs and patch embedding as the 3B); merger 6*(5120^2 + 5120*8192) = 408,944,640; decoder: 80 layers
+//     of 8192, 64 heads of 128, 8 kv heads, MLP 29568, vocab 152064: 6*(80*(8192*8192*2 + 2*8192*1024 +
+//     3*8192*29568) + 8192*152064) = 428,750,143,488 per token and 6*80*2*64*128 = 7,864,320 per pair.
 //   InternVL3-8B (as far as confirmed): InternViT 24 x 1024, MLP 4096: 6*24*(4*1024^2 + 2*1024*4096) =
 //     1,811,939,328; pairs 6*24*2*1024 = 294,912; patch embedding 4*3*14*14*1024 = 2,408,448; projector
 //     6*(4096*3584 + 3584*3584) = 165,150,720.
 TEST(vlm_real_configs, published_coefficients_by_hand) {
-  const coefficients q = compute_coefficients(load_model_spec(data_path("qwen2.5-vl-3b-instruct.json")));
-  EXPECT_EQ(q.vision_per_patch, 3779788800);
-  EXPECT_EQ(q.vision_attn_pair, 61440);
-  EXPECT_EQ(q.vision_window_attn_pair, 430080);
-  EXPECT_EQ(q.patch_embed_per_patch, 6021120);
-  EXPECT_EQ(q.merger_per_merged_token, 220200960);
-  EXPECT_EQ(q.dense_per_token, 18514182144);
-  EXPECT_EQ(q.text_attn_pair, 884736);
+  // The Qwen2.5-VL ViT's pair and patch-embedding terms do not depend on the size (same 1280-wide tower).
+  const auto expect_qwen2_5_vl = [](const std::string& file, std::int64_t per_patch, std::int64_t merger,
+                                    std::int64_t dense, std::int64_t text_pair) {
+    const coefficients q = compute_coefficients(load_model_spec(data_path(file)));
+    EXPECT_EQ(q.vision_per_patch, per_patch) << file;
+    EXPECT_EQ(q.vision_attn_pair, 61440) << file;
+    EXPECT_EQ(q.vision_window_attn_pair, 430080) << file;
+    EXPECT_EQ(q.patch_embed_per_patch, 6021120) << file;
+    EXPECT_EQ(q.merger_per_merged_token, merger) << file;
+    EXPECT_EQ(q.dense_per_token, dense) << file;
+    EXPECT_EQ(q.text_attn_pair, text_pair) << file;
+  };
+  expect_qwen2_5_vl("qwen2.5-vl-3b-instruct.json", 3779788800, 220200960, 18514182144, 884736);
+  expect_qwen2_5_vl("qwen2.5-vl-72b-instruct.json", 3806330880, 408944640, 428750143488, 7864320);
   const coefficients g = compute_coefficients(load_model_spec(data_path("gemma-3-4b-it.json")));
   EXPECT_EQ(g.vision_per_patch, 2466422784);
   EXPECT_EQ(g.vision_attn_pair, 373248);
@@ -428,6 +438,7 @@ TEST(vlm_shipped, each_toml_equals_its_config_json) {
                                                        {"qwen2_vl_7b.toml", "qwen2-vl-7b-instruct.json"},
                                                        {"qwen2_5_vl_3b.toml", "qwen2.5-vl-3b-instruct.json"},
                                                        {"qwen2_5_vl_7b.toml", "qwen2.5-vl-7b-instruct.json"},
+                                                       {"qwen2_5_vl_72b.toml", "qwen2.5-vl-72b-instruct.json"},
                                                        {"gemma_3_4b.toml", "gemma-3-4b-it.json"},
                                                        {"gemma_3_27b.toml", "gemma-3-27b-it.json"}};
   for (const auto& [toml, json] : pairs) {
