@@ -432,6 +432,21 @@ TEST(vlm_entry_points, c_abi_counts_and_flops) {
   flopmeter_model_destroy(model);
 }
 
+// Every coefficient of two specs of one model, equal (`what` names the pair in a failure).
+void expect_same_coefficients(const model_spec& a, const model_spec& b, const std::string& what) {
+  const coefficients ca = compute_coefficients(a), cb = compute_coefficients(b);
+  EXPECT_EQ(ca.dense_per_token, cb.dense_per_token) << what;
+  EXPECT_EQ(ca.text_attn_pair, cb.text_attn_pair) << what;
+  EXPECT_EQ(ca.window_attn_pair[0], cb.window_attn_pair[0]) << what;
+  EXPECT_EQ(ca.vision_per_patch, cb.vision_per_patch) << what;
+  EXPECT_EQ(ca.vision_attn_pair, cb.vision_attn_pair) << what;
+  EXPECT_EQ(ca.vision_window_attn_pair, cb.vision_window_attn_pair) << what;
+  EXPECT_EQ(ca.patch_embed_per_patch, cb.patch_embed_per_patch) << what;
+  EXPECT_EQ(ca.merger_per_merged_token, cb.merger_per_merged_token) << what;
+  EXPECT_EQ(ca.image_block_pair, cb.image_block_pair) << what;
+  EXPECT_EQ(geometry_of(a).segment_side, geometry_of(b).segment_side) << what;
+}
+
 // The shipped TOMLs give the coefficients of the config.json they were imported from.
 TEST(vlm_shipped, each_toml_equals_its_config_json) {
   const std::pair<const char*, const char*> pairs[] = {{"qwen2_vl_2b.toml", "qwen2-vl-2b-instruct.json"},
@@ -443,21 +458,32 @@ TEST(vlm_shipped, each_toml_equals_its_config_json) {
                                                        {"gemma_3_27b.toml", "gemma-3-27b-it.json"}};
   for (const auto& [toml, json] : pairs) {
     const model_spec a = load_model_spec(config_path(toml));
-    const model_spec b = load_model_spec(data_path(json));
-    const coefficients ca = compute_coefficients(a), cb = compute_coefficients(b);
-    EXPECT_EQ(ca.dense_per_token, cb.dense_per_token) << toml;
-    EXPECT_EQ(ca.text_attn_pair, cb.text_attn_pair) << toml;
-    EXPECT_EQ(ca.window_attn_pair[0], cb.window_attn_pair[0]) << toml;
-    EXPECT_EQ(ca.vision_per_patch, cb.vision_per_patch) << toml;
-    EXPECT_EQ(ca.vision_attn_pair, cb.vision_attn_pair) << toml;
-    EXPECT_EQ(ca.vision_window_attn_pair, cb.vision_window_attn_pair) << toml;
-    EXPECT_EQ(ca.patch_embed_per_patch, cb.patch_embed_per_patch) << toml;
-    EXPECT_EQ(ca.merger_per_merged_token, cb.merger_per_merged_token) << toml;
-    EXPECT_EQ(ca.image_block_pair, cb.image_block_pair) << toml;
-    EXPECT_EQ(geometry_of(a).segment_side, geometry_of(b).segment_side) << toml;
+    expect_same_coefficients(a, load_model_spec(data_path(json)), toml);
     const check_report report = run_sanity_check(a, 4096);
     EXPECT_TRUE(report.pass) << toml;
   }
+}
+
+// `flopmeter import` of each family's real config.json writes a TOML the loader reads back to the same
+// coefficients: InternVL's downsample_ratio and Gemma 3's mm_tokens_per_image before [model], the decoder's keys
+// in [text_config] (InternVL's text_config.model_type with them), the family's vision keys in [vision_config]
+// (Qwen2.5-VL's window_size and fullatt_block_indexes, InternVL's [448, 448] image_size). Before, the Qwen3-VL
+// schema was written for them: an attn_output_gate line the loader refuses, and no window fields.
+TEST(vlm_import, each_real_config_json_round_trips) {
+  for (const char* json : {"qwen2-vl-2b-instruct.json", "qwen2-vl-7b-instruct.json", "qwen2.5-vl-3b-instruct.json",
+                           "qwen2.5-vl-7b-instruct.json", "qwen2.5-vl-72b-instruct.json",
+                           "internvl3-8b-hf-partial.json", "gemma-3-4b-it.json", "gemma-3-27b-it.json"}) {
+    const std::string toml = import_hf_config(data_path(json));
+    expect_same_coefficients(parse_model_spec(toml, "imported.toml"), load_model_spec(data_path(json)),
+                             std::string(json) + "\n" + toml);
+  }
+  const std::string qwen = import_hf_config(data_path("qwen2.5-vl-72b-instruct.json"));
+  EXPECT_NE(qwen.find("\nfullatt_block_indexes = [7, 15, 23, 31]"), std::string::npos) << qwen;
+  EXPECT_EQ(qwen.find("attn_output_gate"), std::string::npos) << qwen;
+  const std::string internvl = import_hf_config(data_path("internvl3-8b-hf-partial.json"));
+  EXPECT_EQ(internvl.find("downsample_ratio = 0.5 "), internvl.find("downsample_ratio")) << internvl;
+  EXPECT_LT(internvl.find("downsample_ratio"), internvl.find("[model]")) << internvl;
+  EXPECT_NE(internvl.find("\nmodel_type = \"qwen2\""), std::string::npos) << internvl;
 }
 
 }  // namespace
