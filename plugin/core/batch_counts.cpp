@@ -168,16 +168,18 @@ inline void check_windows(const vision_geometry& g) {
 // A valid batch is counted by one pass with no branch per document on its validity: each length is formed in
 // wrapping uint64 arithmetic and OR'ed into `all_bits`, so that every length lies in [0, 2^32) exactly when
 // bits 32..63 of the OR are 0 (a negative length has bit 63 set, a decreasing cu_seqlens wraps to >= 2^32, see
-// fast_count). A document of L < 2^32 tokens then has L(L+1) < 2^64 (formed in uint64 without a check) and the
-// pass sums the doubled counts, halved once at the end:
-//   causal     sum of L(L+1), checked for a carry: the halved sum fits int64 exactly when the doubled one fits
-//              uint64, which is the overflow check of the causal pair count.
-//   tokens     sum of L <= sum of L(L+1)/2 (L <= L(L+1)/2 for every L >= 0): fits once the pairs do.
+// count_cu_seqlens). A document of L < 2^32 tokens then has L(L+1) < 2^64 (formed in uint64 without a check) and the
+// pass sums the doubled counts, halved once at the end. The pass also requires the batch's tokens T = sum of L
+// below 2^32 (OR'ed in with the lengths; at most 2^31 documents, so the sum of lengths below 2^32 cannot wrap),
+// which bounds every sum without a check per document:
+//   causal     sum of L(L+1) = sum of L^2 + sum of L <= T^2 + T < 2^64: no wrap, and the halved sum fits int64.
 //   windows    per window a sum of doubled pairs, at most L(L+1) per document (a window's pairs are at most the
-//              causal ones), so it cannot wrap once the causal sum did not.
-// Anything else (a length outside [0, 2^32), a carry) sends the batch to the checked path (count_lengths_checked,
-// count_cu_seqlens_checked), which counts it again document by document and throws the exact error naming the
-// entry. A batch the fast pass accepts is one the checked path accepts, with the same counts.
+//              causal ones), so at most the causal sum.
+// Anything else (a length outside [0, 2^32), 2^32 tokens or more in one micro-batch) sends the batch to the
+// checked path (count_lengths_checked, count_cu_seqlens_checked), which counts it again document by document,
+// every sum checked, and throws the exact error naming the entry. A batch the fast pass accepts is one the checked
+// path accepts, with the same counts; a batch of 2^32 tokens or more is counted exactly by the checked path.
+constexpr std::size_t kFastMaxDocuments = std::size_t{1} << 31;
 
 // m(m+1) for m < 2^32 (< 2^64); wraps harmlessly for larger m (the pass rejects those afterwards).
 inline std::uint64_t twice_triangle(std::uint64_t m) { return m * (m + 1); }
@@ -191,9 +193,11 @@ struct sliding_counter {
   std::uint64_t size;
   explicit sliding_counter(const attention_window& w) : size(static_cast<std::uint64_t>(w.size)) {}
   // The doubled pairs a document of `length` tokens does not have under the window.
+  // d = max(L - w, 0) in signed arithmetic (both below 2^63 for a valid length), a conditional move rather than a
+  // branch per document.
   std::uint64_t twice_excess(std::uint64_t length) const {
-    const std::uint64_t d = length > size ? length - size : 0;
-    return twice_triangle(d);
+    const std::int64_t over = static_cast<std::int64_t>(length - size);
+    return twice_triangle(static_cast<std::uint64_t>(over > 0 ? over : 0));
   }
 };
 
@@ -215,7 +219,9 @@ struct chunked_counter {
         twice_chunk(twice_triangle(size)),
         reciprocal(1.0 / static_cast<double>(size) * (1.0 + 0x1p-50)) {}
   std::uint64_t twice_pairs(std::uint64_t length) const {
-    const auto q = static_cast<std::uint64_t>(static_cast<double>(static_cast<std::uint32_t>(length)) * reciprocal);
+    // Through int64 (the product is below 2^33): a double to uint64 conversion costs a compare and a branch.
+    const auto q = static_cast<std::uint64_t>(
+        static_cast<std::int64_t>(static_cast<double>(static_cast<std::uint32_t>(length)) * reciprocal));
     return q * twice_chunk + twice_triangle(length - q * size);
   }
 };
@@ -261,15 +267,16 @@ struct window_sums {
 // causal and window pairs.
 template <class LengthAt, class Windows>
 inline bool fast_count(std::size_t n, LengthAt length_at, Windows& windows, batch_counts& counts) {
+  if (n > kFastMaxDocuments) return false;
   std::uint64_t all_bits = 0, tokens = 0, twice_causal = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint64_t length = length_at(i);
     all_bits |= length;
     tokens += length;
-    if (__builtin_add_overflow(twice_causal, twice_triangle(length), &twice_causal)) return false;
+    twice_causal += twice_triangle(length);
     windows(length);
   }
-  if ((all_bits >> 32) != 0) return false;
+  if (((all_bits | tokens) >> 32) != 0) return false;
   counts.real_tokens = static_cast<std::int64_t>(tokens);
   counts.documents = static_cast<std::int64_t>(n);
   counts.causal_pairs = static_cast<std::int64_t>(twice_causal / 2);
@@ -471,10 +478,9 @@ batch_counts count_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int64_t 
   return counts;
 }
 
-// f(sums) with the window_sums a geometry with windows needs (count_from_* call f(no_windows{}) themselves
-// without windows, so that the full-attention path is the pass it was). Throws for bad windows.
+// f(sums) with the window_sums a geometry with windows needs. Throws for bad windows.
 template <class F>
-[[gnu::noinline]] batch_counts with_window_sums(const vision_geometry& g, F&& f) {
+batch_counts with_window_sums(const vision_geometry& g, F&& f) {
   check_windows(g);
   constexpr window_kind S = window_kind::sliding, C = window_kind::chunked;
   const bool chunked0 = g.windows[0].kind == C, chunked1 = g.window_count == 2 && g.windows[1].kind == C;
@@ -484,23 +490,36 @@ template <class F>
   return chunked1 ? f(window_sums<S, C, 2>(g)) : f(window_sums<S, S, 2>(g));
 }
 
+// The windowed counts out of line: count_from_* without windows then is the pass it was, its arguments in
+// registers (the dispatch's lambda takes them by reference, which made the full-attention path store them).
+[[gnu::noinline]] batch_counts count_lengths_windowed(array_view<std::int64_t> document_lengths,
+                                                      std::int64_t padding_tokens, array_view<image_grid> grids,
+                                                      const vision_geometry& geometry) {
+  return with_window_sums(geometry, [&](auto windows) {
+    return count_lengths(document_lengths, padding_tokens, grids, geometry, windows);
+  });
+}
+[[gnu::noinline]] batch_counts count_cu_seqlens_windowed(array_view<std::int64_t> cu_seqlens,
+                                                         std::int64_t padding_tokens, array_view<image_grid> grids,
+                                                         const vision_geometry& geometry) {
+  return with_window_sums(
+      geometry, [&](auto windows) { return count_cu_seqlens(cu_seqlens, padding_tokens, grids, geometry, windows); });
+}
+
 }  // namespace
 
 batch_counts count_from_lengths(array_view<std::int64_t> document_lengths, std::int64_t padding_tokens,
                                 array_view<image_grid> grids, const vision_geometry& geometry) {
   check_padding(padding_tokens);
   if (geometry.window_count == 0) return count_lengths(document_lengths, padding_tokens, grids, geometry, no_windows{});
-  return with_window_sums(geometry, [&](auto windows) {
-    return count_lengths(document_lengths, padding_tokens, grids, geometry, windows);
-  });
+  return count_lengths_windowed(document_lengths, padding_tokens, grids, geometry);
 }
 
 batch_counts count_from_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int64_t padding_tokens,
                                    array_view<image_grid> grids, const vision_geometry& geometry) {
   check_padding(padding_tokens);
   if (geometry.window_count == 0) return count_cu_seqlens(cu_seqlens, padding_tokens, grids, geometry, no_windows{});
-  return with_window_sums(
-      geometry, [&](auto windows) { return count_cu_seqlens(cu_seqlens, padding_tokens, grids, geometry, windows); });
+  return count_cu_seqlens_windowed(cu_seqlens, padding_tokens, grids, geometry);
 }
 
 namespace {
