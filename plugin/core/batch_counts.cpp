@@ -8,6 +8,7 @@
 
 #include "core/architecture.h"
 #include "core/count_fields.h"
+#include "core/count_plan.h"
 #include "core/positions_scan.h"
 #include "flopmeter/array_view.h"
 #include "flopmeter/error.h"
@@ -266,7 +267,7 @@ struct window_sums {
 // leaving `counts` alone, when the batch must go to the checked path; otherwise sets the tokens, documents,
 // causal and window pairs.
 template <class LengthAt, class Windows>
-inline bool fast_count(std::size_t n, LengthAt length_at, Windows& windows, batch_counts& counts) {
+[[gnu::always_inline]] inline bool fast_count(std::size_t n, LengthAt length_at, Windows& windows, batch_counts& counts) {
   if (n > kFastMaxDocuments) return false;
   std::uint64_t all_bits = 0, tokens = 0, twice_causal = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -443,8 +444,9 @@ void add_windows_checked(batch_counts& counts, const vision_geometry& geometry, 
 // so i < 2^31 - 1. (16 GiB of cu_seqlens.)
 constexpr std::size_t kFastMaxCuSeqlens = (std::size_t{1} << 31) - 2;
 
+// Inlined into each caller (count_from_*, the plans' functions): a call more costs the hook some 30 instructions.
 template <class Windows>
-batch_counts count_lengths(array_view<std::int64_t> document_lengths, std::int64_t padding_tokens,
+[[gnu::always_inline]] inline batch_counts count_lengths(array_view<std::int64_t> document_lengths, std::int64_t padding_tokens,
                            array_view<image_grid> grids, const vision_geometry& geometry, Windows windows) {
   batch_counts counts;
   const std::int64_t* lengths = document_lengths.data();
@@ -461,7 +463,7 @@ batch_counts count_lengths(array_view<std::int64_t> document_lengths, std::int64
 // document that decreases (or grows by 2^32 or more) wraps to a length of at least 2^32, which the pass refuses
 // (kFastMaxCuSeqlens); a decrease after it does not matter, the pass is refused already.
 template <class Windows>
-batch_counts count_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int64_t padding_tokens,
+[[gnu::always_inline]] inline batch_counts count_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int64_t padding_tokens,
                               array_view<image_grid> grids, const vision_geometry& geometry, Windows windows) {
   batch_counts counts;
   const std::int64_t* cu = cu_seqlens.data();
@@ -520,6 +522,51 @@ batch_counts count_from_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int
   check_padding(padding_tokens);
   if (geometry.window_count == 0) return count_cu_seqlens(cu_seqlens, padding_tokens, grids, geometry, no_windows{});
   return count_cu_seqlens_windowed(cu_seqlens, padding_tokens, grids, geometry);
+}
+
+namespace {
+
+// The loops a count_plan points at: one per window kinds, the geometry's windows checked when the plan was made.
+template <class Windows>
+Windows windows_of(const vision_geometry& geometry) {
+  if constexpr (std::is_same_v<Windows, no_windows>) {
+    (void)geometry;
+    return no_windows{};
+  } else {
+    return Windows(geometry);
+  }
+}
+template <class Windows>
+batch_counts planned_lengths(array_view<std::int64_t> document_lengths, std::int64_t padding_tokens,
+                             array_view<image_grid> grids, const vision_geometry& geometry) {
+  check_padding(padding_tokens);
+  return count_lengths(document_lengths, padding_tokens, grids, geometry, windows_of<Windows>(geometry));
+}
+template <class Windows>
+batch_counts planned_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int64_t padding_tokens,
+                                array_view<image_grid> grids, const vision_geometry& geometry) {
+  check_padding(padding_tokens);
+  return count_cu_seqlens(cu_seqlens, padding_tokens, grids, geometry, windows_of<Windows>(geometry));
+}
+template <class Windows>
+detail::count_plan plan_for() {
+  detail::count_plan plan;
+  plan.from_lengths = planned_lengths<Windows>;
+  plan.from_cu_seqlens = planned_cu_seqlens<Windows>;
+  return plan;
+}
+
+}  // namespace
+
+detail::count_plan detail::count_plan_of(const vision_geometry& g) {
+  if (g.window_count == 0) return plan_for<no_windows>();
+  check_windows(g);
+  constexpr window_kind S = window_kind::sliding, C = window_kind::chunked;
+  const bool chunked0 = g.windows[0].kind == C, chunked1 = g.window_count == 2 && g.windows[1].kind == C;
+  static_assert(kMaxAttentionWindows == 2, "count_plan_of plans one or two windows");
+  if (g.window_count == 1) return chunked0 ? plan_for<window_sums<C, S, 1>>() : plan_for<window_sums<S, S, 1>>();
+  if (chunked0) return chunked1 ? plan_for<window_sums<C, C, 2>>() : plan_for<window_sums<C, S, 2>>();
+  return chunked1 ? plan_for<window_sums<S, C, 2>>() : plan_for<window_sums<S, S, 2>>();
 }
 
 namespace {
