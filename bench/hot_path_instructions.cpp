@@ -147,8 +147,8 @@ void run_scan(const std::string& name, const std::string& windows_name, long n) 
   if (windows.empty() && windows_name != "full") throw error("unknown windows " + windows_name);
   const std::vector<T> positions = positions_of_row<T>();
   measure(name, n, [&] {
-    const detail::positions_totals totals = detail::scan_positions(
-        array_view<T>(positions), array_view<attention_window>(windows.data(), windows.size()));
+    const detail::positions_totals totals =
+        detail::scan_positions(array_view<T>(positions), array_view<attention_window>(windows.data(), windows.size()));
     keep(totals);
   });
 }

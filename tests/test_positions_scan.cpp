@@ -513,8 +513,8 @@ TEST(Windows, APlanCountsAsCountFromDoesForEveryWindowKind) {
   const std::vector<std::int64_t> lengths = {0, 1, 5, 6, 7, 40, 13};
   std::vector<std::int64_t> cu = {0};
   for (const std::int64_t l : lengths) cu.push_back(cu.back() + l);
-  const attention_window kinds[] = {{window_kind::sliding, 6}, {window_kind::chunked, 6}, {window_kind::sliding, 1},
-                                    {window_kind::chunked, 100}};
+  const attention_window kinds[] = {
+      {window_kind::sliding, 6}, {window_kind::chunked, 6}, {window_kind::sliding, 1}, {window_kind::chunked, 100}};
   std::vector<vision_geometry> geometries = {vision_geometry{}};
   for (const attention_window& a : kinds) {
     geometries.push_back(with_windows(a));

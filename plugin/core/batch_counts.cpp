@@ -163,7 +163,6 @@ inline void check_windows(const vision_geometry& g) {
   }
 }
 
-
 // ---- the one pass over documents ----------------------------------------------------------------------------
 //
 // A valid batch is counted by one pass with no branch per document on its validity: each length is formed in
@@ -267,7 +266,8 @@ struct window_sums {
 // leaving `counts` alone, when the batch must go to the checked path; otherwise sets the tokens, documents,
 // causal and window pairs.
 template <class LengthAt, class Windows>
-[[gnu::always_inline]] inline bool fast_count(std::size_t n, LengthAt length_at, Windows& windows, batch_counts& counts) {
+[[gnu::always_inline]] inline bool fast_count(std::size_t n, LengthAt length_at, Windows& windows,
+                                              batch_counts& counts) {
   if (n > kFastMaxDocuments) return false;
   std::uint64_t all_bits = 0, tokens = 0, twice_causal = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -408,7 +408,7 @@ void add_windows_checked(batch_counts& counts, const vision_geometry& geometry, 
 }
 
 [[gnu::noinline, gnu::cold]] batch_counts count_lengths_checked(array_view<std::int64_t> document_lengths,
-                                                               const vision_geometry& geometry) {
+                                                                const vision_geometry& geometry) {
   batch_counts counts;
   for (std::size_t i = 0; i < document_lengths.size(); ++i) {
     add_document(counts, document_lengths[i], i, "document_lengths");
@@ -418,7 +418,7 @@ void add_windows_checked(batch_counts& counts, const vision_geometry& geometry, 
 }
 
 [[gnu::noinline, gnu::cold]] batch_counts count_cu_seqlens_checked(array_view<std::int64_t> cu_seqlens,
-                                                                  const vision_geometry& geometry) {
+                                                                   const vision_geometry& geometry) {
   batch_counts counts;
   if (!cu_seqlens.empty() && cu_seqlens[0] != 0) {
     throw error("cu_seqlens[0] must be 0 (got " + std::to_string(cu_seqlens[0]) + ")");
@@ -446,8 +446,9 @@ constexpr std::size_t kFastMaxCuSeqlens = (std::size_t{1} << 31) - 2;
 
 // Inlined into each caller (count_from_*, the plans' functions): a call more costs the hook some 30 instructions.
 template <class Windows>
-[[gnu::always_inline]] inline batch_counts count_lengths(array_view<std::int64_t> document_lengths, std::int64_t padding_tokens,
-                           array_view<image_grid> grids, const vision_geometry& geometry, Windows windows) {
+[[gnu::always_inline]] inline batch_counts count_lengths(array_view<std::int64_t> document_lengths,
+                                                         std::int64_t padding_tokens, array_view<image_grid> grids,
+                                                         const vision_geometry& geometry, Windows windows) {
   batch_counts counts;
   const std::int64_t* lengths = document_lengths.data();
   const auto length_at = [lengths](std::size_t i) { return static_cast<std::uint64_t>(lengths[i]); };
@@ -463,8 +464,9 @@ template <class Windows>
 // document that decreases (or grows by 2^32 or more) wraps to a length of at least 2^32, which the pass refuses
 // (kFastMaxCuSeqlens); a decrease after it does not matter, the pass is refused already.
 template <class Windows>
-[[gnu::always_inline]] inline batch_counts count_cu_seqlens(array_view<std::int64_t> cu_seqlens, std::int64_t padding_tokens,
-                              array_view<image_grid> grids, const vision_geometry& geometry, Windows windows) {
+[[gnu::always_inline]] inline batch_counts count_cu_seqlens(array_view<std::int64_t> cu_seqlens,
+                                                            std::int64_t padding_tokens, array_view<image_grid> grids,
+                                                            const vision_geometry& geometry, Windows windows) {
   batch_counts counts;
   const std::int64_t* cu = cu_seqlens.data();
   const auto length_at = [cu](std::size_t i) {

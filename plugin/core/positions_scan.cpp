@@ -140,8 +140,8 @@ FLOPMETER_ALWAYS_INLINE std::uint64_t lane_sum(const Vec& v) {
 // differs from the kernel template's); it is inlined into block_avx2, whose target has AVX2.
 FLOPMETER_ALWAYS_INLINE void add_quotients(u64x2& acc, const u64x2& v, const u64x2& magic, unsigned shift) {
 #ifdef FLOPMETER_POSITIONS_X86
-  acc += reinterpret_cast<u64x2>(_mm_mul_epu32(reinterpret_cast<__m128i>(v), reinterpret_cast<__m128i>(magic))) >>
-         shift;
+  acc +=
+      reinterpret_cast<u64x2>(_mm_mul_epu32(reinterpret_cast<__m128i>(v), reinterpret_cast<__m128i>(magic))) >> shift;
 #else
   acc += ((v & 0xFFFFFFFFu) * magic) >> shift;
 #endif
@@ -190,8 +190,7 @@ FLOPMETER_ALWAYS_INLINE void store_totals(positions_totals& totals, std::size_t 
   totals.causal_pairs = static_cast<std::int64_t>(sum_total + n);
   for (std::size_t w = 0; w < S; ++w) totals.window_pairs[w] = static_cast<std::int64_t>(window_total[w] + n);
   for (std::size_t c = 0; c < C; ++c) {
-    totals.window_pairs[S + c] =
-        static_cast<std::int64_t>(sum_total + n - windows.chunks[c].size * quotient_total[c]);
+    totals.window_pairs[S + c] = static_cast<std::int64_t>(sum_total + n - windows.chunks[c].size * quotient_total[c]);
   }
 }
 
@@ -240,7 +239,7 @@ FLOPMETER_ALWAYS_INLINE bool scan_block_int64(const std::int64_t* p, std::size_t
     sum##k += b.wide;                                                                                            \
     bits##k |= b.wide;                                                                                           \
     for (std::size_t w = 0; w < S; ++w) window_sum[w] += reinterpret_cast<V64>(b.v < limit[w] ? b.v : limit[w]); \
-    for (std::size_t c = 0; c < C; ++c) add_quotients(quotient_sum[c], b.wide, magic[c], shift[c]);             \
+    for (std::size_t c = 0; c < C; ++c) add_quotients(quotient_sum[c], b.wide, magic[c], shift[c]);              \
   }
   for (; i + step <= n; i += step) {
     FLOPMETER_STEP_INT64(0)
