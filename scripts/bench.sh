@@ -84,7 +84,7 @@ echo "attention windows against full attention, same run (ns; ratio):"
 awk -f - "$out/on_microbatch.json" "$out/positions_scan.json" <<'AWK'
 /"name":/          { gsub(/[",]/, "", $2); name = $2 }
 /"real_time":/     { gsub(/,/, "", $2); time[name] = $2 }
-/"label":/         { gsub(/[",]/, "", $2); label[name] = $2 }
+/"label":/         { line = $0; sub(/.*"label": "/, "", line); sub(/",?[ \t]*$/, "", line); label[name] = line }
 END {
   full = time["BM_on_microbatch_windows/0"]
   for (k = 1; k <= 3; ++k) {
