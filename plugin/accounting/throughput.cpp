@@ -71,6 +71,7 @@ class throughput_plugin::impl {
     coefficients_ = regime_coefficients_.with_items;
     megatron_ = megatron_billing::of(options_.model, options_.scope);
     geometry_ = geometry_of(options_.model);
+    count_plan_ = detail::count_plan_of(geometry_);  // the windows checked once, the loop for their kinds chosen
     rank_ = comm_->rank();
     world_ = comm_->world_size();
 
@@ -137,7 +138,7 @@ class throughput_plugin::impl {
     }
     current_.microbatches += 1;
     try {
-      add_microbatch(current_, event, geometry_);
+      add_microbatch(current_, event, geometry_, count_plan_);
     } catch (const std::exception& e) {
       ++health_.bad_microbatches;
       warn_rate_limited(last_batch_warning_, "flopmeter: micro-batch not counted: {}", e.what());
@@ -397,6 +398,7 @@ class throughput_plugin::impl {
   std::shared_ptr<spdlog::logger> logger_;
   coefficients coefficients_;  // of a micro-batch with images (the regime's)
   vision_geometry geometry_;
+  detail::count_plan count_plan_;
   std::optional<double> peak_;
   std::int64_t rank_ = 0;
   std::int64_t world_ = 1;
