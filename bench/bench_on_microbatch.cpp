@@ -161,12 +161,37 @@ void BM_on_microbatch_windows(benchmark::State& state) {
   run(state, e, kLengths.size(), throughput_plugin::create(std::move(o), make_local_communicator()));
 }
 
+// The same batch (cu_seqlens, 8 image grids) on Qwen3-VL-2B without recomputation (range(0) = 0) and with it (1:
+// "full" on every 2nd decoder layer and the ViT, 2: "op"). Issue 28: recomputation changes the coefficients, not
+// the counts, so on_microbatch keeps its cost (scripts/bench.sh prints the ratios; target ~1.0).
+void BM_on_microbatch_recompute(benchmark::State& state) {
+  std::vector<std::int64_t> cu = {0};
+  for (const std::int64_t l : kLengths) cu.push_back(cu.back() + l);
+  microbatch_event e;
+  e.cu_seqlens = cu;
+  e.image_grids = kGrids;
+  throughput_options o;
+  o.model = load_model_spec(FLOPMETER_SOURCE_DIR "/model_configs/qwen3_vl_2b.toml");
+  o.peak_tflops_per_gpu = 989.4;
+  const char* labels[] = {"recompute none", "recompute full every 2, vision too", "recompute op"};
+  state.SetLabel(labels[state.range(0)]);
+  if (state.range(0) == 1) {
+    o.training.recompute.policy = recompute_policy::full;
+    o.training.recompute.every = 2;
+    o.training.recompute.vision = true;
+  } else if (state.range(0) == 2) {
+    o.training.recompute.policy = recompute_policy::op;
+  }
+  run(state, e, kLengths.size(), throughput_plugin::create(std::move(o), make_local_communicator()));
+}
+
 BENCHMARK(BM_on_microbatch_lengths);
 BENCHMARK(BM_on_microbatch_cu_seqlens);
 BENCHMARK(BM_on_microbatch_positions);
 BENCHMARK(BM_count_cu_seqlens)->Arg(0)->Arg(1);
 BENCHMARK(BM_on_microbatch_vlm)->Arg(0)->Arg(1);
 BENCHMARK(BM_on_microbatch_windows)->DenseRange(0, 3);
+BENCHMARK(BM_on_microbatch_recompute)->DenseRange(0, 2);
 
 }  // namespace
 
