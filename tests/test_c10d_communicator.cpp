@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <condition_variable>
 #include <mutex>
 #include <cstdio>
@@ -428,6 +430,146 @@ TEST(WhichGroup, TheJobSizeTheTrainerStatesWinsOverTheEnvironment) {
   run_gloo_ranks(2, [](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
     EXPECT_NO_THROW(make_c10d_communicator(group));  // the whole job
   });
+}
+
+// ---- recursive doubling (small_allreduce::recursive_doubling, plugin/comm/c10d_recursive_doubling.cpp) ----
+
+flopmeter::c10d_options doubling_over(int world) {
+  flopmeter::c10d_options options;
+  options.job_world_size = world;
+  options.allreduce = flopmeter::small_allreduce::recursive_doubling;
+  return options;
+}
+
+TEST(RecursiveDoublingGloo, SumAndMaxEqualGloosOwnAllReduceForOneToNineTwelveAndSixteenRanks) {
+  // Rank r, round k contributes (r + k, 3 r + 1, 1) to the SUM and (r, -r, 100 - (r - 2)^2, k - r) to the MAX.
+  // By hand over world w: sums w (w - 1) / 2 + k w, 3 w (w - 1) / 2 + w, w; maxima w - 1, 0 (rank 0's -0),
+  // 100 when w >= 3 (r = 2), else 100 - 4 = 96 (w = 1) or 100 - 1 = 99 (w = 2), and k. Every value is an
+  // integer, so Gloo's ring and recursive doubling, which add in different orders, must give the same bits;
+  // each is also checked against the hand value. Three rounds per world (the worker thread reuses its group).
+  for (int world : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16}) {
+    run_gloo_ranks(world, [world](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+      auto ring = make_c10d_communicator(group, flopmeter::c10d_options{world});
+      auto doubling = make_c10d_communicator(group, doubling_over(world));
+      EXPECT_EQ(ring->backend_name(), "c10d:gloo");
+      EXPECT_EQ(doubling->backend_name(), world > 1 ? "c10d:gloo+doubling" : "c10d:gloo");
+      const double w = world;
+      const double r = rank;
+      for (int round = 0; round < 3; ++round) {
+        const double k = round;
+        const std::vector<double> input = {r + k, 3 * r + 1, 1, r, -r, 100 - (r - 2) * (r - 2), k - r};
+        std::vector<double> by_ring = input, by_doubling = input;
+        auto a = ring->start_allreduce_sum_max(by_ring.data(), 3, 4);
+        auto b = doubling->start_allreduce_sum_max(by_doubling.data(), 3, 4);
+        ASSERT_EQ(a->wait(kLongWait), collective_status::done) << a->error_message();
+        ASSERT_EQ(b->wait(kLongWait), collective_status::done) << b->error_message();
+        const double third_max = world >= 3 ? 100 : (world == 2 ? 99 : 96);
+        const std::vector<double> expected = {w * (w - 1) / 2 + k * w, 3 * w * (w - 1) / 2 + w, w, w - 1, 0,
+                                              third_max, k};
+        EXPECT_EQ(by_doubling, expected) << "world " << world << " rank " << rank << " round " << round;
+        EXPECT_EQ(by_ring, expected) << "world " << world << " rank " << rank << " round " << round;
+      }
+    });
+  }
+}
+
+TEST(RecursiveDoublingGloo, ThirtyTwoRanksHoldTheSameBitsAsEachOther) {
+  // 32 ranks (the largest this machine runs as threads in one test), random-magnitude doubles: the sums depend
+  // on the order of addition, so no hand value; every rank must hold rank 0's bits, and the result must be
+  // within 1e-12 (relative) of Gloo's ring.
+  constexpr int kRanks = 32;
+  std::vector<std::vector<double>> results(kRanks), rings(kRanks);
+  gloo_run_options options;
+  options.deadline = std::chrono::seconds(120);
+  run_gloo_ranks(
+      kRanks,
+      [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+        auto ring = make_c10d_communicator(group, flopmeter::c10d_options{kRanks});
+        auto doubling = make_c10d_communicator(group, doubling_over(kRanks));
+        std::vector<double> values;
+        for (int i = 0; i < 6; ++i) values.push_back(std::ldexp(1.0 + 0.1 * rank + 0.01 * i, (rank * 7 + i) % 40 - 20));
+        std::vector<double> by_ring = values;
+        auto a = ring->start_allreduce_sum_max(by_ring.data(), 4, 2);
+        ASSERT_EQ(a->wait(kLongWait), collective_status::done) << a->error_message();
+        auto b = doubling->start_allreduce_sum_max(values.data(), 4, 2);
+        ASSERT_EQ(b->wait(kLongWait), collective_status::done) << b->error_message();
+        results[static_cast<std::size_t>(rank)] = values;
+        rings[static_cast<std::size_t>(rank)] = by_ring;
+      },
+      options);
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(results[static_cast<std::size_t>(r)].size(), 6u);
+    EXPECT_EQ(std::memcmp(results[static_cast<std::size_t>(r)].data(), results[0].data(), 6 * sizeof(double)), 0)
+        << "rank " << r;
+  }
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_NEAR(results[0][static_cast<std::size_t>(i)], rings[0][static_cast<std::size_t>(i)],
+                1e-12 * std::abs(rings[0][static_cast<std::size_t>(i)]))
+        << "value " << i;
+  }
+}
+
+TEST(RecursiveDoublingGloo, SilentPeerGivesFailedWithinGroupTimeoutAndDestructionDoesNotBlock) {
+  // Rank 2 of 3 never joins: rank 1 (its fold partner: 3 = 2 + 1, ranks 0 and 1 fold) waits in vain, and
+  // rank 0 (which sat out) waits for the result. With a 1 s Gloo timeout both fail well within 4.5 s, with a
+  // message, their buffers untouched. Destroying the communicator afterwards returns at once.
+  std::atomic<int> others_done{0};
+  gloo_run_options options;
+  options.group_timeout = milliseconds(1000);
+  run_gloo_ranks(
+      3,
+      [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+        auto comm = make_c10d_communicator(group, doubling_over(3));
+        if (rank == 2) {
+          while (others_done.load() < 2) std::this_thread::sleep_for(milliseconds(5));
+          return;
+        }
+        std::vector<double> values = {1.0 + rank, 2.0};
+        const auto start = steady_clock::now();
+        auto pending = comm->start_allreduce_sum_max(values.data(), 1, 1);
+        EXPECT_EQ(pending->wait(milliseconds(50)), collective_status::pending);
+        collective_status status = collective_status::pending;
+        EXPECT_NO_THROW(status = pending->wait(kLongWait));
+        EXPECT_EQ(status, collective_status::failed);
+        EXPECT_LT(steady_clock::now() - start, milliseconds(4500));
+        EXPECT_NE(pending->error_message().find("recursive-doubling all-reduce of 2 values failed: "), std::string::npos)
+            << pending->error_message();
+        EXPECT_EQ(values, (std::vector<double>{1.0 + rank, 2.0}));
+        const auto destroy = steady_clock::now();
+        comm.reset();
+        EXPECT_LT(steady_clock::now() - destroy, milliseconds(500));
+        ++others_done;
+      },
+      options);
+}
+
+TEST(RecursiveDoublingGloo, TheChoiceFollowsTheJobSizeOnOwnGroupsOnly) {
+  // automatic: flopmeter's own group runs recursive doubling from recursive_doubling_min_ranks (4) ranks on,
+  // Gloo's ring below; a group the trainer passes keeps its backend's all-reduce; backend forces the ring.
+  static_assert(flopmeter::recursive_doubling_min_ranks == 4, "the expectations below are for 4");
+  for (int world : {2, 3, 4, 5}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    gloo_run_options options;
+    options.store = store;
+    run_gloo_ranks(
+        world,
+        [&, world](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+          flopmeter::gloo_group_options own;
+          own.timeout = milliseconds(10000);
+          own.gloo_hostname = "127.0.0.1";
+          auto automatic = flopmeter::make_gloo_communicator(store, rank, world, own);
+          EXPECT_EQ(automatic->backend_name(), world >= 4 ? "c10d:gloo+doubling" : "c10d:gloo") << "world " << world;
+          own.allreduce = flopmeter::small_allreduce::backend;
+          EXPECT_EQ(flopmeter::make_gloo_communicator(store, rank, world, own)->backend_name(), "c10d:gloo");
+          EXPECT_EQ(make_c10d_communicator(group, flopmeter::c10d_options{world})->backend_name(), "c10d:gloo");
+          // The chosen one still sums: 1 per rank.
+          std::vector<double> values = {1.0, static_cast<double>(rank)};
+          auto pending = automatic->start_allreduce_sum_max(values.data(), 1, 1);
+          ASSERT_EQ(pending->wait(kLongWait), collective_status::done) << pending->error_message();
+          EXPECT_EQ(values, (std::vector<double>{static_cast<double>(world), world - 1.0}));
+        },
+        options);
+  }
 }
 
 // ---- make_gloo_communicator: flopmeter's own group over the trainer's store ----
