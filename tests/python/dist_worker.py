@@ -49,6 +49,7 @@ def main() -> None:
         elif scenario == "skip_one_log":
             meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0},
                                     logging={"emit": "all", "collective_timeout_ms": 20000}, sinks={"console": False})
+            result["algorithm"] = meter._collective.algorithm
         else:  # skip_one_log_doubling: ordinary logs only (no table), each one recursive-doubling pass
             meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, sinks={"console": False},
                                     logging={"emit": "all", "collective_timeout_ms": 20000, "topk_interval_logs": 1000},
