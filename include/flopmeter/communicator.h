@@ -34,7 +34,7 @@ inline constexpr int max_world_size = 1048576;
 // How the fixed-size reductions of an ordinary log (start_allreduce_sum_max) run over a c10d CPU group (Gloo).
 // c10d's Gloo all-reduce is a ring: 2 (world - 1) message rounds, so its latency grows linearly with the job
 // (about 13 s per log at 131,072 ranks at 50 us a round). Recursive doubling takes floor(log2 world) rounds
-// (+ 2 when world is not a power of two) of point-to-point sends of the whole 496-byte vector, on a thread of
+// (+ 2 when world is not a power of two) of point-to-point sends of the whole 512-byte vector, on a thread of
 // flopmeter's own: 17 rounds at 131,072 ranks. METRICS.md, "The per-log collectives at scale", has the numbers.
 enum class small_allreduce {
   // flopmeter's own Gloo groups (make_gloo_communicator, make_gloo_communicator_from_env): recursive doubling

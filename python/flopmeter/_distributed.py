@@ -4,7 +4,10 @@ At each log the library asks for an in-place SUM and an in-place MAX all-reduce 
 same size whatever the job's), and every topk_interval_logs logs for a SUM of the per-rank table (world_size
 rows, this rank's filled); it waits for them at the next log. Here they are ``all_reduce(async_op=True)`` on a
 group of flopmeter's own (``new_group(backend="gloo")`` by default, made collectively when the Meter is made),
-so a rank that skips an ``on_log`` costs intervals of metrics, never a hang of the trainer's collectives.
+so a rank that skips an ``on_log`` costs intervals of metrics, never a hang of the trainer's collectives. On
+that group from 4 ranks on (``small_allreduce="automatic"``) an ordinary log's SUM and MAX, which the library
+starts back to back on adjacent values, travel instead as one recursive-doubling pass on a daemon thread
+(``_doubling.py``): the SUM's start is held until the MAX's, and both handles wait on the one job.
 
 Counts accumulated on a device (``_device.DeviceCounts``) are added into this rank's row of the table on that
 device just before the reduction, which then runs on the device tensor: nothing is read back on the

@@ -3,7 +3,7 @@
 The same schedule as the C++ library's (plugin/comm/recursive_doubling.h): c10d's Gloo all-reduce is a ring of
 2 (world - 1) message rounds, so its latency grows linearly with the job; recursive doubling takes
 floor(log2 world) rounds (+ 2 when world is not a power of two: the extra ranks fold in first and get the
-result last) of the whole 62-double vector. Every rank ends with the same bits: both partners of an exchange
+result last) of the whole 64-double vector. Every rank ends with the same bits: both partners of an exchange
 combine the same two vectors with an order-independent combination (IEEE addition commutes; the maximum is
 made symmetric for NaN and signed zeros).
 
