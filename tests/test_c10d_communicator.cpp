@@ -465,8 +465,8 @@ TEST(RecursiveDoublingGloo, SumAndMaxEqualGloosOwnAllReduceForOneToNineTwelveAnd
         ASSERT_EQ(a->wait(kLongWait), collective_status::done) << a->error_message();
         ASSERT_EQ(b->wait(kLongWait), collective_status::done) << b->error_message();
         const double third_max = world >= 3 ? 100 : (world == 2 ? 99 : 96);
-        const std::vector<double> expected = {w * (w - 1) / 2 + k * w, 3 * w * (w - 1) / 2 + w, w, w - 1, 0,
-                                              third_max, k};
+        const std::vector<double> expected = {
+            w * (w - 1) / 2 + k * w, 3 * w * (w - 1) / 2 + w, w, w - 1, 0, third_max, k};
         EXPECT_EQ(by_doubling, expected) << "world " << world << " rank " << rank << " round " << round;
         EXPECT_EQ(by_ring, expected) << "world " << world << " rank " << rank << " round " << round;
       }
@@ -533,7 +533,8 @@ TEST(RecursiveDoublingGloo, SilentPeerGivesFailedWithinGroupTimeoutAndDestructio
         EXPECT_NO_THROW(status = pending->wait(kLongWait));
         EXPECT_EQ(status, collective_status::failed);
         EXPECT_LT(steady_clock::now() - start, milliseconds(4500));
-        EXPECT_NE(pending->error_message().find("recursive-doubling all-reduce of 2 values failed: "), std::string::npos)
+        EXPECT_NE(pending->error_message().find("recursive-doubling all-reduce of 2 values failed: "),
+                  std::string::npos)
             << pending->error_message();
         EXPECT_EQ(values, (std::vector<double>{1.0 + rank, 2.0}));
         const auto destroy = steady_clock::now();

@@ -130,9 +130,9 @@ const std::vector<int> kWorlds = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 31,
 TEST(RecursiveDoubling, RoundsAreTheFloorOfLog2PlusTwoForAWorldThatIsNotAPowerOfTwo) {
   // By hand: 1 -> 0; 2 -> 1; 3 -> 1 + 2 = 3; 4 -> 2; 5, 6, 7 -> 2 + 2 = 4; 8 -> 3; 9 -> 3 + 2 = 5;
   // 16 -> 4; 17 -> 6; 131072 = 2^17 -> 17; 100000 (2^16 = 65536 <= 100000 < 2^17) -> 16 + 2 = 18.
-  const std::vector<std::pair<int, int>> expected = {{1, 0},  {2, 1},  {3, 3},      {4, 2},  {5, 4},
-                                                      {6, 4},  {7, 4},  {8, 3},      {9, 5},  {16, 4},
-                                                      {17, 6}, {131072, 17}, {100000, 18}};
+  const std::vector<std::pair<int, int>> expected = {{1, 0},  {2, 1},       {3, 3},      {4, 2}, {5, 4},
+                                                     {6, 4},  {7, 4},       {8, 3},      {9, 5}, {16, 4},
+                                                     {17, 6}, {131072, 17}, {100000, 18}};
   for (const auto& [world, rounds] : expected) {
     EXPECT_EQ(recursive_doubling_rounds(world), rounds) << "world " << world;
     EXPECT_EQ(recursive_doubling_schedule(0, world).size(), static_cast<std::size_t>(rounds)) << "world " << world;
@@ -182,11 +182,17 @@ TEST(RecursiveDoubling, SumAndMaxEqualThePlainReductionForEveryWorldUpTo33) {
     }
     const run_result out = run_all(world, inputs, 4, 4);
     double expected_max_perm = 0;
-    for (int r = 0; r < world; ++r) expected_max_perm = std::max(expected_max_perm, static_cast<double>((r * 5) % world));
+    for (int r = 0; r < world; ++r)
+      expected_max_perm = std::max(expected_max_perm, static_cast<double>((r * 5) % world));
     const double w = world;
-    const std::vector<double> expected = {7 * w * (w - 1) / 2,     7 * w * (w - 1) / 2 + w, 7 * w * (w - 1) / 2 + 2 * w,
-                                          7 * w * (w - 1) / 2 + 3 * w, w - 1,               0,
-                                          expected_max_perm,       100};
+    const std::vector<double> expected = {7 * w * (w - 1) / 2,
+                                          7 * w * (w - 1) / 2 + w,
+                                          7 * w * (w - 1) / 2 + 2 * w,
+                                          7 * w * (w - 1) / 2 + 3 * w,
+                                          w - 1,
+                                          0,
+                                          expected_max_perm,
+                                          100};
     for (int r = 0; r < world; ++r) {
       EXPECT_EQ(out.values[static_cast<std::size_t>(r)], expected) << "world " << world << " rank " << r;
     }
@@ -213,15 +219,17 @@ TEST(RecursiveDoubling, EveryRankHoldsTheSameBitsForRandomDoubles) {
         const double v = static_cast<double>(next() % 1000003) * std::pow(10.0, static_cast<int>(next() % 9) - 4);
         inputs[static_cast<std::size_t>(r)].push_back(next() % 2 ? v : -v);
       }
-      for (int i = 0; i < 3; ++i) plain[static_cast<std::size_t>(i)] += inputs[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
+      for (int i = 0; i < 3; ++i)
+        plain[static_cast<std::size_t>(i)] += inputs[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
       for (int i = 3; i < 6; ++i) {
-        plain[static_cast<std::size_t>(i)] =
-            std::max(plain[static_cast<std::size_t>(i)], inputs[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)]);
+        plain[static_cast<std::size_t>(i)] = std::max(plain[static_cast<std::size_t>(i)],
+                                                      inputs[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)]);
       }
     }
     const run_result out = run_all(world, inputs, 3, 3);
     for (int r = 0; r < world; ++r) {
-      EXPECT_EQ(std::memcmp(out.values[static_cast<std::size_t>(r)].data(), out.values[0].data(), 6 * sizeof(double)), 0)
+      EXPECT_EQ(std::memcmp(out.values[static_cast<std::size_t>(r)].data(), out.values[0].data(), 6 * sizeof(double)),
+                0)
           << "world " << world << ": rank " << r << " differs from rank 0";
     }
     for (int i = 0; i < 3; ++i) {
@@ -229,7 +237,8 @@ TEST(RecursiveDoubling, EveryRankHoldsTheSameBitsForRandomDoubles) {
                   1e-9 * std::abs(plain[static_cast<std::size_t>(i)]) + 1e-9)
           << "world " << world << " sum " << i;
     }
-    for (int i = 3; i < 6; ++i) EXPECT_EQ(out.values[0][static_cast<std::size_t>(i)], plain[static_cast<std::size_t>(i)]);
+    for (int i = 3; i < 6; ++i)
+      EXPECT_EQ(out.values[0][static_cast<std::size_t>(i)], plain[static_cast<std::size_t>(i)]);
   }
 }
 
@@ -249,8 +258,8 @@ TEST(RecursiveDoubling, EachRankTalksToLog2Peers) {
 TEST(RecursiveDoubling, NaNAndSignedZerosCombineTheSameWhicheverSideHoldsThem) {
   // combine(a, b) and combine(b, a) must agree bit for bit, or two partners would end with different bits.
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  const std::vector<std::pair<double, double>> cases = {{0.0, -0.0}, {-0.0, 0.0}, {nan, 1.0}, {1.0, nan},
-                                                         {-1.0, -2.0}, {-0.0, -0.0}};
+  const std::vector<std::pair<double, double>> cases = {{0.0, -0.0}, {-0.0, 0.0},  {nan, 1.0},
+                                                        {1.0, nan},  {-1.0, -2.0}, {-0.0, -0.0}};
   for (const auto& [a, b] : cases) {
     double ab[2] = {a, a}, ba[2] = {b, b};
     const double b_copy[2] = {b, b}, a_copy[2] = {a, a};

@@ -135,8 +135,7 @@ void run_worker(const std::shared_ptr<doubling_worker_state>& state) {
     }
     try {
       c10d_transport transport(state->group, state->timeout, state->unfinished);
-      run_recursive_doubling(transport, state->rank, state->world, job->values.data(), job->sum_count,
-                             job->max_count);
+      run_recursive_doubling(transport, state->rank, state->world, job->values.data(), job->sum_count, job->max_count);
       finish_job(*job, collective_status::done, "");
     } catch (...) {
       finish_job(*job, collective_status::failed, describe_exception(std::current_exception()));
@@ -248,16 +247,14 @@ bool resolve_small_allreduce(small_allreduce choice, bool own_group, int world, 
                              const std::string& who) {
   const bool cpu = backend != "nccl";
   switch (choice) {
-    case small_allreduce::backend:
-      return false;
+    case small_allreduce::backend: return false;
     case small_allreduce::recursive_doubling:
       if (!cpu) {
         throw error(who + ": small_allreduce::recursive_doubling needs a CPU group (Gloo); the group's backend is '" +
                     backend + "', whose own all-reduce is already logarithmic (pass small_allreduce::backend)");
       }
       return world > 1;
-    case small_allreduce::automatic:
-      return own_group && cpu && world >= recursive_doubling_min_ranks;
+    case small_allreduce::automatic: return own_group && cpu && world >= recursive_doubling_min_ranks;
   }
   return false;
 }

@@ -85,18 +85,15 @@ void combine_sum_max(double* into, const double* other, std::size_t sum_count, s
   }
 }
 
-void run_recursive_doubling(doubling_transport& transport, int rank, int world, double* values,
-                            std::size_t sum_count, std::size_t max_count) {
+void run_recursive_doubling(doubling_transport& transport, int rank, int world, double* values, std::size_t sum_count,
+                            std::size_t max_count) {
   const std::size_t count = sum_count + max_count;
   std::vector<double> incoming(count);
   for (const doubling_step& step : recursive_doubling_schedule(rank, world)) {
     switch (step.action) {
-      case doubling_action::idle:
-        break;
+      case doubling_action::idle: break;
       case doubling_action::send_partial:
-      case doubling_action::send_result:
-        transport.send(step.peer, values, count);
-        break;
+      case doubling_action::send_result: transport.send(step.peer, values, count); break;
       case doubling_action::receive_and_combine:
         transport.receive(step.peer, incoming.data(), count);
         combine_sum_max(values, incoming.data(), sum_count, max_count);
@@ -105,9 +102,7 @@ void run_recursive_doubling(doubling_transport& transport, int rank, int world, 
         transport.exchange(step.peer, values, incoming.data(), count);
         combine_sum_max(values, incoming.data(), sum_count, max_count);
         break;
-      case doubling_action::receive_result:
-        transport.receive(step.peer, values, count);
-        break;
+      case doubling_action::receive_result: transport.receive(step.peer, values, count); break;
     }
   }
 }

@@ -65,7 +65,7 @@ class doubling_transport {
 
 // Runs rank `rank`'s schedule over `transport`: on return values[0, sum_count + max_count) holds the SUM of
 // every rank's first sum_count values and the maximum of the rest. Throws what the transport throws.
-void run_recursive_doubling(doubling_transport& transport, int rank, int world, double* values,
-                            std::size_t sum_count, std::size_t max_count);
+void run_recursive_doubling(doubling_transport& transport, int rank, int world, double* values, std::size_t sum_count,
+                            std::size_t max_count);
 
 }  // namespace flopmeter::detail
