@@ -454,6 +454,8 @@ TEST(RecursiveDoublingGloo, SumAndMaxEqualGloosOwnAllReduceForOneToNineTwelveAnd
       auto doubling = make_c10d_communicator(group, doubling_over(world));
       EXPECT_EQ(ring->backend_name(), "c10d:gloo");
       EXPECT_EQ(doubling->backend_name(), world > 1 ? "c10d:gloo+doubling" : "c10d:gloo");
+      // Zero values: done at once, nothing sent, so the rounds below still pair up.
+      EXPECT_EQ(doubling->start_allreduce_sum_max(nullptr, 0, 0)->wait(milliseconds(0)), collective_status::done);
       const double w = world;
       const double r = rank;
       for (int round = 0; round < 3; ++round) {

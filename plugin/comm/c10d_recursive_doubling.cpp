@@ -153,7 +153,7 @@ class doubling_pending final : public pending_collective {
     std::unique_lock<std::mutex> lock(job_->mutex);
     job_->finished_cv.wait_for(lock, timeout, [&] { return job_->status != collective_status::pending; });
     if (job_->status == collective_status::done) {
-      std::memcpy(out_, job_->values.data(), job_->values.size() * sizeof(double));
+      if (!job_->values.empty()) std::memcpy(out_, job_->values.data(), job_->values.size() * sizeof(double));
       copied_ = true;
     }
     return job_->status;
@@ -227,6 +227,10 @@ class recursive_doubling_communicator final : public communicator {
     job->values.assign(values, values + sum_count + max_count);
     job->sum_count = sum_count;
     job->max_count = max_count;
+    if (sum_count + max_count == 0) {  // nothing to send on any rank (every rank passes the same counts)
+      job->status = collective_status::done;
+      return std::make_unique<doubling_pending>(std::move(job), values, backend_name());
+    }
     {
       std::lock_guard<std::mutex> lock(state_->mutex);
       state_->queue.push_back(job);
