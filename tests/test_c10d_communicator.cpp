@@ -512,6 +512,68 @@ TEST(RecursiveDoublingGloo, ThirtyTwoRanksHoldTheSameBitsAsEachOther) {
   }
 }
 
+TEST(RecursiveDoublingGloo, APluginOverRecursiveDoublingWritesTheRingsRecords) {
+  // 5 ranks (not a power of two: ranks 0 and 1 fold), each a plugin with ordinary logs only (the table every
+  // 1000 logs), a fake clock (2 s intervals) and rank r passing documents of 10 (r + 1) and 7 tokens: first over
+  // Gloo's ring, then over recursive doubling, 3 logs each. Every record must carry the same figures: the
+  // counts and running totals exactly (integer sums), the rates within 1e-12 (sums of fractions in another
+  // order may differ in the last bit). The warm-up log aside, the records of steps 2 and 3 and the flush's.
+  constexpr int kRanks = 5;
+  std::vector<std::vector<flopmeter::metrics_record>> ring(kRanks), doubling(kRanks);
+  run_gloo_ranks(kRanks, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    for (const bool by_doubling : {false, true}) {
+      auto sink = std::make_shared<flopmeter::testing::capture_sink>();
+      auto clock = std::make_shared<double>(0.0);
+      flopmeter::throughput_options o;
+      o.model = flopmeter::testing::small_vlm();
+      o.peak_tflops_per_gpu = 1.0;
+      o.emit = flopmeter::emit_ranks::all;
+      o.topk_interval_logs = 1000;
+      o.sinks = {sink};
+      o.clock_seconds = [clock] { return *clock; };
+      auto comm = make_c10d_communicator(group, by_doubling ? doubling_over(kRanks) : flopmeter::c10d_options{kRanks});
+      auto plugin = flopmeter::throughput_plugin::create(std::move(o), comm);
+      for (int step = 1; step <= 3; ++step) {
+        const std::vector<std::int64_t> lengths = {10 * (rank + 1), 7};
+        flopmeter::microbatch_event batch;
+        batch.document_lengths = lengths;
+        batch.samples = 2;
+        plugin->on_microbatch(batch);
+        *clock += 2.0;
+        flopmeter::log_event log;
+        log.step = step;
+        log.peak_memory_bytes = (std::int64_t{rank} + 1) << 30;
+        plugin->on_log(log);
+      }
+      plugin->flush();
+      EXPECT_EQ(plugin->health().failed_collectives, 0u) << "rank " << rank << (by_doubling ? " doubling" : " ring");
+      (by_doubling ? doubling : ring)[static_cast<std::size_t>(rank)] = sink->records;
+    }
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    const auto& a = ring[static_cast<std::size_t>(r)];
+    const auto& b = doubling[static_cast<std::size_t>(r)];
+    ASSERT_EQ(a.size(), 3u) << "rank " << r;  // steps 1, 2 (at on_log 2 and 3) and 3 (at flush)
+    ASSERT_EQ(b.size(), a.size()) << "rank " << r;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].step, b[i].step);
+      ASSERT_EQ(a[i].values.size(), b[i].values.size());
+      for (std::size_t k = 0; k < a[i].values.size(); ++k) {
+        const auto& [name, x] = a[i].values[k];
+        EXPECT_EQ(b[i].values[k].first, name);
+        const double y = b[i].values[k].second;
+        if (name.rfind("train/", 0) == 0) {
+          EXPECT_EQ(x, y) << name << " rank " << r << " record " << i;
+        } else if (name.rfind("perf/log_", 0) != 0 && name.rfind("health/", 0) != 0) {
+          EXPECT_NEAR(x, y, 1e-12 * std::abs(x)) << name << " rank " << r << " record " << i;
+        }
+      }
+    }
+    // By hand: the job's tokens per interval, 10 (1 + ... + 5) + 5 x 7 = 185; after 3 logs, 555.
+    EXPECT_EQ(*b.back().find("train/tokens_seen"), 555.0) << "rank " << r;
+  }
+}
+
 TEST(RecursiveDoublingGloo, SilentPeerGivesFailedWithinGroupTimeoutAndDestructionDoesNotBlock) {
   // Rank 2 of 3 never joins: rank 1 (its fold partner: 3 = 2 + 1, ranks 0 and 1 fold) waits in vain, and
   // rank 0 (which sat out) waits for the result. With a 1 s Gloo timeout both fail well within 4.5 s, with a
