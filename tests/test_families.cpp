@@ -197,6 +197,49 @@ TEST(family_coefficients, gemma3_pattern_and_layer_types_agree) {
   EXPECT_EQ(d.window_attn_pair[0], c.window_attn_pair[0]);
 }
 
+// Gemma3TextConfig's defaults (transformers' configuration_gemma3.py): vocab_size 262208, hidden_size 2304,
+// intermediate_size 9216, num_hidden_layers 26, num_attention_heads 8, num_key_value_heads 4, head_dim 256,
+// sliding_window 4096, sliding_window_pattern 6. A config.json that leaves them out is read with them, as
+// transformers reads it: the same spec and coefficients as the document that writes them all out. Also the
+// published Gemma 3 4B text_config's case, which gives its own sizes but leaves the heads and the vocabulary out.
+TEST(family_coefficients, gemma3_text_absent_fields_take_transformers_defaults) {
+  const std::string written =
+      R"({"model_type": "gemma3_text", "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, )"
+      R"("num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, )"
+      R"("sliding_window": 4096, "sliding_window_pattern": 6})";
+  const std::string minimal = R"({"model_type": "gemma3_text"})";
+  // The decoder sizes and every coefficient a gemma3_text decoder has, side by side.
+  const auto facts = [](const model_spec& spec) {
+    const text_spec& t = spec.text;
+    const coefficients c = compute_coefficients(spec);
+    return std::vector<std::int64_t>{
+        t.hidden_size,     t.num_hidden_layers,           t.num_attention_heads, t.num_key_value_heads,
+        t.head_dim,        t.intermediate_size,           t.vocab_size,          t.sliding_window,
+        c.dense_per_token, c.dense.attention_projections, c.dense.dense_mlp,     c.dense.logits,
+        c.text_attn_pair,  c.window_attn_pair[0],         c.window_attn_pair[1]};
+  };
+  const auto expect_same = [&](const model_spec& a, const model_spec& b) { EXPECT_EQ(facts(a), facts(b)); };
+  const model_spec full = from_json(written);
+  expect_same(from_json(minimal), full);
+  // By hand from the defaults: q 2304*2048 + k 2304*1024 + v 2304*1024 + o 2048*2304 = 14,155,776 per layer;
+  // MLP 3*2304*9216 = 63,700,992; LM head 2304*262,208 = 604,127,232. Training 6 per multiply-add:
+  // 6 * (26*(14,155,776 + 63,700,992) + 604,127,232) = 15,770,419,200. Layers 5, 11, 17, 23 are full (4), the
+  // other 22 slide over 4096 keys; per pair and layer 8*(256 + 256) = 4,096 multiply-adds: full 6*4*4,096 = 98,304,
+  // window 6*22*4,096 = 540,672.
+  const coefficients c = compute_coefficients(full);
+  EXPECT_EQ(c.dense_per_token, 15770419200);
+  EXPECT_EQ(c.text_attn_pair, 98304);
+  EXPECT_EQ(c.window_attn_pair[0], 540672);
+  // Gemma 3 4B's text_config sizes without its heads, head_dim and vocabulary: the defaults fill them in.
+  const std::string sized = R"({"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240, )"
+                            R"("num_hidden_layers": 34, "sliding_window": 1024})";
+  const std::string sized_written =
+      R"({"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34, )"
+      R"("sliding_window": 1024, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, )"
+      R"("vocab_size": 262208, "sliding_window_pattern": 6})";
+  expect_same(from_json(sized), from_json(sized_written));
+}
+
 // gpt-oss: head_dim 32 x 4 heads = 128 > h; the default layer_types alternate sliding (layer 0) and full (layer 1).
 // Projections q 64*128 + k 64*64 + v 64*64 + o 128*64 = 24,576 per layer; router 64*4; experts 2 x 3*64*32;
 // dense 6 * (2*24,576 + 2*256 + 2*12,288 + 6,400) = 6 * 80,640 = 483,840. Pair 4*(32 + 32) = 256 per layer: full
