@@ -746,6 +746,14 @@ double lora_forward_macs_per_token(const flopmeter::model_spec& spec, const flop
                                          t.linear_num_value_heads * t.linear_value_head_dim);
   const double z = static_cast<double>(t.linear_num_value_heads * t.linear_value_head_dim);
   const double width = static_cast<double>(t.intermediate_size);
+  // MLA (t.is_mla(): every attention layer): q_a h -> q_lora_rank, q_b q_lora_rank -> nh*(nope + rope) (or one
+  // q_proj h -> nh*(nope + rope)), kv_a h -> kv_lora_rank + rope, kv_b kv_lora_rank -> nh*(nope + v), o nh*v -> h.
+  const bool mla = t.is_mla(), q_latent = t.q_lora_rank > 0;
+  const double mla_q = static_cast<double>(t.num_attention_heads * (t.qk_nope_head_dim + t.qk_rope_head_dim));
+  const double mla_kv_a = static_cast<double>(t.kv_lora_rank + t.qk_rope_head_dim);
+  const double mla_kv_b = static_cast<double>(t.num_attention_heads * (t.qk_nope_head_dim + t.v_head_dim));
+  const double mla_o = static_cast<double>(t.num_attention_heads * t.v_head_dim);
+  const double q_rank = static_cast<double>(t.q_lora_rank), kv_rank = static_cast<double>(t.kv_lora_rank);
   double macs = 0;
   for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
     // Softmax attention of any window carries q, k, v, o; a Gated DeltaNet layer in_proj_qkv, in_proj_z, out_proj.
@@ -754,10 +762,19 @@ double lora_forward_macs_per_token(const flopmeter::model_spec& spec, const flop
       using flopmeter::lora_target;
       const auto add = [&](bool present, double d_in, double d_out) { macs += present ? r * (d_in + d_out) : 0; };
       switch (target) {
-        case lora_target::q_proj: add(full, h, q); break;
+        case lora_target::q_proj:
+          if (mla)
+            add(!q_latent, h, mla_q);
+          else
+            add(full, h, q);
+          break;
         case lora_target::k_proj:
-        case lora_target::v_proj: add(full, h, kv); break;
-        case lora_target::o_proj: add(full, o, h); break;
+        case lora_target::v_proj: add(full && !mla, h, kv); break;
+        case lora_target::o_proj: add(full, mla ? mla_o : o, h); break;
+        case lora_target::q_a_proj: add(mla && q_latent, h, q_rank); break;
+        case lora_target::q_b_proj: add(mla && q_latent, q_rank, mla_q); break;
+        case lora_target::kv_a_proj_with_mqa: add(mla, h, mla_kv_a); break;
+        case lora_target::kv_b_proj: add(mla, kv_rank, mla_kv_b); break;
         case lora_target::in_proj_qkv: add(!full, h, qkv); break;
         case lora_target::in_proj_z: add(!full, h, z); break;
         case lora_target::out_proj: add(!full, z, h); break;
@@ -1312,9 +1329,9 @@ first_k_dense_replace = 1
 )";
 }
 
-// Every term, forward and backward, at ratio 1.0000 under full training (LoRA is refused on MLA models and a
-// frozen decoder leaves nothing to train in a text-only model, so full training is the regime there is). The
-// MLA projections and core are also pinned by hand, independently of flopmeter's coefficients:
+// Every term, forward and backward, at ratio 1.0000 under full training and with LoRA (rank 4) on every MLA
+// projection (a frozen decoder leaves nothing to train in a text-only model). The MLA projections and core are
+// also pinned by hand, independently of flopmeter's coefficients:
 //   projections per token and layer (multiply-adds): with q_lora_rank 24: q_a 48*24 = 1,152 + q_b 24*4*12 =
 //   1,152; without: q_proj 48*4*12 = 2,304; then kv_a 48*(16 + 4) = 960, kv_b 16*4*(8 + 12) = 1,280, o 4*12*48 =
 //   2,304: 6,848 either way; forward 2 FLOPs each, x3 layers.
@@ -1338,6 +1355,17 @@ TEST(ExampleFlops, MlaDeepSeekV3TypeEveryTermMatchesForwardAndBackward) {
     std::printf("MLA, %s: %zu documents, padding %lld\n", q_lora.c_str(), row.document_lengths.size(),
                 static_cast<long long>(row.padding_tokens));
     check_regime(spec, row, {"none (full training)", frozen(false, false, false), 0, 0, 0, 2, 2}, full_run);
+    // LoRA on every projection MLA has (PEFT's names; the model's MoE and dense MLPs get none). Layer 0's base
+    // GEMMs run without an input gradient, so only the billed terms are compared.
+    using flopmeter::lora_target;
+    regime_case lora{"LoRA on the MLA projections", frozen(false, false, false), 0, 0, 0, std::nan(""), 2};
+    lora.regime.lora_rank = 4;
+    lora.regime.lora_targets = {lora_target::kv_a_proj_with_mqa, lora_target::kv_b_proj, lora_target::o_proj};
+    for (const lora_target q : spec.text.q_lora_rank > 0 ? std::vector{lora_target::q_a_proj, lora_target::q_b_proj}
+                                                         : std::vector{lora_target::q_proj}) {
+      lora.regime.lora_targets.push_back(q);
+    }
+    check_regime(spec, row, lora, full_run);
   }
 }
 

@@ -384,7 +384,9 @@ class full_attention_impl : public token_mixer {
 //   core per document, causal: scores over nope + rope per head, probabilities times v (v_head_dim)
 //   o   o_proj nh*v -> h
 // The core is the masked square of full_attention_impl (so the test converts it by sum L^2 / sum L(L+1)/2), at
-// nh*(nope + rope) + nh*v multiply-adds per (query, key) pair. RoPE is element-wise and left out.
+// nh*(nope + rope) + nh*v multiply-adds per (query, key) pair. RoPE is element-wise and left out. Every
+// projection can carry a LoRA adapter by its PEFT name (q_a_proj, q_b_proj or q_proj, kv_a_proj_with_mqa,
+// kv_b_proj, o_proj).
 class mla_attention_impl : public token_mixer {
  public:
   explicit mla_attention_impl(const flopmeter::text_spec& t)
@@ -393,17 +395,17 @@ class mla_attention_impl : public token_mixer {
         rope_(t.qk_rope_head_dim),
         v_dim_(t.v_head_dim),
         kv_rank_(t.kv_lora_rank),
-        kv_a_proj_(register_module("kv_a_proj_with_mqa", linear(t.hidden_size, kv_rank_ + rope_, false))),
+        kv_a_proj_(adaptable_projection("kv_a_proj_with_mqa", linear(t.hidden_size, kv_rank_ + rope_, false))),
         kv_a_norm_(register_module("kv_a_layernorm", std::make_shared<rms_norm_impl>(kv_rank_))),
-        kv_b_proj_(register_module("kv_b_proj", linear(kv_rank_, heads_ * (nope_ + v_dim_), false))),
-        o_proj_(register_module("o_proj", linear(heads_ * v_dim_, t.hidden_size, false))) {
+        kv_b_proj_(adaptable_projection("kv_b_proj", linear(kv_rank_, heads_ * (nope_ + v_dim_), false))),
+        o_proj_(adaptable_projection("o_proj", linear(heads_ * v_dim_, t.hidden_size, false))) {
     const std::int64_t q_width = heads_ * (nope_ + rope_);
     if (t.q_lora_rank > 0) {
-      q_a_proj_ = register_module("q_a_proj", linear(t.hidden_size, t.q_lora_rank, false));
+      q_a_proj_ = adaptable_projection("q_a_proj", linear(t.hidden_size, t.q_lora_rank, false));
       q_a_norm_ = register_module("q_a_layernorm", std::make_shared<rms_norm_impl>(t.q_lora_rank));
-      q_b_proj_ = register_module("q_b_proj", linear(t.q_lora_rank, q_width, false));
+      q_b_proj_ = adaptable_projection("q_b_proj", linear(t.q_lora_rank, q_width, false));
     } else {
-      q_proj_ = register_module("q_proj", linear(t.hidden_size, q_width, false));
+      q_proj_ = adaptable_projection("q_proj", linear(t.hidden_size, q_width, false));
     }
   }
 
@@ -412,11 +414,12 @@ class mla_attention_impl : public token_mixer {
     torch::Tensor q, k, v;
     {
       VLM_FLOP_SCOPE("text_attn_proj");
-      q = q_proj_.is_empty() ? q_b_proj_->forward(q_a_norm_->forward(q_a_proj_->forward(x))) : q_proj_->forward(x);
+      q = q_proj_.is_empty() ? project("q_b_proj", q_b_proj_, q_a_norm_->forward(project("q_a_proj", q_a_proj_, x)))
+                             : project("q_proj", q_proj_, x);
       q = q.view({tokens, heads_, nope_ + rope_});
-      const auto latent = kv_a_proj_->forward(x).split_with_sizes({kv_rank_, rope_}, -1);
+      const auto latent = project("kv_a_proj_with_mqa", kv_a_proj_, x).split_with_sizes({kv_rank_, rope_}, -1);
       const torch::Tensor kv =
-          kv_b_proj_->forward(kv_a_norm_->forward(latent[0])).view({tokens, heads_, nope_ + v_dim_});
+          project("kv_b_proj", kv_b_proj_, kv_a_norm_->forward(latent[0])).view({tokens, heads_, nope_ + v_dim_});
       const auto parts = kv.split_with_sizes({nope_, v_dim_}, -1);
       const torch::Tensor k_rope = latent[1].reshape({tokens, 1, rope_}).expand({tokens, heads_, rope_});
       k = torch::cat({parts[0], k_rope}, -1);  // [T, nh, nope + rope]
@@ -444,7 +447,7 @@ class mla_attention_impl : public token_mixer {
       out = torch::cat(pieces, 0);
     }
     VLM_FLOP_SCOPE("text_attn_proj");
-    return o_proj_->forward(out);
+    return project("o_proj", o_proj_, out);
   }
 
  private:

@@ -118,7 +118,8 @@ class vlm_model_impl : public torch::nn::Module {
   // trainable upstream needs: the training regime flopmeter bills (flopmeter::training_regime).
   void freeze(bool vision, bool merger, bool text);
   // LoRA adapters of `rank` on every decoder projection named in `targets` (Hugging Face names: q_proj, k_proj,
-  // v_proj, o_proj, in_proj_qkv, in_proj_z, out_proj, and gate_proj, up_proj, down_proj of dense SwiGLU MLPs;
+  // v_proj, o_proj, in_proj_qkv, in_proj_z, out_proj, MLA's q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj,
+  // and gate_proj, up_proj, down_proj of dense SwiGLU MLPs;
   // MoE experts get none). Their matmuls run in the kLoraAdapters scope. Returns the adapters added. Call
   // freeze(..., text = true) too for a LoRA run: the base weights do not train.
   int add_lora(std::int64_t rank, const std::vector<std::string>& targets);
