@@ -28,8 +28,10 @@
 // - text attention: the example computes the masked L x L square per document, flopmeter bills the L(L+1)/2
 //   causal pairs; after that documented conversion they agree. ViT attention per temporal patch, (h*w)^2
 //   pairs, agrees directly. Sliding-window attention (a qwen2-family variant, w = 5) executes exactly each
-//   query's window and agrees with the billed window pairs with no conversion; MLA (a deepseek_v3-family
-//   variant) is a masked square like full attention, at nh*(nope + rope + v) multiply-adds per pair.
+//   query's window and agrees with the billed window pairs with no conversion, as does chunked attention
+//   (c = 4, each chunk a causal run); MLA (a deepseek_v3-family variant) is a masked square like full attention,
+//   at nh*(nope + rope + v) multiply-adds per pair. Qwen2.5-VL's window blocks (a qwen2_5_vl variant) attend
+//   inside each window of transformers' get_window_index, (patches in the window)^2 pairs, directly.
 // - patch embedding: autograd computes no input gradient for pixel values (they are not trainable), so the
 //   executed work is forward + weight gradient, which is what flopmeter bills (4 FLOPs per multiply-add).
 // - Gated DeltaNet core: the conv agrees exactly; the delta rule recurrence runs 3 dk x dv products per token
@@ -744,6 +746,14 @@ double lora_forward_macs_per_token(const flopmeter::model_spec& spec, const flop
                                          t.linear_num_value_heads * t.linear_value_head_dim);
   const double z = static_cast<double>(t.linear_num_value_heads * t.linear_value_head_dim);
   const double width = static_cast<double>(t.intermediate_size);
+  // MLA (t.is_mla(): every attention layer): q_a h -> q_lora_rank, q_b q_lora_rank -> nh*(nope + rope) (or one
+  // q_proj h -> nh*(nope + rope)), kv_a h -> kv_lora_rank + rope, kv_b kv_lora_rank -> nh*(nope + v), o nh*v -> h.
+  const bool mla = t.is_mla(), q_latent = t.q_lora_rank > 0;
+  const double mla_q = static_cast<double>(t.num_attention_heads * (t.qk_nope_head_dim + t.qk_rope_head_dim));
+  const double mla_kv_a = static_cast<double>(t.kv_lora_rank + t.qk_rope_head_dim);
+  const double mla_kv_b = static_cast<double>(t.num_attention_heads * (t.qk_nope_head_dim + t.v_head_dim));
+  const double mla_o = static_cast<double>(t.num_attention_heads * t.v_head_dim);
+  const double q_rank = static_cast<double>(t.q_lora_rank), kv_rank = static_cast<double>(t.kv_lora_rank);
   double macs = 0;
   for (std::int64_t i = 0; i < t.num_hidden_layers; ++i) {
     // Softmax attention of any window carries q, k, v, o; a Gated DeltaNet layer in_proj_qkv, in_proj_z, out_proj.
@@ -752,10 +762,19 @@ double lora_forward_macs_per_token(const flopmeter::model_spec& spec, const flop
       using flopmeter::lora_target;
       const auto add = [&](bool present, double d_in, double d_out) { macs += present ? r * (d_in + d_out) : 0; };
       switch (target) {
-        case lora_target::q_proj: add(full, h, q); break;
+        case lora_target::q_proj:
+          if (mla)
+            add(!q_latent, h, mla_q);
+          else
+            add(full, h, q);
+          break;
         case lora_target::k_proj:
-        case lora_target::v_proj: add(full, h, kv); break;
-        case lora_target::o_proj: add(full, o, h); break;
+        case lora_target::v_proj: add(full && !mla, h, kv); break;
+        case lora_target::o_proj: add(full, mla ? mla_o : o, h); break;
+        case lora_target::q_a_proj: add(mla && q_latent, h, q_rank); break;
+        case lora_target::q_b_proj: add(mla && q_latent, q_rank, mla_q); break;
+        case lora_target::kv_a_proj_with_mqa: add(mla, h, mla_kv_a); break;
+        case lora_target::kv_b_proj: add(mla, kv_rank, mla_kv_b); break;
         case lora_target::in_proj_qkv: add(!full, h, qkv); break;
         case lora_target::in_proj_z: add(!full, h, z); break;
         case lora_target::out_proj: add(!full, z, h); break;
@@ -845,6 +864,10 @@ void check_recompute(const flopmeter::model_spec& spec, const vlm::packed_row& r
   const double square_share = static_cast<double>(f.sum_l_squared) / static_cast<double>(f.counts.causal_pairs);
   lines.push_back({"text attention core", recomputed({vlm::kTextAttnCore}, square_share),
                    static_cast<double>(r.text_attn_pair) * static_cast<double>(f.counts.causal_pairs)});
+  // Sliding and chunked cores run exactly their pairs (no masked square); every window in one scope.
+  lines.push_back({"windowed attention core", recomputed({vlm::kTextWindowAttnCore}),
+                   static_cast<double>(r.window_attn_pair[0]) * static_cast<double>(f.counts.window_pairs_0) +
+                       static_cast<double>(r.window_attn_pair[1]) * static_cast<double>(f.counts.window_pairs_1)});
   if (spec.text.num_linear_attention_layers() > 0) {
     // Billed: proj + conv + Megatron's delta rule (4 products where the example runs 3), one forward each where
     // they run again. The delta rule's measured recompute is `share` of its forward.
@@ -871,6 +894,9 @@ void check_recompute(const flopmeter::model_spec& spec, const vlm::packed_row& r
                      static_cast<double>(r.vision_per_patch) * static_cast<double>(f.counts.patches)});
     lines.push_back({"vision attention core", recomputed({vlm::kVisionAttnCore}),
                      static_cast<double>(r.vision_attn_pair) * static_cast<double>(f.counts.vision_pairs_per_frame)});
+    lines.push_back(
+        {"vision window attention core", recomputed({vlm::kVisionWindowAttnCore}),
+         static_cast<double>(r.vision_window_attn_pair) * static_cast<double>(f.counts.vision_window_pairs)});
   }
   std::printf("  %s\n  %-26s %16s %16s %8s\n", name, "term", "recomputed", "billed", "ratio");
   double measured_total = 0, billed_total = 0;
@@ -950,8 +976,8 @@ void check_regime(const flopmeter::model_spec& spec, const vlm::packed_row& row,
   add("text attention core", {vlm::kTextAttnCore},
       {static_cast<double>(full.text_attn_pair) * pairs, static_cast<double>(c.text_attn_pair) * pairs},
       rc.decoder_core, square_share);
-  // Sliding-window layers: the example executes exactly the pairs inside each query's window (no masked
-  // square), so the billed window pairs are compared with no conversion. Every window's layers run in the one
+  // Sliding-window and chunked layers: the example executes exactly the pairs inside each query's window or
+  // chunk (no masked square), so the billed window pairs are compared with no conversion. Every window's layers run in the one
   // kTextWindowAttnCore scope, so the windows' terms are summed.
   const flopmeter::vision_geometry geometry = flopmeter::geometry_of(spec);
   const std::int64_t window_pairs[flopmeter::kMaxAttentionWindows] = {f.counts.window_pairs_0, f.counts.window_pairs_1};
@@ -961,7 +987,7 @@ void check_regime(const flopmeter::model_spec& spec, const vlm::packed_row& row,
     window_billed.first += static_cast<double>(full.window_attn_pair[k]) * n;
     window_billed.second += static_cast<double>(c.window_attn_pair[k]) * n;
   }
-  add("sliding-window attention core", {vlm::kTextWindowAttnCore}, window_billed, rc.decoder_core);
+  add("windowed attention core", {vlm::kTextWindowAttnCore}, window_billed, rc.decoder_core);
   if (window_billed.first == 0) {
     EXPECT_EQ(get(m.flops, vlm::kTextWindowAttnCore), 0.0);
   }
@@ -975,6 +1001,15 @@ void check_regime(const flopmeter::model_spec& spec, const vlm::packed_row& row,
         {static_cast<double>(full.vision_attn_pair) * vision_pairs,
          static_cast<double>(c.vision_attn_pair) * vision_pairs},
         rc.vit);
+    // Qwen2.5-VL's window blocks: each window's (patches in it)^2 pairs, executed exactly (no mask).
+    const auto vision_window_pairs = static_cast<double>(f.counts.vision_window_pairs);
+    add("vision window attention core", {vlm::kVisionWindowAttnCore},
+        {static_cast<double>(full.vision_window_attn_pair) * vision_window_pairs,
+         static_cast<double>(c.vision_window_attn_pair) * vision_window_pairs},
+        rc.vit);
+    if (full.vision_window_attn_pair == 0) {
+      EXPECT_EQ(get(m.flops, vlm::kVisionWindowAttnCore), 0.0);
+    }
     // The patch embedding's full-training coefficient is already forward + weight gradient (x4, not x6): its
     // forward is half of it.
     add("patch embedding", {vlm::kPatchEmbed},
@@ -987,7 +1022,8 @@ void check_regime(const flopmeter::model_spec& spec, const vlm::packed_row& row,
          static_cast<double>(c.merger_per_merged_token) * merged},
         rc.merger);
   } else {
-    for (const char* vision : {vlm::kVisionDense, vlm::kVisionAttnCore, vlm::kPatchEmbed, vlm::kMerger}) {
+    for (const char* vision :
+         {vlm::kVisionDense, vlm::kVisionAttnCore, vlm::kVisionWindowAttnCore, vlm::kPatchEmbed, vlm::kMerger}) {
       EXPECT_EQ(get(m.flops, vision), 0.0) << vision;
     }
   }
@@ -1214,11 +1250,22 @@ std::int64_t brute_force_window_pairs(std::int64_t length, std::int64_t w) {
   return pairs;
 }
 
+// Full training, and LoRA (rank 4) on every attention and MLP projection of every layer (nothing else trains).
+void check_full_training_and_lora(const flopmeter::model_spec& spec, const vlm::packed_row& row,
+                                  const measurement& full_run) {
+  using flopmeter::lora_target;
+  check_regime(spec, row, {"none (full training)", frozen(false, false, false), 0, 0, 0, 2, 2}, full_run);
+  regime_case lora{"LoRA on every projection", frozen(false, false, false), 0, 0, 0, std::nan(""), 2};
+  lora.regime.lora_rank = 4;
+  lora.regime.lora_targets = {lora_target::q_proj,    lora_target::k_proj,  lora_target::v_proj,   lora_target::o_proj,
+                              lora_target::gate_proj, lora_target::up_proj, lora_target::down_proj};
+  check_regime(spec, row, lora, full_run);
+}
+
 // Every term, forward and backward, at ratio 1.0000: full training, and LoRA (rank 4) on every attention and
 // MLP projection of every layer, sliding ones included (nothing else trains; layer 0's base projections run
 // without an input gradient, so only the billed terms are compared, as for the other LoRA variants).
 TEST(ExampleFlops, SlidingWindowQwen2TypeEveryTermMatchesForwardAndBackward) {
-  using flopmeter::lora_target;
   const flopmeter::model_spec spec = flopmeter::parse_model_spec(kTinyQwen2WindowToml, "tiny_qwen2_window.toml");
   ASSERT_EQ(spec.text.layer_type(0), flopmeter::layer_kind::full_attention);
   ASSERT_EQ(spec.text.layer_type(1), flopmeter::layer_kind::sliding_attention);
@@ -1246,12 +1293,7 @@ TEST(ExampleFlops, SlidingWindowQwen2TypeEveryTermMatchesForwardAndBackward) {
   EXPECT_EQ(window.forward, 2.0 * 2 * 96 * static_cast<double>(pairs));
   EXPECT_EQ(window.backward, 2 * window.forward);
 
-  check_regime(spec, row, {"none (full training)", frozen(false, false, false), 0, 0, 0, 2, 2}, full_run);
-  regime_case lora{"LoRA on every projection", frozen(false, false, false), 0, 0, 0, std::nan(""), 2};
-  lora.regime.lora_rank = 4;
-  lora.regime.lora_targets = {lora_target::q_proj,    lora_target::k_proj,  lora_target::v_proj,   lora_target::o_proj,
-                              lora_target::gate_proj, lora_target::up_proj, lora_target::down_proj};
-  check_regime(spec, row, lora, full_run);
+  check_full_training_and_lora(spec, row, full_run);
 }
 
 // ---- multi-head latent attention, proven against execution ---------------------------------------------
@@ -1287,9 +1329,9 @@ first_k_dense_replace = 1
 )";
 }
 
-// Every term, forward and backward, at ratio 1.0000 under full training (LoRA is refused on MLA models and a
-// frozen decoder leaves nothing to train in a text-only model, so full training is the regime there is). The
-// MLA projections and core are also pinned by hand, independently of flopmeter's coefficients:
+// Every term, forward and backward, at ratio 1.0000 under full training and with LoRA (rank 4) on every MLA
+// projection (a frozen decoder leaves nothing to train in a text-only model). The MLA projections and core are
+// also pinned by hand, independently of flopmeter's coefficients:
 //   projections per token and layer (multiply-adds): with q_lora_rank 24: q_a 48*24 = 1,152 + q_b 24*4*12 =
 //   1,152; without: q_proj 48*4*12 = 2,304; then kv_a 48*(16 + 4) = 960, kv_b 16*4*(8 + 12) = 1,280, o 4*12*48 =
 //   2,304: 6,848 either way; forward 2 FLOPs each, x3 layers.
@@ -1313,7 +1355,216 @@ TEST(ExampleFlops, MlaDeepSeekV3TypeEveryTermMatchesForwardAndBackward) {
     std::printf("MLA, %s: %zu documents, padding %lld\n", q_lora.c_str(), row.document_lengths.size(),
                 static_cast<long long>(row.padding_tokens));
     check_regime(spec, row, {"none (full training)", frozen(false, false, false), 0, 0, 0, 2, 2}, full_run);
+    // LoRA on every projection MLA has (PEFT's names; the model's MoE and dense MLPs get none). Layer 0's base
+    // GEMMs run without an input gradient, so only the billed terms are compared.
+    using flopmeter::lora_target;
+    regime_case lora{"LoRA on the MLA projections", frozen(false, false, false), 0, 0, 0, std::nan(""), 2};
+    lora.regime.lora_rank = 4;
+    lora.regime.lora_targets = {lora_target::kv_a_proj_with_mqa, lora_target::kv_b_proj, lora_target::o_proj};
+    for (const lora_target q : spec.text.q_lora_rank > 0 ? std::vector{lora_target::q_a_proj, lora_target::q_b_proj}
+                                                         : std::vector{lora_target::q_proj}) {
+      lora.regime.lora_targets.push_back(q);
+    }
+    check_regime(spec, row, lora, full_run);
   }
+}
+
+// ---- chunked attention, proven against execution ---------------------------------------------------------
+//
+// No shipped family has chunked layers yet (Llama 4's attention_chunk_size), so the spec is the Qwen2 decoder
+// above with its layers set in code: layer 0 full, layer 1 sliding (w = 5), layer 2 chunked (c = 4): a model
+// with two windows, each counted into its own window_pairs_k.
+
+// Pairs of one document under chunks of c, by brute force: query i attends keys j <= i of its own chunk.
+std::int64_t brute_force_chunk_pairs(std::int64_t length, std::int64_t c) {
+  std::int64_t pairs = 0;
+  for (std::int64_t i = 0; i < length; ++i) {
+    for (std::int64_t j = 0; j <= i; ++j) pairs += (i / c == j / c) ? 1 : 0;
+  }
+  return pairs;
+}
+
+// Every term, forward and backward, at ratio 1.0000 (full training and LoRA on every projection), and the
+// executed core pinned by hand: the chunked and the sliding layer each run 96 multiply-adds per pair
+// (QK^T + PV: 2 x nh*hd = 2 x 48), forward 2 FLOPs each, backward 2x the forward.
+TEST(ExampleFlops, ChunkedAttentionEveryTermMatchesForwardAndBackward) {
+  using flopmeter::layer_kind;
+  flopmeter::model_spec spec = flopmeter::parse_model_spec(kTinyQwen2WindowToml, "tiny_qwen2_chunked.toml");
+  spec.text.layer_runs = {
+      {layer_kind::full_attention, 1}, {layer_kind::sliding_attention, 1}, {layer_kind::chunked_attention, 1}};
+  spec.text.attention_chunk_size = 4;
+  flopmeter::validate_model_spec(spec);
+  ASSERT_EQ(spec.text.layer_type(2), layer_kind::chunked_attention);
+  const flopmeter::vision_geometry geometry = flopmeter::geometry_of(spec);
+  ASSERT_EQ(geometry.window_count, 2);
+  const vlm::data_options options = window_options();
+  const vlm::packed_row row = row_around_window(options, spec, 5);
+  const batch_facts f = flopmeter_view(spec, row);
+
+  std::int64_t sliding = 0, chunked = 0;
+  std::printf("documents:");
+  for (const std::int64_t l : row.document_lengths) {
+    sliding += brute_force_window_pairs(l, 5);
+    chunked += brute_force_chunk_pairs(l, 4);
+    std::printf(" %lld", static_cast<long long>(l));
+  }
+  std::printf(", padding %lld; sliding pairs %lld, chunk pairs %lld (causal pairs %lld)\n",
+              static_cast<long long>(row.padding_tokens), static_cast<long long>(sliding),
+              static_cast<long long>(chunked), static_cast<long long>(f.counts.causal_pairs));
+  const std::int64_t counted[] = {f.counts.window_pairs_0, f.counts.window_pairs_1};
+  for (std::int64_t k = 0; k < 2; ++k) {
+    const bool is_chunk = geometry.windows[k].kind == flopmeter::window_kind::chunked;
+    EXPECT_EQ(geometry.windows[k].size, is_chunk ? 4 : 5);
+    EXPECT_EQ(counted[k], is_chunk ? chunked : sliding) << "window " << k;
+  }
+  ASSERT_LT(chunked, f.counts.causal_pairs);
+  const measurement full_run = measure(spec, row);
+  expect_all_counted(full_run);
+  const category_flops window = full_run.flops.at(vlm::kTextWindowAttnCore);
+  EXPECT_EQ(window.forward, 2.0 * 96 * static_cast<double>(sliding + chunked));
+  EXPECT_EQ(window.backward, 2 * window.forward);
+
+  check_full_training_and_lora(spec, row, full_run);
+  // The selective policy runs the windowed and chunked cores again.
+  check_regime(
+      spec, row,
+      {"selective, every layer",
+       with_recompute(frozen(false, false, false), flopmeter::recompute_policy::selective, 0, false), 2, 1, 2, 2, 2},
+      full_run);
+}
+
+// ---- Qwen2.5-VL's windowed ViT, proven against execution ------------------------------------------------
+//
+// A tiny Qwen2.5-VL: a Qwen2 decoder and a 3-block ViT (width 32, 4 heads, gated SiLU MLP of 40, RMSNorm),
+// patches of 4 pixels, merge 2, window_size 16 = 2 x 2 merged tokens (4 x 4 patches) a side; block 1 attends to
+// the whole frame (fullatt_block_indexes = [1]), blocks 0 and 2 inside the windows.
+const char* const kTinyQwen25VlToml = R"(
+[model]
+name = "tiny_qwen2_5_vl"
+model_type = "qwen2_5_vl"
+
+[text_config]
+hidden_size = 48
+num_hidden_layers = 2
+num_attention_heads = 4
+num_key_value_heads = 2
+intermediate_size = 96
+vocab_size = 256
+tie_word_embeddings = false
+
+[vision_config]
+depth = 3
+hidden_size = 32
+num_heads = 4
+intermediate_size = 40
+out_hidden_size = 48
+patch_size = 4
+temporal_patch_size = 2
+spatial_merge_size = 2
+in_chans = 3
+window_size = 16
+fullatt_block_indexes = [1]
+)";
+
+// Images drawn from grids the window does and does not divide, with and without t > 1 (in patches; the merged
+// grid is h/2 x w/2, the window 2 x 2 merged tokens):
+//   1x6x4  merged 3 x 2: windows 2x2, 1x2 (an edge window)
+//   2x6x6  merged 3 x 3 per frame: windows 2x2, 2x1, 1x2, 1x1, two frames
+//   2x4x4  merged 2 x 2: one window per frame, two frames
+//   1x4x8  merged 2 x 4: two whole windows
+vlm::data_options windowed_vit_options() {
+  vlm::data_options options;
+  options.row_length = 160;
+  options.image_grids = {{1, 6, 4, 0, 0}, {2, 6, 6, 0, 0}, {2, 4, 4, 0, 0}, {1, 4, 8, 0, 0}};
+  return options;
+}
+
+bool window_divides(const vlm::image_item& image, std::int64_t merge, std::int64_t window) {
+  return (image.h / merge) % window == 0 && (image.w / merge) % window == 0;
+}
+
+// The first row of that stream with an item the window does not divide, an item with t > 1, two grids, padding.
+vlm::packed_row row_with_edge_windows_and_video(const vlm::data_options& options, const flopmeter::model_spec& spec) {
+  for (std::int64_t step = 1; step < 400; ++step) {
+    vlm::packed_row row = vlm::make_row(options, spec, 0, step, 0);
+    bool edge = false, video = false;
+    std::set<std::int64_t> grids;
+    for (const vlm::image_item& image : row.images) {
+      edge = edge || !window_divides(image, 2, 2);
+      video = video || image.t > 1;
+      grids.insert(image.t * 10000 + image.h * 100 + image.w);
+    }
+    if (edge && video && grids.size() >= 2 && row.padding_tokens > 0) return row;
+  }
+  throw std::runtime_error("no row with an edge window, a video and two grids in 400 steps");
+}
+
+// Window pairs of one item by brute force over (query, key) patches of each frame: both in the same window,
+// a patch's window being (row / (m v), column / (m v)) of its position in the h x w grid.
+std::int64_t brute_force_vision_window_pairs(const vlm::image_item& image, std::int64_t merge, std::int64_t window) {
+  const std::int64_t edge = merge * window;  // a window's side in patches
+  std::int64_t pairs = 0;
+  for (std::int64_t a = 0; a < image.h * image.w; ++a) {
+    for (std::int64_t b = 0; b < image.h * image.w; ++b) {
+      const bool same = (a / image.w) / edge == (b / image.w) / edge && (a % image.w) / edge == (b % image.w) / edge;
+      pairs += same ? 1 : 0;
+    }
+  }
+  return image.t * pairs;
+}
+
+// Every term, forward and backward, at ratio 1.0000 in every regime (frozen parts, LoRA, recomputation), and the
+// ViT pinned by hand, independently of flopmeter's coefficients:
+//   window core  2 window blocks x (QK^T + PV: 2 x 32 = 64 multiply-adds per pair) x window pairs, forward 2
+//                FLOPs each, backward 2x
+//   frame core   1 block x 64 x sum t (h w)^2
+//   dense        per patch and block qkv 32*96 = 3,072 + proj 32*32 = 1,024 + gate, up, down 3 x 32*40 = 3,840
+//                = 7,936 multiply-adds, x3 blocks, forward 2 FLOPs each
+TEST(ExampleFlops, WindowedVitQwen25VlTypeEveryTermMatchesForwardAndBackward) {
+  using flopmeter::lora_target;
+  const flopmeter::model_spec spec = flopmeter::parse_model_spec(kTinyQwen25VlToml, "tiny_qwen2_5_vl.toml");
+  ASSERT_TRUE(spec.vision);
+  ASSERT_EQ(spec.vision->num_window_blocks(), 2);
+  const vlm::data_options options = windowed_vit_options();
+  const vlm::packed_row row = row_with_edge_windows_and_video(options, spec);
+  const batch_facts f = flopmeter_view(spec, row);
+
+  std::int64_t window_pairs = 0, frame_pairs = 0;
+  std::printf("items:");
+  for (const vlm::image_item& image : row.images) {
+    window_pairs += brute_force_vision_window_pairs(image, 2, 2);
+    frame_pairs += image.t * (image.h * image.w) * (image.h * image.w);
+    std::printf(" %lldx%lldx%lld%s", static_cast<long long>(image.t), static_cast<long long>(image.h),
+                static_cast<long long>(image.w), window_divides(image, 2, 2) ? "" : " (edge windows)");
+  }
+  std::printf("; window pairs %lld, frame pairs %lld\n", static_cast<long long>(window_pairs),
+              static_cast<long long>(frame_pairs));
+  ASSERT_EQ(f.counts.vision_window_pairs, window_pairs);
+  ASSERT_EQ(f.counts.vision_pairs_per_frame, frame_pairs);
+  ASSERT_LT(window_pairs, frame_pairs);
+
+  const measurement full_run = measure(spec, row);
+  expect_all_counted(full_run);
+  const category_flops window = full_run.flops.at(vlm::kVisionWindowAttnCore);
+  const category_flops frame = full_run.flops.at(vlm::kVisionAttnCore);
+  EXPECT_EQ(window.forward, 2.0 * 2 * 64 * static_cast<double>(window_pairs));
+  EXPECT_EQ(window.backward, 2 * window.forward);
+  EXPECT_EQ(frame.forward, 2.0 * 1 * 64 * static_cast<double>(frame_pairs));
+  EXPECT_EQ(full_run.flops.at(vlm::kVisionDense).forward, 2.0 * 3 * 7936 * static_cast<double>(f.counts.patches));
+
+  // Full training, every frozen-parts regime, the text-only row, LoRA and the recompute policies (the ViT blocks
+  // and their window cores checkpointed with recompute_vision).
+  check_regime(spec, row, {"none (full training)", frozen(false, false, false), 2, 1, 2, 2, 2}, full_run);
+  for (const regime_case& rc : kRegimes) check_regime(spec, row, rc, full_run);
+  const vlm::packed_row text_row = row_without_items(options, spec);
+  check_regime(spec, text_row, {"text (a row without images)", frozen(false, false, true), 0, 0, 0, 0, 0},
+               measure(spec, text_row));
+  regime_case lora{"vision,merger + LoRA", frozen(true, true, false), 0, 0, 0, std::nan(""), 2};
+  lora.regime.lora_rank = 4;
+  lora.regime.lora_targets = {lora_target::q_proj,    lora_target::k_proj,  lora_target::v_proj,   lora_target::o_proj,
+                              lora_target::gate_proj, lora_target::up_proj, lora_target::down_proj};
+  check_regime(spec, row, lora, full_run);
+  check_recompute_cases(spec, options);
 }
 
 }  // namespace

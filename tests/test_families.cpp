@@ -197,6 +197,49 @@ TEST(family_coefficients, gemma3_pattern_and_layer_types_agree) {
   EXPECT_EQ(d.window_attn_pair[0], c.window_attn_pair[0]);
 }
 
+// Gemma3TextConfig's defaults (transformers' configuration_gemma3.py): vocab_size 262208, hidden_size 2304,
+// intermediate_size 9216, num_hidden_layers 26, num_attention_heads 8, num_key_value_heads 4, head_dim 256,
+// sliding_window 4096, sliding_window_pattern 6. A config.json that leaves them out is read with them, as
+// transformers reads it: the same spec and coefficients as the document that writes them all out. Also the
+// published Gemma 3 4B text_config's case, which gives its own sizes but leaves the heads and the vocabulary out.
+TEST(family_coefficients, gemma3_text_absent_fields_take_transformers_defaults) {
+  const std::string written =
+      R"({"model_type": "gemma3_text", "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, )"
+      R"("num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, )"
+      R"("sliding_window": 4096, "sliding_window_pattern": 6})";
+  const std::string minimal = R"({"model_type": "gemma3_text"})";
+  // The decoder sizes and every coefficient a gemma3_text decoder has, side by side.
+  const auto facts = [](const model_spec& spec) {
+    const text_spec& t = spec.text;
+    const coefficients c = compute_coefficients(spec);
+    return std::vector<std::int64_t>{
+        t.hidden_size,     t.num_hidden_layers,           t.num_attention_heads, t.num_key_value_heads,
+        t.head_dim,        t.intermediate_size,           t.vocab_size,          t.sliding_window,
+        c.dense_per_token, c.dense.attention_projections, c.dense.dense_mlp,     c.dense.logits,
+        c.text_attn_pair,  c.window_attn_pair[0],         c.window_attn_pair[1]};
+  };
+  const auto expect_same = [&](const model_spec& a, const model_spec& b) { EXPECT_EQ(facts(a), facts(b)); };
+  const model_spec full = from_json(written);
+  expect_same(from_json(minimal), full);
+  // By hand from the defaults: q 2304*2048 + k 2304*1024 + v 2304*1024 + o 2048*2304 = 14,155,776 per layer;
+  // MLP 3*2304*9216 = 63,700,992; LM head 2304*262,208 = 604,127,232. Training 6 per multiply-add:
+  // 6 * (26*(14,155,776 + 63,700,992) + 604,127,232) = 15,770,419,200. Layers 5, 11, 17, 23 are full (4), the
+  // other 22 slide over 4096 keys; per pair and layer 8*(256 + 256) = 4,096 multiply-adds: full 6*4*4,096 = 98,304,
+  // window 6*22*4,096 = 540,672.
+  const coefficients c = compute_coefficients(full);
+  EXPECT_EQ(c.dense_per_token, 15770419200);
+  EXPECT_EQ(c.text_attn_pair, 98304);
+  EXPECT_EQ(c.window_attn_pair[0], 540672);
+  // Gemma 3 4B's text_config sizes without its heads, head_dim and vocabulary: the defaults fill them in.
+  const std::string sized = R"({"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240, )"
+                            R"("num_hidden_layers": 34, "sliding_window": 1024})";
+  const std::string sized_written =
+      R"({"model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34, )"
+      R"("sliding_window": 1024, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, )"
+      R"("vocab_size": 262208, "sliding_window_pattern": 6})";
+  expect_same(from_json(sized), from_json(sized_written));
+}
+
 // gpt-oss: head_dim 32 x 4 heads = 128 > h; the default layer_types alternate sliding (layer 0) and full (layer 1).
 // Projections q 64*128 + k 64*64 + v 64*64 + o 128*64 = 24,576 per layer; router 64*4; experts 2 x 3*64*32;
 // dense 6 * (2*24,576 + 2*256 + 2*12,288 + 6,400) = 6 * 80,640 = 483,840. Pair 4*(32 + 32) = 256 per layer: full
@@ -251,6 +294,58 @@ TEST(family_coefficients, deepseek_without_q_lora_rank_has_one_q_proj) {
   std::string lite = kDeepSeek;
   lite.replace(lite.find(R"("q_lora_rank": 16)"), 17, R"("q_lora_rank": null)");
   EXPECT_EQ(compute_coefficients(from_json(lite)).dense_per_token, 357888 + 6 * 3 * 1280);
+}
+
+// LoRA on MLA, by the one GEMM rule (forward 2, + input gradient 2 where the input needs one, + weight gradient 2
+// where the weight trains, per multiply-add), rank 2 on q_b_proj and kv_a_proj_with_mqa of the DeepSeek config
+// above, text only (layer 0's input needs no gradient; base weights frozen). In passes of 2 FLOPs:
+//   layer 0  q_a 1,024 x1 (input and weight without gradient); q_b 768 x1 (its input, q_a's output, has none);
+//            q_b's A 16*2 = 32 x2 (forward + weight gradient), B 2*48 = 96 x3; kv_a 768 x1, its A 64*2 = 128 x2,
+//            B 2*12 = 24 x3; kv_b 512 x2 (the latent needs a gradient: kv_a is adapted); o 2,048 x2; the core
+//            80 per pair x3; the dense MLP 18,432 x2
+//   layers 1, 2  every base GEMM x2 (5,120), every A and B x3 (280); the MoE blocks x2 (512 + 6,144 + 3,072)
+//   LM head 6,400 x2
+// attention projections 2*(1,024 + 768 + 768 + 2*512 + 2*2,048 + 2*2*5,120) = 56,320; adapters 2*(2*32 + 3*96 +
+// 2*128 + 3*24 + 2*3*280) = 4,720; dense MLP 2*2*18,432 = 73,728; router 2*2*2*512 = 4,096; experts 2*2*2*6,144
+// = 49,152; shared expert 2*2*2*3,072 = 24,576; logits 2*2*6,400 = 25,600: 238,192. Pairs 2*3*3*80 = 1,440.
+TEST(family_coefficients, lora_on_mla_projections_follows_the_gemm_rule) {
+  training_regime r;
+  r.lora_rank = 2;
+  r.lora_targets = {lora_target::q_b_proj, lora_target::kv_a_proj_with_mqa};
+  const coefficients c = compute_coefficients(from_json(kDeepSeek), r).without_items;
+  EXPECT_EQ(c.dense.attention_projections, 56320);
+  EXPECT_EQ(c.dense.lora_adapters, 4720);
+  EXPECT_EQ(c.dense.dense_mlp, 73728);
+  EXPECT_EQ(c.dense.moe_router, 4096);
+  EXPECT_EQ(c.dense.moe_routed_experts, 49152);
+  EXPECT_EQ(c.dense.moe_shared_expert, 24576);
+  EXPECT_EQ(c.dense.logits, 25600);
+  EXPECT_EQ(c.dense_per_token, 238192);
+  EXPECT_EQ(c.text_attn_pair, 1440);
+  // Names MLA does not have: k_proj and v_proj; q_a_proj and q_b_proj without q_lora_rank; q_proj with it.
+  std::string lite = kDeepSeek;
+  lite.replace(lite.find(R"("q_lora_rank": 16)"), 17, R"("q_lora_rank": null)");
+  for (const auto& [config, target] :
+       {std::pair{kDeepSeek, lora_target::k_proj}, std::pair{kDeepSeek, lora_target::q_proj},
+        std::pair{lite, lora_target::q_a_proj}}) {
+    training_regime absent;
+    absent.lora_rank = 2;
+    absent.lora_targets = {target};
+    EXPECT_THROW(compute_coefficients(from_json(config), absent), error) << to_string(target);
+  }
+  // q_proj on the lite model: 64*48 = 3,072 x1 in layer 0 (then x2), A 64*2 = 128 x2 then x3, B 2*48 = 96 x3.
+  training_regime q;
+  q.lora_rank = 2;
+  q.lora_targets = {lora_target::q_proj};
+  const coefficients d = compute_coefficients(from_json(lite), q).without_items;
+  EXPECT_EQ(d.dense.lora_adapters, 2 * (2 * 128 + 3 * 96 + 2 * 3 * (128 + 96)));
+  // o_proj (nh*v = 32 -> 64) alone: in layer 0 nothing upstream of it needs a gradient (the core's inputs come from
+  // frozen projections of an input without one), so A 32*2 = 64 x2 and B 2*64 = 128 x3; layers 1, 2 both x3.
+  training_regime o;
+  o.lora_rank = 2;
+  o.lora_targets = {lora_target::o_proj};
+  const coefficients e = compute_coefficients(from_json(kDeepSeek), o).without_items;
+  EXPECT_EQ(e.dense.lora_adapters, 2 * (2 * 64 + 3 * 128 + 2 * 3 * (64 + 128)));
 }
 
 // GLM-4.5: standard GQA (head_dim explicit) with the DeepSeek MoE layout: 6 * (3*12,288 + 18,432 + 2*9,728 +

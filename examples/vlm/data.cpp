@@ -96,7 +96,7 @@ packed_row make_row(const data_options& o, const flopmeter::model_spec& spec, st
     const bool wants_image = std::bernoulli_distribution(o.image_probability)(rng);
     if (spec.vision && wants_image) {
       std::vector<image_item> fits;
-      for (const image_item& g : image_grid_menu()) {
+      for (const image_item& g : o.image_grids.empty() ? image_grid_menu() : o.image_grids) {
         check(g.h % merge == 0 && g.w % merge == 0, "an image grid is not divisible by spatial_merge_size");
         if (g.patches() / (merge * merge) <= length - 2) fits.push_back(g);
       }

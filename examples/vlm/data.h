@@ -22,6 +22,14 @@ namespace vlm {
 
 inline constexpr std::int64_t kIgnoreLabel = -100;
 
+// One image or video in patches: t temporal patches of an h x w patch grid (Qwen's grid_thw).
+struct image_item {
+  std::int64_t t = 1, h = 4, w = 4;
+  std::int64_t first_token = 0;  // row position of its first merged token; its run is contiguous
+  std::int64_t document = 0;     // index of the document that holds it
+  std::int64_t patches() const { return t * h * w; }
+};
+
 struct data_options {
   std::int64_t row_length = 256;           // token slots per row (= per micro-batch)
   std::int64_t min_document_length = 16;   // tokens; the last document may be shorter to fill the row
@@ -30,15 +38,8 @@ struct data_options {
   std::int64_t max_padding_tokens = 24;
   double image_probability = 0.5;          // chance that a document (long enough) carries one image
   std::int64_t pattern_vocab = 64;         // text tokens are in [0, pattern_vocab); must be < vocab_size - 1
+  std::vector<image_item> image_grids;     // the grids images are drawn from; empty: image_grid_menu()
   std::uint64_t seed = 1234;
-};
-
-// One image or video in patches: t temporal patches of an h x w patch grid (Qwen's grid_thw).
-struct image_item {
-  std::int64_t t = 1, h = 4, w = 4;
-  std::int64_t first_token = 0;     // row position of its first merged token; its run is contiguous
-  std::int64_t document = 0;        // index of the document that holds it
-  std::int64_t patches() const { return t * h * w; }
 };
 
 struct packed_row {

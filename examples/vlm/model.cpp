@@ -231,11 +231,14 @@ class token_mixer : public adaptable {
 };
 
 // GQA softmax attention per document, with Qwen3.5's sigmoid output gate when attn_output_gate; over the whole
-// document causally (window 0) or over a sliding window of `window` keys (query i sees keys i - w < j <= i).
+// document causally (window 0, chunk 0), over a sliding window of `window` keys (query i sees keys i - w < j <= i),
+// or inside chunks of `chunk` tokens (query i sees the keys of its own chunk up to itself; a document's chunks
+// start at its first token, the last one shorter when c does not divide its length).
 class full_attention_impl : public token_mixer {
  public:
-  full_attention_impl(const flopmeter::text_spec& t, std::int64_t window)
+  full_attention_impl(const flopmeter::text_spec& t, std::int64_t window, std::int64_t chunk)
       : window_(window),
+        chunk_(chunk),
         heads_(t.num_attention_heads),
         kv_heads_(t.num_key_value_heads),
         head_dim_(t.head_dim),
@@ -272,7 +275,22 @@ class full_attention_impl : public token_mixer {
     // The attention core over q, k, v; under the selective policy checkpointed (run again in the backward).
     const auto attend = [this, segments](const std::vector<torch::Tensor>& in) {
       const torch::Tensor &qa = in[0], &ka = in[1], &va = in[2];
-      if (window_ > 0) return windowed_core(qa, ka, va, segments);
+      if (window_ > 0) return windowed_core(qa, ka, va, segments, window_);
+      if (chunk_ > 0) {
+        // Each chunk is a causal run of at most c tokens: the windowed core with window c runs exactly its
+        // L(L+1)/2 pairs (L <= c), per chunk q * c(c+1)/2 + r(r+1)/2 for a document of q c + r tokens.
+        std::vector<segment> chunks;
+        for (const segment& s : segments) {
+          if (!s.is_document) {
+            chunks.push_back(s);
+            continue;
+          }
+          for (std::int64_t offset = 0; offset < s.length; offset += chunk_) {
+            chunks.push_back({s.start + offset, std::min(chunk_, s.length - offset), true});
+          }
+        }
+        return windowed_core(qa, ka, va, chunks, chunk_);
+      }
       VLM_FLOP_SCOPE("text_attn_core");
       const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
       const std::int64_t groups = heads_ / kv_heads_;
@@ -316,7 +334,7 @@ class full_attention_impl : public token_mixer {
   // That is 2 * nh * hd multiply-adds per pair for L(L+1)/2 pairs when L <= w, w(w+1)/2 + (L - w) w otherwise:
   // the window pairs flopmeter bills (window_pairs), with nothing masked and nothing computed twice.
   torch::Tensor windowed_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                              const std::vector<segment>& segments) {
+                              const std::vector<segment>& segments, std::int64_t window) {
     VLM_FLOP_SCOPE("text_window_attn_core");
     const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
     const std::int64_t groups = heads_ / kv_heads_;
@@ -331,7 +349,7 @@ class full_attention_impl : public token_mixer {
       const torch::Tensor qd = q.narrow(0, s.start, n) * scale;                       // [L, nh, hd]
       const torch::Tensor kd = k.narrow(0, s.start, n).repeat_interleave(groups, 1);  // [L, nh, hd]
       const torch::Tensor vd = v.narrow(0, s.start, n).repeat_interleave(groups, 1);
-      const std::int64_t prefix = std::min(n, window_ - 1);
+      const std::int64_t prefix = std::min(n, window - 1);
       for (std::int64_t i = 0; i < prefix; ++i) {
         const torch::Tensor qi = qd[i].unsqueeze(1);                      // [nh, 1, hd]
         const torch::Tensor ki = kd.narrow(0, 0, i + 1).transpose(0, 1);  // [nh, i+1, hd]
@@ -339,11 +357,11 @@ class full_attention_impl : public token_mixer {
         const torch::Tensor probs = torch::softmax(core_matmul(qi, ki.transpose(1, 2)), -1);  // [nh, 1, i+1]
         pieces.push_back(core_matmul(probs, vi).reshape({1, width}));
       }
-      if (n >= window_) {
-        const std::int64_t m = n - window_ + 1;                               // queries w-1 .. L-1
-        const torch::Tensor qb = qd.narrow(0, window_ - 1, m).unsqueeze(2);   // [m, nh, 1, hd]
-        const torch::Tensor kw = kd.unfold(0, window_, 1);                    // [m, nh, hd, w]
-        const torch::Tensor vw = vd.unfold(0, window_, 1).transpose(2, 3);    // [m, nh, w, hd]
+      if (n >= window) {
+        const std::int64_t m = n - window + 1;                                // queries w-1 .. L-1
+        const torch::Tensor qb = qd.narrow(0, window - 1, m).unsqueeze(2);    // [m, nh, 1, hd]
+        const torch::Tensor kw = kd.unfold(0, window, 1);                     // [m, nh, hd, w]
+        const torch::Tensor vw = vd.unfold(0, window, 1).transpose(2, 3);     // [m, nh, w, hd]
         const torch::Tensor probs = torch::softmax(core_matmul(qb, kw), -1);  // [m, nh, 1, w]
         pieces.push_back(core_matmul(probs, vw).reshape({m, width}));
       }
@@ -351,7 +369,7 @@ class full_attention_impl : public token_mixer {
     return torch::cat(pieces, 0);
   }
 
-  std::int64_t window_;
+  std::int64_t window_, chunk_;
   std::int64_t heads_, kv_heads_, head_dim_;
   bool gated_;
   torch::nn::Linear q_proj_, k_proj_, v_proj_, o_proj_;
@@ -366,7 +384,9 @@ class full_attention_impl : public token_mixer {
 //   core per document, causal: scores over nope + rope per head, probabilities times v (v_head_dim)
 //   o   o_proj nh*v -> h
 // The core is the masked square of full_attention_impl (so the test converts it by sum L^2 / sum L(L+1)/2), at
-// nh*(nope + rope) + nh*v multiply-adds per (query, key) pair. RoPE is element-wise and left out.
+// nh*(nope + rope) + nh*v multiply-adds per (query, key) pair. RoPE is element-wise and left out. Every
+// projection can carry a LoRA adapter by its PEFT name (q_a_proj, q_b_proj or q_proj, kv_a_proj_with_mqa,
+// kv_b_proj, o_proj).
 class mla_attention_impl : public token_mixer {
  public:
   explicit mla_attention_impl(const flopmeter::text_spec& t)
@@ -375,17 +395,17 @@ class mla_attention_impl : public token_mixer {
         rope_(t.qk_rope_head_dim),
         v_dim_(t.v_head_dim),
         kv_rank_(t.kv_lora_rank),
-        kv_a_proj_(register_module("kv_a_proj_with_mqa", linear(t.hidden_size, kv_rank_ + rope_, false))),
+        kv_a_proj_(adaptable_projection("kv_a_proj_with_mqa", linear(t.hidden_size, kv_rank_ + rope_, false))),
         kv_a_norm_(register_module("kv_a_layernorm", std::make_shared<rms_norm_impl>(kv_rank_))),
-        kv_b_proj_(register_module("kv_b_proj", linear(kv_rank_, heads_ * (nope_ + v_dim_), false))),
-        o_proj_(register_module("o_proj", linear(heads_ * v_dim_, t.hidden_size, false))) {
+        kv_b_proj_(adaptable_projection("kv_b_proj", linear(kv_rank_, heads_ * (nope_ + v_dim_), false))),
+        o_proj_(adaptable_projection("o_proj", linear(heads_ * v_dim_, t.hidden_size, false))) {
     const std::int64_t q_width = heads_ * (nope_ + rope_);
     if (t.q_lora_rank > 0) {
-      q_a_proj_ = register_module("q_a_proj", linear(t.hidden_size, t.q_lora_rank, false));
+      q_a_proj_ = adaptable_projection("q_a_proj", linear(t.hidden_size, t.q_lora_rank, false));
       q_a_norm_ = register_module("q_a_layernorm", std::make_shared<rms_norm_impl>(t.q_lora_rank));
-      q_b_proj_ = register_module("q_b_proj", linear(t.q_lora_rank, q_width, false));
+      q_b_proj_ = adaptable_projection("q_b_proj", linear(t.q_lora_rank, q_width, false));
     } else {
-      q_proj_ = register_module("q_proj", linear(t.hidden_size, q_width, false));
+      q_proj_ = adaptable_projection("q_proj", linear(t.hidden_size, q_width, false));
     }
   }
 
@@ -394,11 +414,12 @@ class mla_attention_impl : public token_mixer {
     torch::Tensor q, k, v;
     {
       VLM_FLOP_SCOPE("text_attn_proj");
-      q = q_proj_.is_empty() ? q_b_proj_->forward(q_a_norm_->forward(q_a_proj_->forward(x))) : q_proj_->forward(x);
+      q = q_proj_.is_empty() ? project("q_b_proj", q_b_proj_, q_a_norm_->forward(project("q_a_proj", q_a_proj_, x)))
+                             : project("q_proj", q_proj_, x);
       q = q.view({tokens, heads_, nope_ + rope_});
-      const auto latent = kv_a_proj_->forward(x).split_with_sizes({kv_rank_, rope_}, -1);
+      const auto latent = project("kv_a_proj_with_mqa", kv_a_proj_, x).split_with_sizes({kv_rank_, rope_}, -1);
       const torch::Tensor kv =
-          kv_b_proj_->forward(kv_a_norm_->forward(latent[0])).view({tokens, heads_, nope_ + v_dim_});
+          project("kv_b_proj", kv_b_proj_, kv_a_norm_->forward(latent[0])).view({tokens, heads_, nope_ + v_dim_});
       const auto parts = kv.split_with_sizes({nope_, v_dim_}, -1);
       const torch::Tensor k_rope = latent[1].reshape({tokens, 1, rope_}).expand({tokens, heads_, rope_});
       k = torch::cat({parts[0], k_rope}, -1);  // [T, nh, nope + rope]
@@ -426,7 +447,7 @@ class mla_attention_impl : public token_mixer {
       out = torch::cat(pieces, 0);
     }
     VLM_FLOP_SCOPE("text_attn_proj");
-    return o_proj_->forward(out);
+    return project("o_proj", o_proj_, out);
   }
 
  private:
@@ -552,13 +573,13 @@ class decoder_layer_impl : public torch::nn::Module {
     if (t.is_mla() && kind == flopmeter::layer_kind::full_attention) {
       mixer_ = register_module("self_attn", std::make_shared<mla_attention_impl>(t));
     } else if (kind == flopmeter::layer_kind::full_attention) {
-      mixer_ = register_module("self_attn", std::make_shared<full_attention_impl>(t, 0));
+      mixer_ = register_module("self_attn", std::make_shared<full_attention_impl>(t, 0, 0));
     } else if (kind == flopmeter::layer_kind::sliding_attention) {
-      mixer_ = register_module("self_attn", std::make_shared<full_attention_impl>(t, t.sliding_window));
-    } else if (kind == flopmeter::layer_kind::linear_attention) {
-      mixer_ = register_module("linear_attn", std::make_shared<gated_deltanet_impl>(t));
+      mixer_ = register_module("self_attn", std::make_shared<full_attention_impl>(t, t.sliding_window, 0));
+    } else if (kind == flopmeter::layer_kind::chunked_attention) {
+      mixer_ = register_module("self_attn", std::make_shared<full_attention_impl>(t, 0, t.attention_chunk_size));
     } else {
-      throw std::invalid_argument("vlm_model: chunked attention layers are not built by this example");
+      mixer_ = register_module("linear_attn", std::make_shared<gated_deltanet_impl>(t));
     }
   }
   // Adapters on the named projections of this layer's mixer and dense MLP (an MoE block has none); the count.
@@ -585,62 +606,95 @@ class decoder_layer_impl : public torch::nn::Module {
 
 // ---- vision tower ------------------------------------------------------------------------------------------
 
-// A ViT block: LayerNorm, attention (fused qkv with bias) bidirectional within each temporal patch of each
-// item, LayerNorm, GELU MLP.
+// A ViT block: a norm, attention (fused qkv with bias) bidirectional inside each attention segment of the patch
+// sequence, a norm, the MLP. Qwen2-VL / Qwen3-VL (a plain MLP): LayerNorm and a GELU MLP fc1, fc2. Qwen2.5-VL
+// (a gated MLP): RMSNorm and a SwiGLU gate_proj, up_proj, down_proj, with biases. The segments are the temporal
+// patches of the items (a frame of h*w patches attends to itself), or in a window block of Qwen2.5-VL the windows
+// (vision_tower_impl lays the patches out window by window and says which).
 class vision_block_impl : public torch::nn::Module {
  public:
-  explicit vision_block_impl(const flopmeter::vision_spec& v)
+  vision_block_impl(const flopmeter::vision_spec& v, bool windowed)
       : heads_(v.num_heads),
         head_dim_(v.hidden_size / v.num_heads),
-        norm1_(register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({v.hidden_size}).eps(1e-6)))),
-        norm2_(register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({v.hidden_size}).eps(1e-6)))),
+        windowed_(windowed),
+        gated_(v.mlp == flopmeter::vision_mlp_kind::gated),
         qkv_(register_module("qkv", linear(v.hidden_size, 3 * v.hidden_size, true))),
-        proj_(register_module("proj", linear(v.hidden_size, v.hidden_size, true))),
-        fc1_(register_module("fc1", linear(v.hidden_size, v.intermediate_size, true))),
-        fc2_(register_module("fc2", linear(v.intermediate_size, v.hidden_size, true))) {}
+        proj_(register_module("proj", linear(v.hidden_size, v.hidden_size, true))) {
+    if (gated_) {
+      rms1_ = register_module("norm1", std::make_shared<rms_norm_impl>(v.hidden_size));
+      rms2_ = register_module("norm2", std::make_shared<rms_norm_impl>(v.hidden_size));
+      fc1_ = register_module("gate_proj", linear(v.hidden_size, v.intermediate_size, true));
+      up_ = register_module("up_proj", linear(v.hidden_size, v.intermediate_size, true));
+      fc2_ = register_module("down_proj", linear(v.intermediate_size, v.hidden_size, true));
+    } else {
+      norm1_ = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({v.hidden_size}).eps(1e-6)));
+      norm2_ = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({v.hidden_size}).eps(1e-6)));
+      fc1_ = register_module("fc1", linear(v.hidden_size, v.intermediate_size, true));
+      fc2_ = register_module("fc2", linear(v.intermediate_size, v.hidden_size, true));
+    }
+  }
 
-  torch::Tensor forward(torch::Tensor x, const std::vector<image_item>& images) {
+  // Attends inside `windows` (consecutive runs of the patch sequence) in a window block, inside `frames` in the
+  // others.
+  torch::Tensor forward(torch::Tensor x, const std::vector<std::int64_t>& frames,
+                        const std::vector<std::int64_t>& windows) {
     const std::int64_t patches = x.size(0);
     const std::int64_t width = heads_ * head_dim_;
     torch::Tensor qkv;
     {
       VLM_FLOP_SCOPE("vision_dense");
-      qkv = product_linear(norm1_->forward(x), qkv_->weight, qkv_->bias).view({patches, 3, heads_, head_dim_});
+      qkv = product_linear(norm(1, x), qkv_->weight, qkv_->bias).view({patches, 3, heads_, head_dim_});
     }
-    // Bidirectional attention inside each temporal patch: a frame of h*w patches attends to itself only,
-    // (h*w)^2 pairs, like Qwen's cu_seqlens over grid_t frames. Under the selective policy checkpointed.
-    const auto attend = [this, images, width](const std::vector<torch::Tensor>& in) {
+    // Bidirectional attention inside each segment: n patches attend to each other, n^2 pairs (Qwen's cu_seqlens
+    // over grid_t frames, or over the windows' cu_window_seqlens). Under the selective policy checkpointed.
+    const std::vector<std::int64_t> segments = windowed_ ? windows : frames;
+    const auto attend = [this, segments, width](const std::vector<torch::Tensor>& in) {
       const torch::Tensor& packed = in[0];
-      VLM_FLOP_SCOPE("vision_attn_core");
-      const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
-      std::vector<torch::Tensor> frames;
-      std::int64_t start = 0;
-      for (const image_item& image : images) {
-        const std::int64_t frame = image.h * image.w;
-        for (std::int64_t f = 0; f < image.t; ++f, start += frame) {
-          const torch::Tensor piece = packed.narrow(0, start, frame);               // [n, 3, heads, hd]
-          const torch::Tensor q = piece.select(1, 0).transpose(0, 1) * scale;       // [heads, n, hd]
+      const auto core = [&] {
+        const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+        std::vector<torch::Tensor> pieces;
+        std::int64_t start = 0;
+        for (const std::int64_t n : segments) {
+          const torch::Tensor piece = packed.narrow(0, start, n);              // [n, 3, heads, hd]
+          const torch::Tensor q = piece.select(1, 0).transpose(0, 1) * scale;  // [heads, n, hd]
           const torch::Tensor k = piece.select(1, 1).transpose(0, 1);
           const torch::Tensor v = piece.select(1, 2).transpose(0, 1);
           const torch::Tensor probs = torch::softmax(core_matmul(q, k.transpose(1, 2)), -1);
-          frames.push_back(core_matmul(probs, v).transpose(0, 1).reshape({frame, width}));
+          pieces.push_back(core_matmul(probs, v).transpose(0, 1).reshape({n, width}));
+          start += n;
         }
+        return torch::cat(pieces, 0);
+      };
+      if (windowed_) {
+        VLM_FLOP_SCOPE("vision_window_attn_core");
+        return core();
       }
-      return torch::cat(frames, 0);
+      VLM_FLOP_SCOPE("vision_attn_core");
+      return core();
     };
     const torch::Tensor attended = checkpoint_core_ ? checkpoint(attend, {qkv}, {}) : attend({qkv});
     VLM_FLOP_SCOPE("vision_dense");
     x = x + product_linear(attended, proj_->weight, proj_->bias);
-    const torch::Tensor hidden = F::gelu(product_linear(norm2_->forward(x), fc1_->weight, fc1_->bias));
+    const torch::Tensor normed = norm(2, x);
+    torch::Tensor hidden = product_linear(normed, fc1_->weight, fc1_->bias);  // gate_proj before up_proj
+    hidden = gated_ ? F::silu(hidden) * product_linear(normed, up_->weight, up_->bias) : F::gelu(hidden);
     return x + product_linear(hidden, fc2_->weight, fc2_->bias, /*last=*/true);
   }
 
   bool checkpoint_core_ = false;  // the selective policy (set_recompute)
 
  private:
+  torch::Tensor norm(int which, const torch::Tensor& x) {
+    if (gated_) return (which == 1 ? rms1_ : rms2_)->forward(x);
+    return (which == 1 ? norm1_ : norm2_)->forward(x);
+  }
+
   std::int64_t heads_, head_dim_;
-  torch::nn::LayerNorm norm1_, norm2_;
-  torch::nn::Linear qkv_, proj_, fc1_, fc2_;
+  bool windowed_, gated_;
+  torch::nn::LayerNorm norm1_{nullptr}, norm2_{nullptr};
+  std::shared_ptr<rms_norm_impl> rms1_, rms2_;
+  torch::nn::Linear qkv_, proj_;
+  torch::nn::Linear fc1_{nullptr}, up_{nullptr}, fc2_{nullptr};  // gated: gate_proj, up_proj, down_proj
 };
 
 // Groups spatial_merge_size^2 consecutive patches (one merge block) into one token:
@@ -670,16 +724,56 @@ class patch_merger_impl : public torch::nn::Module {
   torch::nn::Linear fc1_, fc2_;
 };
 
+// Qwen2.5-VL's window layout (transformers' Qwen2_5_VisionTransformerPretrainedModel.get_window_index): per
+// temporal patch, the merged tokens of the (h/m) x (w/m) grid are tiled by square windows of v merged tokens a
+// side from the top left, the windows at the right and bottom edges smaller when v does not divide the grid.
+// The patch sequence is reordered window by window, whole merged tokens (m^2 consecutive patches) at a time, and
+// window blocks attend inside each window. Frames stay contiguous (the windows of a frame are inside it), so the
+// full-attention blocks attend per frame over the same reordered sequence.
+struct vision_layout {
+  std::vector<std::int64_t> frames;   // patches per temporal patch, in item order
+  std::vector<std::int64_t> windows;  // patches per window, in the reordered sequence
+  std::vector<std::int64_t> order;    // the merged token (in the processor's order) at each reordered place
+};
+
+vision_layout layout_of(const std::vector<image_item>& images, std::int64_t merge, std::int64_t window) {
+  vision_layout out;
+  std::int64_t base = 0;  // merged tokens of the items before
+  for (const image_item& image : images) {
+    const std::int64_t rows = image.h / merge, cols = image.w / merge;
+    for (std::int64_t f = 0; f < image.t; ++f, base += rows * cols) {
+      out.frames.push_back(image.h * image.w);
+      if (window == 0) continue;
+      for (std::int64_t r0 = 0; r0 < rows; r0 += window) {
+        for (std::int64_t c0 = 0; c0 < cols; c0 += window) {
+          const std::int64_t r1 = std::min(rows, r0 + window), c1 = std::min(cols, c0 + window);
+          for (std::int64_t r = r0; r < r1; ++r) {
+            for (std::int64_t c = c0; c < c1; ++c) out.order.push_back(base + r * cols + c);
+          }
+          out.windows.push_back((r1 - r0) * (c1 - c0) * merge * merge);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 class vision_tower_impl : public torch::nn::Module {
  public:
   explicit vision_tower_impl(const flopmeter::vision_spec& v)
-      : deepstack_indexes_(v.deepstack_visual_indexes),
+      : merge_(v.spatial_merge_size),
+        window_(v.window_size > 0 ? v.window_size / (v.patch_size * v.spatial_merge_size) : 0),
+        deepstack_indexes_(v.deepstack_visual_indexes),
         // Qwen's patch embedding is a Conv3d with kernel = stride = (temporal_patch_size, patch_size,
         // patch_size) over non-overlapping patches, which is exactly this Linear of the flattened patch.
         patch_embed_(register_module("patch_embed", linear(v.patch_input_size(), v.hidden_size, true))),
         merger_(register_module("merger", std::make_shared<patch_merger_impl>(v, false))) {
     for (std::int64_t i = 0; i < v.depth; ++i) {
-      blocks_.push_back(register_module("blocks_" + std::to_string(i), std::make_shared<vision_block_impl>(v)));
+      // Qwen2.5-VL: the blocks not listed in fullatt_block_indexes attend inside windows.
+      const bool windowed = window_ > 0 && std::find(v.fullatt_block_indexes.begin(), v.fullatt_block_indexes.end(),
+                                                     i) == v.fullatt_block_indexes.end();
+      blocks_.push_back(
+          register_module("blocks_" + std::to_string(i), std::make_shared<vision_block_impl>(v, windowed)));
     }
     for (std::size_t i = 0; i < deepstack_indexes_.size(); ++i) {
       deepstack_.push_back(register_module("deepstack_merger_" + std::to_string(i),
@@ -715,25 +809,44 @@ class vision_tower_impl : public torch::nn::Module {
       VLM_FLOP_SCOPE("patch_embed");
       x = patch_embed_->forward(pixel_patches);
     }
+    // Window by window (a gather of whole merged tokens, no matmul); undone on the merged tokens at the end.
+    const vision_layout layout = layout_of(images, merge_, window_);
+    torch::Tensor restore;
+    if (window_ > 0) {
+      const torch::Tensor order = torch::tensor(layout.order, torch::TensorOptions().dtype(torch::kInt64));
+      const std::int64_t unit = merge_ * merge_;
+      x = x.view({-1, unit, x.size(1)}).index_select(0, order.to(x.device())).view({-1, x.size(1)});
+      restore = order.argsort().to(x.device());
+    }
+    const auto in_processor_order = [&](const torch::Tensor& merged) {
+      return restore.defined() ? merged.index_select(0, restore) : merged;
+    };
     std::vector<torch::Tensor> deepstack(deepstack_indexes_.size());
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
       if (checkpoint_blocks_) {
         const std::shared_ptr<vision_block_impl> block = blocks_[i];
-        x = checkpoint([block, images](const std::vector<torch::Tensor>& in) { return block->forward(in[0], images); },
-                       {x}, block->parameters(), policy_);
+        x = checkpoint(
+            [block, layout](const std::vector<torch::Tensor>& in) {
+              return block->forward(in[0], layout.frames, layout.windows);
+            },
+            {x}, block->parameters(), policy_);
       } else {
-        x = blocks_[i]->forward(x, images);
+        x = blocks_[i]->forward(x, layout.frames, layout.windows);
       }
       for (std::size_t d = 0; d < deepstack_indexes_.size(); ++d) {
-        if (deepstack_indexes_[d] == static_cast<std::int64_t>(i)) deepstack[d] = deepstack_[d]->forward(x);
+        if (deepstack_indexes_[d] == static_cast<std::int64_t>(i)) {
+          deepstack[d] = in_processor_order(deepstack_[d]->forward(x));
+        }
       }
     }
-    std::vector<torch::Tensor> out{merger_->forward(x)};
+    std::vector<torch::Tensor> out{in_processor_order(merger_->forward(x))};
     out.insert(out.end(), deepstack.begin(), deepstack.end());
     return out;
   }
 
  private:
+  std::int64_t merge_;
+  std::int64_t window_;  // Qwen2.5-VL: window edge in merged tokens; 0: no window blocks
   std::vector<std::int64_t> deepstack_indexes_;
   torch::nn::Linear patch_embed_;
   std::vector<std::shared_ptr<vision_block_impl>> blocks_;
@@ -792,6 +905,11 @@ vlm_model_impl::vlm_model_impl(const flopmeter::model_spec& spec) : spec_(spec) 
   }
   if (spec_.vision && spec_.vision->out_hidden_size != t.hidden_size) {
     throw std::invalid_argument("vlm_model: vision out_hidden_size must equal the decoder hidden_size");
+  }
+  if (spec_.vision &&
+      (spec_.vision->cls_token || spec_.vision->projector != flopmeter::vision_projector_kind::patch_merger)) {
+    throw std::invalid_argument("vlm_model: only Qwen's vision towers are built (patch merger, no CLS token); got " +
+                                spec_.model_type);
   }
   embed_tokens_ = register_parameter("embed_tokens", torch::randn({t.vocab_size, t.hidden_size}) * 0.02);
   lm_head_ = t.tie_word_embeddings ? embed_tokens_

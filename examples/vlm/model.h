@@ -6,13 +6,18 @@
 //   vision tower   patch embedding (a Linear of in_channels*temporal_patch_size*patch_size^2 -> hv, the
 //                  same map as Qwen's Conv3d whose stride equals its kernel), `depth` blocks of
 //                  LayerNorm + bidirectional attention within each temporal patch of each item + LayerNorm +
-//                  GELU MLP, then the patch merger (and one DeepStack merger per deepstack index).
+//                  GELU MLP, then the patch merger (and one DeepStack merger per deepstack index). Qwen2.5-VL
+//                  (qwen2_5_vl): RMSNorm and a gated SiLU MLP (gate, up, down), and every block not in
+//                  fullatt_block_indexes attends inside the windows transformers' get_window_index builds
+//                  (square windows of window_size / patch_size / spatial_merge_size merged tokens a side per
+//                  temporal patch, smaller at the right and bottom edges), the others per temporal patch.
 //   decoder        token embedding with the merged vision tokens written over the image placeholders,
 //                  `num_hidden_layers` layers of RMSNorm + token mixer + RMSNorm + MLP, final RMSNorm and
 //                  the LM head (tied to the embedding when tie_word_embeddings). The token mixer is GQA
 //                  softmax attention per document (with Qwen3.5's sigmoid output gate when attn_output_gate),
 //                  on a sliding_attention layer restricted to the last sliding_window keys (each query against
-//                  exactly its window, as a varlen windowed kernel runs it), DeepSeek-V3's multi-head latent
+//                  exactly its window, as a varlen windowed kernel runs it), on a chunked_attention layer
+//                  inside chunks of attention_chunk_size tokens from the document's start (causal in each), DeepSeek-V3's multi-head latent
 //                  attention on an MLA model (q_a/q_b or q, kv_a, kv_b, o; MoE layers from
 //                  first_k_dense_replace on with ungated shared experts), or a Gated DeltaNet (causal depthwise conv + gated delta rule per document). The MLP is a
 //                  SwiGLU, or on an MoE model (qwen3_vl_moe / qwen3_5_moe) in its MoE layers an MoE block:
@@ -53,7 +58,8 @@ namespace vlm {
 inline constexpr const char* kScopePrefix = "flopmeter_cat:";
 inline constexpr const char* kTextAttnProj = "text_attn_proj";    // q (+gate), k, v, o projections
 inline constexpr const char* kTextAttnCore = "text_attn_core";    // QK^T and PV per document
-inline constexpr const char* kTextWindowAttnCore = "text_window_attn_core";  // the same inside a sliding window
+inline constexpr const char* kTextWindowAttnCore =
+    "text_window_attn_core";                                      // the same inside a sliding window or chunk
 inline constexpr const char* kGdnProj = "gdn_proj";               // in_proj_qkv, _z, _a, _b, out_proj
 inline constexpr const char* kGdnConv = "gdn_conv";               // depthwise causal conv1d
 inline constexpr const char* kGdnDeltaRule = "gdn_delta_rule";    // the gated delta rule recurrence
@@ -66,6 +72,7 @@ inline constexpr const char* kLogits = "logits";                  // LM head
 inline constexpr const char* kPatchEmbed = "patch_embed";         // patch embedding
 inline constexpr const char* kVisionDense = "vision_dense";       // ViT qkv, proj, MLP
 inline constexpr const char* kVisionAttnCore = "vision_attn_core";  // ViT QK^T and PV per temporal patch
+inline constexpr const char* kVisionWindowAttnCore = "vision_window_attn_core";  // the same per Qwen2.5-VL window
 inline constexpr const char* kMerger = "merger";                  // patch merger + DeepStack mergers
 inline constexpr const char* kLoraAdapters = "lora_adapters";     // LoRA x A and (x A) B of adapted projections
 
@@ -111,7 +118,8 @@ class vlm_model_impl : public torch::nn::Module {
   // trainable upstream needs: the training regime flopmeter bills (flopmeter::training_regime).
   void freeze(bool vision, bool merger, bool text);
   // LoRA adapters of `rank` on every decoder projection named in `targets` (Hugging Face names: q_proj, k_proj,
-  // v_proj, o_proj, in_proj_qkv, in_proj_z, out_proj, and gate_proj, up_proj, down_proj of dense SwiGLU MLPs;
+  // v_proj, o_proj, in_proj_qkv, in_proj_z, out_proj, MLA's q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj,
+  // and gate_proj, up_proj, down_proj of dense SwiGLU MLPs;
   // MoE experts get none). Their matmuls run in the kLoraAdapters scope. Returns the adapters added. Call
   // freeze(..., text = true) too for a LoRA run: the base weights do not train.
   int add_lora(std::int64_t rank, const std::vector<std::string>& targets);

@@ -244,7 +244,9 @@ std::string exact_total_flops(const coefficients& coeffs, const batch_counts& co
 // whose input is pixels). The derivation per GEMM is in plugin/core/training_regime.cpp; METRICS.md has the table.
 
 // The decoder projections a LoRA adapter can sit on, named as Hugging Face and PEFT name them. in_proj_qkv,
-// in_proj_z and out_proj are Gated DeltaNet projections; gate_proj, up_proj, down_proj the dense SwiGLU's.
+// in_proj_z and out_proj are Gated DeltaNet projections; gate_proj, up_proj, down_proj the dense SwiGLU's;
+// q_a_proj, q_b_proj, kv_a_proj_with_mqa and kv_b_proj multi-head latent attention's (with q_proj when
+// q_lora_rank is none, and o_proj). Added in 0.3: the four MLA names, after out_proj.
 enum class lora_target : unsigned {
   q_proj,
   k_proj,
@@ -256,6 +258,10 @@ enum class lora_target : unsigned {
   in_proj_qkv,
   in_proj_z,
   out_proj,
+  q_a_proj,
+  q_b_proj,
+  kv_a_proj_with_mqa,
+  kv_b_proj,
 };
 const char* to_string(lora_target target);
 // Parses a name above; throws flopmeter::error naming `where` and the accepted names otherwise.

@@ -104,7 +104,8 @@ std::string training_text(const double* row) {
   if (code >> 3) {
     text += std::string(text.empty() ? "" : ", ") + "LoRA rank " + std::to_string(code >> 3) + " on ";
     bool first = true;
-    for (unsigned t = 0; t <= static_cast<unsigned>(lora_target::out_proj); ++t) {
+    // Every LoRA target, in enum order (kv_b_proj is the last).
+    for (unsigned t = 0; t <= static_cast<unsigned>(lora_target::kv_b_proj); ++t) {
       if ((targets >> t) & 1u) {
         text += std::string(first ? "" : ",") + to_string(static_cast<lora_target>(t));
         first = false;

@@ -222,7 +222,8 @@ class options_loader : private detail::toml_reader {
         regime.lora_targets.push_back(parse_lora_target(name, path));
       } catch (const error&) {
         std::string known;
-        for (unsigned t = 0; t <= static_cast<unsigned>(lora_target::out_proj); ++t) {
+        // Every LoRA target, in enum order (kv_b_proj is the last).
+        for (unsigned t = 0; t <= static_cast<unsigned>(lora_target::kv_b_proj); ++t) {
           known += std::string(t == 0 ? "" : ", ") + to_string(static_cast<lora_target>(t));
         }
         fail_key(element, path, "unknown LoRA target '" + escaped(name) + "' (expected one of " + known + ")");

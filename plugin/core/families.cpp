@@ -396,6 +396,30 @@ std::vector<F> deepseek_fields() {
   return fields;
 }
 
+// Gemma 3's decoder fields carry Gemma3TextConfig's own defaults (transformers' configuration_gemma3.py: vocab_size
+// 262208, hidden_size 2304, intermediate_size 9216, num_hidden_layers 26, num_attention_heads 8,
+// num_key_value_heads 4, head_dim 256, tie_word_embeddings true), as transformers fills them in for an absent key:
+// the published Gemma 3 4B text_config leaves several of them out. head_dim is its own field (not hidden_size /
+// num_attention_heads). A num_key_value_heads written null is num_attention_heads, as in every family.
+std::vector<F> gemma3_text_fields() {
+  std::vector<F> fields = decoder_fields(true, true);
+  for (F& f : fields) {
+    const auto defaults_to = [&f](T type, std::int64_t value) {
+      f.type = type;
+      f.absent = A::fixed;
+      f.default_value = value;
+    };
+    if (f.key == "hidden_size") defaults_to(T::integer, 2304);
+    if (f.key == "num_hidden_layers") defaults_to(T::integer, 26);
+    if (f.key == "num_attention_heads") defaults_to(T::integer, 8);
+    if (f.key == "num_key_value_heads") defaults_to(T::nullable, 4);
+    if (f.key == "head_dim") defaults_to(T::integer, 256);
+    if (f.key == "intermediate_size") defaults_to(T::integer, 9216);
+    if (f.key == "vocab_size") defaults_to(T::integer, 262208);
+  }
+  return fields;
+}
+
 const std::vector<const family_adapter*>& registry() {
   static const family_adapter llama("llama", "Llama", decoder_fields(false, false), build_llama);
   static const family_adapter qwen2("qwen2", "Qwen2",
@@ -436,7 +460,7 @@ const std::vector<const family_adapter*>& registry() {
       build_mixtral);
   static const family_adapter gemma3(
       "gemma3_text", "Gemma 3",
-      with(decoder_fields(true, true),
+      with(gemma3_text_fields(),
            {{"sliding_window", T::nullable, A::fixed, 4096, 1, "window of the sliding (local) layers"},
             kLayerTypes,
             {"sliding_window_pattern", T::integer, A::fixed, 6, 1,

@@ -36,8 +36,10 @@
 //                    does. Adapters on only some of q, k, v still bill the whole core backward (a fused
 //                    attention kernel computes dq, dk and dv together). A window changes the pairs the core
 //                    visits (its coefficient is per pair under that window), not the rule.
-//   MLA              q_a (or q), kv_a: base 1 + g + T; q_b, kv_b, the core and o_proj take the outputs of those
-//                    (no adapters on MLA: validate_training_regime refuses them).
+//   MLA              q_a (or q), kv_a: base 1 + g + T; q_b's input needs a gradient iff q_a's output does (g, T
+//                    or q_a adapted), kv_b's iff kv_a's does; the core runs its backward iff q (q_b or q_proj),
+//                    kv_b or kv_a (its shared rope key) needs one; o_proj's input iff the core's output does.
+//                    LoRA adapters sit on any of them by their PEFT names (the same rule as every projection).
 //   Gated DeltaNet   in_proj_qkv, in_proj_z, in_proj_a, in_proj_b: base 1 + g + T; the conv's input (the qkv
 //                    output) needs a gradient iff qkv's does, its weight trains with T; the delta rule runs its
 //                    backward iff the conv's output needs a gradient; out_proj's input (norm(core) * silu(z))
@@ -261,19 +263,21 @@ class walker {
     const term qk = product({m.heads, m.qk_nope_head_dim}) + product({m.heads, m.qk_rope_head_dim});
     bool q = false;
     if (m.q_lora_rank.value > 0) {
-      const bool latent = gemm("q_a_proj", h(), m.q_lora_rank, g, layers, slot);
-      q = gemm("q_b_proj", m.q_lora_rank, as_factor(qk), latent, layers, slot);
+      const bool latent = gemm("q_a_proj", h(), m.q_lora_rank, g, layers, slot, lora_target::q_a_proj);
+      q = gemm("q_b_proj", m.q_lora_rank, as_factor(qk), latent, layers, slot, lora_target::q_b_proj);
     } else {
-      q = gemm("q_proj", h(), as_factor(qk), g, layers, slot);
+      q = gemm("q_proj", h(), as_factor(qk), g, layers, slot, lora_target::q_proj);
     }
     const term kv_a = product({m.kv_lora_rank}) + product({m.qk_rope_head_dim});
-    const bool latent = gemm("kv_a_proj_with_mqa", h(), as_factor(kv_a), g, layers, slot);
+    const bool latent =
+        gemm("kv_a_proj_with_mqa", h(), as_factor(kv_a), g, layers, slot, lora_target::kv_a_proj_with_mqa);
     const term kv_b = product({m.heads, m.qk_nope_head_dim}) + product({m.heads, m.v_head_dim});
-    const bool kv = gemm("kv_b_proj", m.kv_lora_rank, as_factor(kv_b), latent, layers, slot);
+    const bool kv = gemm("kv_b_proj", m.kv_lora_rank, as_factor(kv_b), latent, layers, slot, lora_target::kv_b_proj);
     const bool flows = q || kv || latent;
     core("attention_core", qk + product({m.heads, m.v_head_dim}), flows, layers,
          part_ == model_part::mtp ? coefficient_slot::mtp_attn_pair : coefficient_slot::text_attn_pair);
-    const bool o = gemm("o_proj", as_factor(product({m.heads, m.v_head_dim})), h(), flows, layers, slot);
+    const bool o =
+        gemm("o_proj", as_factor(product({m.heads, m.v_head_dim})), h(), flows, layers, slot, lora_target::o_proj);
     return g || o;
   }
 
@@ -397,6 +401,11 @@ std::int64_t first_adapted_layer(const model_spec& spec, const training_regime& 
       adapts_any(r, {lora_target::q_proj, lora_target::k_proj, lora_target::v_proj, lora_target::o_proj});
   const bool linear = adapts_any(r, {lora_target::in_proj_qkv, lora_target::in_proj_z, lora_target::out_proj});
   if (attention && !t.is_mla()) first = std::min(first, first_attention_layer(t));
+  // MLA: q_proj only without q_lora_rank, q_a_proj and q_b_proj only with it; kv_a, kv_b and o_proj always.
+  const bool latent = adapts_any(r, {lora_target::kv_a_proj_with_mqa, lora_target::kv_b_proj, lora_target::o_proj}) ||
+                      (t.q_lora_rank > 0 ? adapts_any(r, {lora_target::q_a_proj, lora_target::q_b_proj})
+                                         : adapts_any(r, {lora_target::q_proj}));
+  if (latent && t.is_mla()) first = std::min(first, first_attention_layer(t));
   if (linear && t.num_linear_attention_layers() > 0) {
     // The first Gated DeltaNet layer: layer 0 under the interval layout; the first linear run otherwise.
     std::int64_t start = 0;

@@ -238,8 +238,9 @@ namespace {
 
 const char* const kRecomputeNames[] = {"none", "full", "full_early_stop", "selective", "op"};
 
-const char* const kLoraTargetNames[] = {"q_proj",  "k_proj",    "v_proj",      "o_proj",    "gate_proj",
-                                        "up_proj", "down_proj", "in_proj_qkv", "in_proj_z", "out_proj"};
+const char* const kLoraTargetNames[] = {
+    "q_proj",    "k_proj",   "v_proj",   "o_proj",   "gate_proj",          "up_proj",  "down_proj", "in_proj_qkv",
+    "in_proj_z", "out_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"};
 
 }  // namespace
 
@@ -384,16 +385,13 @@ void validate_training_regime(const model_spec& spec, const training_regime& reg
                 "', a mixture-of-experts model; LoRA on MoE experts is not billed (out of scope): "
                 "adapt the attention projections only");
   }
-  if (regime.lora_rank > 0 && t.is_mla()) {
-    throw error("training.lora_rank: model '" + spec.name +
-                "' has multi-head latent attention (MLA); LoRA adapters on MLA projections are not billed (out of "
-                "scope): train it fully or with frozen parts");
-  }
   if (regime.lora_rank > 0 && first_adapted_layer(spec, regime) >= t.num_hidden_layers) {
     throw error("training.lora_targets: model '" + spec.name + "' has none of these projections (" +
                 target_names(regime) +
                 "); in_proj_qkv, in_proj_z and out_proj exist only in Gated DeltaNet layers, q_proj, k_proj, v_proj "
-                "and o_proj only in full-attention layers");
+                "and o_proj only in full-attention layers, q_a_proj, q_b_proj, kv_a_proj_with_mqa and kv_b_proj "
+                "only in multi-head latent attention (MLA, with q_proj when q_lora_rank is none, and o_proj; MLA "
+                "has no k_proj and v_proj)");
   }
   const bool vision_side_trains = spec.vision && (!regime.vision_frozen || !regime.merger_frozen);
   if (regime.text_frozen && regime.lora_rank == 0 && !vision_side_trains) {

@@ -132,18 +132,6 @@ struct vlm_values {
   std::int64_t integer(std::string_view path) const { return static_cast<std::int64_t>((*this)[path].number); }
 };
 
-// Gemma3TextConfig's class defaults for the fields the published 4B text_config leaves out (the decoder adapter
-// requires them in a gemma3_text config.json; in a gemma3 wrapper transformers fills them in).
-std::vector<family_field> gemma3_text_defaults(std::vector<family_field> fields) {
-  for (family_field& f : fields) {
-    if (f.key == "num_attention_heads") f = {f.key, field_type::integer, when_absent::fixed, 8, 1, f.meaning};
-    if (f.key == "num_key_value_heads") f = {f.key, field_type::nullable, when_absent::fixed, 4, 1, f.meaning};
-    if (f.key == "head_dim") f = {f.key, field_type::integer, when_absent::fixed, 256, 1, f.meaning};
-    if (f.key == "vocab_size") f = {f.key, field_type::integer, when_absent::fixed, 262208, 1, f.meaning};
-  }
-  return fields;
-}
-
 // The decoder adapter of a document of `family`.
 const family_adapter& decoder_of(const field_reader& reader, const vlm_family& family) {
   std::string type(family.decoder);
@@ -165,12 +153,7 @@ const family_adapter& decoder_of(const field_reader& reader, const vlm_family& f
                                               " (flopmeter models the decoder families " +
                                               supported_model_types_text() + ")");
   }
-  if (family.model_type == kGemma3) {
-    static const family_adapter gemma3_text(adapter->model_type, adapter->family, gemma3_text_defaults(adapter->fields),
-                                            adapter->build);
-    return gemma3_text;
-  }
-  return *adapter;
+  return *adapter;  // gemma3_text's table carries Gemma3TextConfig's defaults itself (families.cpp)
 }
 
 vlm_value read_value(const field_reader& reader, const vlm_field& f) {

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 LOG = logging.getLogger("flopmeter")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "in_proj_qkv",
-                "in_proj_z", "out_proj")
+                "in_proj_z", "out_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
 _VISION_MARKERS = ("visual.", "vision_tower.", "vision_model.", "vision_encoder.")
 _LORA_MARKERS = ("lora_A", "lora_B", "lora_embedding_A", "lora_embedding_B", "lora_magnitude_vector")
 
