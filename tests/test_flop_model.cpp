@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/exact_flops.h"  // internal: exact_model_flops
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 #include "support/error_message.h"
@@ -618,6 +620,27 @@ TEST(regime, a_micro_batch_without_items_is_billed_with_the_itemless_coefficient
   EXPECT_EQ(f.text_dense, 3 * 4928 + 4 * 2464);
   EXPECT_EQ(f.text_attention, 6 * 192 + 6 * 64);
   EXPECT_EQ(f.vision_dense, 4 * 768);
+  // The exact integer (train/flops_seen's) bills the same split: below 2^53 it is compute_flops' total.
+  const std::optional<detail::uint128> exact = detail::exact_model_flops(text, n, flop_scope::complete);
+  ASSERT_TRUE(exact);
+  EXPECT_EQ(static_cast<double>(*exact), f.total());
+  EXPECT_GT(f.total(), 3 * 4928 + 4 * 2464 + 6 * 192 + 6 * 64 + 4 * 768);  // and the patch embed, merger
+}
+
+// exact_model_flops keeps every product and the sum in 128 bits, where compute_flops rounds each product to
+// double: a document of 2^31 - 1 tokens (2^61 - 2^30 causal pairs) in a full-training batch. Its exact value is
+// exact_total_flops' decimal integer; the double of compute_flops is only its nearest.
+TEST(regime, exact_model_flops_is_the_exact_integer_beyond_2_53) {
+  const model_spec spec = small_vlm();
+  const regime_coefficients full = compute_coefficients(spec, training_regime{});
+  const std::int64_t docs[] = {(std::int64_t{1} << 31) - 1};
+  const batch_counts n = count_from_lengths(docs, 7, {}, geometry_of(spec));
+  const std::optional<detail::uint128> exact = detail::exact_model_flops(full, n, flop_scope::complete);
+  ASSERT_TRUE(exact);
+  std::string digits;
+  for (detail::uint128 v = *exact; v != 0; v /= 10) digits.insert(digits.begin(), static_cast<char>('0' + v % 10));
+  EXPECT_EQ(digits, exact_total_flops(full.with_items, n, flop_scope::complete));
+  EXPECT_TRUE(*exact > (detail::uint128{1} << 64));  // far past 2^53, where a double rounds
 }
 
 TEST(regime, lora_layer_zero_has_no_input_gradient_in_a_text_only_run) {

@@ -385,6 +385,22 @@ int64_t flopmeter_model_coefficients_json(const flopmeter_model* model, char* ou
   }
 }
 
+int64_t flopmeter_model_check_json(const flopmeter_model* model, int64_t seq_len, char* out, size_t size, char* error,
+                                   size_t error_size) {
+  if (model == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const auto state = model_registry::instance().find(model);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  try {
+    return flopmeter::detail::write_text(
+        flopmeter::detail::check_report_json(flopmeter::run_sanity_check(state->spec, seq_len)), out, size);
+  } catch (const std::exception& e) {
+    flopmeter::detail::write_abi_error(error, error_size, e.what());
+  } catch (...) {
+    flopmeter::detail::write_abi_error(error, error_size, "unknown error");
+  }
+  return FLOPMETER_E_REJECTED;
+}
+
 int64_t flopmeter_model_estimate_json(const flopmeter_model* model, const flopmeter_counts* counts, int scope_value,
                                       int64_t seq_len, char* out, size_t size) {
   if (model == nullptr || counts == nullptr) return FLOPMETER_E_NULL_ARGUMENT;

@@ -40,6 +40,7 @@
 #include "accounting/sanitize_options.h"
 #include "accounting/thread_annotations.h"
 #include "accounting/throughput_calls.h"
+#include "core/exact_flops.h"
 #include "core/device_name.h"
 #include "output/logging.h"
 
@@ -171,8 +172,10 @@ class throughput_plugin::impl {
     // (the other ranks are issuing theirs) and the next interval starts here.
     protocol_->begin_log();
     // The interval ends here whatever becomes of its collective: its tokens and samples join the running
-    // totals now, so a skipped or failed interval still counts in train/tokens_seen at the next record.
+    // totals now, so a skipped or failed interval still counts in train/tokens_seen and train/flops_seen at the
+    // next record.
     totals_.add(current_);
+    totals_.add_flops(exact_model_flops(regime_coefficients_, current_.counts, options_.scope));
     const double now = read_clock();
     const bool was_in_flight = in_flight_.pending != nullptr;
     try {

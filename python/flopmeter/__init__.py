@@ -22,7 +22,7 @@ from .meter import Meter
 from .model import FlopModel, model_configs_dir, shipped_models
 
 try:
-    from importlib.metadata import PackageNotFoundError, version as _version
+    from importlib.metadata import version as _version
 
     __version__ = _version("flopmeter")
 except Exception:  # noqa: BLE001 - not installed (a source tree on sys.path)

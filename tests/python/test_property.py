@@ -3,7 +3,6 @@ naming an argument; nothing crashes the interpreter or hangs, and what is counte
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
