@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/exact_flops.h"  // internal: exact_model_flops
+#include "accounting/count_event.h"  // internal: count_event
+#include "core/exact_flops.h"      // internal: exact_model_flops
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 #include "support/error_message.h"
@@ -482,7 +483,7 @@ TEST(bad_batch, each_error_names_the_entry) {
   const std::vector<std::int64_t> one = {1};
   expect_error([&] { count_from_lengths(one, INT64_MAX, {}, g); }, "real tokens + padding_tokens overflows");
   const std::vector<image_grid> zero = {{1, 2, 2}, {1, 0, 2}};
-  expect_error([&] { count_from_lengths({}, 0, zero, g); }, "image_grids[1] = (1, 0, 2): t, h and w must be >= 1");
+  expect_error([&] { count_from_lengths({}, 0, zero, g); }, "grid_thw[1] = (1, 0, 2): t, h and w must be >= 1");
   const std::vector<image_grid> odd = {{1, 3, 2}};
   expect_error([&] { count_from_lengths({}, 0, odd, g); }, "multiples of spatial_merge_size 2");
   const std::vector<image_grid> fine = {{1, 2, 2}};
@@ -641,6 +642,34 @@ TEST(regime, exact_model_flops_is_the_exact_integer_beyond_2_53) {
   for (detail::uint128 v = *exact; v != 0; v /= 10) digits.insert(digits.begin(), static_cast<char>('0' + v % 10));
   EXPECT_EQ(digits, exact_total_flops(full.with_items, n, flop_scope::complete));
   EXPECT_TRUE(*exact > (detail::uint128{1} << 64));  // far past 2^53, where a double rounds
+}
+
+// microbatch_event::image_grids, grid_thw's name before 0.3, still counts (a deprecation warning where a caller
+// writes it); giving both names is refused rather than one silently ignored. One 3-token document and a 1 x 2 x 2
+// grid: 1 item, 4 patches, 4 / 2^2 = 1 merged token either way.
+TEST(batch, the_deprecated_image_grids_name_counts_like_grid_thw) {
+  const model_spec spec = small_vlm();
+  const std::int64_t docs[] = {3};
+  const image_grid grids[] = {{1, 2, 2}};
+  microbatch_event current, before;
+  current.document_lengths = docs;
+  current.grid_thw = grids;
+  before.document_lengths = docs;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  before.image_grids = grids;
+#pragma GCC diagnostic pop
+  microbatch_event both = before;
+  both.grid_thw = grids;
+  for (const microbatch_event* e : {&current, &before}) {
+    const batch_counts n = detail::count_event(*e, geometry_of(spec));
+    EXPECT_EQ(n.items, 1);
+    EXPECT_EQ(n.patches, 4);
+    EXPECT_EQ(n.merged_tokens, 1);
+    EXPECT_EQ(n.real_tokens, 3);
+  }
+  expect_error([&] { detail::count_event(both, geometry_of(spec)); },
+               "a micro-batch gives both grid_thw and its deprecated name image_grids");
 }
 
 TEST(regime, lora_layer_zero_has_no_input_gradient_in_a_text_only_run) {

@@ -318,7 +318,7 @@ std::vector<rank_run> run_two_ranks(bool tensors, bool add_malformed) {
       } else {
         microbatch_event e;
         e.document_lengths = lengths;
-        e.image_grids = items;
+        e.grid_thw = items;
         e.padding_tokens = 3;
         e.samples = 1;
         plugin.host->on_microbatch(e);

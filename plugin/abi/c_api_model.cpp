@@ -217,7 +217,7 @@ int event_from_microbatch(const flopmeter_microbatch* m, microbatch_event& e, co
   e.positions_int32 = {positions_int32, num_positions_int32};  // two formats given: rejected by the counting
   e.padding_tokens = m->padding_tokens;
   static_assert(sizeof(flopmeter_grid) == sizeof(image_grid), "grid layouts must match");
-  e.image_grids = {reinterpret_cast<const image_grid*>(m->grids), m->num_grids};
+  e.grid_thw = {reinterpret_cast<const image_grid*>(m->grids), m->num_grids};
   e.samples = m->samples;
   if (m->has_loss) {
     e.loss_sum = m->loss_sum;
