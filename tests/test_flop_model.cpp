@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "accounting/count_event.h"  // internal: count_event
-#include "core/exact_flops.h"      // internal: exact_model_flops
+#include "core/exact_flops.h"        // internal: exact_model_flops
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 #include "support/error_message.h"
