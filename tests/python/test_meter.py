@@ -61,13 +61,13 @@ def test_flops_seen_is_the_exact_running_total_past_2_53():
     # make each interval's FLOPs F (FlopModel.flops, an exact int) pass 2^53 = 9.0e15. train/flops_seen after
     # interval k is k x F, exact as an integer and rounded once to the record's double: float(k * F). Summing
     # the interval figures as doubles would round at each addition instead.
-    batch = dict(document_lengths=[100_000_001], samples=1)
+    batch = dict(document_lengths=[100_000_001])
     f = flopmeter.FlopModel("tiny_vlm").flops(**batch)
     assert f > 2**53
     records = []
     with flopmeter.Meter(model="tiny_vlm", sinks=QUIET) as meter:
         for step in (1, 2, 3):
-            meter.on_microbatch(**batch)
+            meter.on_microbatch(**batch, samples=1)
             records.append(meter.on_log(step))
         records.append(meter.flush())
     seen = [r["train/flops_seen"] for r in records if r is not None]
@@ -121,7 +121,7 @@ def test_cpu_tensor_numpy_and_list_inputs_give_identical_records():
 
 
 @pytest.mark.parametrize("frozen", [None, ["text"]])
-def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkeypatch, frozen):
+def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkeypatch, frozen, caplog):
     """The torch-op counting that CUDA tensors take (_device.py), forced on CPU tensors: the same counts reach
     the row inside the collective, so the records equal the host path's, the Megatron figures included; with
     a frozen decoder the micro-batch without images is billed by its own coefficients on both paths."""
@@ -136,8 +136,15 @@ def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkey
     host_records, host_health = run(batches, **extra)
     monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
     monkeypatch.setattr(_batch, "FAST_PATH", False)
-    device_records, device_health = run(batches, **extra)
+    with caplog.at_level(logging.WARNING, logger="flopmeter"):
+        device_records, device_health = run(batches, **extra)
     assert len(device_records) == len(host_records) == 3
+    # train/flops_seen: the device's counts reach the row only inside the collective, never the rank's running
+    # FLOPs total, so the figure is left out (with a warning), never reported without them.
+    assert all(h["train/flops_seen"] > 0 for h in host_records)
+    assert not any("train/flops_seen" in d for d in device_records)
+    assert any("train/flops_seen not reported: a rank counts micro-batches on a device" in r.getMessage()
+               for r in caplog.records)
     for d, h in zip(device_records, host_records):
         assert {f: d.get(f) for f in EXACT_FIELDS} == {f: h.get(f) for f in EXACT_FIELDS}
         assert flops_per_token(d) == pytest.approx(flops_per_token(h), rel=1e-12)
