@@ -9,7 +9,7 @@
 // explain, it all-gathers the row instead: every rank then holds every rank's row (world_size x kRowFields)
 // and derives DP-group sums, world maxima and the per-rank top-k locally (derive.h). A communicator without
 // an all-gather runs it as a SUM all-reduce of that buffer with the other rows zeroed (communicator.h). At
-// 16,384 ranks the table is 16,384 x kRowFields (39) x 8 B = 4.875 MiB; METRICS.md gives the bytes per log.
+// 16,384 ranks the table is 16,384 x kRowFields (42) x 8 B = 5.25 MiB; METRICS.md gives the bytes per log.
 //
 // The per-log protocol (which logs start a collective, backing off after failures, rows no rank sent, ranks
 // out of step, the warm-up log) is accounting/log_protocol.h: a pure function of the gathered rows and its own
