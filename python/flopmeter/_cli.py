@@ -32,6 +32,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     os.execv(tool, [tool, *args])
 
 
+# The row lengths `flopmeter check` takes when none is given.
+DEFAULT_SEQ_LENS = (4096, 8192, 32768)
+
+
 def check(models: Optional[Iterable[Union[str, "os.PathLike[str]"]]] = None, *,
           seq_lens: Optional[Iterable[int]] = None) -> Dict[str, Any]:
     """The term-by-term check of the exact FLOP model against the Megatron per-token constant (what
@@ -70,7 +74,3 @@ def check(models: Optional[Iterable[Union[str, "os.PathLike[str]"]]] = None, *,
             lib.flopmeter_model_check_json(model._handle, seq_len, text, len(text), None, 0)
             reports.append(json.loads(text.value.decode("utf-8")))
     return {"pass": all(r["pass"] for r in reports), "reports": reports}
-
-
-# The row lengths `flopmeter check` takes when none is given.
-DEFAULT_SEQ_LENS = (4096, 8192, 32768)
