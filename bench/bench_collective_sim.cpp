@@ -2,9 +2,10 @@
 //
 // Each rank's row is filled like a real job's (tp 2, one micro-batch of a few documents, memory, times) with
 // the protocol's identity (log_protocol::write_identity) and turned into its contribution by the plugin's own
-// code (log_reduction.h: contribute). A simulated group then runs the SUM and MAX all-reduce as recursive
-// doubling: in round k every rank exchanges its partial vectors with rank r XOR 2^k and combines them, so
-// after log2(N) rounds every rank holds the reduction. The bytes each rank sends and receives and the rounds
+// code (log_reduction.h: contribute). A simulated group then runs the SUM and MAX all-reduce as flopmeter's
+// own Gloo groups run it (small_allreduce automatic): recursive doubling by the schedule the c10d adapter runs
+// (plugin/comm/recursive_doubling.h), with the fold-in and fold-out rounds when N is not a power of two; after
+// floor(log2 N) (+ 2) rounds every rank holds the reduction. The bytes each rank sends and receives and the rounds
 // are counted as they happen; rank 0's result then goes through the protocol (resolve_reduced) and the record
 // (reduced_record), and is checked against derivation from the gathered rows (derive.h) and against the other
 // ranks' results. The per-rank table (an all-gather of one row per rank, every topk_interval_logs logs) is
@@ -17,7 +18,9 @@
 //   NCCL over InfiniBand: alpha 7 us per round (NCCL's own tuning model, src/graph/tuning.cc: about 6.8 us
 //     base and ~5 us per network hop for small messages), beta 1 / 25 GB/s (HDR 200 Gb/s). NCCL's tree
 //     all-reduce: 2 log2(N) rounds of the whole (small) vector.
-// Usage: bench_collective_sim [ranks ...]   (default 1024 16384 131072; powers of two)
+//   Gloo with flopmeter's recursive doubling: the simulated rounds, each the whole vector.
+// Usage: bench_collective_sim [ranks ...]   (default 1024 16384 131072; any size from 2)
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -33,6 +36,7 @@
 #include "accounting/log_protocol.h"
 #include "accounting/log_reduction.h"
 #include "accounting/row_layout.h"
+#include "comm/recursive_doubling.h"
 
 namespace {
 
@@ -81,13 +85,6 @@ void fill_row(std::int64_t r, double* x, std::uint64_t& state) {
   x[row_megatron_flops] = 1e15;
 }
 
-void combine(double* into, const double* other) {
-  for (std::size_t i = 0; i < kSumFields; ++i) into[i] += other[i];
-  for (std::size_t i = kSumFields; i < kVector; ++i) {
-    if (std::isnan(other[i]) || other[i] > into[i]) into[i] = other[i];
-  }
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -125,20 +122,39 @@ void simulate(std::int64_t world) {
   }
   const double contribute_s = seconds_since(start) / static_cast<double>(world);
 
-  // The simulated group: recursive doubling over the packed SUM | MAX vector.
+  // The simulated group: the schedule flopmeter's own Gloo groups run (plugin/comm/recursive_doubling.h, the
+  // same code as c10d_recursive_doubling.cpp), round by round over every rank: first every message of the
+  // round is posted (a copy of the sender's vector), then every receiver combines or takes it.
   std::vector<std::uint64_t> sent(n, 0), received(n, 0);
-  std::vector<double> incoming(n * kVector);
-  int rounds = 0;
-  for (std::int64_t distance = 1; distance < world; distance *= 2, ++rounds) {
-    for (std::int64_t r = 0; r < world; ++r) {
-      const std::int64_t peer = r ^ distance;
-      std::copy_n(vectors.data() + static_cast<std::size_t>(peer) * kVector, kVector,
-                  incoming.data() + static_cast<std::size_t>(r) * kVector);
-      sent[static_cast<std::size_t>(r)] += kVector * sizeof(double);
-      received[static_cast<std::size_t>(peer)] += kVector * sizeof(double);
-    }
-    for (std::size_t r = 0; r < n; ++r) combine(vectors.data() + r * kVector, incoming.data() + r * kVector);
+  std::vector<double> posted(n * kVector);
+  std::vector<std::vector<doubling_step>> schedules(n);
+  for (std::int64_t r = 0; r < world; ++r) {
+    schedules[static_cast<std::size_t>(r)] = recursive_doubling_schedule(static_cast<int>(r), static_cast<int>(world));
   }
+  const int rounds = recursive_doubling_rounds(static_cast<int>(world));
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t r = 0; r < n; ++r) {
+      const doubling_action a = schedules[r][static_cast<std::size_t>(round)].action;
+      if (a == doubling_action::send_partial || a == doubling_action::exchange_and_combine ||
+          a == doubling_action::send_result) {
+        std::copy_n(vectors.data() + r * kVector, kVector, posted.data() + r * kVector);
+        sent[r] += kVector * sizeof(double);
+      }
+    }
+    for (std::size_t r = 0; r < n; ++r) {
+      const doubling_step& step = schedules[r][static_cast<std::size_t>(round)];
+      const double* message = posted.data() + static_cast<std::size_t>(step.peer) * kVector;
+      if (step.action == doubling_action::receive_and_combine || step.action == doubling_action::exchange_and_combine) {
+        combine_sum_max(vectors.data() + r * kVector, message, kSumFields, kMaxFields);
+        received[r] += kVector * sizeof(double);
+      } else if (step.action == doubling_action::receive_result) {
+        std::copy_n(message, kVector, vectors.data() + r * kVector);
+        received[r] += kVector * sizeof(double);
+      }
+    }
+  }
+  const std::uint64_t most_sent = *std::max_element(sent.begin(), sent.end());
+  const std::uint64_t most_received = *std::max_element(received.begin(), received.end());
   // Every rank holds the same result.
   bool agree = true;
   for (std::size_t r = 1; r < n; ++r) {
@@ -178,11 +194,11 @@ void simulate(std::int64_t world) {
   const double table_bytes = (w - 1) * row_bytes;  // a ring all-gather: each rank sends N - 1 rows
   std::printf("\n%lld ranks\n", static_cast<long long>(world));
   std::printf(
-      "  ordinary log: 1 call (a SUM of %zu and a MAX of %zu doubles: 2 collectives), simulated as recursive "
-      "doubling: %d rounds, %llu B sent and %llu B received per rank (every rank alike: %s); "
+      "  ordinary log: 1 call (a SUM of %zu and a MAX of %zu doubles, one vector), flopmeter's recursive doubling: "
+      "%d rounds, at most %llu B sent and %llu B received per rank (rank 0: %llu B); every rank alike: %s; "
       "protocol verdict %s, %zu figures within %.1e of the table's\n",
-      kSumFields, kMaxFields, rounds, static_cast<unsigned long long>(sent[0]),
-      static_cast<unsigned long long>(received[0]), agree ? "yes" : "NO",
+      kSumFields, kMaxFields, rounds, static_cast<unsigned long long>(most_sent),
+      static_cast<unsigned long long>(most_received), static_cast<unsigned long long>(sent[0]), agree ? "yes" : "NO",
       verdict.what == log_verdict::kind::derive ? "derive" : "NOT derive", compared, worst);
   std::printf(
       "  table log (every %lld logs): ring all-gather of one %g B row per rank: %lld rounds, %.0f B sent and "
@@ -197,21 +213,27 @@ void simulate(std::int64_t world) {
       "  cpu per log: contribute %.2f us per rank, record from the reduction %.1f us, derive from the table "
       "%.2f ms\n",
       contribute_s * 1e6, record_s * 1e6, table_s * 1e3);
-  for (const model_constants& m : {kGloo, kNccl}) {
-    // Ordinary log: ring all-reduce (Gloo) 2(N-1) rounds of chunks, 2 x the vector sent; tree (NCCL) 2 log2 N
-    // rounds of the whole vector; recursive doubling (the simulated one) log2 N rounds of the vector.
-    const bool ring = m.name == kGloo.name;
-    const double ordinary_rounds = ring ? 2 * (w - 1) : 2 * log2w;
-    const double ordinary_bytes = ring ? 2 * vector_bytes * (w - 1) / w : 2 * vector_bytes;
-    const double ordinary = ordinary_rounds * m.alpha_s + ordinary_bytes / m.bytes_per_s;
-    const double doubling = log2w * m.alpha_s + log2w * vector_bytes / m.bytes_per_s;
-    const double table_log = (w - 1) * m.alpha_s + table_bytes / m.bytes_per_s;
-    std::printf(
-        "  %-9s (alpha %.0f us, %.1f GB/s): before %.3f s per log (table); after: ordinary %.4f s (%s), "
-        "recursive doubling %.5f s, table log %.3f s, amortised %.4f s per log\n",
-        m.name, m.alpha_s * 1e6, m.bytes_per_s / 1e9, table_log, ordinary, ring ? "c10d's ring" : "tree", doubling,
-        table_log, ordinary + table_log / kTableEvery);
-  }
+  // Ordinary log, by the algorithm each group runs: flopmeter's own Gloo group (small_allreduce automatic,
+  // recursive doubling from recursive_doubling_min_ranks ranks on): the rounds simulated above, the whole vector
+  // each; c10d's Gloo ring (small_allreduce backend, or below the threshold): 2 (N - 1) rounds of chunks, about
+  // 2 x the vector sent; NCCL's tree: 2 log2 N rounds of the whole (small) vector.
+  const double doubling = rounds * kGloo.alpha_s + static_cast<double>(most_sent) / kGloo.bytes_per_s;
+  const double ring = 2 * (w - 1) * kGloo.alpha_s + 2 * vector_bytes * (w - 1) / w / kGloo.bytes_per_s;
+  const double tree = 2 * log2w * kNccl.alpha_s + 2 * vector_bytes / kNccl.bytes_per_s;
+  const double doubling_ib = rounds * kNccl.alpha_s + static_cast<double>(most_sent) / kNccl.bytes_per_s;
+  const double gloo_table = (w - 1) * kGloo.alpha_s + table_bytes / kGloo.bytes_per_s;
+  const double nccl_table = (w - 1) * kNccl.alpha_s + table_bytes / kNccl.bytes_per_s;
+  std::printf(
+      "  %-9s (alpha %.0f us, %.2f GB/s): chosen (own group, recursive doubling, %d rounds) %.5f s per log; "
+      "c10d's ring (%lld rounds) %.3f s; table log %.3f s; amortised with the table every %lld logs %.4f s\n",
+      kGloo.name, kGloo.alpha_s * 1e6, kGloo.bytes_per_s / 1e9, rounds, doubling,
+      static_cast<long long>(2 * (world - 1)), ring, gloo_table, static_cast<long long>(kTableIntervalLogsAtScale),
+      doubling + gloo_table / kTableEvery);
+  std::printf(
+      "  %-9s (alpha %.0f us, %.0f GB/s): chosen (NCCL's tree, %.0f rounds) %.5f s per log; recursive doubling "
+      "over the same links %.5f s; table log %.3f s; amortised %.4f s\n",
+      kNccl.name, kNccl.alpha_s * 1e6, kNccl.bytes_per_s / 1e9, 2 * log2w, tree, doubling_ib, nccl_table,
+      tree + nccl_table / kTableEvery);
 }
 
 }  // namespace
@@ -227,8 +249,9 @@ int main(int argc, char** argv) {
       "row %zu doubles\n",
       kVector, kVector * sizeof(double), static_cast<std::size_t>(kRowFields));
   for (const std::int64_t world : sizes) {
-    if (world < 2 || (world & (world - 1)) != 0) {
-      std::fprintf(stderr, "ranks must be powers of two >= 2 (got %lld)\n", static_cast<long long>(world));
+    if (world < 2 || world > flopmeter::max_world_size) {
+      std::fprintf(stderr, "ranks must be in [2, %d] (got %lld)\n", flopmeter::max_world_size,
+                   static_cast<long long>(world));
       return 2;
     }
     simulate(world);

@@ -1,13 +1,17 @@
-"""Time per log of flopmeter's per-log collectives in real Gloo jobs of 2 to 32 processes, before and after.
+"""Time per log of flopmeter's per-log collectives in real Gloo jobs of 2 to 32 processes: three ways, one run.
 
-Before: the per-rank table at every log (``topk_interval_logs = 1``: a SUM all-reduce of world_size rows of 39
-doubles through the Python adapter). After: the fixed-size reduction (``topk_interval_logs = 1000``: a SUM of
-18 and a MAX of 44 doubles per log, whatever the world). Each job runs both, one after the other, on groups of
-their own, in the same processes: every rank makes ``LOGS`` back-to-back logs with one micro-batch each, so
-each on_log waits for the previous log's collectives, and the time per log is the collectives' latency plus
-flopmeter's own work. Reported: the median over ranks of the mean time per log, its growth per doubling of
-the world, and the bytes each rank hands to the all-reduces per log (counted in the Python adapter). On a 2-core machine 32 processes share the cores, so the figures include scheduling; the
-growth per doubling is the point.
+- table: the per-rank table at every log (``topk_interval_logs = 1``: a SUM all-reduce of world_size rows of 39
+  doubles through the Python adapter), what flopmeter did before the fixed-size reduction;
+- ring: the fixed-size reduction (``topk_interval_logs = 1000``: a SUM of 18 and a MAX of 44 doubles per log,
+  whatever the world) by c10d's Gloo all-reduce, a ring of 2 (world - 1) rounds (``small_allreduce="backend"``);
+- doubling: the same vector by recursive doubling over send/recv on the Meter's daemon thread,
+  floor(log2 world) rounds + 2 when world is not a power of two (``small_allreduce="recursive_doubling"``).
+Each job runs the three, one after the other, on groups of their own, in the same processes: every rank makes
+``LOGS`` back-to-back logs with one micro-batch each, so each on_log waits for the previous log's collectives,
+and the time per log is the collectives' latency plus flopmeter's own work. Reported: the median over ranks of
+the mean time per log, its growth per doubling of the world, and the bytes each rank hands to the all-reduces
+per log (counted in the Python adapter). On a 2-core machine 32 processes share the cores, so the figures
+include scheduling; the growth per doubling is the point.
 
 usage: python3 bench/gloo_per_log.py [SIZES...]     (default 2 4 8 16 32; needs torch and flopmeter)
 """
@@ -35,7 +39,8 @@ def rank_main(rank: int, world: int, init: str, out: str) -> None:
     start_allreduce = _distributed.TorchCollective._start_allreduce
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     result = {}
-    for name, interval in (("before", 1), ("after", 1000)):
+    for name, interval, algorithm in (("table", 1, "backend"), ("ring", 1000, "backend"),
+                                      ("doubling", 1000, "recursive_doubling")):
         # The doubles each log hands to the all-reduces (this rank's input; Gloo's ring moves about twice that),
         # counted in the Python adapter's start (patched on the class, before the Meter binds it).
         doubles = [0]
@@ -46,7 +51,8 @@ def rank_main(rank: int, world: int, init: str, out: str) -> None:
 
         _distributed.TorchCollective._start_allreduce = counting
         meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, sinks={"console": False},
-                                logging={"topk_interval_logs": interval, "collective_timeout_ms": 60000})
+                                logging={"topk_interval_logs": interval, "collective_timeout_ms": 60000},
+                                small_allreduce=algorithm)
         dist.barrier()
         for step in range(1, WARMUP + 1):
             meter.on_microbatch(cu_seqlens=[0, 100, 228], samples=2)
@@ -76,7 +82,7 @@ def run(world: int) -> dict:
             if p.wait(timeout=1800) != 0:
                 raise SystemExit(f"a rank of the {world}-process job failed")
         per_rank = [json.load(open(o)) for o in outs]
-    return {k: statistics.median(r[k] for r in per_rank) for k in ("before", "after", "before_bytes", "after_bytes")}
+    return {k: statistics.median(r[k] for r in per_rank) for k in per_rank[0]}
 
 
 def main() -> None:
@@ -84,18 +90,22 @@ def main() -> None:
         rank_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
         return
     sizes = [int(a) for a in sys.argv[1:]] or [2, 4, 8, 16, 32]
+    from flopmeter import _doubling
+
+    modes = ("table", "ring", "doubling")
     print(f"flopmeter per-log collectives over Gloo (bench/gloo_per_log.py): {LOGS} logs per mode, median over ranks")
-    print(f"{'ranks':>6} {'before ms/log':>14} {'x/doubling':>11} {'B/log':>8} {'after ms/log':>13} {'x/doubling':>11} "
-          f"{'B/log':>6}")
+    print(f"{'ranks':>6} {'rounds ring/doubling':>21} " + " ".join(f"{m + ' ms/log':>17} {'x/doubling':>10} {'B/log':>6}"
+                                                               for m in modes))
     previous = None
     for world in sizes:
         t = run(world)
-        growth = ("", "") if previous is None else (f"{t['before'] / previous['before']:.2f}",
-                                                    f"{t['after'] / previous['after']:.2f}")
-        print(f"{world:>6} {t['before'] * 1e3:>14.2f} {growth[0]:>11} {t['before_bytes']:>8.0f} "
-              f"{t['after'] * 1e3:>13.2f} {growth[1]:>11} {t['after_bytes']:>6.0f}", flush=True)
+        cells = []
+        for m in modes:
+            growth = "" if previous is None else f"{t[m] / previous[m]:.2f}"
+            cells.append(f"{t[m] * 1e3:>17.2f} {growth:>10} {t[m + '_bytes']:>6.0f}")
+        rounds = f"{2 * (world - 1)}/{_doubling.rounds(world)}"
+        print(f"{world:>6} {rounds:>21} " + " ".join(cells), flush=True)
         previous = t
-
 
 if __name__ == "__main__":
     main()

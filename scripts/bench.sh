@@ -77,6 +77,38 @@ END {
   }
 }
 AWK
+# Attention windows, each against the full-attention case of the same run (issue 30's targets: on_microbatch
+# with cu_seqlens for a model with windows <= 1.15x the full-attention model; the positions scan with one window
+# <= 1.3x the scan without). The same ratios in instructions: python3 bench/hot_path_instructions.py.
+echo "attention windows against full attention, and recompute against none, same run (ns; ratio):"
+awk -f - "$out/on_microbatch.json" "$out/positions_scan.json" <<'AWK'
+/"name":/          { gsub(/[",]/, "", $2); name = $2 }
+/"real_time":/     { gsub(/,/, "", $2); time[name] = $2 }
+/"label":/         { line = $0; sub(/.*"label": "/, "", line); sub(/",?[ \t]*$/, "", line); label[name] = line }
+END {
+  none = time["BM_on_microbatch_recompute/0"]
+  for (k = 1; k <= 2; ++k) {
+    n = "BM_on_microbatch_recompute/" k
+    if (n in time) printf "  on_microbatch cu_seqlens qwen3_vl_2b %-36s %8.1f ns vs recompute none %8.1f ns: ratio %5.2f (target ~1: coefficients, not counts)\n", label[n], time[n], none, time[n] / none
+  }
+  full = time["BM_on_microbatch_windows/0"]
+  for (k = 1; k <= 3; ++k) {
+    n = "BM_on_microbatch_windows/" k
+    if (n in time) printf "  on_microbatch cu_seqlens %-36s %8.1f ns vs full attention %8.1f ns: ratio %5.2f (target <= 1.15)\n", label[n], time[n], full, time[n] / full
+  }
+  split("int64 int32", types, " ")
+  for (t = 1; t <= 2; ++t) {
+    for (tokens_i = 0; tokens_i < 2; ++tokens_i) {
+      tokens = tokens_i == 0 ? 32768 : 1048576
+      base = "BM_positions_scan_windows<std::" types[t] "_t>/" tokens "/0"
+      for (w = 1; w <= 4; ++w) {
+        n = "BM_positions_scan_windows<std::" types[t] "_t>/" tokens "/" w
+        if (n in time) printf "  positions scan %s %8d tokens %-16s ratio to no window %5.2f%s\n", types[t], tokens, label[n], time[n] / time[base], (w == 1 || w == 4) ? " (target <= 1.3)" : ""
+      }
+    }
+  }
+}
+AWK
 # Python: Meter.on_microbatch against the reference trainer's per-micro-batch torch ops, in one run.
 py="${FLOPMETER_PYTHON:-}"
 if [ -z "$py" ]; then

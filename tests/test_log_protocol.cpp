@@ -244,6 +244,27 @@ TEST(log_protocol, the_fingerprint_difference_names_the_rank_and_the_setting) {
       "rank 1: [parallel] order pp-dp-cp-tp, the others order tp-cp-dp-pp");
   EXPECT_EQ(describe_fingerprint_differences(rows_with([](config_settings& s) { s.tpi_multiplier = 1.5; }).data(), 2),
             "rank 1: [logging] tpi_multiplier 1.5, the others tpi_multiplier 1");
+  // The recompute settings change the hardware FLOPs (HFU), not the model's: a setting of their own.
+  EXPECT_EQ(describe_fingerprint_differences(
+                rows_with([](config_settings& s) { s.regime.recompute.policy = recompute_policy::full; }).data(), 2),
+            "rank 1: [training] recompute full, the others recompute none");
+  EXPECT_EQ(describe_fingerprint_differences(rows_with([](config_settings& s) {
+                                               s.regime.recompute.policy = recompute_policy::selective;
+                                               s.regime.recompute.every = 3;
+                                               s.regime.recompute.vision = true;
+                                             }).data(),
+                                             2),
+            "rank 1: [training] recompute selective every 3, vision too, the others recompute none");
+  EXPECT_EQ(describe_fingerprint_differences(rows_with([](config_settings& s) {
+                                               s.regime.recompute.policy = recompute_policy::op;
+                                               s.regime.recompute.layers = (std::int64_t{1} << 31) - 1;
+                                             }).data(),
+                                             2),
+            "rank 1: [training] recompute op on the first 2147483647 layers per stage, the others recompute none");
+  // Frozen parts and LoRA: the [training] setting.
+  EXPECT_EQ(
+      describe_fingerprint_differences(rows_with([](config_settings& s) { s.regime.vision_frozen = true; }).data(), 2),
+      "rank 1: [training] frozen vision, the others all trains");
   // The same name with other coefficients (another file of that name): told apart by their hashes.
   const std::string other =
       describe_fingerprint_differences(rows_with([](config_settings& s) { s.model.dense_per_token = 2000; }).data(), 2);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/count_plan.h"
 #include "core/positions_scan.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
@@ -444,6 +445,91 @@ TEST(Windows, BadWindowsAndOverflowingSumsAreErrors) {
   big.itemless_window_pairs_0 = std::numeric_limits<std::int64_t>::max();
   one.itemless_window_pairs_0 = 1;
   EXPECT_THROW(big += one, error);
+}
+
+TEST(Windows, ChunkDivisorGivesTheQuotientOfEveryPositionBelow2To31) {
+  // The block kernels form floor(p / c) as (p * magic) >> shift (chunk_divisor_of). Checked against integer
+  // division for chunk sizes at and around every power of two, small ones and random ones, at positions around
+  // multiples of c (where the quotient steps), near 2^31 (the largest an accepted array holds) and random ones.
+  std::vector<std::uint64_t> sizes = {1, 2, 3, 5, 7, 10, 1000, 2048, 4095, 8192, 1000003, (std::uint64_t{1} << 31) - 1};
+  for (unsigned l = 1; l < 31; ++l) {
+    for (const std::int64_t d : {-1, 0, 1}) sizes.push_back(static_cast<std::uint64_t>((std::int64_t{1} << l) + d));
+  }
+  std::mt19937_64 rng(20261205);
+  for (int i = 0; i < 200; ++i) sizes.push_back(1 + rng() % ((std::uint64_t{1} << 31) - 1));
+  const std::uint64_t top = (std::uint64_t{1} << 31) - 1;
+  for (const std::uint64_t c : sizes) {
+    const detail::chunk_divisor d = detail::chunk_divisor_of(c);
+    ASSERT_LT(d.magic, std::uint64_t{1} << 32) << "c " << c;  // one 32 x 32 -> 64-bit multiply
+    std::vector<std::uint64_t> positions = {0, 1, top, top - 1, c - 1, c, c + 1, top - top % c, top - top % c - 1};
+    for (int k = 0; k < 200; ++k) {
+      positions.push_back(rng() % (top + 1));
+      const std::uint64_t multiple = c * (1 + rng() % (top / c));  // a multiple of c in [c, 2^31)
+      positions.push_back(multiple);
+      positions.push_back(multiple - 1);
+    }
+    for (const std::uint64_t p : positions) {
+      if (p > top) continue;
+      ASSERT_EQ(d.quotient(p), p / c) << "p " << p << " c " << c;
+    }
+  }
+  EXPECT_THROW(detail::chunk_divisor_of(0), error);
+  EXPECT_THROW(detail::chunk_divisor_of(std::uint64_t{1} << 31), error);
+}
+
+TEST(Windows, BatchesOf2To32TokensOrMoreAreCountedExactly) {
+  // The one-pass count takes batches below 2^32 tokens (which bounds its sums); larger ones are counted document by
+  // document with every sum checked. Two documents of L = 2^31 tokens (2^32 in all), per document:
+  //   causal        L(L+1)/2 = 2^61 + 2^30
+  //   sliding 2^30  w(w+1)/2 + (L - w) w = (2^59 + 2^29) + 2^60
+  //   chunked 2^30  q = 2 chunks of c(c+1)/2 = 2^59 + 2^29 each, r = 0: 2^60 + 2^30
+  const std::int64_t length = std::int64_t{1} << 31, w = std::int64_t{1} << 30;
+  const vision_geometry g = with_windows({window_kind::sliding, w}, {window_kind::chunked, w});
+  const std::vector<std::int64_t> lengths = {length, length};
+  const std::vector<std::int64_t> cu = {0, length, 2 * length};
+  for (const batch_counts& c : {count_from_lengths(lengths, 0, {}, g), count_from_cu_seqlens(cu, 0, {}, g)}) {
+    EXPECT_EQ(c.real_tokens, std::int64_t{1} << 32);
+    EXPECT_EQ(c.documents, 2);
+    EXPECT_EQ(c.causal_pairs, 2 * ((std::int64_t{1} << 61) + (std::int64_t{1} << 30)));
+    EXPECT_EQ(c.window_pairs_0, 2 * ((std::int64_t{1} << 59) + (std::int64_t{1} << 29) + (std::int64_t{1} << 60)));
+    EXPECT_EQ(c.window_pairs_1, 2 * ((std::int64_t{1} << 60) + (std::int64_t{1} << 30)));
+  }
+  // One token more than 2^32 - 1 per document overflows the pair count, from either description, naming the entry.
+  const std::vector<std::int64_t> too_long = {3, std::int64_t{1} << 32};
+  EXPECT_THROW(count_from_lengths(too_long, 0, {}, g), error);
+  const std::vector<std::int64_t> decreasing = {0, 5, 4};
+  try {
+    count_from_cu_seqlens(decreasing, 0, {}, g);
+    ADD_FAILURE() << "no error";
+  } catch (const error& e) {
+    EXPECT_STREQ(e.what(), "cu_seqlens[2] = 4 is less than cu_seqlens[1] = 5 (cu_seqlens must be non-decreasing)");
+  }
+}
+
+TEST(Windows, APlanCountsAsCountFromDoesForEveryWindowKind) {
+  // count_plan_of picks the loop for a geometry's windows once (the throughput plugin's on_microbatch uses it);
+  // its functions must give count_from_lengths' and count_from_cu_seqlens' counts and errors, for no window, each
+  // kind alone and every pair, over documents around the windows' sizes (the brute force above checks those).
+  const std::vector<std::int64_t> lengths = {0, 1, 5, 6, 7, 40, 13};
+  std::vector<std::int64_t> cu = {0};
+  for (const std::int64_t l : lengths) cu.push_back(cu.back() + l);
+  const attention_window kinds[] = {
+      {window_kind::sliding, 6}, {window_kind::chunked, 6}, {window_kind::sliding, 1}, {window_kind::chunked, 100}};
+  std::vector<vision_geometry> geometries = {vision_geometry{}};
+  for (const attention_window& a : kinds) {
+    geometries.push_back(with_windows(a));
+    for (const attention_window& b : kinds) geometries.push_back(with_windows(a, b));
+  }
+  for (const vision_geometry& g : geometries) {
+    const detail::count_plan plan = detail::count_plan_of(g);
+    EXPECT_EQ(plan.from_lengths(lengths, 3, {}, g), count_from_lengths(lengths, 3, {}, g));
+    EXPECT_EQ(plan.from_cu_seqlens(cu, 3, {}, g), count_from_cu_seqlens(cu, 3, {}, g));
+    EXPECT_EQ(plan.from_cu_seqlens(cu, 3, {}, g).window_pairs_0, count_from_lengths(lengths, 3, {}, g).window_pairs_0);
+    const std::vector<std::int64_t> negative = {4, -1};
+    EXPECT_THROW(plan.from_lengths(negative, 0, {}, g), error);
+    EXPECT_THROW(plan.from_lengths(lengths, -1, {}, g), error);
+  }
+  EXPECT_THROW(detail::count_plan_of(with_windows({window_kind::sliding, 0})), error);
 }
 
 }  // namespace

@@ -389,6 +389,19 @@ TEST(throughput_gloo, a_rank_with_another_tpi_multiplier_is_refused) {
   expect_refused_with(results, "rank 1: [logging] tpi_multiplier 2.5, the others tpi_multiplier 1");
 }
 
+TEST(throughput_gloo, a_rank_that_recomputes_otherwise_is_refused) {
+  // Same model FLOPs on every rank, but rank 1 recomputes every 2nd layer in full: its hardware FLOPs (HFU)
+  // differ, so the rows cannot form one HFU. Before the recompute settings were in the fingerprint, this job
+  // reported every interval with an HFU that meant nothing.
+  const auto results = run_logged_job(2, 4, [](int rank, throughput_options& o) {
+    if (rank == 1) {
+      o.training.recompute.policy = recompute_policy::full;
+      o.training.recompute.every = 2;
+    }
+  });
+  expect_refused_with(results, "rank 1: [training] recompute full every 2, the others recompute none");
+}
+
 TEST(throughput_gloo, a_mixed_fleet_may_differ_in_its_peak_and_each_record_uses_the_emitting_ranks_peak) {
   // Rank 1's GPU has twice rank 0's peak: both report every interval, rank 1's MFU half of rank 0's (the same
   // TFLOP/s of the job over a peak twice as large).

@@ -359,18 +359,28 @@ TEST(vlm_bad_input, decoder_and_ratio_fields) {
 //     6*27*2*1152 = 373,248; projector 6*1152*2560 = 17,694,720; decoder 34 layers (5 full, 29 sliding over
 //     1024), 8 heads of 256: per pair 6*2*8*256 = 24,576 a layer: full 122,880, window 712,704, image block
 //     (all 34) 835,584.
+//   Qwen2.5-VL-72B: the same ViT with a 3456-wide gated MLP: 6*32*(4*1280^2 + 3*1280*3456) = 3,806,330,880 per
+//     patch (pairs and patch embedding as the 3B); merger 6*(5120^2 + 5120*8192) = 408,944,640; decoder: 80 layers
+//     of 8192, 64 heads of 128, 8 kv heads, MLP 29568, vocab 152064: 6*(80*(8192*8192*2 + 2*8192*1024 +
+//     3*8192*29568) + 8192*152064) = 428,750,143,488 per token and 6*80*2*64*128 = 7,864,320 per pair.
 //   InternVL3-8B (as far as confirmed): InternViT 24 x 1024, MLP 4096: 6*24*(4*1024^2 + 2*1024*4096) =
 //     1,811,939,328; pairs 6*24*2*1024 = 294,912; patch embedding 4*3*14*14*1024 = 2,408,448; projector
 //     6*(4096*3584 + 3584*3584) = 165,150,720.
 TEST(vlm_real_configs, published_coefficients_by_hand) {
-  const coefficients q = compute_coefficients(load_model_spec(data_path("qwen2.5-vl-3b-instruct.json")));
-  EXPECT_EQ(q.vision_per_patch, 3779788800);
-  EXPECT_EQ(q.vision_attn_pair, 61440);
-  EXPECT_EQ(q.vision_window_attn_pair, 430080);
-  EXPECT_EQ(q.patch_embed_per_patch, 6021120);
-  EXPECT_EQ(q.merger_per_merged_token, 220200960);
-  EXPECT_EQ(q.dense_per_token, 18514182144);
-  EXPECT_EQ(q.text_attn_pair, 884736);
+  // The Qwen2.5-VL ViT's pair and patch-embedding terms do not depend on the size (same 1280-wide tower).
+  const auto expect_qwen2_5_vl = [](const std::string& file, std::int64_t per_patch, std::int64_t merger,
+                                    std::int64_t dense, std::int64_t text_pair) {
+    const coefficients q = compute_coefficients(load_model_spec(data_path(file)));
+    EXPECT_EQ(q.vision_per_patch, per_patch) << file;
+    EXPECT_EQ(q.vision_attn_pair, 61440) << file;
+    EXPECT_EQ(q.vision_window_attn_pair, 430080) << file;
+    EXPECT_EQ(q.patch_embed_per_patch, 6021120) << file;
+    EXPECT_EQ(q.merger_per_merged_token, merger) << file;
+    EXPECT_EQ(q.dense_per_token, dense) << file;
+    EXPECT_EQ(q.text_attn_pair, text_pair) << file;
+  };
+  expect_qwen2_5_vl("qwen2.5-vl-3b-instruct.json", 3779788800, 220200960, 18514182144, 884736);
+  expect_qwen2_5_vl("qwen2.5-vl-72b-instruct.json", 3806330880, 408944640, 428750143488, 7864320);
   const coefficients g = compute_coefficients(load_model_spec(data_path("gemma-3-4b-it.json")));
   EXPECT_EQ(g.vision_per_patch, 2466422784);
   EXPECT_EQ(g.vision_attn_pair, 373248);
@@ -422,31 +432,58 @@ TEST(vlm_entry_points, c_abi_counts_and_flops) {
   flopmeter_model_destroy(model);
 }
 
+// Every coefficient of two specs of one model, equal (`what` names the pair in a failure).
+void expect_same_coefficients(const model_spec& a, const model_spec& b, const std::string& what) {
+  const coefficients ca = compute_coefficients(a), cb = compute_coefficients(b);
+  EXPECT_EQ(ca.dense_per_token, cb.dense_per_token) << what;
+  EXPECT_EQ(ca.text_attn_pair, cb.text_attn_pair) << what;
+  EXPECT_EQ(ca.window_attn_pair[0], cb.window_attn_pair[0]) << what;
+  EXPECT_EQ(ca.vision_per_patch, cb.vision_per_patch) << what;
+  EXPECT_EQ(ca.vision_attn_pair, cb.vision_attn_pair) << what;
+  EXPECT_EQ(ca.vision_window_attn_pair, cb.vision_window_attn_pair) << what;
+  EXPECT_EQ(ca.patch_embed_per_patch, cb.patch_embed_per_patch) << what;
+  EXPECT_EQ(ca.merger_per_merged_token, cb.merger_per_merged_token) << what;
+  EXPECT_EQ(ca.image_block_pair, cb.image_block_pair) << what;
+  EXPECT_EQ(geometry_of(a).segment_side, geometry_of(b).segment_side) << what;
+}
+
 // The shipped TOMLs give the coefficients of the config.json they were imported from.
 TEST(vlm_shipped, each_toml_equals_its_config_json) {
   const std::pair<const char*, const char*> pairs[] = {{"qwen2_vl_2b.toml", "qwen2-vl-2b-instruct.json"},
                                                        {"qwen2_vl_7b.toml", "qwen2-vl-7b-instruct.json"},
                                                        {"qwen2_5_vl_3b.toml", "qwen2.5-vl-3b-instruct.json"},
                                                        {"qwen2_5_vl_7b.toml", "qwen2.5-vl-7b-instruct.json"},
+                                                       {"qwen2_5_vl_72b.toml", "qwen2.5-vl-72b-instruct.json"},
                                                        {"gemma_3_4b.toml", "gemma-3-4b-it.json"},
                                                        {"gemma_3_27b.toml", "gemma-3-27b-it.json"}};
   for (const auto& [toml, json] : pairs) {
     const model_spec a = load_model_spec(config_path(toml));
-    const model_spec b = load_model_spec(data_path(json));
-    const coefficients ca = compute_coefficients(a), cb = compute_coefficients(b);
-    EXPECT_EQ(ca.dense_per_token, cb.dense_per_token) << toml;
-    EXPECT_EQ(ca.text_attn_pair, cb.text_attn_pair) << toml;
-    EXPECT_EQ(ca.window_attn_pair[0], cb.window_attn_pair[0]) << toml;
-    EXPECT_EQ(ca.vision_per_patch, cb.vision_per_patch) << toml;
-    EXPECT_EQ(ca.vision_attn_pair, cb.vision_attn_pair) << toml;
-    EXPECT_EQ(ca.vision_window_attn_pair, cb.vision_window_attn_pair) << toml;
-    EXPECT_EQ(ca.patch_embed_per_patch, cb.patch_embed_per_patch) << toml;
-    EXPECT_EQ(ca.merger_per_merged_token, cb.merger_per_merged_token) << toml;
-    EXPECT_EQ(ca.image_block_pair, cb.image_block_pair) << toml;
-    EXPECT_EQ(geometry_of(a).segment_side, geometry_of(b).segment_side) << toml;
+    expect_same_coefficients(a, load_model_spec(data_path(json)), toml);
     const check_report report = run_sanity_check(a, 4096);
     EXPECT_TRUE(report.pass) << toml;
   }
+}
+
+// `flopmeter import` of each family's real config.json writes a TOML the loader reads back to the same
+// coefficients: InternVL's downsample_ratio and Gemma 3's mm_tokens_per_image before [model], the decoder's keys
+// in [text_config] (InternVL's text_config.model_type with them), the family's vision keys in [vision_config]
+// (Qwen2.5-VL's window_size and fullatt_block_indexes, InternVL's [448, 448] image_size). Before, the Qwen3-VL
+// schema was written for them: an attn_output_gate line the loader refuses, and no window fields.
+TEST(vlm_import, each_real_config_json_round_trips) {
+  for (const char* json : {"qwen2-vl-2b-instruct.json", "qwen2-vl-7b-instruct.json", "qwen2.5-vl-3b-instruct.json",
+                           "qwen2.5-vl-7b-instruct.json", "qwen2.5-vl-72b-instruct.json",
+                           "internvl3-8b-hf-partial.json", "gemma-3-4b-it.json", "gemma-3-27b-it.json"}) {
+    const std::string toml = import_hf_config(data_path(json));
+    expect_same_coefficients(parse_model_spec(toml, "imported.toml"), load_model_spec(data_path(json)),
+                             std::string(json) + "\n" + toml);
+  }
+  const std::string qwen = import_hf_config(data_path("qwen2.5-vl-72b-instruct.json"));
+  EXPECT_NE(qwen.find("\nfullatt_block_indexes = [7, 15, 23, 31]"), std::string::npos) << qwen;
+  EXPECT_EQ(qwen.find("attn_output_gate"), std::string::npos) << qwen;
+  const std::string internvl = import_hf_config(data_path("internvl3-8b-hf-partial.json"));
+  EXPECT_EQ(internvl.find("downsample_ratio = 0.5 "), internvl.find("downsample_ratio")) << internvl;
+  EXPECT_LT(internvl.find("downsample_ratio"), internvl.find("[model]")) << internvl;
+  EXPECT_NE(internvl.find("\nmodel_type = \"qwen2\""), std::string::npos) << internvl;
 }
 
 }  // namespace

@@ -54,6 +54,11 @@ struct c10d_options {
   // The number of ranks in the whole job, when the trainer knows it. 0 (default): WORLD_SIZE from the
   // environment when set, otherwise not checked. A group whose size differs is refused (see WHICH GROUP).
   int job_world_size = 0;
+  // How the ordinary log's fixed-size SUM and MAX run (flopmeter/communicator.h). automatic (default) on a
+  // group handed in here: the backend's own all-reduce. recursive_doubling (CPU groups only): log2(world)
+  // rounds of point-to-point messages over this group, tag 0x464c4f50, on a thread of flopmeter's, which
+  // pair with nothing of the trainer's unless it uses that tag on this group too.
+  small_allreduce allreduce = small_allreduce::automatic;
 };
 
 // Wraps an existing c10d group over every rank of the job (see WHICH GROUP above).
@@ -63,8 +68,9 @@ struct c10d_options {
 //   (Work::wait, which only orders streams unless NCCL_BLOCKING_WAIT=1), copies back into a pinned tensor
 //   (non_blocking) and records an event. `wait` polls that event; no device or stream synchronisation.
 // backend_name() is "c10d:" + the group's backend name, e.g. "c10d:gloo".
-// Throws flopmeter::error if `group` is null, or if its size is not the job's (c10d_options::job_world_size,
-// else WORLD_SIZE when set).
+// Throws flopmeter::error if `group` is null, if its size is not the job's (c10d_options::job_world_size,
+// else WORLD_SIZE when set), or for c10d_options::allreduce = recursive_doubling on an NCCL group. With
+// recursive doubling backend_name() ends in "+doubling".
 std::shared_ptr<communicator> make_c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group,
                                                      const c10d_options& options = {});
 
@@ -79,6 +85,9 @@ struct gloo_group_options {
   std::string store_key_prefix = "flopmeter";
   // Address Gloo binds to; empty (default): GLOO_SOCKET_IFNAME's interfaces if set, else this host's name.
   std::string gloo_hostname;
+  // How the ordinary log's fixed-size SUM and MAX run (flopmeter/communicator.h). automatic (default):
+  // recursive doubling from recursive_doubling_min_ranks ranks on, Gloo's ring below.
+  small_allreduce allreduce = small_allreduce::automatic;
 };
 
 // THE RECOMMENDED C++ PATH: flopmeter's own Gloo group over every rank of the job, rendezvousing through the

@@ -31,6 +31,25 @@ namespace flopmeter FLOPMETER_EXPORT {
 // FLOPMETER_MAX_WORLD_SIZE is the same number (c_api.cpp checks that they agree).
 inline constexpr int max_world_size = 1048576;
 
+// How the fixed-size reductions of an ordinary log (start_allreduce_sum_max) run over a c10d CPU group (Gloo).
+// c10d's Gloo all-reduce is a ring: 2 (world - 1) message rounds, so its latency grows linearly with the job
+// (about 13 s per log at 131,072 ranks at 50 us a round). Recursive doubling takes floor(log2 world) rounds
+// (+ 2 when world is not a power of two) of point-to-point sends of the whole 512-byte vector, on a thread of
+// flopmeter's own: 17 rounds at 131,072 ranks. METRICS.md, "The per-log collectives at scale", has the numbers.
+enum class small_allreduce {
+  // flopmeter's own Gloo groups (make_gloo_communicator, make_gloo_communicator_from_env): recursive doubling
+  // from recursive_doubling_min_ranks ranks on, the backend's all-reduce below. A group the trainer passes
+  // (make_c10d_communicator): the backend's all-reduce (flopmeter sends nothing but collectives over it).
+  automatic,
+  backend,             // the backend's own all-reduce (Gloo: the ring)
+  recursive_doubling,  // always (CPU groups only: an NCCL group is refused; NCCL's own all-reduce is a tree)
+};
+
+// From this many ranks on `automatic` runs an own Gloo group's ordinary logs by recursive doubling. Below it
+// the ring's 2 (world - 1) rounds are at most recursive doubling's rounds + 1 (world 2: 2 against 1; world 3:
+// 4 against 3) and Gloo's own ring runs without flopmeter's thread hop. Measured: bench/gloo_per_log.py.
+inline constexpr int recursive_doubling_min_ranks = 4;
+
 // The outcome of waiting on a collective.
 enum class collective_status {
   done,       // the buffer holds the reduced values

@@ -50,6 +50,9 @@ struct gloo_env_options {
   // Address Gloo binds to. Empty (default): the interfaces named by GLOO_SOCKET_IFNAME (comma-separated)
   // if that variable is set, else the address this host's name resolves to (loopback as a fallback).
   std::string gloo_hostname;
+  // How the ordinary log's fixed-size SUM and MAX run (flopmeter/communicator.h). automatic (default):
+  // recursive doubling from recursive_doubling_min_ranks ranks on, Gloo's ring below.
+  small_allreduce allreduce = small_allreduce::automatic;
 };
 
 // Builds a private Gloo group over every rank of the job: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must

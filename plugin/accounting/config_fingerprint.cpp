@@ -114,6 +114,31 @@ std::string training_text(const double* row) {
   return text.empty() ? "all trains" : text;
 }
 
+// The recompute settings as row_config_recompute encodes them: 1 + policy (3 bits) + 8 x vision + 16 x which
+// layers (0 all, 1 the first N per stage, 2 every N-th: at most one of layers and every is set) + 64 x N.
+// N is below 2^31 (throughput_config's bound), so the code stays below 2^37: exact in a double. Two ranks that
+// recompute differently bill the same model FLOPs but different hardware FLOPs, so their rows cannot be
+// summed into one HFU.
+double recompute_code(const recompute_options& r) {
+  const int which = r.layers > 0 ? 1 : r.every > 0 ? 2 : 0;
+  const double n = static_cast<double>(which == 1 ? r.layers : which == 2 ? r.every : 0);
+  return 1.0 + static_cast<double>(static_cast<unsigned>(r.policy)) + (r.vision ? 8 : 0) + 16.0 * which + 64.0 * n;
+}
+// "none", "full", "full every 2", "selective on the first 4 layers per stage, vision too".
+std::string recompute_text(const double* row) {
+  const double value = row[row_config_recompute];
+  if (!(value >= 1 && value < 0x1p48)) return "(unknown)";
+  const auto code = static_cast<std::uint64_t>(value) - 1;
+  const auto policy = static_cast<unsigned>(code & 7u);
+  if (policy > static_cast<unsigned>(recompute_policy::op)) return "(unknown)";
+  std::string text = to_string(static_cast<recompute_policy>(policy));
+  const std::uint64_t which = (code >> 4) & 3u, n = code >> 6;
+  if (which == 1) text += " on the first " + std::to_string(n) + " layers per stage";
+  if (which == 2) text += " every " + std::to_string(n);
+  if ((code >> 3) & 1u) text += ", vision too";
+  return text;
+}
+
 // One setting as the message shows it: its name and how to show a row's value (which fields it reads).
 struct setting {
   const char* name;
@@ -149,6 +174,10 @@ const std::vector<setting>& settings() {
        "",  // "the others frozen vision"
        {row_config_training, row_config_lora_targets},
        [](const double* row) { return training_text(row); }},
+      {"[training] recompute",
+       "recompute",
+       {row_config_recompute},
+       [](const double* row) { return recompute_text(row); }},
       {"[logging] tpi_multiplier",
        "tpi_multiplier",
        {row_config_tpi_multiplier},
@@ -196,6 +225,7 @@ void write_fingerprint(const config_settings& s, double* row) {
   row[row_config_tpi_multiplier] = s.tpi_multiplier;
   row[row_config_training] = training_code(s.regime);
   row[row_config_lora_targets] = lora_targets_code(s.regime);
+  row[row_config_recompute] = recompute_code(s.regime.recompute);
 }
 
 bool fingerprints_agree(const double* rows, std::int64_t world, std::int64_t rank) {

@@ -2,9 +2,8 @@
 // that ranks that loaded different configurations are found at the first log instead of being summed.
 //
 // Every rank derives the record from every rank's row with its own coefficients and layout. Rows whose
-// settings differ (another model, scope, frozen parts or LoRA, [parallel] layout or order, tpi_multiplier)
-// would be summed into a
-// number that means nothing, the same on no two ranks. So each row carries a fingerprint of those settings
+// settings differ (another model, scope, frozen parts or LoRA, recompute, [parallel] layout or order,
+// tpi_multiplier) would be summed into a number that means nothing, the same on no two ranks. So each row carries a fingerprint of those settings
 // (row_config_*, row_layout.h); the protocol compares the gathered fingerprints at every log and emits no
 // interval while they differ (log_protocol.h).
 //

@@ -4,6 +4,7 @@
 // Thread-safety: pure.
 #pragma once
 
+#include "core/count_plan.h"
 #include "flopmeter/events.h"
 #include "flopmeter/flop_model.h"
 
@@ -11,5 +12,7 @@ namespace flopmeter::detail {
 
 // Throws flopmeter::error naming the bad entry (flop_model.h), or that more than one format was given.
 batch_counts count_event(const microbatch_event& event, const vision_geometry& geometry);
+// The same through a plan made for `geometry` (count_plan_of): lengths and cu_seqlens by the plan's functions.
+batch_counts count_event(const microbatch_event& event, const vision_geometry& geometry, const count_plan& plan);
 
 }  // namespace flopmeter::detail

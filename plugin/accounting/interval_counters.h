@@ -66,13 +66,14 @@ struct running_totals {
 // range), leaving `interval` as it was. The caller counts the micro-batch itself (interval.microbatches).
 // Inline: it is the whole of on_microbatch's work besides the count, and a call into another translation unit
 // cost the hook 6-8% (bench_on_microbatch).
-inline void add_microbatch(interval_counters& interval, const microbatch_event& event,
-                           const vision_geometry& geometry) {
+// `plan` is count_plan_of(geometry), made once with the model.
+inline void add_microbatch(interval_counters& interval, const microbatch_event& event, const vision_geometry& geometry,
+                           const count_plan& plan) {
   if (event.samples < 0) throw error("samples must be >= 0 (got " + std::to_string(event.samples) + ")");
   if (event.label_tokens && *event.label_tokens < 0) throw error("label_tokens must be >= 0");
   if (event.loss_sum && !std::isfinite(*event.loss_sum)) throw error("loss_sum is not finite");
   check_loss_pair(event.loss_sum, event.label_tokens);
-  const batch_counts counts = count_event(event, geometry);
+  const batch_counts counts = count_event(event, geometry, plan);
   check_label_tokens_within(event.loss_sum, event.label_tokens, counts.real_tokens);
   interval_counters next = interval;
   next.counts += counts;

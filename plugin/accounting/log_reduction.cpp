@@ -203,9 +203,10 @@ derive_result reduced_record(const derive_setup& setup, const double* s, const d
 
 std::string describe_reduced_differences(const double* m) {
   static constexpr const char* kNames[kConfigFields] = {
-      "model name",    "model name",    "model name", "model coefficients", "scope",       "[parallel] tp",
-      "[parallel] cp", "[parallel] pp", "rank order", "tpi_multiplier",     "what trains", "LoRA targets"};
-  static_assert(kConfigFields == 12, "name every fingerprint field");
+      "model name",    "model name",    "model name",    "model coefficients", "scope",
+      "[parallel] tp", "[parallel] cp", "[parallel] pp", "rank order",         "tpi_multiplier",
+      "what trains",   "LoRA targets",  "recompute"};
+  static_assert(kConfigFields == 13, "name every fingerprint field");
   std::string out;
   for (std::size_t i = 0; i < kConfigFields; ++i) {
     const double largest = m[max_config_first + i], smallest = -m[max_config_first + kConfigFields + i];

@@ -84,11 +84,12 @@ enum row_field : std::size_t {
   row_config_tpi_multiplier,  // as configured
   row_config_training,        // what trains: 1 + frozen parts (vision 1, merger 2, text 4) + 8 x LoRA rank
   row_config_lora_targets,    // 1 + the LoRA targets as bits (training_regime's order)
+  row_config_recompute,       // 1 + policy + 8 x vision + 16 x recompute_layers + 2^24 x recompute_every
   kRowFields
 };
 
 constexpr std::size_t kRowConfigFirst = row_config_model_name_0;
-constexpr std::size_t kRowConfigEnd = row_config_lora_targets + 1;
+constexpr std::size_t kRowConfigEnd = row_config_recompute + 1;
 
 constexpr std::size_t kRowCountFields = kCountFieldCount;
 

@@ -9,7 +9,7 @@
 // explain, it all-gathers the row instead: every rank then holds every rank's row (world_size x kRowFields)
 // and derives DP-group sums, world maxima and the per-rank top-k locally (derive.h). A communicator without
 // an all-gather runs it as a SUM all-reduce of that buffer with the other rows zeroed (communicator.h). At
-// 16,384 ranks the table is 16,384 x kRowFields (42) x 8 B = 5.25 MiB; METRICS.md gives the bytes per log.
+// 16,384 ranks the table is 16,384 x kRowFields (50) x 8 B = 6.25 MiB; METRICS.md gives the bytes per log.
 //
 // The per-log protocol (which logs start a collective, backing off after failures, rows no rank sent, ranks
 // out of step, the warm-up log) is accounting/log_protocol.h: a pure function of the gathered rows and its own
@@ -72,6 +72,7 @@ class throughput_plugin::impl {
     coefficients_ = regime_coefficients_.with_items;
     megatron_ = megatron_billing::of(options_.model, options_.scope);
     geometry_ = geometry_of(options_.model);
+    count_plan_ = detail::count_plan_of(geometry_);  // the windows checked once, the loop for their kinds chosen
     rank_ = comm_->rank();
     world_ = comm_->world_size();
 
@@ -138,7 +139,7 @@ class throughput_plugin::impl {
     }
     current_.microbatches += 1;
     try {
-      add_microbatch(current_, event, geometry_);
+      add_microbatch(current_, event, geometry_, count_plan_);
     } catch (const std::exception& e) {
       ++health_.bad_microbatches;
       warn_rate_limited(last_batch_warning_, "flopmeter: micro-batch not counted: {}", e.what());
@@ -400,6 +401,7 @@ class throughput_plugin::impl {
   std::shared_ptr<spdlog::logger> logger_;
   coefficients coefficients_;  // of a micro-batch with images (the regime's)
   vision_geometry geometry_;
+  detail::count_plan count_plan_;
   std::optional<double> peak_;
   std::int64_t rank_ = 0;
   std::int64_t world_ = 1;

@@ -2,6 +2,7 @@
 // what the c10d adapter, flopmeter's own Gloo groups and the tensor path share.
 #pragma once
 
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -25,6 +26,24 @@ using device_contribution = std::function<void(at::Tensor& buffer)>;
 
 std::shared_ptr<communicator> make_c10d_communicator_with(c10::intrusive_ptr<c10d::ProcessGroup> group,
                                                           device_contribution contribute);
+
+// Whether a group's ordinary logs run by recursive doubling (c10d_recursive_doubling.cpp): `choice` as the
+// caller gave it, `own_group` true for a group flopmeter built itself, `backend` the group's backend name.
+// Throws flopmeter::error (starting with `who`) for recursive_doubling on an NCCL group.
+bool resolve_small_allreduce(small_allreduce choice, bool own_group, int world, const std::string& backend,
+                             const std::string& who);
+
+// `inner` (a c10d communicator over `group`, a CPU group) with start_allreduce_sum_max run by recursive
+// doubling over the group's send/recv on a worker thread; every other collective goes to `inner`. `timeout`
+// bounds each message (0: the group's own timeout).
+std::shared_ptr<communicator> with_recursive_doubling(std::shared_ptr<communicator> inner,
+                                                      c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                                      std::chrono::milliseconds timeout);
+
+// A communicator over a group flopmeter built itself (gloo_group.cpp): `choice` resolved with own_group true.
+std::shared_ptr<communicator> make_own_c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                                         small_allreduce choice, std::chrono::milliseconds timeout,
+                                                         const std::string& who);
 
 // The message of an exception without c10's multi-line backtrace (gloo_group.cpp).
 std::string describe_exception(const std::exception_ptr& e);

@@ -152,7 +152,8 @@ std::shared_ptr<communicator> run_bounded(const attempt& a, Build build) {
 
 // The Gloo group itself, over a store every rank shares (already prefixed). Runs on the helper thread.
 std::shared_ptr<communicator> build_gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
-                                               std::chrono::milliseconds timeout, const std::string& hostname) {
+                                               std::chrono::milliseconds timeout, const std::string& hostname,
+                                               small_allreduce allreduce, const std::string& who) {
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
   if (!hostname.empty()) {
     gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
@@ -166,10 +167,9 @@ std::shared_ptr<communicator> build_gloo_group(const c10::intrusive_ptr<c10d::St
   if (gloo_options->devices.empty()) gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   gloo_options->threads = 1;  // one small collective per log
   auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, gloo_options);
-  return make_c10d_communicator(
-      c10d_compat::as_process_group(store, rank, world, std::move(gloo), c10d_compat::kGloo, c10::DeviceType::CPU,
-                                    timeout),
-      c10d_options{world});
+  auto group = c10d_compat::as_process_group(store, rank, world, std::move(gloo), c10d_compat::kGloo,
+                                             c10::DeviceType::CPU, timeout);
+  return detail::make_own_c10d_communicator(std::move(group), allreduce, timeout, who);
 }
 
 // flopmeter's own store on the *_from_env path, under its key prefix, which it lets go once the group stands.
@@ -275,11 +275,12 @@ std::shared_ptr<communicator> make_gloo_communicator(c10::intrusive_ptr<c10d::St
   attempt a{who, rank, world_size, "keys '" + prefix + "/' in the trainer's store", options.timeout};
   const std::string hostname = options.gloo_hostname;
   const std::chrono::milliseconds timeout = options.timeout;
-  return run_bounded(a, [store = std::move(store), prefix, rank, world_size, timeout, hostname]() {
+  const small_allreduce allreduce = options.allreduce;
+  return run_bounded(a, [store = std::move(store), prefix, rank, world_size, timeout, hostname, allreduce, who]() {
     // Gloo waits for flopmeter's keys with its own timeout (ProcessGroupGloo passes it to every store wait);
     // the trainer's store and its timeout are left as they are.
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
-    return build_gloo_group(prefixed, rank, world_size, timeout, hostname);
+    return build_gloo_group(prefixed, rank, world_size, timeout, hostname, allreduce, who);
   });
 #else
   (void)store;
@@ -330,6 +331,7 @@ std::shared_ptr<communicator> make_gloo_communicator_from_env(const gloo_env_opt
             options.timeout};
   const std::chrono::milliseconds timeout = options.timeout;
   const std::string hostname = options.gloo_hostname;
+  const small_allreduce allreduce = options.allreduce;
   return run_bounded(a, [=]() {
     c10::intrusive_ptr<c10d::Store> tcp;
     try {
@@ -356,7 +358,7 @@ std::shared_ptr<communicator> make_gloo_communicator_from_env(const gloo_env_opt
     }
     auto store = c10::make_intrusive<releasable_store>(prefix, std::move(tcp));
     std::shared_ptr<communicator> comm =
-        build_gloo_group(store, static_cast<int>(rank), static_cast<int>(world), timeout, hostname);
+        build_gloo_group(store, static_cast<int>(rank), static_cast<int>(world), timeout, hostname, allreduce, who);
     // The store is dropped on every rank once the group stands: the clients first (after a barrier, no rank
     // reads a key any more), then, after a second barrier (every client has closed its connection), the
     // server on the rank that serves it. A server that goes while clients are connected is what makes their

@@ -5,6 +5,8 @@
 #include <cctype>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -19,6 +21,7 @@
 #include "core/json_document.h"
 #include "core/printable_text.h"
 #include "core/spec_rules.h"
+#include "core/vlm_families.h"
 
 namespace flopmeter {
 namespace {
@@ -76,6 +79,18 @@ std::string safe_name(const std::string& name) {
 std::string toml_value(const json& value) {
   if (value.is_boolean()) return value.get<bool>() ? "true" : "false";
   if (value.is_number_integer()) return std::to_string(value.get<std::int64_t>());
+  if (value.is_number_float()) {  // InternVL's downsample_ratio, Qwen2-VL's mlp_ratio: the shortest exact text
+    const double x = value.get<double>();
+    std::string out;
+    for (int digits = 1; digits <= 17; ++digits) {  // 17 significant digits always read back as the same double
+      char text[32];
+      std::snprintf(text, sizeof text, "%.*g", digits, x);
+      out = text;
+      if (std::strtod(text, nullptr) == x) break;
+    }
+    if (out.find_first_of(".eE") == std::string::npos) out += ".0";  // a TOML float has a point or an exponent
+    return out;
+  }
   if (value.is_string()) return "\"" + safe_name(value.get<std::string>()) + "\"";
   std::string out = "[";
   for (std::size_t i = 0; i < value.size(); ++i) out += (i > 0 ? ", " : "") + toml_value(value[i]);
@@ -86,6 +101,59 @@ void write_line(std::string& out, const std::string& assignment, const std::stri
   out += assignment;
   if (assignment.size() < 40) out.append(40 - assignment.size(), ' ');
   out += "  # " + comment + "\n";
+}
+
+// `key = VALUE` for the config.json value at `path`, as the file writes it, commented with its position and JSON
+// path; nothing when the file leaves the key out (the TOML reads the same default). TOML has no null: a nullable
+// field says "none".
+void write_field(std::string& out, const json_document& doc, const std::string& key, const std::string& path) {
+  const json* value = doc.node(path);
+  if (value == nullptr) return;
+  const std::string where = doc.position_text(path) + " " + doc.in_document_terms(path);
+  if (value->is_null()) {
+    write_line(out, key + " = \"none\"", where + " (null)");
+  } else {
+    write_line(out, key + " = " + toml_value(*value), where);
+  }
+}
+
+constexpr std::string_view kVisionPrefix = "vision_config.";
+
+bool is_vision_field(const detail::vlm_field& field) {
+  return field.path.substr(0, kVisionPrefix.size()) == kVisionPrefix;
+}
+
+// A vision-language family's wrapper keys (InternVL's downsample_ratio, Gemma 3's mm_tokens_per_image): top-level
+// keys, so they come before the first table.
+void write_vlm_wrapper_keys(std::string& out, const json_document& doc, const detail::vlm_family& vlm) {
+  const std::size_t before = out.size();
+  for (const detail::vlm_field& field : vlm.fields) {
+    if (!is_vision_field(field)) write_field(out, doc, std::string(field.path), std::string(field.path));
+  }
+  if (out.size() != before) out += "\n";
+}
+
+// A vision-language family's tables: [text_config] with its decoder family's keys (read at the top level of the
+// flat Qwen2-VL files; InternVL's text_config.model_type names the family and is written too), [vision_config] with
+// the vision keys of the family's table.
+void write_vlm_tables(std::string& out, const json_document& doc, const detail::vlm_family& vlm) {
+  std::string decoder(vlm.decoder);
+  out += "\n[text_config]\n";
+  if (decoder.empty()) {  // validated by the loader: present, a string, a supported decoder family
+    decoder = doc.node("text_config.model_type")->get<std::string>();
+    write_field(out, doc, "model_type", "text_config.model_type");
+  }
+  if (const detail::family_adapter* family = detail::find_family(decoder)) {
+    for (const detail::family_field& field : family->fields) {
+      write_field(out, doc, std::string(field.key), "text_config." + std::string(field.key));
+    }
+  }
+  out += "\n[vision_config]\n";
+  for (const detail::vlm_field& field : vlm.fields) {
+    if (is_vision_field(field)) {
+      write_field(out, doc, std::string(field.path.substr(kVisionPrefix.size())), std::string(field.path));
+    }
+  }
 }
 
 }  // namespace
@@ -106,26 +174,22 @@ std::string import_hf_config(const std::string& path) {
          " by `flopmeter import`.\n";
   out += "# Each value's comment says where it came from: FILE:LINE:COL of the value and its JSON path.\n";
   out += "# Fields that do not change FLOPs (rope settings, token ids, dtype, ...) are not carried over.\n\n";
+  const detail::vlm_family* vlm = detail::find_vlm_family(spec.model_type);
+  if (vlm != nullptr) write_vlm_wrapper_keys(out, doc, *vlm);
   out += "[model]\n";
   write_line(out, "name = \"" + safe_name(spec.name) + "\"",
              std::filesystem::path(file).filename() == "config.json" ? "the checkpoint directory's name"
                                                                      : "the file's name");
   write_line(out, "model_type = \"" + spec.model_type + "\"", doc.position_text("model_type") + " model_type");
+  if (vlm != nullptr) {
+    write_vlm_tables(out, doc, *vlm);
+    return out;
+  }
   if (const detail::family_adapter* family = detail::find_family(spec.model_type)) {
-    // A family's fields: its adapter's table, each value as the config.json writes it (null: left out, which the
-    // TOML reads as null), defaults not written.
+    // A family's fields: its adapter's table, each value as the config.json writes it, defaults not written.
     out += "\n[text_config]\n";
     for (const detail::family_field& field : family->fields) {
-      const std::string field_path = "text_config." + std::string(field.key);
-      const json* value = doc.node(field_path);
-      if (value == nullptr) continue;
-      if (value->is_null()) {  // TOML has no null: a nullable field says "none"
-        write_line(out, std::string(field.key) + " = \"none\"",
-                   doc.position_text(field_path) + " " + doc.in_document_terms(field_path) + " (null)");
-        continue;
-      }
-      write_line(out, std::string(field.key) + " = " + toml_value(*value),
-                 doc.position_text(field_path) + " " + doc.in_document_terms(field_path));
+      write_field(out, doc, std::string(field.key), "text_config." + std::string(field.key));
     }
     return out;
   }

@@ -19,6 +19,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #define FLOPMETER_POSITIONS_X86 1
+#include <immintrin.h>
 #endif
 
 namespace flopmeter::detail {
@@ -56,6 +57,25 @@ bool available(positions_kernel kernel) {
 positions_kernel best_positions_kernel() {
   static const positions_kernel best = available(positions_kernel::avx2) ? positions_kernel::avx2 : positions_kernel::sse2;
   return best;
+}
+
+// floor(p / c) = floor(p * m / 2^s) with s = 31 + l, l = ceil(log2 c) (2^(l-1) < c <= 2^l), m = ceil(2^s / c), for
+// 0 <= p < 2^31 (the round-up division by a constant, as compilers emit it):
+//   - m = (2^s + e) / c with 0 <= e < c, so p m / 2^s = p/c + p e / (c 2^s), and the error term is below
+//     2^31 c / (c 2^(31+l)) = 2^-l <= 1/c. p/c = floor(p/c) + r/c with r <= c - 1, so p m / 2^s lies in
+//     [p/c, floor(p/c) + 1): its floor is floor(p/c).
+//   - m < 2^32: c > 2^(l-1) gives 2^s / c < 2^32, and m = 2^32 would need 2^s / c > 2^32 - 1, that is
+//     c < 2^(l-1) (1 + 1/(2^32 - 1)) < 2^(l-1) + 1 (l <= 31): no integer c > 2^(l-1). (c = 2^l: m = 2^31.)
+//   So p m < 2^63 fits uint64, and both factors fit 32 bits: one pmuludq per two or four entries.
+chunk_divisor chunk_divisor_of(std::uint64_t c) {
+  if (c < 1 || c >= (std::uint64_t{1} << 31)) throw error("chunk_divisor_of: c must be in [1, 2^31)");
+  unsigned l = 0;
+  while ((std::uint64_t{1} << l) < c) ++l;
+  chunk_divisor d;
+  d.size = c;
+  d.shift = 31 + l;
+  d.magic = ((std::uint64_t{1} << d.shift) - 1) / c + 1;  // ceil(2^s / c)
+  return d;
 }
 
 namespace {
@@ -113,6 +133,33 @@ FLOPMETER_ALWAYS_INLINE std::uint64_t lane_sum(const Vec& v) {
   return sum;
 }
 
+// acc += floor(low half / c) per 64-bit lane of `v` (chunk_divisor: the low 32 bits times a magic < 2^32, shifted):
+// SSE2's pmuludq / AVX2's vpmuludq, which multiply the low 32 bits of each 64-bit lane into 64 bits (plain vector
+// code multiplies all 64 bits, three multiplies per lane). By reference, not by value: a vector parameter changes
+// the calling convention between the baseline and AVX2 functions. The AVX2 one is not always_inline (its target
+// differs from the kernel template's); it is inlined into block_avx2, whose target has AVX2.
+FLOPMETER_ALWAYS_INLINE void add_quotients(u64x2& acc, const u64x2& v, const u64x2& magic, unsigned shift) {
+#ifdef FLOPMETER_POSITIONS_X86
+  acc +=
+      reinterpret_cast<u64x2>(_mm_mul_epu32(reinterpret_cast<__m128i>(v), reinterpret_cast<__m128i>(magic))) >> shift;
+#else
+  acc += ((v & 0xFFFFFFFFu) * magic) >> shift;
+#endif
+}
+#ifdef FLOPMETER_POSITIONS_X86
+inline __attribute__((target("avx2"))) void add_quotients(u64x4& acc, const u64x4& v, const u64x4& magic,
+                                                          unsigned shift) {
+  acc += reinterpret_cast<u64x4>(_mm256_mul_epu32(reinterpret_cast<__m256i>(v), reinterpret_cast<__m256i>(magic))) >>
+         shift;
+}
+#endif
+
+// The windows a block kernel counts: S sliding ones (limit w - 1 each) and C chunked ones.
+struct kernel_windows {
+  std::uint32_t limits[kMaxAttentionWindows] = {};
+  chunk_divisor chunks[kMaxAttentionWindows];
+};
+
 // One vector's worth of entries starting at `at` (both kernels): the entries as uint32 lanes (`v`), the same
 // lanes one entry earlier (`prev`), the same bytes as uint64 lanes (`wide`, for the sums), and all ones in
 // each uint32 lane that is 0. Unaligned loads through memcpy, which compile to one vector load each.
@@ -131,6 +178,22 @@ FLOPMETER_ALWAYS_INLINE block<V64, V32> load_block(const T* at) {
   return b;
 }
 
+// The totals of an accepted array from a kernel's sums: window_pairs[0 .. S) the sliding windows (sum of
+// min(p, w - 1), + n), window_pairs[S .. S + C) the chunked ones: sum of (p mod c) + 1 = n + sum of p - c * (sum
+// of floor(p / c)), where c * (sum of the quotients) <= sum of p.
+template <std::size_t S, std::size_t C>
+FLOPMETER_ALWAYS_INLINE void store_totals(positions_totals& totals, std::size_t n, std::uint64_t zeros_total,
+                                          std::uint64_t sum_total, const std::uint64_t* window_total,
+                                          const std::uint64_t* quotient_total, const kernel_windows& windows) {
+  totals.tokens = static_cast<std::int64_t>(n);
+  totals.documents = static_cast<std::int64_t>(zeros_total);
+  totals.causal_pairs = static_cast<std::int64_t>(sum_total + n);
+  for (std::size_t w = 0; w < S; ++w) totals.window_pairs[w] = static_cast<std::int64_t>(window_total[w] + n);
+  for (std::size_t c = 0; c < C; ++c) {
+    totals.window_pairs[S + c] = static_cast<std::int64_t>(sum_total + n - windows.chunks[c].size * quotient_total[c]);
+  }
+}
+
 // int64 entries, read as pairs of uint32 lanes (an entry's two halves sit in two lanes; `v` and `prev` are
 // loaded a whole entry apart, so each lane meets the same half of the previous entry on either byte order).
 // An accepted array has 0 <= p[i] < 2^31 (the proof above), so every high half is 0 and every
@@ -145,16 +208,27 @@ FLOPMETER_ALWAYS_INLINE block<V64, V32> load_block(const T* at) {
 // Sliding windows (S of them, limit[s] = min(w - 1, 2^32 - 1)): sum(min(p + 1, w)) = sum(min(p, w - 1)) + n. The
 // min is taken per uint32 lane (a high half is 0, so its min is 0) and the lanes read as uint64 are the entries'
 // mins; they sum like the positions (min(p, w - 1) <= p, so no lane accumulator can wrap either).
-template <class V64, class V32, std::size_t S>
-FLOPMETER_ALWAYS_INLINE bool scan_block_int64(const std::int64_t* p, std::size_t n, const std::uint32_t* limits,
+//
+// Chunked windows (C of them, chunk_divisor each): the low halves are the entries, so one multiply of each uint64
+// lane's low 32 bits by the magic and a shift give floor(p / c) per entry (add_quotients), summed per lane
+// (at most the sum of the entries: no wrap); the window's pairs are n + sum of p - c * sum of the quotients.
+template <class V64, class V32, std::size_t S, std::size_t C>
+FLOPMETER_ALWAYS_INLINE bool scan_block_int64(const std::int64_t* p, std::size_t n, const kernel_windows& windows,
                                               positions_totals& totals) {
   constexpr std::size_t lanes = sizeof(V64) / sizeof(std::uint64_t);
   constexpr std::size_t step = lanes * 2;
+  const std::uint32_t* limits = windows.limits;
   V32 good0 = ~V32{}, good1 = ~V32{}, zeros0 = {}, zeros1 = {};
   V64 sum0 = {}, sum1 = {}, bits0 = {}, bits1 = {};
   V32 limit[S == 0 ? 1 : S] = {};
   V64 window_sum[S == 0 ? 1 : S] = {};
+  V64 magic[C == 0 ? 1 : C] = {}, quotient_sum[C == 0 ? 1 : C] = {};
+  unsigned shift[C == 0 ? 1 : C] = {};
   for (std::size_t w = 0; w < S; ++w) limit[w] = V32{} + limits[w];
+  for (std::size_t c = 0; c < C; ++c) {
+    magic[c] = V64{} + windows.chunks[c].magic;
+    shift[c] = windows.chunks[c].shift;
+  }
   const V32 one = V32{} + 1;
   std::size_t i = 1;
 #define FLOPMETER_STEP_INT64(k)                                                                                  \
@@ -165,6 +239,7 @@ FLOPMETER_ALWAYS_INLINE bool scan_block_int64(const std::int64_t* p, std::size_t
     sum##k += b.wide;                                                                                            \
     bits##k |= b.wide;                                                                                           \
     for (std::size_t w = 0; w < S; ++w) window_sum[w] += reinterpret_cast<V64>(b.v < limit[w] ? b.v : limit[w]); \
+    for (std::size_t c = 0; c < C; ++c) add_quotients(quotient_sum[c], b.wide, magic[c], shift[c]);              \
   }
   for (; i + step <= n; i += step) {
     FLOPMETER_STEP_INT64(0)
@@ -183,18 +258,18 @@ FLOPMETER_ALWAYS_INLINE bool scan_block_int64(const std::int64_t* p, std::size_t
   std::uint64_t sum_total = lane_sum(sum0 + sum1);
   std::uint64_t window_total[S == 0 ? 1 : S] = {};
   for (std::size_t w = 0; w < S; ++w) window_total[w] = lane_sum(window_sum[w]);
+  std::uint64_t quotient_total[C == 0 ? 1 : C] = {};
+  for (std::size_t c = 0; c < C; ++c) quotient_total[c] = lane_sum(quotient_sum[c]);
   for (; i < n; ++i) {
     const std::uint64_t v = static_cast<std::uint64_t>(p[i]), prev = static_cast<std::uint64_t>(p[i - 1]);
     ok &= v == 0 || v == prev + 1;
     zeros_total += v == 0 ? 1 : 0;
     sum_total += v;
     for (std::size_t w = 0; w < S; ++w) window_total[w] += v < limits[w] ? v : limits[w];
+    for (std::size_t c = 0; c < C; ++c) quotient_total[c] += windows.chunks[c].quotient(v & 0xFFFFFFFFu);
   }
   if (!ok) return false;
-  totals.tokens = static_cast<std::int64_t>(n);
-  totals.documents = static_cast<std::int64_t>(zeros_total);
-  totals.causal_pairs = static_cast<std::int64_t>(sum_total + n);
-  for (std::size_t w = 0; w < S; ++w) totals.window_pairs[w] = static_cast<std::int64_t>(window_total[w] + n);
+  store_totals<S, C>(totals, n, zeros_total, sum_total, window_total, quotient_total, windows);
   return true;
 }
 
@@ -202,15 +277,24 @@ FLOPMETER_ALWAYS_INLINE bool scan_block_int64(const std::int64_t* p, std::size_t
 // the low and high halves separately, which zero-extends each entry (valid entries are >= 0).
 // Sliding windows as in the int64 kernel: the per-lane mins, read as uint64 lanes, are split into their low and
 // high halves and both added to the window's one accumulator (each step adds < 2^33 per lane: no wrap).
-template <class V64, class V32, std::size_t S>
-FLOPMETER_ALWAYS_INLINE bool scan_block_int32(const std::int32_t* p, std::size_t n, const std::uint32_t* limits,
+// Chunked windows: the entries are the low and the high halves of the uint64 lanes (the sums above split them
+// already), each multiplied by the magic and shifted (add_quotients), two per lane.
+template <class V64, class V32, std::size_t S, std::size_t C>
+FLOPMETER_ALWAYS_INLINE bool scan_block_int32(const std::int32_t* p, std::size_t n, const kernel_windows& windows,
                                               positions_totals& totals) {
   constexpr std::size_t lanes = sizeof(V32) / sizeof(std::uint32_t);
   constexpr std::size_t step = lanes * 2;
+  const std::uint32_t* limits = windows.limits;
   V32 bad0 = {}, bad1 = {}, zeros0 = {}, zeros1 = {};
   V64 low0 = {}, low1 = {}, high0 = {}, high1 = {};
   V32 limit[S == 0 ? 1 : S] = {};
   std::uint64_t window_total[S == 0 ? 1 : S] = {};
+  V64 magic[C == 0 ? 1 : C] = {}, quotient_sum[C == 0 ? 1 : C] = {};
+  unsigned shift[C == 0 ? 1 : C] = {};
+  for (std::size_t c = 0; c < C; ++c) {
+    magic[c] = V64{} + windows.chunks[c].magic;
+    shift[c] = windows.chunks[c].shift;
+  }
   // The windows' mins are summed in uint32 lanes (a min and an add per vector), widened once per run of
   // `block_steps` steps: each step adds at most 2 x limit per lane, so a run stays below 2^32. The caller passes
   // only limits below n - 1 <= 2^31 (a window as long as the array is the causal count), so runs have >= 1 step.
@@ -228,9 +312,14 @@ FLOPMETER_ALWAYS_INLINE bool scan_block_int32(const std::int32_t* p, std::size_t
     const block<V64, V32> b = load_block<V64, V32>(p + i + (k)*lanes);                    \
     bad##k |= ~(reinterpret_cast<V32>(b.v == b.prev + one) | b.is_zero);                  \
     zeros##k -= b.is_zero; /* - (all ones) adds 1 */                                      \
+    const V64 odd = b.wide >> 32;                                                         \
     low##k += b.wide & low_mask;                                                          \
-    high##k += b.wide >> 32;                                                              \
+    high##k += odd;                                                                       \
     for (std::size_t w = 0; w < S; ++w) window_run[w] += b.v < limit[w] ? b.v : limit[w]; \
+    for (std::size_t c = 0; c < C; ++c) {                                                 \
+      add_quotients(quotient_sum[c], b.wide, magic[c], shift[c]);                         \
+      add_quotients(quotient_sum[c], odd, magic[c], shift[c]);                            \
+    }                                                                                     \
   }
   while (i + step <= n) {
     V32 window_run[S == 0 ? 1 : S] = {};
@@ -247,66 +336,68 @@ FLOPMETER_ALWAYS_INLINE bool scan_block_int32(const std::int32_t* p, std::size_t
   for (std::size_t l = 0; l < lanes; ++l) bad_bits |= bad[l];
   std::uint64_t zeros_total = 1 + lane_sum(zeros0) + lane_sum(zeros1);
   std::uint64_t sum_total = lane_sum(low0 + low1) + lane_sum(high0 + high1);
+  std::uint64_t quotient_total[C == 0 ? 1 : C] = {};
+  for (std::size_t c = 0; c < C; ++c) quotient_total[c] = lane_sum(quotient_sum[c]);
   for (; i < n; ++i) {
     const std::uint32_t v = static_cast<std::uint32_t>(p[i]), prev = static_cast<std::uint32_t>(p[i - 1]);
     bad_bits |= static_cast<std::uint64_t>(v != 0 && v != prev + 1u);
     zeros_total += v == 0 ? 1 : 0;
     sum_total += v;
     for (std::size_t w = 0; w < S; ++w) window_total[w] += v < limits[w] ? v : limits[w];
+    for (std::size_t c = 0; c < C; ++c) quotient_total[c] += windows.chunks[c].quotient(v);
   }
   if (bad_bits != 0) return false;
-  totals.tokens = static_cast<std::int64_t>(n);
-  totals.documents = static_cast<std::int64_t>(zeros_total);
-  totals.causal_pairs = static_cast<std::int64_t>(sum_total + n);
-  for (std::size_t w = 0; w < S; ++w) totals.window_pairs[w] = static_cast<std::int64_t>(window_total[w] + n);
+  store_totals<S, C>(totals, n, zeros_total, sum_total, window_total, quotient_total, windows);
   return true;
 }
 
-// The kernels, for S = 0, 1, 2 sliding windows (a model without windows runs the S = 0 one, the loop it had
-// before windows existed).
-template <std::size_t S>
-bool block_baseline(const std::int64_t* p, std::size_t n, const std::uint32_t* limits, positions_totals& t) {
-  return scan_block_int64<u64x2, u32x4, S>(p, n, limits, t);
+// The kernels, for S sliding and C chunked windows, S + C <= 2 (a model without windows runs the S = C = 0 one,
+// the loop it had before windows existed).
+template <std::size_t S, std::size_t C>
+bool block_baseline(const std::int64_t* p, std::size_t n, const kernel_windows& w, positions_totals& t) {
+  return scan_block_int64<u64x2, u32x4, S, C>(p, n, w, t);
 }
-template <std::size_t S>
-bool block_baseline(const std::int32_t* p, std::size_t n, const std::uint32_t* limits, positions_totals& t) {
-  return scan_block_int32<u64x2, u32x4, S>(p, n, limits, t);
+template <std::size_t S, std::size_t C>
+bool block_baseline(const std::int32_t* p, std::size_t n, const kernel_windows& w, positions_totals& t) {
+  return scan_block_int32<u64x2, u32x4, S, C>(p, n, w, t);
 }
 
 #ifdef FLOPMETER_POSITIONS_X86
 // The AVX2 kernel: the same code with 32-byte vectors.
-template <std::size_t S>
-__attribute__((target("avx2"))) bool block_avx2(const std::int64_t* p, std::size_t n, const std::uint32_t* limits,
+template <std::size_t S, std::size_t C>
+__attribute__((target("avx2"))) bool block_avx2(const std::int64_t* p, std::size_t n, const kernel_windows& w,
                                                 positions_totals& t) {
-  return scan_block_int64<u64x4, u32x8, S>(p, n, limits, t);
+  return scan_block_int64<u64x4, u32x8, S, C>(p, n, w, t);
 }
-template <std::size_t S>
-__attribute__((target("avx2"))) bool block_avx2(const std::int32_t* p, std::size_t n, const std::uint32_t* limits,
+template <std::size_t S, std::size_t C>
+__attribute__((target("avx2"))) bool block_avx2(const std::int32_t* p, std::size_t n, const kernel_windows& w,
                                                 positions_totals& t) {
-  return scan_block_int32<u64x4, u32x8, S>(p, n, limits, t);
+  return scan_block_int32<u64x4, u32x8, S, C>(p, n, w, t);
 }
 #endif
 
-template <std::size_t S, class T>
-bool block_with(positions_kernel kernel, const T* p, std::size_t n, const std::uint32_t* limits, positions_totals& t) {
+template <std::size_t S, std::size_t C, class T>
+bool block_with(positions_kernel kernel, const T* p, std::size_t n, const kernel_windows& w, positions_totals& t) {
 #ifdef FLOPMETER_POSITIONS_X86
-  if (kernel == positions_kernel::avx2) return block_avx2<S>(p, n, limits, t);
+  if (kernel == positions_kernel::avx2) return block_avx2<S, C>(p, n, w, t);
 #else
   (void)kernel;
 #endif
-  return block_baseline<S>(p, n, limits, t);
+  return block_baseline<S, C>(p, n, w, t);
 }
 
-// sum((p mod c) + 1) over a valid array: p mod c restarts at 0 with each document and otherwise steps by one,
-// wrapping to 0 at c, so a running counter replaces the division.
 template <class T>
-std::int64_t chunked_pairs(const T* p, std::size_t n, std::int64_t c) {
-  std::int64_t r = 0, sum = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    r = p[i] == 0 ? 0 : (r + 1 == c ? 0 : r + 1);
-    sum += r + 1;
+bool block_dispatch(std::size_t sliding, std::size_t chunked, positions_kernel kernel, const T* p, std::size_t n,
+                    const kernel_windows& w, positions_totals& t) {
+  static_assert(kMaxAttentionWindows == 2, "block_dispatch instantiates up to two windows");
+  switch (sliding * 3 + chunked) {
+    case 0: return block_with<0, 0>(kernel, p, n, w, t);
+    case 1: return block_with<0, 1>(kernel, p, n, w, t);
+    case 2: return block_with<0, 2>(kernel, p, n, w, t);
+    case 3: return block_with<1, 0>(kernel, p, n, w, t);
+    case 4: return block_with<1, 1>(kernel, p, n, w, t);
+    default: return block_with<2, 0>(kernel, p, n, w, t);
   }
-  return sum;
 }
 
 template <class T>
@@ -318,39 +409,38 @@ positions_totals scan_with(array_view<T> positions, positions_kernel kernel, arr
   if (kernel == positions_kernel::scalar || positions.empty() || positions.size() > kBlockKernelMaxEntries) {
     return scan_scalar(positions, windows);
   }
-  // The sliding windows' limits w - 1 for the kernels, and which window each is.
-  std::uint32_t limits[kMaxAttentionWindows] = {};
-  std::size_t sliding_index[kMaxAttentionWindows] = {};
-  std::size_t sliding = 0;
+  // The windows for the kernels, sliding ones first, and which window each is. A valid array has p[i] <= i < n,
+  // so a window of size >= n never bites: its pairs are the causal ones (and the kernels get only limits below
+  // n - 1 < 2^31, see scan_block_int32, and chunk sizes below 2^31, see chunk_divisor_of).
   const std::size_t n = positions.size();
+  kernel_windows for_kernel;
+  std::size_t kernel_index[kMaxAttentionWindows] = {};  // kernel slot j counts window kernel_index[j]
+  std::size_t sliding = 0, chunked = 0;
   std::size_t as_long_as_the_array[kMaxAttentionWindows] = {};
   std::size_t long_windows = 0;
   for (std::size_t k = 0; k < windows.size(); ++k) {
-    if (windows[k].kind != window_kind::sliding) continue;
-    // A valid array has p[i] <= i < n, so a window of w >= n never bites: its pairs are the causal ones (and the
-    // kernels get only limits below n - 1 < 2^31, see scan_block_int32).
     if (static_cast<std::uint64_t>(windows[k].size) >= n) {
       as_long_as_the_array[long_windows++] = k;
-      continue;
+    } else if (windows[k].kind == window_kind::sliding) {
+      for_kernel.limits[sliding] = static_cast<std::uint32_t>(windows[k].size - 1);
+      kernel_index[sliding++] = k;
     }
-    limits[sliding] = static_cast<std::uint32_t>(windows[k].size - 1);
-    sliding_index[sliding++] = k;
-  }
-  positions_totals totals;
-  const T* p = positions.data();
-  const bool ok = sliding == 0   ? block_with<0>(kernel, p, n, limits, totals)
-                  : sliding == 1 ? block_with<1>(kernel, p, n, limits, totals)
-                                 : block_with<2>(kernel, p, n, limits, totals);
-  if (!ok) return scan_scalar(positions, windows);  // the scalar loop throws the exact error
-  // The kernels fill window_pairs[0 .. sliding): move each to its window's index (from the last: s <= k).
-  for (std::size_t s = sliding; s-- > 0;) {
-    const std::int64_t pairs = totals.window_pairs[s];
-    totals.window_pairs[s] = 0;
-    totals.window_pairs[sliding_index[s]] = pairs;
   }
   for (std::size_t k = 0; k < windows.size(); ++k) {
-    if (windows[k].kind == window_kind::chunked) totals.window_pairs[k] = chunked_pairs(p, n, windows[k].size);
+    if (static_cast<std::uint64_t>(windows[k].size) < n && windows[k].kind == window_kind::chunked) {
+      for_kernel.chunks[chunked] = chunk_divisor_of(static_cast<std::uint64_t>(windows[k].size));
+      kernel_index[sliding + chunked++] = k;
+    }
   }
+  positions_totals totals;
+  if (!block_dispatch(sliding, chunked, kernel, positions.data(), n, for_kernel, totals)) {
+    return scan_scalar(positions, windows);  // the scalar loop throws the exact error
+  }
+  // The kernels fill window_pairs[0 .. sliding + chunked): move each to its window's index.
+  std::int64_t pairs[kMaxAttentionWindows] = {};
+  for (std::size_t j = 0; j < sliding + chunked; ++j) pairs[j] = totals.window_pairs[j];
+  for (std::size_t k = 0; k < kMaxAttentionWindows; ++k) totals.window_pairs[k] = 0;
+  for (std::size_t j = 0; j < sliding + chunked; ++j) totals.window_pairs[kernel_index[j]] = pairs[j];
   for (std::size_t l = 0; l < long_windows; ++l) totals.window_pairs[as_long_as_the_array[l]] = totals.causal_pairs;
   return totals;
 }

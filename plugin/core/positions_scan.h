@@ -45,12 +45,24 @@ bool available(positions_kernel kernel);
 // The kernel scan_positions uses: the widest available one.
 positions_kernel best_positions_kernel();
 
+// floor(p / c) without a division, for the block kernels' chunked windows: (p * magic) >> shift for every
+// 0 <= p < 2^31 and 1 <= c < 2^31, with magic < 2^32, so that one 32 x 32 -> 64-bit multiply per entry forms it
+// (SSE2's pmuludq). The derivation is beside chunk_divisor_of in positions_scan.cpp.
+struct chunk_divisor {
+  std::uint64_t size = 1;   // c
+  std::uint64_t magic = 0;  // ceil(2^shift / c)
+  unsigned shift = 0;       // 31 + ceil(log2 c)
+  std::uint64_t quotient(std::uint64_t p) const { return (p * magic) >> shift; }
+};
+chunk_divisor chunk_divisor_of(std::uint64_t c);  // 1 <= c < 2^31
+
 // Validates `positions` and returns its totals. Throws flopmeter::error naming the first bad index
 // ("positions[i] = v: expected 0 (a new document) or w") or an overflowing count; int32 entries are compared
 // in 64-bit arithmetic, so a run that would wrap past INT32_MAX is an error, never a wrap.
-// `windows` (at most kMaxAttentionWindows, each size >= 1, checked by the caller) are counted in the same pass:
-// sliding windows inside the block kernels (a lane-wise min and sum per window), chunked ones by a second,
-// sequential pass over a valid array (a running position mod c, no division per entry).
+// `windows` (at most kMaxAttentionWindows, each size >= 1, checked by the caller) are counted in the same pass,
+// inside the block kernels: sliding ones as a lane-wise min and sum per window, chunked ones as a lane-wise
+// quotient floor(p / c) by a multiply and a shift (chunk_divisor), summed: sum of (p mod c) + 1 is
+// n + sum of p - c * sum of floor(p / c).
 positions_totals scan_positions(array_view<std::int64_t> positions, array_view<attention_window> windows = {});
 positions_totals scan_positions(array_view<std::int32_t> positions, array_view<attention_window> windows = {});
 

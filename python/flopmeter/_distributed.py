@@ -4,7 +4,10 @@ At each log the library asks for an in-place SUM and an in-place MAX all-reduce 
 same size whatever the job's), and every topk_interval_logs logs for a SUM of the per-rank table (world_size
 rows, this rank's filled); it waits for them at the next log. Here they are ``all_reduce(async_op=True)`` on a
 group of flopmeter's own (``new_group(backend="gloo")`` by default, made collectively when the Meter is made),
-so a rank that skips an ``on_log`` costs intervals of metrics, never a hang of the trainer's collectives.
+so a rank that skips an ``on_log`` costs intervals of metrics, never a hang of the trainer's collectives. On
+that group from 4 ranks on (``small_allreduce="automatic"``) an ordinary log's SUM and MAX, which the library
+starts back to back on adjacent values, travel instead as one recursive-doubling pass on a daemon thread
+(``_doubling.py``): the SUM's start is held until the MAX's, and both handles wait on the one job.
 
 Counts accumulated on a device (``_device.DeviceCounts``) are added into this rank's row of the table on that
 device just before the reduction, which then runs on the device tensor: nothing is read back on the
@@ -27,19 +30,33 @@ import logging
 import threading
 from typing import Any, Dict, Optional
 
-from . import _native
+from . import _doubling, _native
 
 logger = logging.getLogger("flopmeter")
 
+# From this many ranks on, "automatic" runs an ordinary log's SUM and MAX over the Meter's own Gloo group by
+# recursive doubling (the C++ library's recursive_doubling_min_ranks, flopmeter/communicator.h).
+RECURSIVE_DOUBLING_MIN_RANKS = 4
+SMALL_ALLREDUCE_CHOICES = ("automatic", "backend", "recursive_doubling")
+
+
+def small_allreduce_choice(choice: Any) -> str:
+    """Checks Meter's ``small_allreduce`` argument."""
+    if choice not in SMALL_ALLREDUCE_CHOICES:
+        raise ValueError(f"small_allreduce must be one of {', '.join(repr(c) for c in SMALL_ALLREDUCE_CHOICES)}, "
+                         f"got {choice!r}")
+    return str(choice)
+
 
 class _Pending:
-    __slots__ = ("work", "host", "device_buffer", "failed", "done")
+    __slots__ = ("work", "host", "device_buffer", "failed", "done", "doubling_slice")
 
     def __init__(self, work: Any, host: Any, device_buffer: Any) -> None:
         self.work = work
         self.host = host
         self.device_buffer = device_buffer
         self.failed = False
+        self.doubling_slice: Optional[tuple] = None  # recursive doubling: this handle's part of the job's values
         self.done: Optional[threading.Event] = None  # set once a CUDA collective's event has completed
 
 
@@ -106,6 +123,10 @@ class TorchCollective:
         self._pending: Dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._warned = False
+        self._doubling: Optional[_doubling.DoublingWorker] = None
+        # An ordinary log's SUM start, held until the MAX start that follows it on the adjacent values, so that
+        # both travel in one recursive-doubling pass (the library starts them back to back: start_allreduce_sum_max).
+        self._staged: Optional[tuple] = None  # (handle, address, count)
         self.comm = _native.sized(_native.Comm)
         self.comm.rank = rank
         self.comm.world_size = world_size
@@ -118,6 +139,50 @@ class TorchCollective:
         self.comm.wait = self._wait
         self.comm.release = self._release
         self.comm.start_allreduce_max = self._start_max
+
+    def use_doubling(self, choice: str, own_group: bool) -> None:
+        """Runs ordinary logs by recursive doubling when `choice` (small_allreduce) says so for this group."""
+        import torch.distributed as dist
+
+        if self.group is None or self.world_size < 2 or choice == "backend":
+            return
+        backend = str(dist.get_backend(self.group)).lower()
+        if choice == "recursive_doubling" and backend != "gloo":
+            raise ValueError(f"small_allreduce='recursive_doubling' needs a Gloo group; the group's backend is "
+                             f"{backend!r}, whose own all-reduce is already logarithmic (pass 'backend')")
+        if choice == "automatic" and not (own_group and backend == "gloo"
+                                          and self.world_size >= RECURSIVE_DOUBLING_MIN_RANKS):
+            return
+        self._doubling = _doubling.DoublingWorker(self.group, self.rank, self.world_size)
+
+    @property
+    def algorithm(self) -> str:
+        """How ordinary logs travel: "recursive_doubling" or "backend"."""
+        return "recursive_doubling" if self._doubling is not None else "backend"
+
+    def close(self) -> None:
+        if self._doubling is not None:
+            self._doubling.stop()
+
+    def _flush_staged(self) -> None:
+        """Sends a held SUM on its own (no MAX followed it): the same on every rank, as the calls are."""
+        if self._staged is None:
+            return
+        handle, address, count = self._staged
+        self._staged = None
+        self._submit_doubling([handle], address, count, count)
+
+    def _submit_doubling(self, handles: list, address: int, count: int, sum_count: int) -> None:
+        import torch
+
+        host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
+        work = self._doubling.submit(host, sum_count)  # a copy: the caller's values are written at the wait
+        offset = 0
+        for handle in handles:
+            pending = self._pending[handle]
+            pending.work = work
+            pending.doubling_slice = (offset, offset + pending.host.numel())
+            offset += pending.host.numel()
 
     def _warn(self, message: str) -> None:
         if not self._warned:  # once per Meter: the library counts every failure in its health counters
@@ -136,6 +201,25 @@ class TorchCollective:
                 raise RuntimeError(
                     "counts on a device go into the per-rank table, which this log does not gather: set "
                     "logging={'topk_interval_logs': 1} (the default up to 256 ranks) to gather it at every log")
+            if self._doubling is not None and self.device_counts is None and not table:
+                import torch
+
+                address = ctypes.cast(values, ctypes.c_void_p).value
+                host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
+                if op == "sum":
+                    self._flush_staged()
+                    self._pending[handle] = _Pending(None, host, None)
+                    self._staged = (handle, address, count)
+                    return handle
+                staged = self._staged
+                if staged is not None and staged[1] + 8 * staged[2] == address:
+                    self._staged = None
+                    self._pending[handle] = _Pending(None, host, None)
+                    self._submit_doubling([staged[0], handle], staged[1], staged[2] + count, staged[2])
+                    return handle
+                self._flush_staged()
+            else:
+                self._flush_staged()
             if self.group is None and self.device_counts is None:
                 # One process and nothing on a device: the sum over one rank is the buffer itself.
                 self._pending[handle] = _Pending(None, None, None)
@@ -161,6 +245,7 @@ class TorchCollective:
             return None
 
     def _wait_for(self, user: Any, handle: Any, timeout_ms: int) -> int:
+        self._flush_staged()
         pending = self._pending.get(int(handle or 0))
         if pending is None:
             return -1
@@ -169,6 +254,11 @@ class TorchCollective:
                 if not _finished_within(pending, max(0, int(timeout_ms))):
                     return 1
                 pending.work.wait()  # finished: returns at once, or raises if the collective failed
+            if pending.doubling_slice is not None:
+                # Recursive doubling reduced a copy: the caller's values are written here, once.
+                begin, end = pending.doubling_slice
+                pending.host.copy_(pending.work.values[begin:end])
+                pending.doubling_slice = None
             if pending.device_buffer is not None:
                 # The deferred read: the reduction is done, so this copy waits for nothing else.
                 pending.host.copy_(pending.device_buffer.to("cpu"))
@@ -179,6 +269,7 @@ class TorchCollective:
             return -1
 
     def _release_handle(self, user: Any, handle: Any) -> None:
+        self._flush_staged()
         self._pending.pop(int(handle or 0), None)
 
 

@@ -50,8 +50,10 @@ class _RecordBox:
 
 def _release_plugin(handle: int, keep_alive: Any) -> None:
     """The finalizer: flush (bounded by the collective timeout) and free the plugin."""
-    del keep_alive  # the callbacks the library may call until destroy returns
     _native.lib().flopmeter_destroy(handle)
+    collective = keep_alive[0]
+    collective.close()  # ends its recursive-doubling thread, if any, once its jobs are through
+    del keep_alive  # the callbacks the library may call until destroy returned
 
 
 def _resolve_auto_gpu(tables: Dict[str, Any]) -> None:
@@ -125,6 +127,13 @@ class Meter:
     When torch.distributed is initialised the Meter makes a Gloo group of its own over the whole world
     (``new_group``: every rank must make its Meter at the same point), or uses ``process_group``, which must
     span the job. Otherwise it is a single process.
+
+    ``small_allreduce`` says how an ordinary log's SUM and MAX (a fixed 64 doubles) travel: ``"automatic"``
+    (default) runs them by recursive doubling (log2(world) rounds of torch.distributed send/recv on a daemon
+    thread) over the Meter's own Gloo group from 4 ranks on, and by the group's own all-reduce (Gloo: a ring,
+    2 (world - 1) rounds) below and on a ``process_group`` handed in; ``"backend"`` always uses the group's
+    all-reduce; ``"recursive_doubling"`` always uses recursive doubling (a Gloo group). METRICS.md, "The
+    per-log collectives at scale", has the numbers.
     """
 
     def __init__(self, config: Union[PathLike, Mapping[str, Any], None] = None, *,
@@ -132,7 +141,8 @@ class Meter:
                  frozen: Optional[Any] = None, peak: Optional[Mapping[str, Any]] = None,
                  parallel: Optional[Mapping[str, Any]] = None, logging: Optional[Mapping[str, Any]] = None,
                  sinks: Optional[Mapping[str, Any]] = None, training: Optional[Mapping[str, Any]] = None,
-                 recompute: Union[str, Mapping[str, Any], None] = None, process_group: Any = None) -> None:
+                 recompute: Union[str, Mapping[str, Any], None] = None, process_group: Any = None,
+                 small_allreduce: str = "automatic") -> None:
         self._handle = 0
         self._lock = threading.RLock()
         self._closed = False
@@ -149,11 +159,13 @@ class Meter:
         given_tables = {k: v for k, v in tables.items() if v is not None}
 
         lib = _native.lib()
+        doubling = _distributed.small_allreduce_choice(small_allreduce)  # refused before any collective call
         group = _distributed.world_group(process_group)
         if group is None:
             self._collective = _distributed.TorchCollective(None, 0, 1)
         else:
             self._collective = _distributed.TorchCollective(*group)
+            self._collective.use_doubling(doubling, own_group=process_group is None)
         self._box = _RecordBox()
         error = _native.error_buffer()
         comm = ctypes.byref(self._collective.comm)

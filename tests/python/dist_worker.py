@@ -33,18 +33,29 @@ def main() -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     records = {}
     result = {"rank": rank}
-    if scenario in ("dp2_tp2", "dp2_tp2_reduced", "skip_one_log"):
+    if scenario in ("dp2_tp2", "dp2_tp2_reduced", "dp2_tp2_reduced_backend", "skip_one_log",
+                    "skip_one_log_doubling"):
         if scenario.startswith("dp2_tp2"):
-            # dp2_tp2_reduced: the table every third log, a SUM and a MAX of fixed size at the others.
-            interval = 3 if scenario == "dp2_tp2_reduced" else 0
+            # dp2_tp2_reduced: the table every third log, a SUM and a MAX of fixed size at the others (4 ranks:
+            # by recursive doubling, small_allreduce="automatic"); ..._backend: the same by Gloo's ring.
+            interval = 3 if scenario.startswith("dp2_tp2_reduced") else 0
+            algorithm = "backend" if scenario.endswith("_backend") else "automatic"
             meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, parallel={"tp": 2},
                                     logging={"emit": "all", "topk": 4, "topk_interval_logs": interval},
-                                    sinks={"console": False})
+                                    sinks={"console": False}, small_allreduce=algorithm)
+            result["algorithm"] = meter._collective.algorithm
             replica = rank // 2  # order tp-cp-dp-pp: ranks 0, 1 form replica 0, ranks 2, 3 replica 1
             batches, logs, skipped = REPLICA_BATCHES[replica], LOGS, None
-        else:
+        elif scenario == "skip_one_log":
             meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0},
                                     logging={"emit": "all", "collective_timeout_ms": 20000}, sinks={"console": False})
+            result["algorithm"] = meter._collective.algorithm
+        else:  # skip_one_log_doubling: ordinary logs only (no table), each one recursive-doubling pass
+            meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, sinks={"console": False},
+                                    logging={"emit": "all", "collective_timeout_ms": 20000, "topk_interval_logs": 1000},
+                                    small_allreduce="recursive_doubling")
+            result["algorithm"] = meter._collective.algorithm
+        if scenario.startswith("skip_one_log"):
             batches, logs = [dict(cu_seqlens=[0, 10 * (rank + 1)], samples=1)], 8
             skipped = 4 if rank == 1 else None  # rank 1 skips the on_log of step 4
         for step in range(1, logs + 1):

@@ -18,17 +18,18 @@ WORKER = Path(__file__).with_name("dist_worker.py")
 LOCAL = ("perf/log_wait_ms", "perf/log_emit_ms")
 
 
-def run_job(tmp_path: Path, scenario: str, world: int, logs_out=None):
+def run_job(tmp_path: Path, scenario: str, world: int, logs_out=None, worker: Path = WORKER, timeout: float = 120):
+    """Runs `world` processes of `worker` (SCENARIO RANK WORLD INIT_FILE OUT_FILE) and returns each one's JSON."""
     init = tmp_path / "init"
     outs = [tmp_path / f"rank{r}.json" for r in range(world)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, str(WORKER), scenario, str(r), str(world), str(init), str(outs[r])],
+    procs = [subprocess.Popen([sys.executable, str(worker), scenario, str(r), str(world), str(init), str(outs[r])],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(world)]
     logs = []
     try:
         for p in procs:
-            out, _ = p.communicate(timeout=120)
+            out, _ = p.communicate(timeout=timeout)
             logs.append(out)
     finally:
         for p in procs:
@@ -95,8 +96,13 @@ def test_dp2_tp2_job_headlines_by_hand(tmp_path):
         assert rec["perf/step_time"] == pytest.approx(sum(t[r] / microbatches[r // 2] for r in range(4)) / 4, rel=1e-9)
 
 
-def test_a_rank_that_skips_one_log_costs_the_intervals_around_it_then_all_are_back_in_step(tmp_path):
-    ranks = run_job(tmp_path, "skip_one_log", 2)
+@pytest.mark.parametrize("scenario", ["skip_one_log", "skip_one_log_doubling"])
+def test_a_rank_that_skips_one_log_costs_the_intervals_around_it_then_all_are_back_in_step(tmp_path, scenario):
+    # skip_one_log: the table at every log (Gloo's all-reduce); skip_one_log_doubling: only ordinary logs, each
+    # one recursive-doubling pass of send/recv. Messages pair by order either way, so the cost is the same.
+    ranks = run_job(tmp_path, scenario, 2)
+    # 2 ranks: "automatic" (skip_one_log) keeps Gloo's ring below 4 ranks; the other forces recursive doubling.
+    assert {r["algorithm"] for r in ranks} == {"recursive_doubling" if scenario.endswith("_doubling") else "backend"}
     lost = {}
     for rank in ranks:
         steps = sorted(int(s) for s in rank["records"])
@@ -156,6 +162,8 @@ def test_ordinary_logs_reduce_a_fixed_size_and_the_table_comes_every_third_log(t
     # same hand-derived DP sums; only log 3's carries perf_topk/*.
     ranks = run_job(tmp_path, "dp2_tp2_reduced", 4)
     for rank in ranks:
+        # 4 ranks of the Meter's own Gloo group: small_allreduce="automatic" picks recursive doubling.
+        assert rank["algorithm"] == "recursive_doubling"
         assert rank["health"]["failed_collectives"] == 0 and rank["health"]["skipped_intervals"] == 0
         assert sorted(int(s) for s in rank["records"]) == [1, 2, 3, 4]
         for step, rec in rank["records"].items():
@@ -169,3 +177,21 @@ def test_ordinary_logs_reduce_a_fixed_size_and_the_table_comes_every_third_log(t
             assert bool(topk) == (k == 3), (step, topk)
             # tokens/s is the sum of each rank's share over its own interval: positive, finite.
             assert rec["perf/tokens_per_second"] > 0
+
+
+def test_recursive_doubling_and_gloos_ring_give_the_same_records(tmp_path):
+    # The job above twice: ordinary logs by recursive doubling (automatic at 4 ranks) and by Gloo's ring
+    # (small_allreduce="backend"). Every DP sum is an integer or a ratio of integer sums, so both orders of
+    # addition give the same figures: the records agree key for key, timings and health aside.
+    for name in ("doubling", "ring"):
+        (tmp_path / name).mkdir()
+    doubling = run_job(tmp_path / "doubling", "dp2_tp2_reduced", 4)
+    ring = run_job(tmp_path / "ring", "dp2_tp2_reduced_backend", 4)
+    assert {r["algorithm"] for r in ring} == {"backend"}
+    exact = ("train/tokens_seen", "train/num_samples", "train/loss", "train/batch_efficiency", "train/max_loss")
+    for a, b in zip(doubling, ring):
+        assert sorted(a["records"]) == sorted(b["records"]) == ["1", "2", "3", "4"]
+        for step in a["records"]:
+            for key in exact:
+                assert a["records"][step][key] == b["records"][step][key], (step, key)
+            assert sorted(a["records"][step]) == sorted(b["records"][step])

@@ -471,3 +471,13 @@ def test_the_librarys_warnings_are_records_of_the_flopmeter_logger(caplog):
                 meter.on_microbatch(cu_seqlens=[0, 10], loss_sum=1.0, label_tokens=1000)
     records = [r for r in caplog.records if r.name == "flopmeter" and r.levelno == logging.WARNING]
     assert any("1000" in r.getMessage() for r in records), [r.getMessage() for r in caplog.records]
+
+
+def test_an_unknown_small_allreduce_is_refused_naming_the_argument():
+    # Checked before any group is made: the three choices are the C++ small_allreduce's.
+    with pytest.raises(ValueError, match="small_allreduce must be one of 'automatic', 'backend', "
+                                         "'recursive_doubling', got 'tree'"):
+        flopmeter.Meter(model="tiny_vlm", small_allreduce="tree")
+    # A single process has no group: any valid choice runs nothing over one.
+    with flopmeter.Meter(model="tiny_vlm", small_allreduce="recursive_doubling", sinks={"console": False}) as meter:
+        assert meter._collective.algorithm == "backend"

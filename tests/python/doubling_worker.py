@@ -1,0 +1,53 @@
+"""One rank of test_doubling.py: flopmeter's recursive-doubling all-reduce (flopmeter/_doubling.py) over Gloo
+groups of every size up to the job's, against torch.distributed's own SUM and MAX all-reduce.
+
+usage: doubling_worker.py SIZES RANK WORLD INIT_FILE OUT_FILE   (SIZES: comma-separated group sizes <= WORLD)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+
+from flopmeter import _doubling
+
+
+def contribution(rank: int, size: int, round_: int) -> torch.Tensor:
+    # SUM part (3): integers, so any order of addition gives the exact sum; MAX part (3): r, -r and a value
+    # whose maximum sits at a middle rank.
+    r, k = float(rank), float(round_)
+    return torch.tensor([r + k, 3 * r + 1, 1.0, r, -r, 100 - (r - size // 2) ** 2], dtype=torch.float64)
+
+
+def main() -> None:
+    sizes = [int(s) for s in sys.argv[1].split(",")]
+    rank, world, init, out = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    results = {}
+    for size in sizes:
+        group = dist.new_group(ranks=list(range(size)), backend="gloo")  # every rank makes every group
+        if rank >= size:
+            continue
+        worker = _doubling.DoublingWorker(group, rank, size)
+        runs = []
+        for round_ in range(2):
+            values = contribution(rank, size, round_)
+            work = worker.submit(values, 3)  # SUM of the first 3, MAX of the rest, in one pass
+            sums, maxima = values[:3].clone(), values[3:].clone()
+            dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=group)
+            dist.all_reduce(maxima, op=dist.ReduceOp.MAX, group=group)
+            work.wait()
+            runs.append({"doubling": work.values.tolist(), "plain": sums.tolist() + maxima.tolist()})
+        worker.stop()
+        results[str(size)] = runs
+    with open(out, "w") as f:
+        json.dump(results, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
