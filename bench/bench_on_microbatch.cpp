@@ -60,7 +60,7 @@ void run(benchmark::State& state, const microbatch_event& event, std::size_t doc
 void BM_on_microbatch_lengths(benchmark::State& state) {
   microbatch_event e;
   e.document_lengths = kLengths;
-  e.image_grids = kGrids;
+  e.grid_thw = kGrids;
   e.samples = 11;
   run(state, e, kLengths.size());
 }
@@ -70,7 +70,7 @@ void BM_on_microbatch_cu_seqlens(benchmark::State& state) {
   for (const std::int64_t l : kLengths) cu.push_back(cu.back() + l);
   microbatch_event e;
   e.cu_seqlens = cu;
-  e.image_grids = kGrids;
+  e.grid_thw = kGrids;
   run(state, e, kLengths.size());
 }
 
@@ -82,7 +82,7 @@ void BM_on_microbatch_positions(benchmark::State& state) {
   }
   microbatch_event e;
   e.positions = positions;
-  e.image_grids = kGrids;
+  e.grid_thw = kGrids;
   run(state, e, kLengths.size());
 }
 
@@ -118,7 +118,7 @@ void BM_on_microbatch_vlm(benchmark::State& state) {
   for (const std::int64_t l : kLengths) cu.push_back(cu.back() + l);
   microbatch_event e;
   e.cu_seqlens = cu;
-  e.image_grids = kGrids;
+  e.grid_thw = kGrids;
   const bool qwen25 = state.range(0) == 1;
   state.SetLabel(qwen25 ? "qwen2_5_vl_3b (window blocks)" : "qwen3_vl_2b");
   run(state, e, kLengths.size(),
@@ -169,7 +169,7 @@ void BM_on_microbatch_recompute(benchmark::State& state) {
   for (const std::int64_t l : kLengths) cu.push_back(cu.back() + l);
   microbatch_event e;
   e.cu_seqlens = cu;
-  e.image_grids = kGrids;
+  e.grid_thw = kGrids;
   throughput_options o;
   o.model = load_model_spec(FLOPMETER_SOURCE_DIR "/model_configs/qwen3_vl_2b.toml");
   o.peak_tflops_per_gpu = 989.4;

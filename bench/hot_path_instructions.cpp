@@ -114,7 +114,7 @@ void run_on_microbatch(const std::string& name, const std::string& model, const 
   } else {
     throw error("unknown format " + format);
   }
-  if (model == "vlm") e.image_grids = kGrids;
+  if (model == "vlm") e.grid_thw = kGrids;
   e.samples = 11;
   measure(name, n, [&] { plugin->on_microbatch(e); });
   if (plugin->health().bad_microbatches != 0) throw error(name + ": the row was rejected");

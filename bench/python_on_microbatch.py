@@ -2,8 +2,8 @@
 
 The batch is bench/bench_on_microbatch.cpp's: one 32,768-token row of 11 documents and 8 images (qwen3_vl_2b),
 as CPU tensors the way a trainer holds them:
-  - flopmeter, cu_seqlens:   meter.on_microbatch(cu_seqlens=<int64 [12]>, image_grid_thw=<int64 [8, 3]>, samples=11)
-  - flopmeter, position_ids: meter.on_microbatch(position_ids=<int64 [32768]>, image_grid_thw=..., samples=11)
+  - flopmeter, cu_seqlens:   meter.on_microbatch(cu_seqlens=<int64 [12]>, grid_thw=<int64 [8, 3]>, samples=11)
+  - flopmeter, position_ids: meter.on_microbatch(position_ids=<int64 [32768]>, grid_thw=..., samples=11)
   - the reference: torch ops on the same tensors (/work/shared/seed METRICS-seed: numel(positions),
     sum(positions + 1) (the causal pairs), sum(t*h*w) and sum((t*h*w)^2) over grid_thw, a dot product with the
     four seed coefficients, accumulated into a float64 tensor).
@@ -100,12 +100,12 @@ def run(rounds: int, calls: int, cold: bool = False) -> Dict[str, List[tuple]]:
     meter = flopmeter.Meter(model="qwen3_vl_2b", sinks={"console": False})
     reference = Reference(meter.model.coefficients)
     variants = {
-        "flopmeter cu_seqlens": lambda: meter.on_microbatch(cu_seqlens=cu, image_grid_thw=grids, samples=11),
-        "flopmeter position_ids": lambda: meter.on_microbatch(position_ids=positions, image_grid_thw=grids,
+        "flopmeter cu_seqlens": lambda: meter.on_microbatch(cu_seqlens=cu, grid_thw=grids, samples=11),
+        "flopmeter position_ids": lambda: meter.on_microbatch(position_ids=positions, grid_thw=grids,
                                                               samples=11),
         "reference (torch ops)": lambda: reference.on_microbatch(positions, grids),
         # Information, no goal: the same positions as int32 (half the bytes for the library's scan).
-        "flopmeter position_ids i32": lambda: meter.on_microbatch(position_ids=positions32, image_grid_thw=grids,
+        "flopmeter position_ids i32": lambda: meter.on_microbatch(position_ids=positions32, grid_thw=grids,
                                                                   samples=11),
     }
     # Information, no goal: the general path, which a package built without Python's headers takes.
@@ -114,7 +114,7 @@ def run(rounds: int, calls: int, cold: bool = False) -> Dict[str, List[tuple]]:
         variants["flopmeter cu_seqlens, general"] = variants["flopmeter cu_seqlens"]
         variants["flopmeter position_ids, general"] = variants["flopmeter position_ids"]
     # The same FLOPs both ways in seed scope is the precondition for comparing their cost at all.
-    seed_flops = meter.model.flops(cu_seqlens=cu, image_grid_thw=grids, scope="seed")
+    seed_flops = meter.model.flops(cu_seqlens=cu, grid_thw=grids, scope="seed")
     reference.on_microbatch(positions, grids)
     if int(reference.flops.item()) != seed_flops:
         raise SystemExit(f"reference counts {reference.flops.item()} FLOPs, flopmeter's seed scope {seed_flops}")
@@ -157,8 +157,8 @@ def breakdown(calls: int) -> List[tuple]:
         return min(timer.repeat(number=calls, repeat=5)) / calls * 1e6
 
     stages = [
-        ("whole call, cu_seqlens", "meter.on_microbatch(cu_seqlens=cu, image_grid_thw=grids, samples=11)"),
-        ("whole call, position_ids", "meter.on_microbatch(position_ids=positions, image_grid_thw=grids, samples=11)"),
+        ("whole call, cu_seqlens", "meter.on_microbatch(cu_seqlens=cu, grid_thw=grids, samples=11)"),
+        ("whole call, position_ids", "meter.on_microbatch(position_ids=positions, grid_thw=grids, samples=11)"),
         ("  one_batch_format (which description)", "_batch.one_batch_format(None, cu, None)"),
         ("  is_device_tensor x4 (batch, grids, loss, labels)",
          "_batch.is_device_tensor(cu) or _batch.is_device_tensor(grids) or _batch.is_device_tensor(None) or "

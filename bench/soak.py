@@ -72,7 +72,7 @@ def rank_main(args) -> None:
                     pass
                 continue
             t0 = thread_ns()
-            meter.on_microbatch(cu_seqlens=cu, image_grid_thw=grids, samples=2, loss_sum=3.0, label_tokens=100)
+            meter.on_microbatch(cu_seqlens=cu, grid_thw=grids, samples=2, loss_sum=3.0, label_tokens=100)
             mb_costs.append(thread_ns() - t0)
         if rank == 1 and step % 10000 == 5000:
             continue  # one skipped on_log in every 10,000

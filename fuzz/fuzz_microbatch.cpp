@@ -447,7 +447,7 @@ void run_plugin(FuzzedDataProvider& in) {
         e.cu_seqlens = one;
       }
       e.padding_tokens = padding;
-      e.image_grids = grids;
+      e.grid_thw = grids;
       e.samples = samples;
       e.loss_sum = loss;
       e.label_tokens = labels;

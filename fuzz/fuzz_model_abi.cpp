@@ -72,6 +72,11 @@ void check_json(FuzzedDataProvider& in, const Call& call) {
 void exercise_model(FuzzedDataProvider& in, flopmeter_model* model) {
   char error[256];
   check_json(in, [&](char* out, std::size_t size) { return flopmeter_model_coefficients_json(model, out, size); });
+  // The Megatron check at a fuzzed row length (0, negative or past 2^32 are refused with a message).
+  const int64_t seq_len = in.ConsumeIntegral<int64_t>();
+  check_json(in, [&](char* out, std::size_t size) {
+    return flopmeter_model_check_json(model, seq_len, out, size, error, sizeof error);
+  });
   const int batches = in.ConsumeIntegralInRange<int>(0, 6);
   for (int b = 0; b < batches; ++b) {
     const std::vector<int64_t> lengths = values(in, 12), cu = values(in, 12), positions = values(in, 24);
@@ -153,6 +158,9 @@ void exercise_plugin_text(FuzzedDataProvider& in) {
     for (const uint32_t offset : {layout.counts + 8, layout.loss_sum, layout.label_tokens, layout.device_rejected,
                                   layout.tokens_seen, layout.samples_seen}) {
       require(offset < layout.row_doubles, "a row layout offset lies outside the row");
+    }
+    if (layout.struct_size >= sizeof layout) {
+      require(layout.flops_seen + 3 <= layout.row_doubles, "the FLOPs limbs lie outside the row");
     }
   }
   flopmeter_model* model = flopmeter_plugin_model(plugin, error, sizeof error);

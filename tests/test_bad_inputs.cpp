@@ -368,11 +368,11 @@ TEST(bad_inputs, rejected_microbatch_warning_names_the_entry_and_the_batch_is_no
       {"device_tokens_overflow", {1}, {}, {}, {}, kMax, 1, {}, {},
        "real tokens + padding_tokens overflows a 64-bit count"},
       {"grid_with_zero_side", {}, {}, {}, {{1, 2, 2}, {1, 0, 2}}, 0, 1, {}, {},
-       "image_grids[1] = (1, 0, 2): t, h and w must be >= 1"},
+       "grid_thw[1] = (1, 0, 2): t, h and w must be >= 1"},
       {"grid_not_multiple_of_merge", {}, {}, {}, {{1, 3, 2}}, 0, 1, {}, {},
-       "image_grids[0] = (1, 3, 2): h and w must be multiples of spatial_merge_size 2"},
+       "grid_thw[0] = (1, 3, 2): h and w must be multiples of spatial_merge_size 2"},
       {"grid_patch_count_overflows", {}, {}, {}, {{1000000, 1000000, 1000000}}, 0, 1, {}, {},
-       "image_grids[0] = (1000000, 1000000, 1000000): patch or pair count overflows a 64-bit count"},
+       "grid_thw[0] = (1000000, 1000000, 1000000): patch or pair count overflows a 64-bit count"},
       {"negative_samples", {4}, {}, {}, {}, 0, -2, {}, {}, "samples must be >= 0 (got -2)"},
       {"negative_label_tokens", {4}, {}, {}, {}, 0, 1, 2.0, -4, "label_tokens must be >= 0"},
       {"loss_not_finite", {4}, {}, {}, {}, 0, 1, kNaN, 4, "loss_sum is not finite"},
@@ -392,7 +392,7 @@ TEST(bad_inputs, rejected_microbatch_warning_names_the_entry_and_the_batch_is_no
     e.document_lengths = c.lengths;
     e.cu_seqlens = c.cu_seqlens;
     e.positions = c.positions;
-    e.image_grids = c.grids;
+    e.grid_thw = c.grids;
     e.padding_tokens = c.padding;
     e.samples = c.samples;
     e.loss_sum = c.loss;

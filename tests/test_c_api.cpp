@@ -46,6 +46,8 @@ struct c_abi {
   decltype(&flopmeter_model_count) model_count = nullptr;
   decltype(&flopmeter_model_flops) model_flops = nullptr;
   decltype(&flopmeter_model_coefficients_json) model_coefficients_json = nullptr;
+  decltype(&flopmeter_model_check_json) model_check_json = nullptr;
+  decltype(&flopmeter_get_row_layout) get_row_layout = nullptr;
 
   c_abi() {
     library = dlopen(FLOPMETER_LIBRARY_PATH, RTLD_NOW | RTLD_LOCAL);
@@ -66,6 +68,8 @@ struct c_abi {
     resolve(model_count, "flopmeter_model_count");
     resolve(model_flops, "flopmeter_model_flops");
     resolve(model_coefficients_json, "flopmeter_model_coefficients_json");
+    resolve(model_check_json, "flopmeter_model_check_json");
+    resolve(get_row_layout, "flopmeter_get_row_layout");
   }
   ~c_abi() {
     if (library != nullptr) dlclose(library);
@@ -1087,6 +1091,76 @@ TEST(c_api_model, a_frozen_vision_tower_bills_less_for_images_and_the_same_for_t
   std::vector<char> json(1 << 16);
   ASSERT_GT(model_abi().model_coefficients_json(frozen.model, json.data(), json.size()), 0);
   EXPECT_NE(std::string(json.data()).find("\"frozen\": [\"vision\"]"), std::string::npos) << json.data();
+}
+
+// flopmeter_model_check_json: one report of `flopmeter check --json` (tools/cli_check.cpp prints the same
+// function's output), sized and written like the other *_json calls; a seq_len the check cannot take is refused
+// with the check's own reason.
+TEST(c_api_model, the_check_of_a_model_is_one_report_of_the_tools_json) {
+  const c_abi& abi = model_abi();
+  ASSERT_NE(abi.model_check_json, nullptr);
+  char error[512] = "";
+  model_handle tiny{abi.model_load(FLOPMETER_SOURCE_DIR "/model_configs/tiny_vlm.toml", error, sizeof error)};
+  ASSERT_NE(tiny.model, nullptr) << error;
+  const int64_t needed = abi.model_check_json(tiny.model, 100, nullptr, 0, error, sizeof error);
+  ASSERT_GT(needed, 0) << error;
+  std::vector<char> text(static_cast<std::size_t>(needed) + 1);
+  EXPECT_EQ(abi.model_check_json(tiny.model, 100, text.data(), text.size(), nullptr, 0), needed);
+  const std::string json(text.data());
+  EXPECT_EQ(json.size(), static_cast<std::size_t>(needed));
+  EXPECT_EQ(json.rfind("{\"model\": \"tiny_vlm\", \"seq_len\": 100, ", 0), 0u) << json;
+  EXPECT_DOUBLE_EQ(flopmeter::testing::number_field(flopmeter::testing::parse_json(json, "check"), "seq_len"), 100.0);
+  EXPECT_NE(json.find("\"pass\": true, \"rows\": ["), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"pass\": false"), std::string::npos) << json;
+  // A buffer too small: the full length returned, the text cut and NUL-terminated.
+  char small[8];
+  EXPECT_EQ(abi.model_check_json(tiny.model, 100, small, sizeof small, nullptr, 0), needed);
+  EXPECT_EQ(std::string(small), json.substr(0, 7));
+  // One document of S = 2^32 tokens has more causal pairs than an int64 holds; S = 0 is no row length.
+  EXPECT_EQ(abi.model_check_json(tiny.model, int64_t{1} << 32, nullptr, 0, error, sizeof error), FLOPMETER_E_REJECTED);
+  EXPECT_EQ(std::string(error).rfind("seq_len 4294967296 is too large", 0), 0u) << error;
+  EXPECT_EQ(abi.model_check_json(tiny.model, 0, nullptr, 0, error, sizeof error), FLOPMETER_E_REJECTED);
+  EXPECT_STREQ(error, "seq_len must be >= 1 (got 0)");
+  EXPECT_EQ(abi.model_check_json(nullptr, 100, nullptr, 0, error, sizeof error), FLOPMETER_E_NULL_ARGUMENT);
+}
+
+// train/flops_seen through the C ABI: the running total of the exact FLOPs flopmeter_model_flops gives for the
+// same micro-batches (qwen3_vl_2b, documents of 1000 and 24 tokens and a 1 x 4 x 4 image, twice: 2 x F).
+// flopmeter_row_layout names the first of its limbs, after the fields of the struct's first version.
+TEST(c_api_model, flops_seen_is_the_running_total_of_the_models_exact_flops) {
+  const c_abi& abi = model_abi();
+  char error[512] = "";
+  model_handle model{abi.model_load(FLOPMETER_SOURCE_DIR "/model_configs/qwen3_vl_2b.toml", error, sizeof error)};
+  ASSERT_NE(model.model, nullptr) << error;
+  const std::vector<int64_t> docs = {1000, 24};
+  const std::vector<flopmeter_grid> grids = {{1, 4, 4}};
+  const double f = std::stod(exact_flops(model.model, docs, grids));
+  flopmeter_plugin* plugin = abi.create(write_config().c_str(), nullptr, error, sizeof error);
+  ASSERT_NE(plugin, nullptr) << error;
+  captured out;
+  ASSERT_EQ(abi.set_metrics_callback(plugin, capture, &out), FLOPMETER_OK);
+  const flopmeter_microbatch m = microbatch(docs, grids);
+  for (int64_t step = 1; step <= 2; ++step) {
+    ASSERT_EQ(abi.on_microbatch(plugin, &m), FLOPMETER_OK);
+    const flopmeter_log l = log_at(step);
+    ASSERT_EQ(abi.on_log(plugin, &l), FLOPMETER_OK);
+  }
+  flopmeter_row_layout layout{};
+  layout.struct_size = sizeof layout;
+  ASSERT_EQ(abi.get_row_layout(plugin, &layout), FLOPMETER_OK);
+  EXPECT_GT(layout.flops_seen, layout.label_tokens_seen);
+  EXPECT_LE(layout.flops_seen + 3, layout.row_doubles);  // three limbs in the row
+  flopmeter_row_layout before{};
+  before.struct_size = offsetof(flopmeter_row_layout, flops_seen);  // a caller built before the field
+  before.flops_seen = 12345;
+  EXPECT_EQ(abi.get_row_layout(plugin, &before), FLOPMETER_OK);
+  EXPECT_EQ(before.flops_seen, 12345u);  // not written past its struct_size
+  EXPECT_EQ(before.row_doubles, layout.row_doubles);
+  ASSERT_EQ(abi.flush(plugin), FLOPMETER_OK);
+  ASSERT_EQ(out.records.size(), 2u);
+  EXPECT_EQ(json_number(out.records[0].second, "train/flops_seen"), f);
+  EXPECT_EQ(json_number(out.records[1].second, "train/flops_seen"), 2 * f);
+  EXPECT_EQ(abi.destroy(plugin), FLOPMETER_OK);
 }
 
 TEST(c_api_model, bad_options_are_refused_with_the_field) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <chrono>
 #include <cstdint>
@@ -46,6 +47,7 @@ struct row_spec {
   std::optional<double> label_tokens_seen;  // unset: this interval's label tokens (a first log)
   // The rank's running totals since it started; unset: this interval's tokens and samples (a first log).
   std::optional<double> tokens_seen, samples_seen;
+  std::array<double, 3> flops_seen_limbs = {0, 0, 0};  // the running FLOPs' 32-bit limbs (flops_seen.h)
 };
 
 std::vector<double> rows_of(const std::vector<row_spec>& specs) {
@@ -73,6 +75,7 @@ std::vector<double> rows_of(const std::vector<row_spec>& specs) {
     x[row_samples_seen] = s.samples_seen.value_or(s.samples);
     x[row_label_tokens_seen] = s.label_tokens_seen.value_or(s.label_tokens);
     x[row_peak_reserved_memory_bytes] = s.reserved_bytes.value_or(kNotReported);
+    for (std::size_t i = 0; i < 3; ++i) x[row_flops_seen_0 + i] = s.flops_seen_limbs[i];
   }
   return rows;
 }
@@ -316,6 +319,60 @@ TEST(derive, a_running_total_past_2_53_is_left_out_and_the_rates_stay) {
   EXPECT_DOUBLE_EQ(value(result.record, m::kTokensPerSecond), 200.0);
   EXPECT_EQ(result.warning,
             "train/tokens_seen not reported: a rank's running total reached 2^53, beyond what a row carries exactly");
+}
+
+// train/flops_seen: the DP sums of the rows' three 32-bit limbs, recombined in 128 bits and rounded once.
+// Rank 0 has seen 2^64 + 3 x 2^32 + 5 FLOPs (limbs 5, 3, 1), rank 1 2^64 - 1 (limbs 2^32 - 1, 2^32 - 1, 0).
+// Their sum is 2^65 + 3 x 2^32 + 4 = 36,893,488,160,304,005,124, whose nearest double (spacing 2^13 above 2^65)
+// is 2^65 + 3 x 2^32 = 36,893,488,160,304,005,120. Rank 2 is outside the DP group (tp 1, but the group below
+// holds ranks 0 and 1 only): its limbs do not count.
+TEST(derive, flops_seen_recombines_the_dp_sums_of_the_limbs) {
+  std::vector<row_spec> specs(3);
+  for (row_spec& s : specs) s.tokens = 10;
+  specs[0].flops_seen_limbs = {5, 3, 1};
+  specs[1].flops_seen_limbs = {4294967295.0, 4294967295.0, 0};
+  specs[2].flops_seen_limbs = {1000, 1000, 1000};
+  derive_setup setup = setup_for(3);
+  setup.dp_group = {0, 1};
+  metrics_deriver deriver(setup);
+  const derive_result result = deriver.derive(rows_of(specs).data(), 3, derive_context{});
+  ASSERT_TRUE(result.derived) << result.why;
+  EXPECT_EQ(value(result.record, m::kFlopsSeen), 36893488160304005120.0);
+  EXPECT_EQ(value(result.record, m::kFlopsSeen), std::ldexp(1.0, 65) + 3 * std::ldexp(1.0, 32));
+  ASSERT_TRUE(result.flops_seen);
+  EXPECT_EQ(*result.flops_seen, value(result.record, m::kFlopsSeen));
+  EXPECT_EQ(result.warning, "");
+}
+
+// A row whose FLOPs cannot be carried leaves train/flops_seen out, with a warning that says why; the other
+// figures stay. A rank that counts on a device marks its first limb kFlopsSeenOnDevice; a total of 2^96 or
+// more marks every limb kFlopsSeenBeyondRow (flops_seen_to_row).
+TEST(derive, flops_seen_is_left_out_when_a_row_cannot_carry_it) {
+  std::vector<row_spec> specs(2);
+  for (row_spec& s : specs) s.tokens = 100;
+  specs[1].flops_seen_limbs = {kFlopsSeenOnDevice, 0, 0};
+  metrics_deriver deriver(setup_for(2));
+  derive_result result = deriver.derive(rows_of(specs).data(), 2, derive_context{});
+  ASSERT_TRUE(result.derived) << result.why;
+  EXPECT_FALSE(find(result.record, m::kFlopsSeen));
+  EXPECT_DOUBLE_EQ(value(result.record, m::kTokensSeen), 200.0);
+  EXPECT_EQ(result.warning,
+            "train/flops_seen not reported: a rank counts micro-batches on a device (CUDA tensors), whose FLOPs "
+            "reach the host only inside the collective");
+
+  std::vector<double> rows = rows_of({specs[0], specs[0]});
+  const uint128 beyond = uint128{1} << 96;
+  flops_seen_to_row(beyond, rows.data() + kRowFields);
+  EXPECT_EQ(rows[kRowFields + row_flops_seen_2], kFlopsSeenBeyondRow);
+  flops_seen_to_row(beyond - 1, rows.data());  // the largest total a row carries: limbs 2^32 - 1
+  EXPECT_EQ(rows[row_flops_seen_0], 4294967295.0);
+  EXPECT_EQ(rows[row_flops_seen_2], 4294967295.0);
+  result = deriver.derive(rows.data(), 2, derive_context{});
+  ASSERT_TRUE(result.derived) << result.why;
+  EXPECT_FALSE(find(result.record, m::kFlopsSeen));
+  EXPECT_EQ(result.warning,
+            "train/flops_seen not reported: a rank's running total reached 2^96 FLOPs, beyond what a row carries "
+            "exactly");
 }
 
 TEST(derive, tp2_sums_the_dp_group_and_splits_flops_between_tp_ranks) {

@@ -7,9 +7,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "accounting/count_event.h"  // internal: count_event
+#include "core/exact_flops.h"        // internal: exact_model_flops
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 #include "support/error_message.h"
@@ -480,7 +483,7 @@ TEST(bad_batch, each_error_names_the_entry) {
   const std::vector<std::int64_t> one = {1};
   expect_error([&] { count_from_lengths(one, INT64_MAX, {}, g); }, "real tokens + padding_tokens overflows");
   const std::vector<image_grid> zero = {{1, 2, 2}, {1, 0, 2}};
-  expect_error([&] { count_from_lengths({}, 0, zero, g); }, "image_grids[1] = (1, 0, 2): t, h and w must be >= 1");
+  expect_error([&] { count_from_lengths({}, 0, zero, g); }, "grid_thw[1] = (1, 0, 2): t, h and w must be >= 1");
   const std::vector<image_grid> odd = {{1, 3, 2}};
   expect_error([&] { count_from_lengths({}, 0, odd, g); }, "multiples of spatial_merge_size 2");
   const std::vector<image_grid> fine = {{1, 2, 2}};
@@ -618,6 +621,55 @@ TEST(regime, a_micro_batch_without_items_is_billed_with_the_itemless_coefficient
   EXPECT_EQ(f.text_dense, 3 * 4928 + 4 * 2464);
   EXPECT_EQ(f.text_attention, 6 * 192 + 6 * 64);
   EXPECT_EQ(f.vision_dense, 4 * 768);
+  // The exact integer (train/flops_seen's) bills the same split: below 2^53 it is compute_flops' total.
+  const std::optional<detail::uint128> exact = detail::exact_model_flops(text, n, flop_scope::complete);
+  ASSERT_TRUE(exact);
+  EXPECT_EQ(static_cast<double>(*exact), f.total());
+  EXPECT_GT(f.total(), 3 * 4928 + 4 * 2464 + 6 * 192 + 6 * 64 + 4 * 768);  // and the patch embed, merger
+}
+
+// exact_model_flops keeps every product and the sum in 128 bits, where compute_flops rounds each product to
+// double: a document of 2^31 - 1 tokens (2^61 - 2^30 causal pairs) in a full-training batch. Its exact value is
+// exact_total_flops' decimal integer; the double of compute_flops is only its nearest.
+TEST(regime, exact_model_flops_is_the_exact_integer_beyond_2_53) {
+  const model_spec spec = small_vlm();
+  const regime_coefficients full = compute_coefficients(spec, training_regime{});
+  const std::int64_t docs[] = {(std::int64_t{1} << 31) - 1};
+  const batch_counts n = count_from_lengths(docs, 7, {}, geometry_of(spec));
+  const std::optional<detail::uint128> exact = detail::exact_model_flops(full, n, flop_scope::complete);
+  ASSERT_TRUE(exact);
+  std::string digits;
+  for (detail::uint128 v = *exact; v != 0; v /= 10) digits.insert(digits.begin(), static_cast<char>('0' + v % 10));
+  EXPECT_EQ(digits, exact_total_flops(full.with_items, n, flop_scope::complete));
+  EXPECT_TRUE(*exact > (detail::uint128{1} << 64));  // far past 2^53, where a double rounds
+}
+
+// microbatch_event::image_grids, grid_thw's name before 0.3, still counts (a deprecation warning where a caller
+// writes it); giving both names is refused rather than one silently ignored. One 3-token document and a 1 x 2 x 2
+// grid: 1 item, 4 patches, 4 / 2^2 = 1 merged token either way.
+TEST(batch, the_deprecated_image_grids_name_counts_like_grid_thw) {
+  const model_spec spec = small_vlm();
+  const std::int64_t docs[] = {3};
+  const image_grid grids[] = {{1, 2, 2}};
+  microbatch_event current, before;
+  current.document_lengths = docs;
+  current.grid_thw = grids;
+  before.document_lengths = docs;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  before.image_grids = grids;
+#pragma GCC diagnostic pop
+  microbatch_event both = before;
+  both.grid_thw = grids;
+  for (const microbatch_event* e : {&current, &before}) {
+    const batch_counts n = detail::count_event(*e, geometry_of(spec));
+    EXPECT_EQ(n.items, 1);
+    EXPECT_EQ(n.patches, 4);
+    EXPECT_EQ(n.merged_tokens, 1);
+    EXPECT_EQ(n.real_tokens, 3);
+  }
+  expect_error([&] { detail::count_event(both, geometry_of(spec)); },
+               "a micro-batch gives both grid_thw and its deprecated name image_grids");
 }
 
 TEST(regime, lora_layer_zero_has_no_input_gradient_in_a_text_only_run) {

@@ -89,6 +89,12 @@ void fill_random_row(std::mt19937_64& rng, double* x) {
   x[row_tokens_seen] = static_cast<double>(n.real_tokens) + std::floor(unit(rng) * 1e6);
   x[row_samples_seen] = std::floor(unit(rng) * 1e3);
   x[row_label_tokens_seen] = x[row_label_tokens] + std::floor(unit(rng) * 1e5);
+  // A running FLOPs total of up to 96 bits in its three 32-bit limbs (flops_seen.h); now and then a rank that
+  // counts on a device (its marker leaves train/flops_seen out, by either collective).
+  std::uniform_int_distribution<std::uint64_t> limb(0, 0xFFFFFFFFu);
+  x[row_flops_seen_0] = unit(rng) < 0.05 ? kFlopsSeenOnDevice : static_cast<double>(limb(rng));
+  x[row_flops_seen_1] = static_cast<double>(limb(rng));
+  x[row_flops_seen_2] = static_cast<double>(limb(rng) >> 8);
   x[row_step] = 7;
   x[row_present] = 3;
 }
@@ -108,6 +114,13 @@ void expect_same_record(const derive_result& from_rows, const derive_result& fro
   }
   EXPECT_EQ(from_rows.tokens_seen, from_reduction.tokens_seen);
   EXPECT_EQ(from_rows.samples_seen, from_reduction.samples_seen);
+  EXPECT_EQ(from_rows.flops_seen, from_reduction.flops_seen);
+  // Left out alike, for the same reason (the rest of the warning may differ: only the table knows which rank).
+  const auto flops_why = [](const std::string& warning) {
+    const std::size_t at = warning.find("train/flops_seen");
+    return at == std::string::npos ? std::string() : warning.substr(at);
+  };
+  EXPECT_EQ(flops_why(from_rows.warning), flops_why(from_reduction.warning));
   EXPECT_EQ(from_rows.record.step, from_reduction.record.step);
 }
 
@@ -158,6 +171,9 @@ TEST(log_reduction, tp_replicas_count_once_in_the_data_parallel_sums) {
     x[row_tokens_seen] = first ? 100 : 300;
     x[row_samples_seen] = first ? 2 : 4;
     x[row_label_tokens_seen] = 10;
+    // Running FLOPs: replica 0 has seen 2^32 + 7 (limbs 7, 1, 0), replica 1 2^33 + 1 (limbs 1, 2, 0).
+    x[row_flops_seen_0] = first ? 7 : 1;
+    x[row_flops_seen_1] = first ? 1 : 2;
     x[row_peak_memory_bytes] = x[row_peak_reserved_memory_bytes] = x[row_data_seconds] =
         x[row_forward_backward_seconds] = kNotReported;
   }
@@ -166,6 +182,8 @@ TEST(log_reduction, tp_replicas_count_once_in_the_data_parallel_sums) {
   const derive_result r = reduced_record(setup, red.sums.data(), red.maxima.data(), world, derive_context{});
   ASSERT_TRUE(r.derived) << r.why;
   EXPECT_EQ(value(r.record, metric::kTokensSeen), 400);
+  // Each replica once: 2^32 + 7 + 2^33 + 1 = 3 x 2^32 + 8 = 12,884,901,896 (not twice that: TP ranks share).
+  EXPECT_EQ(value(r.record, metric::kFlopsSeen), 12884901896.0);
   EXPECT_EQ(value(r.record, metric::kNumSamples), 6);
   EXPECT_EQ(value(r.record, metric::kLoss), 2);
   EXPECT_EQ(value(r.record, metric::kMaxLoss), 3);

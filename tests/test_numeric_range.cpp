@@ -90,7 +90,7 @@ TEST(numeric_range, sixteen_thousand_ranks_with_million_token_rows_hundred_thous
   a.samples = 1;
   b.document_lengths = many;
   b.samples = 100000;
-  c.image_grids = item;
+  c.grid_thw = item;
   c.samples = 1;
   for (const microbatch_event* e : {&a, &b, &c}) plugin->on_microbatch(*e);
   now = 2.0;

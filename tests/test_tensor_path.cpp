@@ -318,7 +318,7 @@ std::vector<rank_run> run_two_ranks(bool tensors, bool add_malformed) {
       } else {
         microbatch_event e;
         e.document_lengths = lengths;
-        e.image_grids = items;
+        e.grid_thw = items;
         e.padding_tokens = 3;
         e.samples = 1;
         plugin.host->on_microbatch(e);
@@ -355,6 +355,10 @@ TEST(tensor_path, bit_identical_flops_to_the_host_path) {
     // Real tokens: rank 0 has (100 + 28) + 4000 + (7 + 7 + 1) = 4143, rank 1 (101 + 28) + 4000 + (7 + 7 + 8)
     // = 4151; 8294 over 2 s.
     EXPECT_DOUBLE_EQ(*t.find("perf/tokens_per_second"), 4147.0);
+    // train/flops_seen: the host path's running total; the tensor path's counts never reach the host's total,
+    // so its rows say so and the figure is left out (accounting/flops_seen.h).
+    EXPECT_NE(h.find("train/flops_seen"), nullptr);
+    EXPECT_EQ(t.find("train/flops_seen"), nullptr);
   }
 }
 

@@ -301,7 +301,7 @@ TEST(TensorboardSink, TensorboardReadsWhatTheJsonlSinkWrote) {
     for (int step = 1; step <= 12; ++step) {
       flopmeter::microbatch_event e;
       e.document_lengths = lengths;
-      e.image_grids = grids;
+      e.grid_thw = grids;
       e.samples = 3;
       e.loss_sum = 200.0 / step;
       e.label_tokens = 200;

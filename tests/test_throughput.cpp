@@ -38,7 +38,7 @@ struct simulated_job {
   std::vector<double> clock;  // seconds, per rank
 
   simulated_job(int world, parallel_sizes parallel, double peak_tflops, std::int64_t topk = 3,
-                double tpi_multiplier = 1.0)
+                double tpi_multiplier = 1.0, std::int64_t topk_interval_logs = 0)
       : group(std::make_shared<fake_group>(world)), clock(static_cast<std::size_t>(world), 0.0) {
     for (int r = 0; r < world; ++r) {
       throughput_options o;
@@ -47,6 +47,7 @@ struct simulated_job {
       if (peak_tflops > 0) o.peak_tflops_per_gpu = peak_tflops;
       o.topk = topk;
       o.tpi_multiplier = tpi_multiplier;
+      o.topk_interval_logs = topk_interval_logs;
       o.emit = emit_ranks::all;
       o.collective_timeout = std::chrono::milliseconds(50);
       auto sink = std::make_shared<capture_sink>();
@@ -118,6 +119,10 @@ TEST(throughput, dp4_tp2_sums_each_replica_once_and_its_rows_add_up_to_the_headl
     EXPECT_DOUBLE_EQ(s.value(0, "train/tokens_seen"), 4000.0);
     // Each DP group holds one rank of each replica: 4 samples.
     EXPECT_DOUBLE_EQ(s.value(0, "train/num_samples"), 4.0);
+    // train/flops_seen: the DP sum of the replicas' model FLOPs, each replica once (not per TP rank):
+    // F(T) = 7392 T + 192 T(T+1)/2; F(700) = 52,281,600, F(900) = 84,499,200, F(1100) = 124,396,800,
+    // F(1300) = 171,974,400; sum 433,152,000.
+    EXPECT_EQ(s.value(0, "train/flops_seen"), 433152000.0);
   }
 
   // The per-rank rows: replica j's two TP ranks each get T_j / (tp*cp*pp) / t tokens/s: 175, 175, 225, 225,
@@ -145,6 +150,35 @@ TEST(throughput, dp4_tp2_sums_each_replica_once_and_its_rows_add_up_to_the_headl
   // Memory: the "slow" side is the highest: rank 7 with 8 GiB.
   EXPECT_DOUBLE_EQ(s.value(0, "perf_topk/mem_gib_slow_0"), 8.0);
   EXPECT_DOUBLE_EQ(s.value(0, "perf_topk/mem_gib_slow_0_rank"), 7.0);
+}
+
+// train/flops_seen stays the exact integer past 2^53, where a double summed interval by interval rounds. Rank 0
+// runs one document of L = 100,000,001 tokens per interval, rank 1 one of L + 2, three intervals (DP 2):
+//   F(L)     = 7392 L + 96 L (L+1) = 739,200,007,392 + 960,000,028,800,000,192 = 960,000,768,000,007,584
+//   F(L + 2) = 960,000,806,400,023,328 (likewise)
+//   total    = 3 x (F(L) + F(L+2)) = 5,760,004,723,200,092,736,
+// whose nearest double (spacing 1024 there) is 5,760,004,723,200,093,184. Adding the six interval figures as
+// doubles instead gives 5,760,004,723,200,092,160: 1024 off. Both collectives (the per-rank table, and the
+// fixed-size reduction of ordinary logs) give the exact figure.
+TEST(throughput, flops_seen_is_the_exact_dp_total_past_two_to_the_53) {
+  const std::int64_t length = 100000001;
+  for (const std::int64_t topk_interval_logs : {std::int64_t{1}, std::int64_t{1000}}) {
+    simulated_job job(2, parallel_sizes{}, 0, 3, 1.0, topk_interval_logs);
+    for (int step = 1; step <= 3; ++step) {
+      job.microbatch(0, {length});
+      job.microbatch(1, {length + 2});
+      job.advance(1.0);
+      job.log_all(step);
+    }
+    job.flush_all();
+    const capture_sink& s = *job.sinks[1];
+    ASSERT_EQ(s.records.size(), 3u) << topk_interval_logs;
+    EXPECT_EQ(s.value(0, "train/flops_seen"), 1920001574400030912.0) << topk_interval_logs;  // F(L) + F(L+2)
+    EXPECT_EQ(s.value(2, "train/flops_seen"), 5760004723200093184.0) << topk_interval_logs;
+    EXPECT_NE(s.value(2, "train/flops_seen"), 5760004723200092160.0);
+    // Still one figure every record: a running total, whatever the interval's rates.
+    EXPECT_EQ(s.value(2, "train/tokens_seen"), 3.0 * (2 * length + 2));
+  }
 }
 
 TEST(throughput, exactly_one_collective_per_log_and_none_per_microbatch) {

@@ -306,7 +306,7 @@ TEST(vlm_bad_input, grid_not_a_multiple_of_the_merge_size) {
     (void)count_from_lengths({}, 0, grids, geometry_of(from_json(qwen25())));
     FAIL() << "accepted";
   } catch (const error& e) {
-    EXPECT_STREQ(e.what(), "image_grids[1] = (1, 3, 4): h and w must be multiples of spatial_merge_size 2");
+    EXPECT_STREQ(e.what(), "grid_thw[1] = (1, 3, 4): h and w must be multiples of spatial_merge_size 2");
   }
 }
 
@@ -330,7 +330,7 @@ TEST(vlm_bad_input, internvl_item_that_is_not_a_whole_tile) {
     FAIL() << "accepted";
   } catch (const error& e) {
     EXPECT_STREQ(e.what(),
-                 "image_grids[0] = (2, 4, 2): not a whole tile: h and w must both be 4 (image_size / "
+                 "grid_thw[0] = (2, 4, 2): not a whole tile: h and w must both be 4 (image_size / "
                  "patch_size; an image of n tiles is the item n x 4 x 4)");
   }
 }

@@ -97,40 +97,6 @@ void print_regime(const training_regime& regime, const std::vector<regime_factor
   std::printf("\n");
 }
 
-std::string report_json(const check_report& report) {
-  std::string rows = "[";
-  for (std::size_t i = 0; i < report.rows.size(); ++i) {
-    const check_row& row = report.rows[i];
-    json_object object;
-    object.string("term", row.term)
-        .number("exact", row.exact)
-        .number("megatron", row.megatron)
-        .number("expected_ratio", row.expected_ratio)
-        .number("ratio", row.ratio)
-        .number("relative_error", row.relative_error)
-        .boolean("pass", row.pass)
-        .string("explanation", row.explanation);
-    rows += (i == 0 ? "\n    " : ",\n    ") + object.str();
-  }
-  rows += report.rows.empty() ? "]" : "\n  ]";
-  const megatron_constant& k = report.constant;
-  json_object object;
-  object.string("model", report.model)
-      .integer("seq_len", report.seq_len)
-      .number("megatron_text_per_token", k.text_per_token())
-      .number("megatron_vision_per_token", k.vision_per_token())
-      .number("megatron_text_linear_per_token", k.text_linear_per_token)
-      .number("megatron_text_attention_per_token", k.text_attention_per_token)
-      .number("megatron_vision_linear_per_token", k.vision_linear_per_token)
-      .number("megatron_vision_attention_per_token", k.vision_attention_per_token)
-      .number("megatron_text_moe_routed_per_token", k.text_moe_routed_per_token)
-      .number("megatron_text_moe_shared_per_token", k.text_moe_shared_per_token)
-      .number("not_in_megatron_moe_router_and_gate_per_token", k.text_moe_unbilled_per_token)
-      .boolean("pass", report.pass)
-      .raw("rows", rows);
-  return object.str();
-}
-
 void print_report(const check_report& report, const std::string& source) {
   const megatron_constant& k = report.constant;
   std::printf("%s  S=%lld  %s\n", printable(report.model).c_str(), static_cast<long long>(report.seq_len),
@@ -220,7 +186,7 @@ int run_check(const std::vector<std::string>& args) {
   if (json) {
     std::string out = "[";
     for (std::size_t i = 0; i < reports.size(); ++i) {
-      std::string one = report_json(reports[i]);
+      std::string one = detail::check_report_json(reports[i]);
       if (with_regime)
         one = one.substr(0, one.size() - 1) + ", \"regime\": " + regime_factors_json(regime, factors[i]) + "}";
       out += (i == 0 ? "\n  " : ",\n  ") + one;

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     flopmeter::microbatch_event batch;
     batch.document_lengths = lengths;
     batch.padding_tokens = 56;
-    batch.image_grids = grids;
+    batch.grid_thw = grids;
     batch.samples = 3;
     batch.loss_sum = 400.0;
     batch.label_tokens = 197;

@@ -412,7 +412,7 @@ def main(argv: Sequence[str]) -> int:
                     (loss_sum / step_labels).backward()
                 forward_backward_time += time.perf_counter() - tf
                 tm = time.perf_counter()
-                meter.on_microbatch(cu_seqlens=row["cu_seqlens"], image_grid_thw=row["image_grid_thw"],
+                meter.on_microbatch(cu_seqlens=row["cu_seqlens"], grid_thw=row["image_grid_thw"],
                                     padding_tokens=row["padding_tokens"], samples=row["samples"],
                                     loss_sum=loss_sum.detach(), label_tokens=row["label_tokens"])
                 microbatch_seconds += time.perf_counter() - tm

@@ -305,6 +305,11 @@ typedef struct flopmeter_row_layout {
   double megatron_text_attention_slope;
   double megatron_vision_linear;
   double megatron_vision_attention_slope;
+  /* Added in 0.3 (a caller's struct_size without it still works; then it is not written). The first of the
+   * three doubles of this rank's running total of exact model FLOPs (train/flops_seen: 32-bit limbs, least
+   * significant first). A layer that adds device counts writes -2 into this first limb, which leaves
+   * train/flops_seen out of the record: the FLOPs of those counts never reach the host's total. */
+  uint32_t flops_seen;
 } flopmeter_row_layout;
 
 /* FLOPMETER_OK, FLOPMETER_E_NULL_ARGUMENT, FLOPMETER_E_STRUCT_SIZE or FLOPMETER_E_INVALID_HANDLE. */
@@ -451,6 +456,13 @@ FLOPMETER_EXPORT int flopmeter_model_flops(const flopmeter_model* model, const f
 FLOPMETER_EXPORT int64_t flopmeter_model_coefficients_json(const flopmeter_model* model, char* out, size_t size);
 FLOPMETER_EXPORT int64_t flopmeter_model_estimate_json(const flopmeter_model* model, const flopmeter_counts* counts,
                                                        int scope, int64_t seq_len, char* out, size_t size);
+/* The term-by-term check of the model's full-training FLOP model against the Megatron per-token constant at row
+ * length seq_len: one object of the array `flopmeter check --json` prints (its "pass", and a row per term).
+ * Written and returned as flopmeter_model_coefficients_json; FLOPMETER_E_REJECTED with the reason in
+ * error[0..error_size) for a seq_len the check cannot take (< 1, or too large for a 64-bit pair count).
+ * Added in 0.3. */
+FLOPMETER_EXPORT int64_t flopmeter_model_check_json(const flopmeter_model* model, int64_t seq_len, char* out,
+                                                    size_t size, char* error, size_t error_size);
 
 /* Changes.
  * Version 2: return codes named (the values of version 1 kept: -1, -2, -3); flopmeter_health fills a

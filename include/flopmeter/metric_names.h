@@ -40,6 +40,7 @@ inline constexpr char kBatchEfficiency[] = "train/batch_efficiency";
 inline constexpr char kLoss[] = "train/loss";
 inline constexpr char kMaxLoss[] = "train/max_loss";  // the highest mean loss of a data-parallel rank
 inline constexpr char kTokensSeen[] = "train/tokens_seen";
+inline constexpr char kFlopsSeen[] = "train/flops_seen";  // exact model FLOPs, running DP total (METRICS.md)
 inline constexpr char kNumSamples[] = "train/num_samples";
 inline constexpr char kAssistantTokensSeen[] = "train/assistant_tokens_seen";  // label tokens, running total
 inline constexpr char kLearningRate[] = "train/lr";

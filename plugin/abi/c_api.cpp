@@ -113,6 +113,8 @@ using flopmeter::detail::throughput_calls;
 // The smallest struct_size accepted for each struct: the end of its last field in its first version.
 constexpr std::size_t kLogV1Size = offsetof(flopmeter_log, peak_memory_bytes) + sizeof(int64_t);
 constexpr std::size_t kLogReservedMemorySize = offsetof(flopmeter_log, peak_reserved_memory_bytes) + sizeof(int64_t);
+constexpr std::size_t kRowLayoutV1Size =
+    offsetof(flopmeter_row_layout, megatron_vision_attention_slope) + sizeof(double);
 constexpr std::size_t kHealthV2Size = offsetof(flopmeter_health_counters, rejected_logs) + sizeof(uint64_t);
 
 // What one handle names: the plugin, its callback slot, the logger they share, and the C ABI's own counters
@@ -389,7 +391,7 @@ int flopmeter_get_row_layout(const flopmeter_plugin* plugin, flopmeter_row_layou
   if (plugin == nullptr || out == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
   const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  if (out->struct_size < sizeof(flopmeter_row_layout)) return FLOPMETER_E_STRUCT_SIZE;
+  if (out->struct_size < kRowLayoutV1Size) return FLOPMETER_E_STRUCT_SIZE;
   namespace d = flopmeter::detail;
   out->row_doubles = static_cast<uint32_t>(d::kRowFields);
   out->counts = static_cast<uint32_t>(d::row_real_tokens);
@@ -406,6 +408,9 @@ int flopmeter_get_row_layout(const flopmeter_plugin* plugin, flopmeter_row_layou
   out->megatron_text_attention_slope = billing.text_attention_slope;
   out->megatron_vision_linear = billing.vision_linear;
   out->megatron_vision_attention_slope = billing.vision_attention_slope;
+  if (out->struct_size >= offsetof(flopmeter_row_layout, flops_seen) + sizeof(uint32_t)) {
+    out->flops_seen = static_cast<uint32_t>(d::row_flops_seen_0);
+  }
   return FLOPMETER_OK;
 }
 

@@ -217,7 +217,7 @@ int event_from_microbatch(const flopmeter_microbatch* m, microbatch_event& e, co
   e.positions_int32 = {positions_int32, num_positions_int32};  // two formats given: rejected by the counting
   e.padding_tokens = m->padding_tokens;
   static_assert(sizeof(flopmeter_grid) == sizeof(image_grid), "grid layouts must match");
-  e.image_grids = {reinterpret_cast<const image_grid*>(m->grids), m->num_grids};
+  e.grid_thw = {reinterpret_cast<const image_grid*>(m->grids), m->num_grids};
   e.samples = m->samples;
   if (m->has_loss) {
     e.loss_sum = m->loss_sum;
@@ -383,6 +383,22 @@ int64_t flopmeter_model_coefficients_json(const flopmeter_model* model, char* ou
   } catch (...) {
     return FLOPMETER_E_REJECTED;
   }
+}
+
+int64_t flopmeter_model_check_json(const flopmeter_model* model, int64_t seq_len, char* out, size_t size, char* error,
+                                   size_t error_size) {
+  if (model == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const auto state = model_registry::instance().find(model);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  try {
+    return flopmeter::detail::write_text(
+        flopmeter::detail::check_report_json(flopmeter::run_sanity_check(state->spec, seq_len)), out, size);
+  } catch (const std::exception& e) {
+    flopmeter::detail::write_abi_error(error, error_size, e.what());
+  } catch (...) {
+    flopmeter::detail::write_abi_error(error, error_size, "unknown error");
+  }
+  return FLOPMETER_E_REJECTED;
 }
 
 int64_t flopmeter_model_estimate_json(const flopmeter_model* model, const flopmeter_counts* counts, int scope_value,

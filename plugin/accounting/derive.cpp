@@ -239,6 +239,7 @@ void headline_figures::add_dp_rank(const double* x) {
   }
   tokens_seen_exact = tokens_seen_exact && x[row_tokens_seen] >= 0 && x[row_tokens_seen] < kExactIntegerLimit;
   samples_seen_exact = samples_seen_exact && x[row_samples_seen] >= 0 && x[row_samples_seen] < kExactIntegerLimit;
+  flops_seen.add_row(x);
 }
 
 std::optional<bool> headline_record(const derive_setup& setup, const headline_figures& h, std::int64_t world,
@@ -314,6 +315,14 @@ std::optional<bool> headline_record(const derive_setup& setup, const headline_fi
   if (h.labels > 0 && std::isfinite(h.loss)) v.emplace_back(m::kLoss, h.loss / h.labels);
   if (h.max_loss) v.emplace_back(m::kMaxLoss, *h.max_loss);
   if (h.tokens_seen_exact) v.emplace_back(m::kTokensSeen, result.tokens_seen);
+  std::string flops_seen_why;
+  result.flops_seen =
+      flops_seen_figure(h.flops_seen.limbs, h.flops_seen.smallest_limb, h.flops_seen.largest_limb, flops_seen_why);
+  if (result.flops_seen) {
+    v.emplace_back(m::kFlopsSeen, *result.flops_seen);
+  } else {
+    result.warning += std::string(result.warning.empty() ? "" : "; ") + flops_seen_why;
+  }
   if (h.samples_seen_exact) v.emplace_back(m::kNumSamples, result.samples_seen);
   if (h.labels_seen_exact) {
     v.emplace_back(m::kAssistantTokensSeen, h.labels_seen);

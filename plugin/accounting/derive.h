@@ -17,6 +17,7 @@
 #include "flopmeter/flop_model.h"
 #include "flopmeter/model_spec.h"
 #include "flopmeter/sinks.h"
+#include "accounting/flops_seen.h"
 
 namespace flopmeter::detail {
 
@@ -66,6 +67,7 @@ struct derive_result {
   metrics_record record;      // when derived
   double tokens_seen = 0;     // the running totals at this log, DP sums of row_tokens_seen (when derived)
   double samples_seen = 0;
+  std::optional<double> flops_seen;  // train/flops_seen when reported (flops_seen.h)
   std::string warning;  // when derived: what is not reported and why (e.g. an MFU above 100%); "" if none
 };
 
@@ -120,6 +122,7 @@ struct headline_figures {
   // A running total of 2^53 or more is no longer exact in a row (9e15 tokens on one rank): left out, with a
   // warning.
   bool tokens_seen_exact = true, samples_seen_exact = true, labels_seen_exact = true;
+  flops_seen_sums flops_seen;  // the DP sums of the rows' FLOPs limbs (flops_seen.h)
 
   void add_rank(const rank_figures& figures, const double* row);
   void add_dp_rank(const double* row);

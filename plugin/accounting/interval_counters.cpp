@@ -8,6 +8,7 @@
 
 #include "flopmeter/error.h"
 #include "accounting/count_event.h"
+#include "accounting/flops_seen.h"
 #include "accounting/row_layout.h"
 
 namespace flopmeter::detail {
@@ -39,6 +40,7 @@ void fill_row(double* row, const interval_counters& interval, const megatron_bil
   row[row_tokens_seen] = totals.tokens_seen;
   row[row_samples_seen] = totals.samples_seen;
   row[row_label_tokens_seen] = totals.label_tokens_seen;
+  flops_seen_to_row(totals.flops_seen, row);
   row[row_peak_reserved_memory_bytes] =
       event.peak_reserved_memory_bytes ? static_cast<double>(*event.peak_reserved_memory_bytes) : kNotReported;
 }

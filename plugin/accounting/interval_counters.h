@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "flopmeter/error.h"
@@ -18,6 +19,7 @@
 #include "flopmeter/flop_model.h"
 #include "accounting/count_event.h"
 #include "accounting/derive.h"
+#include "core/flop_terms.h"
 
 namespace flopmeter::detail {
 
@@ -35,17 +37,27 @@ struct interval_counters {
 };
 
 // This rank's running totals since it started, every interval included (row_tokens_seen, row_samples_seen,
-// row_label_tokens_seen).
+// row_label_tokens_seen, row_flops_seen_*).
 struct running_totals {
   double tokens_seen = 0;
   double samples_seen = 0;
   double label_tokens_seen = 0;
+  // Exact model FLOPs (flops_seen.h); nullopt once a sum reached 2^128, which no row can carry.
+  std::optional<uint128> flops_seen = uint128{0};
 
   // The interval ends whatever becomes of its collective: its tokens and samples join the totals.
   void add(const interval_counters& interval) {
     tokens_seen += static_cast<double>(interval.counts.real_tokens);
     samples_seen += static_cast<double>(interval.samples);
     label_tokens_seen += static_cast<double>(interval.label_tokens);
+  }
+  // The interval's exact model FLOPs (core/exact_flops.h), likewise whatever becomes of its collective.
+  void add_flops(const std::optional<uint128>& interval_flops) {
+    if (!flops_seen || !interval_flops || *flops_seen + *interval_flops < *flops_seen) {
+      flops_seen.reset();
+      return;
+    }
+    *flops_seen += *interval_flops;
   }
 };
 

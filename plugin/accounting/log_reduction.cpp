@@ -129,6 +129,11 @@ void contribute(const reduction_setup& setup, const double* x, std::int64_t rank
   maxima[neg_min_dp_tokens_seen] = -x[row_tokens_seen];
   maxima[neg_min_dp_samples_seen] = -x[row_samples_seen];
   maxima[neg_min_dp_label_tokens_seen] = -x[row_label_tokens_seen];
+  sums[sum_dp_flops_seen_0] = dp.flops_seen.limbs[0];
+  sums[sum_dp_flops_seen_1] = dp.flops_seen.limbs[1];
+  sums[sum_dp_flops_seen_2] = dp.flops_seen.limbs[2];
+  maxima[max_dp_flops_seen_limb] = dp.flops_seen.largest_limb;
+  maxima[neg_min_dp_flops_seen_limb] = -dp.flops_seen.smallest_limb;
 }
 
 derive_result reduced_record(const derive_setup& setup, const double* s, const double* m, std::int64_t world,
@@ -179,6 +184,12 @@ derive_result reduced_record(const derive_setup& setup, const double* s, const d
   h.tokens_seen = s[sum_dp_tokens_seen];
   h.samples_seen = s[sum_dp_samples_seen];
   h.labels_seen = s[sum_dp_label_tokens_seen];
+  h.flops_seen.limbs[0] = s[sum_dp_flops_seen_0];
+  h.flops_seen.limbs[1] = s[sum_dp_flops_seen_1];
+  h.flops_seen.limbs[2] = s[sum_dp_flops_seen_2];
+  h.flops_seen.smallest_limb = -m[neg_min_dp_flops_seen_limb];
+  h.flops_seen.largest_limb = m[max_dp_flops_seen_limb];
+  h.flops_seen.any_row = true;
   if (m[max_dp_loss] > kNone) h.max_loss = m[max_dp_loss];
   const auto exact = [&](max_field largest, max_field negated_smallest) {
     return m[largest] < kExactIntegerLimit && -m[negated_smallest] >= 0;

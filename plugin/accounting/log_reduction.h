@@ -55,6 +55,9 @@ enum sum_field : std::size_t {
   sum_dp_tokens_seen,
   sum_dp_samples_seen,
   sum_dp_label_tokens_seen,
+  sum_dp_flops_seen_0,  // the DP sums of the running FLOPs' three limbs (flops_seen.h)
+  sum_dp_flops_seen_1,
+  sum_dp_flops_seen_2,
   kSumFields
 };
 
@@ -75,6 +78,8 @@ enum max_field : std::size_t {
   neg_min_dp_tokens_seen,
   neg_min_dp_samples_seen,
   neg_min_dp_label_tokens_seen,
+  max_dp_flops_seen_limb,      // the largest and smallest FLOPs limb of a DP row: each in [0, 2^32) when exact
+  neg_min_dp_flops_seen_limb,  // (a marker of flops_seen.h shows in the smallest)
   max_step,
   neg_min_step,
   max_sequence,

@@ -63,6 +63,13 @@ enum row_field : std::size_t {
   row_megatron_flops,
   row_label_tokens_seen,           // label tokens, likewise (train/assistant_tokens_seen)
   row_peak_reserved_memory_bytes,  // the allocator's reserved peak; kNotReported when absent
+  // This rank's running total of exact model FLOPs, every interval included like row_tokens_seen: an integer
+  // of up to 96 bits in three limbs of 32 bits, least significant first (flops_seen.h). Each limb is a whole
+  // number below 2^32, so the DP sum of each is exact in any order up to 2^21 ranks; train/flops_seen is
+  // recombined from the three sums in 128-bit integers.
+  row_flops_seen_0,
+  row_flops_seen_1,
+  row_flops_seen_2,
   // The configuration fingerprint (config_fingerprint.h): the same in every row of a job whose ranks loaded
   // the same settings. Whole numbers below 2^48, except tpi_multiplier.
   row_config_model_name_0,  // the model's name, 6 bytes per field (its first 18 bytes)

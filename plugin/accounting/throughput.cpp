@@ -9,7 +9,7 @@
 // explain, it all-gathers the row instead: every rank then holds every rank's row (world_size x kRowFields)
 // and derives DP-group sums, world maxima and the per-rank top-k locally (derive.h). A communicator without
 // an all-gather runs it as a SUM all-reduce of that buffer with the other rows zeroed (communicator.h). At
-// 16,384 ranks the table is 16,384 x kRowFields (39) x 8 B = 4.875 MiB; METRICS.md gives the bytes per log.
+// 16,384 ranks the table is 16,384 x kRowFields (50) x 8 B = 6.25 MiB; METRICS.md gives the bytes per log.
 //
 // The per-log protocol (which logs start a collective, backing off after failures, rows no rank sent, ranks
 // out of step, the warm-up log) is accounting/log_protocol.h: a pure function of the gathered rows and its own
@@ -40,6 +40,7 @@
 #include "accounting/sanitize_options.h"
 #include "accounting/thread_annotations.h"
 #include "accounting/throughput_calls.h"
+#include "core/exact_flops.h"
 #include "core/device_name.h"
 #include "output/logging.h"
 
@@ -172,8 +173,10 @@ class throughput_plugin::impl {
     // (the other ranks are issuing theirs) and the next interval starts here.
     protocol_->begin_log();
     // The interval ends here whatever becomes of its collective: its tokens and samples join the running
-    // totals now, so a skipped or failed interval still counts in train/tokens_seen at the next record.
+    // totals now, so a skipped or failed interval still counts in train/tokens_seen and train/flops_seen at the
+    // next record.
     totals_.add(current_);
+    totals_.add_flops(exact_model_flops(regime_coefficients_, current_.counts, options_.scope));
     const double now = read_clock();
     const bool was_in_flight = in_flight_.pending != nullptr;
     try {

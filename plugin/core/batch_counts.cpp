@@ -357,8 +357,8 @@ void add_grids(batch_counts& counts, array_view<image_grid> grids, const vision_
     const image_grid& g = grids[i];
     // Built only on the error path, so a valid batch allocates nothing.
     const auto fail = [&](const std::string& what) {
-      throw error("image_grids[" + std::to_string(i) + "] = (" + std::to_string(g.t) + ", " + std::to_string(g.h) +
-                  ", " + std::to_string(g.w) + "): " + what);
+      throw error("grid_thw[" + std::to_string(i) + "] = (" + std::to_string(g.t) + ", " + std::to_string(g.h) + ", " +
+                  std::to_string(g.w) + "): " + what);
     };
     if (g.t < 1 || g.h < 1 || g.w < 1) fail("t, h and w must be >= 1");
     if (g.h % m != 0 || g.w % m != 0) fail("h and w must be multiples of spatial_merge_size " + std::to_string(m));

@@ -3,8 +3,10 @@
 // or summed exactly as a decimal integer.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "core/exact_flops.h"
 #include "core/flop_terms.h"
 #include "flopmeter/flop_model.h"
 
@@ -132,6 +134,53 @@ flop_breakdown compute_flops(const regime_coefficients& rc, const batch_counts& 
   }
   return f;
 }
+
+namespace detail {
+namespace {
+
+// The exact sum of the products of `c` and `n` into `sum`; false when it reaches 2^128.
+bool add_exact_products(const coefficients& c, const batch_counts& n, flop_scope scope, uint128& sum) {
+  flop_product products[kMaxFlopProducts];
+  const std::size_t count = flop_products(c, n, scope, products);
+  for (std::size_t i = 0; i < count; ++i) {
+    // Coefficients and counts are >= 0: each product is below 2^126 and fits.
+    const uint128 product =
+        static_cast<uint128>(static_cast<int128>(products[i].coefficient) * static_cast<int128>(products[i].count));
+    if (sum + product < sum) return false;
+    sum += product;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<uint128> exact_model_flops(const regime_coefficients& rc, const batch_counts& n, flop_scope scope) {
+  uint128 sum = 0;
+  const bool itemless = n.itemless_device_tokens != 0 || n.itemless_causal_pairs != 0 ||
+                        n.itemless_window_pairs_0 != 0 || n.itemless_window_pairs_1 != 0;
+  if (!itemless) return add_exact_products(rc.with_items, n, scope, sum) ? std::optional<uint128>(sum) : std::nullopt;
+  // compute_flops(regime) bills the text terms of the micro-batches without items (counts.itemless_*) with
+  // without_items and everything else with with_items. FLOPs are linear in the counts, so that is the products
+  // of with_items over the counts less the itemless ones, plus those of without_items over the itemless ones
+  // alone (the dense terms read device_tokens() only, so the split of real and padding tokens does not matter).
+  batch_counts with = n;
+  with.real_tokens = n.device_tokens() - n.itemless_device_tokens;
+  with.padding_tokens = 0;
+  with.causal_pairs = n.causal_pairs - n.itemless_causal_pairs;
+  with.window_pairs_0 = n.window_pairs_0 - n.itemless_window_pairs_0;
+  with.window_pairs_1 = n.window_pairs_1 - n.itemless_window_pairs_1;
+  batch_counts without;
+  without.real_tokens = n.itemless_device_tokens;
+  without.causal_pairs = n.itemless_causal_pairs;
+  without.window_pairs_0 = n.itemless_window_pairs_0;
+  without.window_pairs_1 = n.itemless_window_pairs_1;
+  if (!add_exact_products(rc.with_items, with, scope, sum) ||
+      !add_exact_products(rc.without_items, without, scope, sum))
+    return std::nullopt;
+  return sum;
+}
+
+}  // namespace detail
 
 std::string exact_total_flops(const coefficients& c, const batch_counts& n, flop_scope scope) {
   flop_product products[kMaxFlopProducts];

@@ -81,6 +81,9 @@ estimate_result estimate_batch(const model_spec& spec, const batch_counts& count
 // `flopmeter estimate MODEL ... --json`.
 std::string estimate_json(const estimate_result& r);
 
+// One (model, S) report of `flopmeter check --json` (run_sanity_check): the constant's parts, then a row per term.
+std::string check_report_json(const check_report& report);
+
 // The nine counts as a JSON object, keys as batch_counts' fields.
 std::string counts_json(const batch_counts& n);
 

@@ -396,6 +396,8 @@ class tensor_throughput::impl {
     at_field(row_tokens_seen).add_(seen_.select(0, 0));  // the running totals, this interval included
     at_field(row_samples_seen).add_(seen_.select(0, 1));
     at_field(row_label_tokens_seen).add_(seen_.select(0, 2));
+    // The FLOPs of the device counts never reach the host's running total (accounting/flops_seen.h).
+    at_field(row_flops_seen_0).fill_(detail::kFlopsSeenOnDevice);
     contributed_ = true;
   }
 

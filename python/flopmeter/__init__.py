@@ -2,11 +2,11 @@
 
     import flopmeter
     m = flopmeter.FlopModel("qwen3_vl_2b")
-    m.flops(cu_seqlens=[0, 100, 300], image_grid_thw=[[1, 4, 4]])   # exact, an int
+    m.flops(cu_seqlens=[0, 100, 300], grid_thw=[[1, 4, 4]])   # exact, an int
 
     with flopmeter.Meter(model="qwen3_vl_2b", peak={"gpu": "H100 SXM"}) as meter:
         for step in ...:
-            meter.on_microbatch(cu_seqlens=cu, image_grid_thw=thw, samples=n)
+            meter.on_microbatch(cu_seqlens=cu, grid_thw=thw, samples=n)
             record = meter.on_log(step)    # the previous interval's record, or None
 
 The core is the C++ library, loaded without LibTorch: ``import flopmeter`` and the FLOP model need no torch;
@@ -22,7 +22,7 @@ from .meter import Meter
 from .model import FlopModel, model_configs_dir, shipped_models
 
 try:
-    from importlib.metadata import PackageNotFoundError, version as _version
+    from importlib.metadata import version as _version
 
     __version__ = _version("flopmeter")
 except Exception:  # noqa: BLE001 - not installed (a source tree on sys.path)

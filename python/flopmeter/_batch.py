@@ -15,6 +15,7 @@ import array
 import math
 import numbers
 import sys
+import warnings
 from typing import Any, Optional, Tuple
 
 from . import _native
@@ -231,3 +232,13 @@ def fill_microbatch(mb: _native.Microbatch, fmt: Optional[str], batch: Optional[
         mb.grids = None
         mb.num_grids = 0
     mb.padding_tokens = padding_tokens
+
+
+def renamed_grid_thw(grid_thw: Any, image_grid_thw: Any, stacklevel: int = 3) -> Any:
+    """``image_grid_thw=``, the name of ``grid_thw=`` before 0.3: still taken, with a FutureWarning at the
+    caller's line; both at once is a TypeError (one would be dropped)."""
+    if grid_thw is not None:
+        raise TypeError("give grid_thw or its deprecated name image_grid_thw, not both")
+    warnings.warn("image_grid_thw= is deprecated: write grid_thw= (the items, images and videos, as [items, 3] "
+                  "rows t, h, w)", FutureWarning, stacklevel=stacklevel)
+    return image_grid_thw

@@ -27,6 +27,8 @@ from . import _native
 
 MAX_DOCUMENT_TOKENS = (1 << 32) - 1
 MAX_ITEM_PATCHES = 1 << 31
+# What a row's first FLOPs limb says when the rank counts on a device (c_api.h, flopmeter_row_layout.flops_seen).
+FLOPS_SEEN_ON_DEVICE = -2.0
 
 # A window as the library describes it: ("sliding" | "chunked", size >= 1).
 Window = Tuple[str, int]
@@ -250,14 +252,9 @@ class DeviceCounts:
         self.accumulated[s.tokens_squared] += valid * (row_tokens * row_tokens)
         self.accumulated[s.tokens_times_patches] += valid * (row_tokens * counts[s.index["patches"]])
 
-    def reject(self) -> None:
-        """A micro-batch refused on the host (a bad shape or dtype) still counts as rejected, on the device."""
-        self.accumulated[self.slots.invalid] += 1
-
     def contribute(self, host_row_buffer: Any, rank: int, layout: _native.RowLayout) -> Any:
         """The collective buffer on the device: the host buffer plus this interval's device values in this
         rank's row. Starts the next interval."""
-        torch = self.torch
         if self.device.type == "cpu":
             buffer = host_row_buffer.clone()
         else:
@@ -286,6 +283,9 @@ class DeviceCounts:
         buffer[row + layout.tokens_seen] += self.seen[0]
         buffer[row + layout.samples_seen] += self.seen[1]
         buffer[row + layout.label_tokens_seen] += self.seen[2]
+        # The FLOPs of these counts never reach the host's running total: train/flops_seen is left out (with a
+        # warning) rather than reported without them.
+        buffer[row + layout.flops_seen] = FLOPS_SEEN_ON_DEVICE
         self.accumulated.zero_()
         return buffer
 

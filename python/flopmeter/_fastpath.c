@@ -10,7 +10,7 @@
  * takes the general path, which converts every form and raises TypeError/ValueError naming the argument):
  *   - cu_seqlens: a torch.Tensor (the exact type), on the CPU, strided, int64, stride() == (1,);
  *   - or position_ids: the same, int64 or int32;
- *   - image_grid_thw: None, or a torch.Tensor on the CPU, strided, int64, stride() == (3, 1), shape [n, 3];
+ *   - grid_thw: None, or a torch.Tensor on the CPU, strided, int64, stride() == (3, 1), shape [n, 3];
  *   - padding_tokens, samples: exact ints in [0, 2^63);
  *   - loss_sum and label_tokens: both None, or a finite exact float and an exact int in [0, 2^63).
  * Any exception raised while reading an attribute (a tensor subclass that overrides one, say) is cleared and
@@ -193,7 +193,7 @@ static int take_batch(const binding* b, PyObject* cu_seqlens, PyObject* position
   return 1;
 }
 
-/* image_grid_thw: None, or an [n, 3] contiguous int64 CPU tensor. 1, 0 or -1 as above. */
+/* grid_thw: None, or an [n, 3] contiguous int64 CPU tensor. 1, 0 or -1 as above. */
 static int take_grids(const binding* b, PyObject* grids, flopmeter_microbatch* mb) {
   static const long row_major[2] = {3, 1};
   if (grids == Py_None) return 1;
@@ -217,7 +217,7 @@ static int take_grids(const binding* b, PyObject* grids, flopmeter_microbatch* m
   return 1;
 }
 
-/* on_microbatch(binding, cu_seqlens, position_ids, image_grid_thw, padding_tokens, samples, loss_sum,
+/* on_microbatch(binding, cu_seqlens, position_ids, grid_thw, padding_tokens, samples, loss_sum,
  *               label_tokens) -> int | None
  * The library's return code (FLOPMETER_OK, FLOPMETER_E_REJECTED, ...), or None when an argument is not one the
  * fast path takes (nothing was counted; take the general path). */
@@ -225,7 +225,7 @@ static PyObject* on_microbatch(PyObject* module, PyObject* const* args, Py_ssize
   (void)module;
   if (nargs != 8 || Py_TYPE(args[0]) != &binding_type) {
     PyErr_SetString(PyExc_TypeError,
-                    "on_microbatch(binding, cu_seqlens, position_ids, image_grid_thw, padding_tokens, samples, "
+                    "on_microbatch(binding, cu_seqlens, position_ids, grid_thw, padding_tokens, samples, "
                     "loss_sum, label_tokens)");
     return NULL;
   }
@@ -263,7 +263,7 @@ static PyObject* disable(PyObject* module, PyObject* argument) {
 
 static PyMethodDef methods[] = {
     {"on_microbatch", (PyCFunction)(void (*)(void))on_microbatch, METH_FASTCALL,
-     "on_microbatch(binding, cu_seqlens, position_ids, image_grid_thw, padding_tokens, samples, loss_sum, "
+     "on_microbatch(binding, cu_seqlens, position_ids, grid_thw, padding_tokens, samples, loss_sum, "
      "label_tokens): the library's return code, or None for an argument the fast path does not take"},
     {"disable", disable, METH_O, "disable(binding): later calls return FLOPMETER_E_INVALID_HANDLE"},
     {NULL, NULL, 0, NULL},

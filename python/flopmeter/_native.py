@@ -151,6 +151,7 @@ class RowLayout(ctypes.Structure):
         ("megatron_text_attention_slope", ctypes.c_double),
         ("megatron_vision_linear", ctypes.c_double),
         ("megatron_vision_attention_slope", ctypes.c_double),
+        ("flops_seen", ctypes.c_uint32),
     ]
 
 
@@ -273,6 +274,8 @@ _SIGNATURES = {
     "flopmeter_model_coefficients_json": (ctypes.c_int64, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_model_estimate_json": (ctypes.c_int64, [_P, _COUNTS_P, ctypes.c_int, ctypes.c_int64,
                                                        ctypes.c_char_p, ctypes.c_size_t]),
+    "flopmeter_model_check_json": (ctypes.c_int64, [_P, ctypes.c_int64, ctypes.c_char_p, ctypes.c_size_t,
+                                                    ctypes.c_char_p, ctypes.c_size_t]),
 }
 
 LOG_LEVEL_WARN = 3  # FLOPMETER_LOG_LEVEL_WARN: warnings and errors go to logging, the console sink's records to stderr

@@ -245,16 +245,20 @@ class Meter:
     # ---- hooks ----
 
     def on_microbatch(self, *, document_lengths: Any = None, cu_seqlens: Any = None, position_ids: Any = None,
-                      image_grid_thw: Any = None, padding_tokens: int = 0, samples: int = 0, loss_sum: Any = None,
-                      label_tokens: Any = None) -> bool:
+                      grid_thw: Any = None, padding_tokens: int = 0, samples: int = 0, loss_sum: Any = None,
+                      label_tokens: Any = None, image_grid_thw: Any = None) -> bool:
         """One micro-batch this rank ran: one of document_lengths, cu_seqlens or position_ids (a torch tensor
         on the host or a device, a NumPy array, or a sequence of ints; with tensor or context parallelism the
-        whole micro-batch, not this rank's shard), its images as image_grid_thw [items, 3], and optionally the
-        SUM of its per-token losses over its label_tokens.
+        whole micro-batch, not this rank's shard), its images and videos as grid_thw [items, 3] (t, h, w in
+        patches: a Hugging Face batch's image_grid_thw, with its video_grid_thw rows after them), and optionally
+        the SUM of its per-token losses over its label_tokens. ``image_grid_thw=``, grid_thw's name before 0.3,
+        still works, with a FutureWarning.
 
         Returns True when counted (on a device: queued, checked there), False after flush or close. Raises
         TypeError or ValueError, naming the argument, for an argument that is not what it must be.
         """
+        if image_grid_thw is not None:
+            grid_thw = _batch.renamed_grid_thw(grid_thw, image_grid_thw)
         # The C fast path (flopmeter/_fastpath.c, where its rules for which arguments it takes are written), for
         # what a trainer on the host passes: cu_seqlens or position_ids and the grids as plain CPU tensors that
         # need no conversion (1-D, contiguous, int64; int32 positions too; grids [items, 3] int64, contiguous),
@@ -263,22 +267,22 @@ class Meter:
         if _batch.NATIVE_FAST_PATH and _batch.FAST_PATH and document_lengths is None:
             binding = self._binding or self._bind_native_fast_path()
             if binding is not None:
-                code = _batch._fastpath.on_microbatch(binding, cu_seqlens, position_ids, image_grid_thw,
+                code = _batch._fastpath.on_microbatch(binding, cu_seqlens, position_ids, grid_thw,
                                                       padding_tokens, samples, loss_sum, label_tokens)
                 if code == _native.OK:
                     return True
                 if code is not None:  # None: not a form the C fast path takes; the paths below check it
                     if code != _native.E_REJECTED:
                         return False
-                    self._raise_fast_rejection(cu_seqlens, position_ids, image_grid_thw, padding_tokens,
+                    self._raise_fast_rejection(cu_seqlens, position_ids, grid_thw, padding_tokens,
                                                loss_sum, label_tokens)
         fmt, value = _batch.one_batch_format(document_lengths, cu_seqlens, position_ids)
-        if _batch.is_device_tensor(value) or _batch.is_device_tensor(image_grid_thw) or \
+        if _batch.is_device_tensor(value) or _batch.is_device_tensor(grid_thw) or \
                 _batch.is_device_tensor(loss_sum) or _batch.is_device_tensor(label_tokens):
-            return self._device_microbatch(fmt, value, image_grid_thw, padding_tokens, samples, loss_sum,
+            return self._device_microbatch(fmt, value, grid_thw, padding_tokens, samples, loss_sum,
                                            label_tokens)
         batch = None if fmt is None else _batch.host_array(fmt, value, allow_int32=fmt == "position_ids")
-        grids = None if image_grid_thw is None else _batch.host_array("image_grid_thw", image_grid_thw,
+        grids = None if grid_thw is None else _batch.host_array("grid_thw", grid_thw,
                                                                       want_rows=True)
         padding = padding_tokens if type(padding_tokens) is int and 0 <= padding_tokens <= _INT64_MAX else \
             _batch.count_argument("padding_tokens", padding_tokens)
@@ -325,7 +329,7 @@ class Meter:
         fmt = "cu_seqlens" if position_ids is None else "position_ids"
         raise ValueError(self._explain_rejection(
             fmt, _batch.host_array(fmt, cu_seqlens if position_ids is None else position_ids, allow_int32=True),
-            None if grids is None else _batch.host_array("image_grid_thw", grids, want_rows=True),
+            None if grids is None else _batch.host_array("grid_thw", grids, want_rows=True),
             padding_tokens, loss_sum is not None, label_tokens or 0))
 
     def _explain_rejection(self, fmt, batch, grids, padding, has_loss, labels) -> str:
@@ -343,13 +347,13 @@ class Meter:
             reason = "the library refused it (see its warning, logged to the \"flopmeter\" logger)"
         return f"invalid micro-batch, not counted (health['bad_microbatches']): {reason}"
 
-    def _device_microbatch(self, fmt, value, image_grid_thw, padding_tokens, samples, loss_sum,
+    def _device_microbatch(self, fmt, value, grid_thw, padding_tokens, samples, loss_sum,
                            label_tokens) -> bool:
         import torch
 
         from . import _device
 
-        tensors = [("image_grid_thw", image_grid_thw)] if image_grid_thw is not None else []
+        tensors = [("grid_thw", grid_thw)] if grid_thw is not None else []
         if fmt is not None:
             tensors.insert(0, (fmt, value))
         devices = {}
@@ -361,7 +365,7 @@ class Meter:
                 raise TypeError(f"{name} must have an integer dtype, got {t.dtype}")
             if t.layout != torch.strided:
                 raise TypeError(f"{name} must be a dense tensor, got layout {t.layout}")
-            if name == "image_grid_thw":
+            if name == "grid_thw":
                 if t.dim() != 2 or t.shape[1] != 3:
                     raise ValueError(f"{name} must have shape [items, 3], got shape {_batch._shape_text(t.shape)}")
             elif t.dim() != 1:
@@ -388,10 +392,10 @@ class Meter:
         for name, d in devices.items():
             if d != device:
                 raise ValueError(f"{name} is on {d}, the batch's other tensors on {device}")
-        if self._model.coefficients["vision_per_patch"] == 0 and image_grid_thw is not None and \
-                image_grid_thw.numel() > 0:
-            raise ValueError("image_grid_thw: the model has no vision tower")
-        return self._count_on_device(torch, _device, device, fmt, value, image_grid_thw, padding, samples,
+        if self._model.coefficients["vision_per_patch"] == 0 and grid_thw is not None and \
+                grid_thw.numel() > 0:
+            raise ValueError("grid_thw: the model has no vision tower")
+        return self._count_on_device(torch, _device, device, fmt, value, grid_thw, padding, samples,
                                      loss_sum, label_tokens)
 
     def _count_on_device(self, torch, _device, device, fmt, value, grids, padding, samples, loss_sum,

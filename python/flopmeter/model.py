@@ -205,18 +205,22 @@ class FlopModel:
         return list(self._windows)
 
     def counts(self, *, document_lengths: Any = None, cu_seqlens: Any = None, position_ids: Any = None,
-               image_grid_thw: Any = None, padding_tokens: int = 0) -> Dict[str, int]:
+               grid_thw: Any = None, padding_tokens: int = 0, image_grid_thw: Any = None) -> Dict[str, int]:
         """The exact counts of one micro-batch (``flopmeter estimate --json``'s ``counts``), named as the library
         names them: tokens, documents, causal pairs, image counts, and the pairs under each attention window
-        (``window_pairs_0``, ``window_pairs_1``; 0 for a window the model does not have)."""
-        counts = self._count(document_lengths, cu_seqlens, position_ids, image_grid_thw, padding_tokens)
+        (``window_pairs_0``, ``window_pairs_1``; 0 for a window the model does not have).
+
+        Here and in ``flops`` and ``estimate``, ``grid_thw`` is the items (images and videos) as [items, 3] rows
+        t, h, w in patches; ``image_grid_thw=``, its name before 0.3, still works, with a FutureWarning."""
+        counts = self._count(document_lengths, cu_seqlens, position_ids, grid_thw, padding_tokens, image_grid_thw)
         return {name: int(getattr(counts, name)) for name in _native.COUNT_FIELDS}
 
     def flops(self, *, document_lengths: Any = None, cu_seqlens: Any = None, position_ids: Any = None,
-              image_grid_thw: Any = None, padding_tokens: int = 0, scope: str = "complete") -> int:
+              grid_thw: Any = None, padding_tokens: int = 0, scope: str = "complete",
+              image_grid_thw: Any = None) -> int:
         """The exact training FLOPs (forward + backward) of one micro-batch, as a Python int."""
         scope_value = _scope_value(scope)
-        counts = self._count(document_lengths, cu_seqlens, position_ids, image_grid_thw, padding_tokens)
+        counts = self._count(document_lengths, cu_seqlens, position_ids, grid_thw, padding_tokens, image_grid_thw)
         flops = _native.sized(_native.Flops)
         code = _native.lib().flopmeter_model_flops(self._handle, ctypes.byref(counts), scope_value, ctypes.byref(flops))
         if code != _native.OK:
@@ -224,24 +228,26 @@ class FlopModel:
         return int(flops.exact_total.decode("ascii"))
 
     def estimate(self, *, document_lengths: Any = None, cu_seqlens: Any = None, position_ids: Any = None,
-                 image_grid_thw: Any = None, padding_tokens: int = 0, scope: str = "complete",
-                 seq_len: Optional[int] = None) -> Dict[str, Any]:
+                 grid_thw: Any = None, padding_tokens: int = 0, scope: str = "complete",
+                 seq_len: Optional[int] = None, image_grid_thw: Any = None) -> Dict[str, Any]:
         """The keys of ``flopmeter estimate --json``: FLOPs per term, the counts, and the Megatron constant's
         view of the same batch at row length ``seq_len`` (default: the batch's tokens)."""
         scope_value = _scope_value(scope)
         row_length = 0 if seq_len is None else _batch.count_argument("seq_len", seq_len, minimum=1)
-        counts = self._count(document_lengths, cu_seqlens, position_ids, image_grid_thw, padding_tokens)
+        counts = self._count(document_lengths, cu_seqlens, position_ids, grid_thw, padding_tokens, image_grid_thw)
         report = json.loads(_native.read_json(_native.lib().flopmeter_model_estimate_json, self._handle,
                                               ctypes.byref(counts), scope_value, row_length))
         return report
 
-    def _count(self, document_lengths: Any, cu_seqlens: Any, position_ids: Any, image_grid_thw: Any,
-               padding_tokens: Any) -> _native.Counts:
+    def _count(self, document_lengths: Any, cu_seqlens: Any, position_ids: Any, grid_thw: Any,
+               padding_tokens: Any, image_grid_thw: Any = None) -> _native.Counts:
+        if image_grid_thw is not None:
+            grid_thw = _batch.renamed_grid_thw(grid_thw, image_grid_thw, stacklevel=4)
         fmt, value = _batch.one_batch_format(document_lengths, cu_seqlens, position_ids)
         batch = None
         if fmt is not None:
             batch = _batch.host_array(fmt, value, allow_int32=(fmt == "position_ids"))
-        grids = None if image_grid_thw is None else _batch.host_array("image_grid_thw", image_grid_thw, want_rows=True)
+        grids = None if grid_thw is None else _batch.host_array("grid_thw", grid_thw, want_rows=True)
         padding = _batch.count_argument("padding_tokens", padding_tokens)
         mb = _native.sized(_native.Microbatch)
         _batch.fill_microbatch(mb, fmt, batch, grids, padding)

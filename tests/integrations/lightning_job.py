@@ -5,7 +5,6 @@ OUT/rank{RANK}.json."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List

@@ -76,7 +76,7 @@ def test_whole_rows_without_mask_or_positions():
 def test_image_and_video_grids_are_the_items():
     d = describe_batch({"input_ids": torch.ones(1, 8, dtype=torch.int64),
                         "image_grid_thw": torch.tensor([[1, 4, 4]]), "video_grid_thw": torch.tensor([[2, 4, 8]])})
-    assert d["image_grid_thw"].tolist() == [[1, 4, 4], [2, 4, 8]]
+    assert d["grid_thw"].tolist() == [[1, 4, 4], [2, 4, 8]]
 
 
 def test_shift_labels_are_the_targets_when_given():

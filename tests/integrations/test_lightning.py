@@ -7,6 +7,7 @@ import pytest
 
 import flopmeter
 import lightning_job
+import tiny
 from conftest import HERE, read_json, run_torchrun
 
 
@@ -23,6 +24,11 @@ def test_one_process(tmp_path):
     assert [m["flopmeter/step"] for m in records] == [1, 2]
     real = [sum(b["documents"]) for b in batches]
     assert [m["train/tokens_seen"] for m in records] == [real[0] + real[1], sum(real)]
+    # train/flops_seen: the exact FLOPs of the batches so far. The first record went through pl_module.log_dict,
+    # whose tensors are float32; the last, flushed at the end, straight to the loggers: exact.
+    flops = tiny.expected_flops(flopmeter.FlopModel(result["config"]), batches)
+    assert records[0]["train/flops_seen"] == pytest.approx(flops[0] + flops[1], rel=1e-6)
+    assert records[-1]["train/flops_seen"] == sum(flops)
     assert records[-1]["train/num_samples"] == 12
     slots = sum(b["slots"] for b in batches[2:])
     assert records[-1]["train/batch_efficiency"] == pytest.approx((real[2] + real[3]) / slots)
@@ -37,4 +43,6 @@ def test_two_processes_ddp_over_gloo(tmp_path):
     real = sum(sum(b["documents"]) for r in ranks for b in r["batches"])
     assert records[-1]["train/tokens_seen"] == real
     assert records[-1]["train/num_samples"] == 12
+    model = flopmeter.FlopModel(ranks[0]["config"])
+    assert records[-1]["train/flops_seen"] == sum(sum(tiny.expected_flops(model, r["batches"])) for r in ranks)
     assert flopmeter_metrics(ranks[1]["metrics"]) == []  # emitted on rank 0 only

@@ -25,15 +25,7 @@ def common_args(tmp_path: Path, **kwargs: Any) -> Dict[str, Any]:
                 disable_tqdm=True, num_train_epochs=1, seed=0, **kwargs)
 
 
-def expected_flops(model: flopmeter.FlopModel, batches: List[Dict[str, Any]]) -> List[int]:
-    """Each batch's exact FLOPs: its documents, the rest of its slots padding, its images."""
-    out = []
-    for b in batches:
-        kwargs = {"document_lengths": b["documents"], "padding_tokens": b["slots"] - sum(b["documents"])}
-        if "grids" in b:
-            kwargs["image_grid_thw"] = b["grids"]
-        out.append(model.flops(**kwargs))
-    return out
+expected_flops = tiny.expected_flops
 
 
 def flopmeter_entries(trainer) -> List[Dict[str, Any]]:
@@ -72,6 +64,8 @@ def test_trainer_with_gradient_accumulation_bills_each_optimizer_step_and_the_sh
     # floating_point_ops: the exact FLOPs of each micro-batch (total_flos is their sum; exact below 2^53).
     flops = expected_flops(flopmeter.FlopModel(model.config.to_dict()), batches)
     assert trainer.state.total_flos == sum(flops)
+    # train/flops_seen: the same FLOPs as running totals after each optimizer step ({0, 1}, {2, 3}, {4}).
+    assert [e["train/flops_seen"] for e in entries] == [flops[0] + flops[1], sum(flops[:4]), sum(flops)]
     assert 6 * model.num_parameters(exclude_embeddings=True) * sum(b["slots"] for b in batches) != sum(flops)
     # The Meter was told the micro-batches per optimizer step (perf/optimizer_step_time = step_time * 2).
     assert entries[0]["perf/optimizer_step_time"] == pytest.approx(2 * entries[0]["perf/step_time"])
@@ -117,6 +111,7 @@ def test_sft_trainer_padding_free_and_packing(tmp_path, mode):
         assert slots == real
     flops = expected_flops(flopmeter.FlopModel(model.config.to_dict()), batches)
     assert trainer.state.total_flos == sum(flops)
+    assert last["train/flops_seen"] == sum(flops)
     assert meter.health["bad_microbatches"] == 0
 
 
@@ -139,6 +134,7 @@ def test_qwen3_vl_with_a_frozen_vision_tower(tmp_path):
     config = model.config.to_dict()
     frozen = sum(expected_flops(flopmeter.FlopModel(config, frozen="vision"), recorder.batches))
     assert trainer.state.total_flos == frozen
+    assert last["train/flops_seen"] == frozen
     assert frozen < sum(expected_flops(flopmeter.FlopModel(config), recorder.batches))
     assert meter.model.coefficients["frozen"] == ["vision"]
     assert all("grids" in b for b in recorder.batches)
@@ -165,6 +161,7 @@ def test_lora_through_peft_is_billed_as_its_rank_and_targets(tmp_path):
     assert (meter.model.coefficients["lora_rank"], meter.model.coefficients["lora_targets"]) == (4, ["q_proj", "v_proj"])
     lora = flopmeter.FlopModel(model.get_base_model().config.to_dict(), lora_rank=4, lora_targets=["q_proj", "v_proj"])
     assert trainer.state.total_flos == sum(expected_flops(lora, recorder.batches))
+    assert last["train/flops_seen"] == sum(expected_flops(lora, recorder.batches))
 
 
 def test_a_partly_frozen_decoder_is_named_in_one_warning(tmp_path, caplog):
@@ -202,6 +199,8 @@ def test_two_processes_sum_the_data_parallel_group(tmp_path):
     model = flopmeter.FlopModel(ranks[0]["config"])
     flops = sum(sum(expected_flops(model, r["batches"])) for r in ranks)
     assert math.isclose(ranks[0]["total_flos"], flops, rel_tol=1e-6)
+    # train/flops_seen: the same DP sum, exact (no float32 in its way).
+    assert last["train/flops_seen"] == flops
 
 
 def test_activation_checkpointing_is_billed_as_recompute(tmp_path):

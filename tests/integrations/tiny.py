@@ -118,3 +118,15 @@ def vl_collate(features: List[Dict[str, Any]]) -> Dict[str, Any]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels, "image_grid_thw": grids,
             "pixel_values": torch.randn(patches, 3 * 2 * 4 * 4),
             "mm_token_type_ids": (ids == IMAGE).to(torch.int64)}  # 1: an image token (what the processor returns)
+
+
+def expected_flops(model: Any, batches: List[Dict[str, Any]]) -> List[int]:
+    """Each batch's exact FLOPs by `model` (a flopmeter.FlopModel), from what Recorder kept: its documents, the
+    rest of its slots padding, its images."""
+    out = []
+    for b in batches:
+        kwargs = {"document_lengths": b["documents"], "padding_tokens": b["slots"] - sum(b["documents"])}
+        if "grids" in b:
+            kwargs["grid_thw"] = b["grids"]
+        out.append(model.flops(**kwargs))
+    return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,6 @@ settings.register_profile("flopmeter", database=None)
 settings.load_profile("flopmeter")
 
 import flopmeter
-from flopmeter import _cli
 
 REPO = Path(__file__).resolve().parents[2]
 

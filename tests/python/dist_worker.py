@@ -18,9 +18,9 @@ import flopmeter
 # Replica r's micro-batches (the same on every tp rank of the replica: each passes the whole micro-batch).
 # Replica 0 runs 2 micro-batches per interval, replica 1 runs 3: uneven data per replica.
 REPLICA_BATCHES = {
-    0: [dict(cu_seqlens=[0, 100, 300], image_grid_thw=[[1, 4, 4]], samples=2, loss_sum=40.0, label_tokens=20),
+    0: [dict(cu_seqlens=[0, 100, 300], grid_thw=[[1, 4, 4]], samples=2, loss_sum=40.0, label_tokens=20),
         dict(cu_seqlens=[0, 250], padding_tokens=6, samples=1, loss_sum=10.0, label_tokens=5)],
-    1: [dict(cu_seqlens=[0, 50, 60, 64], image_grid_thw=[[2, 4, 8], [1, 2, 2]], samples=3, loss_sum=9.0,
+    1: [dict(cu_seqlens=[0, 50, 60, 64], grid_thw=[[2, 4, 8], [1, 2, 2]], samples=3, loss_sum=9.0,
              label_tokens=30),
         dict(cu_seqlens=[0, 512], samples=1, loss_sum=3.0, label_tokens=10),
         dict(cu_seqlens=[0, 1, 2, 3], padding_tokens=61, samples=3, loss_sum=1.0, label_tokens=3)],
@@ -94,7 +94,7 @@ def main() -> None:
         meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, frozen=frozen,
                                 logging={"emit": "all"}, sinks={"console": False})
         for step in range(1, 4):
-            meter.on_microbatch(cu_seqlens=[0, 10], image_grid_thw=[[1, 4, 4]], samples=1)
+            meter.on_microbatch(cu_seqlens=[0, 10], grid_thw=[[1, 4, 4]], samples=1)
             time.sleep(0.01)
             record = meter.on_log(step)
             if record is not None:

@@ -17,7 +17,7 @@ def main() -> None:
     step = 0
     while True:
         step += 1
-        meter.on_microbatch(cu_seqlens=[0, 7, 19], image_grid_thw=[[1, 4, 4]], samples=2)
+        meter.on_microbatch(cu_seqlens=[0, 7, 19], grid_thw=[[1, 4, 4]], samples=2)
         record = meter.on_log(step)
         if record is not None:
             print(record["step"], flush=True)

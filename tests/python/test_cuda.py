@@ -33,11 +33,11 @@ if not ON_CPU and not torch.cuda.is_available():
 DEVICE = torch.device("cpu") if ON_CPU else torch.device("cuda", 0)
 
 BATCHES = [
-    {"cu_seqlens": [0, 30, 80, 100], "padding_tokens": 4, "image_grid_thw": [[1, 4, 4], [2, 2, 2]], "samples": 3,
+    {"cu_seqlens": [0, 30, 80, 100], "padding_tokens": 4, "grid_thw": [[1, 4, 4], [2, 2, 2]], "samples": 3,
      "loss_sum": 250.0, "label_tokens": 97},
-    {"cu_seqlens": [0, 64], "padding_tokens": 0, "image_grid_thw": [[1, 8, 8]], "samples": 1,
+    {"cu_seqlens": [0, 64], "padding_tokens": 0, "grid_thw": [[1, 8, 8]], "samples": 1,
      "loss_sum": 120.5, "label_tokens": 47},
-    {"cu_seqlens": [0, 10, 30, 60, 100, 128], "padding_tokens": 0, "image_grid_thw": None, "samples": 5,
+    {"cu_seqlens": [0, 10, 30, 60, 100, 128], "padding_tokens": 0, "grid_thw": None, "samples": 5,
      "loss_sum": 300.25, "label_tokens": 123},
 ]
 # Interval by interval (on_log after each group): [A, B], [C, A], [B].
@@ -59,8 +59,8 @@ def _on_device(batch, device, *, scalars_as_tensors=True):
     """The batch as tensors on `device` (cu_seqlens int32, as varlen kernels take it; grids int64)."""
     out = {"cu_seqlens": torch.tensor(batch["cu_seqlens"], dtype=torch.int32, device=device),
            "padding_tokens": batch["padding_tokens"], "samples": batch["samples"]}
-    if batch["image_grid_thw"] is not None:
-        out["image_grid_thw"] = torch.tensor(batch["image_grid_thw"], dtype=torch.int64, device=device)
+    if batch["grid_thw"] is not None:
+        out["grid_thw"] = torch.tensor(batch["grid_thw"], dtype=torch.int64, device=device)
     if scalars_as_tensors:  # what a trainer holds: the loss sum and the label count on the device
         out["loss_sum"] = torch.tensor(batch["loss_sum"], dtype=torch.float32, device=device)
         out["label_tokens"] = torch.tensor(batch["label_tokens"], dtype=torch.int64, device=device)
@@ -73,8 +73,8 @@ def _on_device(batch, device, *, scalars_as_tensors=True):
 def _on_host(batch):
     out = {"cu_seqlens": torch.tensor(batch["cu_seqlens"], dtype=torch.int64), "padding_tokens": batch["padding_tokens"],
            "samples": batch["samples"], "loss_sum": batch["loss_sum"], "label_tokens": batch["label_tokens"]}
-    if batch["image_grid_thw"] is not None:
-        out["image_grid_thw"] = torch.tensor(batch["image_grid_thw"], dtype=torch.int64)
+    if batch["grid_thw"] is not None:
+        out["grid_thw"] = torch.tensor(batch["grid_thw"], dtype=torch.int64)
     return out
 
 
@@ -131,19 +131,19 @@ def test_device_counts_are_the_host_counts_exactly(device_path):
     slots = _device.Slots()
     for batch in BATCHES:
         d = _on_device(batch, device_path)
-        counts = _device.batch_counts(torch, "cu_seqlens", d["cu_seqlens"], d.get("image_grid_thw"),
+        counts = _device.batch_counts(torch, "cu_seqlens", d["cu_seqlens"], d.get("grid_thw"),
                                       batch["padding_tokens"], merge, device_path, slots)
         on_device = dict(zip(_native.ROW_COUNT_FIELDS, [int(v) for v in counts.cpu().tolist()]))
-        host = model.counts(cu_seqlens=batch["cu_seqlens"], image_grid_thw=batch["image_grid_thw"],
+        host = model.counts(cu_seqlens=batch["cu_seqlens"], grid_thw=batch["grid_thw"],
                             padding_tokens=batch["padding_tokens"])
         assert {k: on_device[k] for k in host} == host, batch
         # The itemless counts: the batch's device tokens and causal pairs when it has no image, else 0.
-        itemless = batch["image_grid_thw"] is None
+        itemless = batch["grid_thw"] is None
         assert [on_device["itemless_device_tokens"], on_device["itemless_causal_pairs"]] == (
             [host["real_tokens"] + host["padding_tokens"], host["causal_pairs"]] if itemless else [0, 0]), batch
         assert int(counts[slots.invalid]) == 0  # no invalid entry
     # Spot values derived by hand in the module docstring: A's causal pairs and merged tokens.
-    a = model.counts(cu_seqlens=BATCHES[0]["cu_seqlens"], image_grid_thw=BATCHES[0]["image_grid_thw"])
+    a = model.counts(cu_seqlens=BATCHES[0]["cu_seqlens"], grid_thw=BATCHES[0]["grid_thw"])
     assert a["causal_pairs"] == 1950 and a["merged_tokens"] == 6 and a["patches"] == 24
 
 
@@ -168,7 +168,7 @@ def test_vision_counts_of_the_new_families_are_the_host_counts(device_path, conf
     thw = torch.tensor(grids, dtype=torch.int64, device=device_path)
     counts = _device.batch_counts(torch, "cu_seqlens", cu, thw, 0, geometry, device_path, slots, model.windows)
     on_device = dict(zip(_native.ROW_COUNT_FIELDS, [int(v) for v in counts.cpu().tolist()]))
-    host = model.counts(cu_seqlens=[0, 700, 1000], image_grid_thw=grids)
+    host = model.counts(cu_seqlens=[0, 700, 1000], grid_thw=grids)
     assert {k: on_device[k] for k in host} == host
     assert host["vision_window_pairs"] + host["vision_cls_tokens"] + host["image_block_pairs"] > 0
     assert int(counts[slots.invalid]) == 0

@@ -50,7 +50,7 @@ def test_dp2_tp2_job_headlines_by_hand(tmp_path):
     #   replica 1: real tokens 64 + 512 + 3 = 579, padding 61, samples 7, loss 13 over 43 labels, 3 micro-batches
     real = {0: 550, 1: 579}
     padding = {0: 6, 1: 61}
-    flops = {r: sum(m.flops(**{k: v for k, v in b.items() if k in ("cu_seqlens", "image_grid_thw", "padding_tokens")})
+    flops = {r: sum(m.flops(**{k: v for k, v in b.items() if k in ("cu_seqlens", "grid_thw", "padding_tokens")})
                     for b in REPLICA_BATCHES[r]) for r in (0, 1)}
     microbatches = {0: 2, 1: 3}
     for b in REPLICA_BATCHES[0]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 
 import pytest
 
@@ -54,7 +53,7 @@ def test_a_small_batch_by_hand():
     #   patches 16; merged tokens 16 / 4 = 4; ViT pairs per frame 1 x 16^2 = 256.
     m = flopmeter.FlopModel("tiny_vlm")
     c = m.coefficients
-    assert m.counts(document_lengths=[3, 5], padding_tokens=2, image_grid_thw=[[1, 4, 4]]) == {
+    assert m.counts(document_lengths=[3, 5], padding_tokens=2, grid_thw=[[1, 4, 4]]) == {
         "real_tokens": 8, "padding_tokens": 2, "documents": 2, "causal_pairs": 21, "items": 1, "patches": 16,
         "merged_tokens": 4, "vision_pairs_per_frame": 256, "vision_pairs_whole": 256,
         "window_pairs_0": 0, "window_pairs_1": 0,  # tiny_vlm attends fully on every layer: no window
@@ -64,10 +63,10 @@ def test_a_small_batch_by_hand():
     expected = (c["dense_per_token"] * 10 + c["text_attn_pair"] * 21 + c["vision_per_patch"] * 16
                 + c["vision_attn_pair"] * 256 + c["patch_embed_per_patch"] * 16 + c["merger_per_merged_token"] * 4
                 + c["mtp_per_token"] * 10 + c["mtp_attn_pair"] * 21)
-    assert m.flops(document_lengths=[3, 5], padding_tokens=2, image_grid_thw=[[1, 4, 4]]) == expected
+    assert m.flops(document_lengths=[3, 5], padding_tokens=2, grid_thw=[[1, 4, 4]]) == expected
     # The seed scope: the reference's four terms, ViT attention over the whole item ((1*16)^2 = 256 here too).
     seed = c["dense_per_token"] * 10 + c["text_attn_pair"] * 21 + c["vision_per_patch"] * 16 + c["vision_attn_pair"] * 256
-    assert m.flops(document_lengths=[3, 5], padding_tokens=2, image_grid_thw=[[1, 4, 4]], scope="seed") == seed
+    assert m.flops(document_lengths=[3, 5], padding_tokens=2, grid_thw=[[1, 4, 4]], scope="seed") == seed
 
 
 def test_gpt_oss_20b_windowed_batch_by_hand():
@@ -114,13 +113,13 @@ def test_random_batches_equal_the_clis_estimate_and_an_independent_count(name):
                  + c["vision_per_patch"] * n["patches"] + c["vision_attn_pair"] * n["vision_pairs_per_frame"]
                  + c["patch_embed_per_patch"] * n["patches"] + c["merger_per_merged_token"] * n["merged_tokens"]
                  + c["mtp_per_token"] * (n["real_tokens"] + padding) + c["mtp_attn_pair"] * n["causal_pairs"])
-        flops = m.flops(document_lengths=lengths, image_grid_thw=grids, padding_tokens=padding)
+        flops = m.flops(document_lengths=lengths, grid_thw=grids, padding_tokens=padding)
         assert flops == exact
         args = ["estimate", name, "--docs", ",".join(map(str, lengths)), "--padding", str(padding)]
         if grids:
             args += ["--images", ",".join(f"{t}x{h}x{w}" for t, h, w in grids)]
         cli = cli_json(*args)
-        estimate = m.estimate(document_lengths=lengths, image_grid_thw=grids, padding_tokens=padding)
+        estimate = m.estimate(document_lengths=lengths, grid_thw=grids, padding_tokens=padding)
         assert estimate == cli
         # The CLI's JSON number is the double nearest the exact total.
         assert cli["flops"] == float(exact)
@@ -148,7 +147,7 @@ def test_every_input_form_gives_the_same_counts():
     cu = [0, 5, 5, 12, 15]
     positions = [0, 1, 2, 3, 4] + [0, 1, 2, 3, 4, 5, 6] + [0, 1, 2]  # the empty document has no positions
     grids = [[1, 4, 6], [2, 2, 2]]
-    reference = m.counts(document_lengths=lengths, image_grid_thw=grids)
+    reference = m.counts(document_lengths=lengths, grid_thw=grids)
     forms = [
         dict(cu_seqlens=cu), dict(cu_seqlens=np.array(cu)), dict(cu_seqlens=torch.tensor(cu)),
         dict(cu_seqlens=torch.tensor(cu, dtype=torch.int32)), dict(cu_seqlens=np.array(cu, dtype=np.uint16)),
@@ -157,11 +156,11 @@ def test_every_input_form_gives_the_same_counts():
         dict(cu_seqlens=torch.tensor(cu).repeat_interleave(2)[::2]),  # non-contiguous
     ]
     for form in forms:
-        got = m.counts(image_grid_thw=torch.tensor(grids), **form)
+        got = m.counts(grid_thw=torch.tensor(grids), **form)
         assert got == reference, form
-    by_positions = m.counts(position_ids=torch.tensor(positions), image_grid_thw=np.array(grids))
+    by_positions = m.counts(position_ids=torch.tensor(positions), grid_thw=np.array(grids))
     assert by_positions == dict(reference, documents=3)  # positions cannot show an empty document
-    by_int32 = m.counts(position_ids=torch.tensor(positions, dtype=torch.int32), image_grid_thw=grids)
+    by_int32 = m.counts(position_ids=torch.tensor(positions, dtype=torch.int32), grid_thw=grids)
     assert by_int32 == by_positions
 
 
@@ -173,8 +172,8 @@ def test_every_input_form_gives_the_same_counts():
     (dict(position_ids=[0, 1, 3]), ValueError, "invalid micro-batch"),
     (dict(cu_seqlens=[0, 3], document_lengths=[3]), ValueError, "give one of"),
     (dict(cu_seqlens="0,3"), TypeError, "cu_seqlens must be a torch tensor, a NumPy array or a sequence of ints"),
-    (dict(image_grid_thw=[[1, 3, 4]]), ValueError, "invalid micro-batch"),
-    (dict(image_grid_thw=[[1, 4]]), ValueError, "image_grid_thw must have shape [items, 3]"),
+    (dict(grid_thw=[[1, 3, 4]]), ValueError, "invalid micro-batch"),
+    (dict(grid_thw=[[1, 4]]), ValueError, "grid_thw must have shape [items, 3]"),
     (dict(padding_tokens=-1), ValueError, "padding_tokens must be >= 0"),
     (dict(padding_tokens=1.5), TypeError, "padding_tokens must be an int"),
 ])
@@ -197,8 +196,8 @@ def test_tensor_argument_errors_name_the_argument_and_the_shape():
         m.flops(position_ids=torch.tensor([True, False]))
     with pytest.raises(TypeError, match="document_lengths must have an integer dtype, got float64"):
         m.flops(document_lengths=np.array([1.0]))
-    with pytest.raises(ValueError, match="image_grid_thw must have shape \\[items, 3\\], got shape \\(3,\\)"):
-        m.flops(document_lengths=[1], image_grid_thw=torch.tensor([1, 2, 2]))
+    with pytest.raises(ValueError, match="grid_thw must have shape \\[items, 3\\], got shape \\(3,\\)"):
+        m.flops(document_lengths=[1], grid_thw=torch.tensor([1, 2, 2]))
     with pytest.raises(TypeError):
         m.flops(cu_seqlen=[0, 1])  # an unknown keyword
     with pytest.raises(ValueError, match="scope must be 'complete' or 'seed'"):
@@ -231,6 +230,44 @@ def test_check_passes_over_the_shipped_configs(shipped):
     assert [r["seq_len"] for r in one["reports"]] == [100] and one["pass"]
 
 
+def test_check_runs_in_this_process_and_gives_the_clis_reports(monkeypatch):
+    expected = cli_json("check", "tiny_vlm", "qwen3_vl_2b", "--seq-len", "100", "--seq-len", "4096")
+    # The tool is not needed: a check that still ran it as a subprocess would fail here.
+    monkeypatch.setenv("FLOPMETER_CLI", "/nonexistent/flopmeter")
+    result = flopmeter.check(["tiny_vlm", "qwen3_vl_2b"], seq_lens=[100, 4096])
+    assert result["reports"] == expected and result["pass"] is True
+    # S(S+1)/2 pairs of S = 2^32 tokens no longer fit 64 bits (the largest seq_len is 2^32 - 1).
+    with pytest.raises(ValueError, match=r"seq_lens: check of tiny_vlm at S=4294967296: seq_len 4294967296 is too "
+                                         r"large"):
+        flopmeter.check(["tiny_vlm"], seq_lens=[2**32])
+    with pytest.raises(ValueError, match="seq_lens must hold ints >= 1, got 0"):
+        flopmeter.check(["tiny_vlm"], seq_lens=[0])
+    with pytest.raises(flopmeter.ConfigError, match="not a shipped config name"):
+        flopmeter.check(["qwen9_vl_1t"])
+
+
+def test_image_grid_thw_is_the_deprecated_name_of_grid_thw():
+    # One 3-token and one 5-token document with a 1 x 4 x 4 item: the same counts and FLOPs by either name, a
+    # FutureWarning at the caller's line for the old one, and a TypeError for both at once.
+    model = flopmeter.FlopModel("tiny_vlm")
+    with pytest.warns(FutureWarning, match="write grid_thw=") as caught:
+        old = model.flops(document_lengths=[3, 5], image_grid_thw=[[1, 4, 4]])
+    assert caught[0].filename == __file__
+    assert old == model.flops(document_lengths=[3, 5], grid_thw=[[1, 4, 4]])
+    assert model.counts(document_lengths=[3, 5], grid_thw=[[1, 4, 4]])["patches"] == 16
+    with pytest.raises(TypeError, match="give grid_thw or its deprecated name image_grid_thw, not both"):
+        model.counts(grid_thw=[[1, 4, 4]], image_grid_thw=[[1, 4, 4]])
+    with flopmeter.Meter(model="tiny_vlm", sinks={"console": False}) as meter:
+        with pytest.warns(FutureWarning) as caught:
+            assert meter.on_microbatch(document_lengths=[3, 5], image_grid_thw=[[1, 4, 4]], samples=1)
+        assert caught[0].filename == __file__
+        with pytest.raises(TypeError, match="not both"):
+            meter.on_microbatch(document_lengths=[3], grid_thw=[[1, 4, 4]], image_grid_thw=[[1, 4, 4]])
+        meter.on_log(1)
+        record = meter.flush()
+    assert record["train/flops_seen"] == old  # the item was counted
+
+
 def test_python_m_flopmeter_runs_the_cli():
     done = run_cli("coefficients", "qwen3_vl_2b")
     assert done.returncode == 0 and "10,322,706,432" in done.stdout
@@ -254,10 +291,10 @@ def test_a_training_regime_equals_the_clis_and_its_coefficients(regime, flags):
     exact = (c["dense_per_token"] * n["real_tokens"] + c["text_attn_pair"] * n["causal_pairs"]
              + c["vision_per_patch"] * n["patches"] + c["vision_attn_pair"] * n["vision_pairs_per_frame"]
              + c["patch_embed_per_patch"] * n["patches"] + c["merger_per_merged_token"] * n["merged_tokens"])
-    assert m.flops(document_lengths=lengths, image_grid_thw=grids) == exact
-    assert exact < full.flops(document_lengths=lengths, image_grid_thw=grids)
+    assert m.flops(document_lengths=lengths, grid_thw=grids) == exact
+    assert exact < full.flops(document_lengths=lengths, grid_thw=grids)
     args = ["estimate", "qwen3_vl_2b", "--docs", "700,300", "--images", "1x16x16", *flags]
-    assert m.estimate(document_lengths=lengths, image_grid_thw=grids) == cli_json(*args)
+    assert m.estimate(document_lengths=lengths, grid_thw=grids) == cli_json(*args)
 
 
 def test_a_meters_model_is_in_the_meters_regime():

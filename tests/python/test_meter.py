@@ -32,7 +32,7 @@ def test_one_interval_by_hand():
     #   train/tokens_seen = 8 (real tokens), train/num_samples = 2, train/loss = 30 / 6 = 5,
     #   train/batch_efficiency = 8 / (8 + 2) = 0.8, perf/mem_gib = 2^30 / 2^30 = 1,
     #   FLOPs per real token = FlopModel.flops(...) / 8 (tokens/s and TFLOP/s share the interval).
-    batch = dict(document_lengths=[3, 5], padding_tokens=2, image_grid_thw=[[1, 4, 4]])
+    batch = dict(document_lengths=[3, 5], padding_tokens=2, grid_thw=[[1, 4, 4]])
     flops = flopmeter.FlopModel("tiny_vlm").flops(**batch)
     with flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1.0}, sinks=QUIET) as meter:
         assert meter.on_log(0) is None  # a warm-up log: no record, now or later
@@ -46,6 +46,7 @@ def test_one_interval_by_hand():
     assert record["train/loss"] == 5 and record["train/batch_efficiency"] == 0.8 and record["perf/mem_gib"] == 1
     assert record["perf/mem_reserved_gib"] == 1.5  # 3 x 2^29 bytes = 1.5 GiB
     assert record["train/assistant_tokens_seen"] == 6  # the label tokens so far
+    assert record["train/flops_seen"] == flops  # the exact FLOPs so far: this one micro-batch
     assert record["train/max_loss"] == 5  # one DP rank: its mean loss
     assert "perf/data_time_pct" not in record  # no data time was reported
     assert record["perf/fwd_bwd_time"] == 0.002
@@ -53,6 +54,25 @@ def test_one_interval_by_hand():
     assert record["perf/mfu"] == pytest.approx(record["perf/tflops_per_second"] / 1.0 * 100, rel=1e-12)
     assert record["perf/step_time"] > 0.01  # one micro-batch in an interval of at least the 10 ms slept
     assert record["health/bad_microbatches"] == 0
+
+
+def test_flops_seen_is_the_exact_running_total_past_2_53():
+    # tiny_vlm, three intervals of one document of L = 100,000,001 tokens: its L(L+1)/2 = 5.0e15 causal pairs
+    # make each interval's FLOPs F (FlopModel.flops, an exact int) pass 2^53 = 9.0e15. train/flops_seen after
+    # interval k is k x F, exact as an integer and rounded once to the record's double: float(k * F). Summing
+    # the interval figures as doubles would round at each addition instead.
+    batch = dict(document_lengths=[100_000_001])
+    f = flopmeter.FlopModel("tiny_vlm").flops(**batch)
+    assert f > 2**53
+    records = []
+    with flopmeter.Meter(model="tiny_vlm", sinks=QUIET) as meter:
+        for step in (1, 2, 3):
+            meter.on_microbatch(**batch, samples=1)
+            records.append(meter.on_log(step))
+        records.append(meter.flush())
+    seen = [r["train/flops_seen"] for r in records if r is not None]
+    assert seen == [float(f), float(2 * f), float(3 * f)]
+    assert records[-1]["train/tokens_seen"] == 3 * 100_000_001
 
 
 def run(batches, steps=3, **meter_args):
@@ -78,15 +98,15 @@ def test_cpu_tensor_numpy_and_list_inputs_give_identical_records():
     cu = [0, 1000, 1800, 4096]
     grids = [[1, 16, 16], [2, 8, 12]]
     forms = {
-        "list": dict(cu_seqlens=cu, image_grid_thw=grids),
-        "numpy": dict(cu_seqlens=np.array(cu), image_grid_thw=np.array(grids)),
-        "tensor": dict(cu_seqlens=torch.tensor(cu), image_grid_thw=torch.tensor(grids)),
-        "int32 tensor": dict(cu_seqlens=torch.tensor(cu, dtype=torch.int32), image_grid_thw=torch.tensor(grids)),
+        "list": dict(cu_seqlens=cu, grid_thw=grids),
+        "numpy": dict(cu_seqlens=np.array(cu), grid_thw=np.array(grids)),
+        "tensor": dict(cu_seqlens=torch.tensor(cu), grid_thw=torch.tensor(grids)),
+        "int32 tensor": dict(cu_seqlens=torch.tensor(cu, dtype=torch.int32), grid_thw=torch.tensor(grids)),
         "positions": dict(position_ids=torch.cat([torch.arange(1000), torch.arange(800), torch.arange(2296)]),
-                          image_grid_thw=torch.tensor(grids)),
-        "lengths": dict(document_lengths=[1000, 800, 2296], image_grid_thw=grids),
+                          grid_thw=torch.tensor(grids)),
+        "lengths": dict(document_lengths=[1000, 800, 2296], grid_thw=grids),
     }
-    flops = flopmeter.FlopModel("qwen3_vl_2b").flops(cu_seqlens=cu, image_grid_thw=grids)
+    flops = flopmeter.FlopModel("qwen3_vl_2b").flops(cu_seqlens=cu, grid_thw=grids)
     results = {}
     for name, batch in forms.items():
         records, health = run([dict(batch, samples=3, loss_sum=12.5, label_tokens=100)])
@@ -101,14 +121,14 @@ def test_cpu_tensor_numpy_and_list_inputs_give_identical_records():
 
 
 @pytest.mark.parametrize("frozen", [None, ["text"]])
-def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkeypatch, frozen):
+def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkeypatch, frozen, caplog):
     """The torch-op counting that CUDA tensors take (_device.py), forced on CPU tensors: the same counts reach
     the row inside the collective, so the records equal the host path's, the Megatron figures included; with
     a frozen decoder the micro-batch without images is billed by its own coefficients on both paths."""
     import torch
 
     batches = [
-        dict(cu_seqlens=torch.tensor([0, 700, 2000]), image_grid_thw=torch.tensor([[1, 8, 8], [3, 4, 6]]), samples=2,
+        dict(cu_seqlens=torch.tensor([0, 700, 2000]), grid_thw=torch.tensor([[1, 8, 8], [3, 4, 6]]), samples=2,
              loss_sum=torch.tensor(7.0), label_tokens=torch.tensor(70)),
         dict(position_ids=torch.cat([torch.arange(50), torch.arange(10)]), padding_tokens=4, samples=1),
     ]
@@ -116,8 +136,15 @@ def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkey
     host_records, host_health = run(batches, **extra)
     monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
     monkeypatch.setattr(_batch, "FAST_PATH", False)
-    device_records, device_health = run(batches, **extra)
+    with caplog.at_level(logging.WARNING, logger="flopmeter"):
+        device_records, device_health = run(batches, **extra)
     assert len(device_records) == len(host_records) == 3
+    # train/flops_seen: the device's counts reach the row only inside the collective, never the rank's running
+    # FLOPs total, so the figure is left out (with a warning), never reported without them.
+    assert all(h["train/flops_seen"] > 0 for h in host_records)
+    assert not any("train/flops_seen" in d for d in device_records)
+    assert any("train/flops_seen not reported: a rank counts micro-batches on a device" in r.getMessage()
+               for r in caplog.records)
     for d, h in zip(device_records, host_records):
         assert {f: d.get(f) for f in EXACT_FIELDS} == {f: h.get(f) for f in EXACT_FIELDS}
         assert flops_per_token(d) == pytest.approx(flops_per_token(h), rel=1e-12)
@@ -186,7 +213,7 @@ def test_config_errors_name_the_key_path_in_code_and_line_and_column_in_a_file(t
     (dict(cu_seqlens=[0, 2], loss_sum=float("nan"), label_tokens=1), ValueError, "loss_sum must be finite"),
     (dict(cu_seqlens=[0, 2], loss_sum=1.0), ValueError, "give loss_sum and label_tokens together"),
     (dict(cu_seqlens=[0, 2], loss_sum=1.0, label_tokens=3), ValueError, "label_tokens 3 exceed"),
-    (dict(cu_seqlens=[0, 2], image_grid_thw=[[1, 2, 2, 2]]), ValueError, "image_grid_thw must have shape"),
+    (dict(cu_seqlens=[0, 2], grid_thw=[[1, 2, 2, 2]]), ValueError, "grid_thw must have shape"),
 ])
 def test_bad_micro_batches_raise_before_anything_is_counted(kwargs, error, words):
     with flopmeter.Meter(model="qwen3_vl_2b", sinks=QUIET, peak={"gpu": "H100 SXM"}) as meter:
@@ -260,8 +287,8 @@ def test_a_tensor_on_another_device_than_the_meters_is_refused(monkeypatch):
         assert meter.on_microbatch(cu_seqlens=torch.tensor([0, 5]))  # the meter now counts on the CPU
         with pytest.raises(ValueError, match="the batch is on meta, this meter counts on cpu"):
             meter.on_microbatch(cu_seqlens=torch.tensor([0, 5], device="meta"))
-        with pytest.raises(ValueError, match="image_grid_thw is on meta, the batch's other tensors on cpu"):
-            meter.on_microbatch(cu_seqlens=torch.tensor([0, 5]), image_grid_thw=torch.ones(1, 3, dtype=torch.int64,
+        with pytest.raises(ValueError, match="grid_thw is on meta, the batch's other tensors on cpu"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 5]), grid_thw=torch.ones(1, 3, dtype=torch.int64,
                                                                                            device="meta"))
         meter.on_log(1)
         assert meter.flush()["train/tokens_seen"] == 5
@@ -293,11 +320,11 @@ def test_the_fast_path_for_cpu_tensors_gives_the_general_paths_records(monkeypat
     import torch
 
     batches = [
-        dict(cu_seqlens=torch.tensor([0, 700, 2000]), image_grid_thw=torch.tensor([[1, 8, 8], [3, 4, 6]]), samples=2,
+        dict(cu_seqlens=torch.tensor([0, 700, 2000]), grid_thw=torch.tensor([[1, 8, 8], [3, 4, 6]]), samples=2,
              loss_sum=7.0, label_tokens=70),
         dict(position_ids=torch.cat([torch.arange(50), torch.arange(10)]), padding_tokens=4, samples=1),
         dict(position_ids=torch.arange(33, dtype=torch.int32), samples=1),
-        dict(cu_seqlens=torch.tensor([0, 8]), image_grid_thw=torch.zeros(0, 3, dtype=torch.int64)),
+        dict(cu_seqlens=torch.tensor([0, 8]), grid_thw=torch.zeros(0, 3, dtype=torch.int64)),
     ]
     if path == "c" and not _batch.NATIVE_FAST_PATH:
         pytest.skip("this package was built without its C fast path")
@@ -367,11 +394,11 @@ def test_the_fast_path_refuses_what_the_general_path_refuses(monkeypatch, path):
         assert meter.health["bad_microbatches"] == 4
         # What the fast paths leave to the general path, which names the argument:
         two_columns = torch.tensor([[1, 2, 2, 0], [1, 4, 4, 0]])[:, :3][:, :2]  # stride (4, 1), 2 columns
-        with pytest.raises(ValueError, match="image_grid_thw"):
-            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), image_grid_thw=two_columns)
+        with pytest.raises(ValueError, match="grid_thw"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), grid_thw=two_columns)
         sliced = torch.tensor([[1, 2, 2], [1, 4, 4]])[:, :2]  # stride (3, 1), shape [2, 2]
-        with pytest.raises(ValueError, match="image_grid_thw"):
-            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), image_grid_thw=sliced)
+        with pytest.raises(ValueError, match="grid_thw"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 4]), grid_thw=sliced)
         with pytest.raises(TypeError, match="cu_seqlens"):
             meter.on_microbatch(cu_seqlens=torch.tensor([0.0, 4.0]))
         with pytest.raises(TypeError, match="position_ids"):

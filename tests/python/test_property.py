@@ -3,7 +3,6 @@ naming an argument; nothing crashes the interpreter or hangs, and what is counte
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from hypothesis import strategies as st
 
 import flopmeter
 
-ARGUMENT_NAMES = ("document_lengths", "cu_seqlens", "position_ids", "image_grid_thw", "padding_tokens", "samples",
+ARGUMENT_NAMES = ("document_lengths", "cu_seqlens", "position_ids", "grid_thw", "padding_tokens", "samples",
                   "loss_sum", "label_tokens", "batch", "invalid micro-batch", "give one of")
 
 ints = st.integers(min_value=-(2**65), max_value=2**65)
@@ -67,7 +66,7 @@ def meter():
 @given(fmt=st.sampled_from(["document_lengths", "cu_seqlens", "position_ids", None]), batch=arrays(), grid=grids,
        padding=scalars, samples=scalars, loss=scalars, labels=scalars)
 def test_random_arguments_count_or_raise_a_named_error(meter, fmt, batch, grid, padding, samples, loss, labels):
-    kwargs = {"image_grid_thw": grid, "padding_tokens": padding, "samples": samples, "loss_sum": loss,
+    kwargs = {"grid_thw": grid, "padding_tokens": padding, "samples": samples, "loss_sum": loss,
               "label_tokens": labels}
     if fmt is not None:
         kwargs[fmt] = batch
@@ -83,7 +82,7 @@ def test_random_arguments_count_or_raise_a_named_error(meter, fmt, batch, grid, 
     assert counted is True
     # Counted: the FLOP model accepts the same batch description.
     model.flops(**{k: v for k, v in kwargs.items() if k in ("document_lengths", "cu_seqlens", "position_ids",
-                                                            "image_grid_thw", "padding_tokens")})
+                                                            "grid_thw", "padding_tokens")})
 
 
 @settings(max_examples=200, deadline=None)
@@ -95,11 +94,11 @@ def test_lengths_cu_seqlens_and_positions_agree(lengths, grid_rows):
     cu = [0]
     for L in lengths:
         cu.append(cu[-1] + L)
-    by_lengths = m.flops(document_lengths=lengths, image_grid_thw=g)
-    assert m.flops(cu_seqlens=np.array(cu), image_grid_thw=torch.tensor(g, dtype=torch.int64).reshape(-1, 3)) == by_lengths
+    by_lengths = m.flops(document_lengths=lengths, grid_thw=g)
+    assert m.flops(cu_seqlens=np.array(cu), grid_thw=torch.tensor(g, dtype=torch.int64).reshape(-1, 3)) == by_lengths
     if sum(lengths) <= 20000:
         positions = torch.cat([torch.arange(L) for L in lengths if L] or [torch.zeros(0, dtype=torch.int64)])
-        assert m.flops(position_ids=positions, image_grid_thw=g) == by_lengths
+        assert m.flops(position_ids=positions, grid_thw=g) == by_lengths
 
 
 # ---- attention windows -------------------------------------------------------------------------------------------

@@ -112,7 +112,7 @@ def test_checkpointed_blocks_run_again_exactly_the_forward_flopmeter_bills(check
     # The record: Meter(recompute=...) reports hardware / model FLOPs = (flops + recomputed) / flops.
     with flopmeter.Meter(model=str(MODEL_TOML), peak={"tflops_per_gpu": 1000.0}, sinks={"console": False},
                          recompute={"policy": policy, "vision": True}) as meter:
-        meter.on_microbatch(cu_seqlens=row["cu_seqlens"], image_grid_thw=row["image_grid_thw"],
+        meter.on_microbatch(cu_seqlens=row["cu_seqlens"], grid_thw=row["image_grid_thw"],
                             padding_tokens=row["padding_tokens"], samples=row["samples"])
         meter.on_log(1)
         record = meter.flush()

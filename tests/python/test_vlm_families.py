@@ -25,7 +25,7 @@ QWEN25_FLOPS = (18514182144 * 1000 + 884736 * 500500 + 3779788800 * 2568 + 61440
 
 def test_qwen2_5_vl_window_pairs_and_video_exactly():
     model = flopmeter.FlopModel(str(DATA / "qwen2.5-vl-3b-instruct.json"))
-    batch = dict(document_lengths=[1000], image_grid_thw=[[1, 36, 50], [3, 16, 16]])
+    batch = dict(document_lengths=[1000], grid_thw=[[1, 36, 50], [3, 16, 16]])
     counts = model.counts(**batch)
     assert counts["vision_window_pairs"] == 154688 and counts["vision_pairs_per_frame"] == 3436608
     assert model.flops(**batch) == QWEN25_FLOPS
@@ -38,28 +38,28 @@ def test_internvl_tiles_carry_a_cls_token():
     # InternVL3-8B (as far as confirmed): an image of 5 tiles is the item 5 x 32 x 32: 5,120 patches, 5 CLS tokens,
     # 5 * 1025^2 pairs, 1,280 decoder tokens after the pixel shuffle.
     model = flopmeter.FlopModel(str(DATA / "internvl3-8b-hf-partial.json"))
-    counts = model.counts(document_lengths=[600], image_grid_thw=[[5, 32, 32]])
+    counts = model.counts(document_lengths=[600], grid_thw=[[5, 32, 32]])
     assert counts["vision_cls_tokens"] == 5 and counts["vision_pairs_per_frame"] == 5 * 1025 ** 2
     assert counts["merged_tokens"] == 1280
     c = model.coefficients
-    assert model.flops(document_lengths=[600], image_grid_thw=[[5, 32, 32]]) == (
+    assert model.flops(document_lengths=[600], grid_thw=[[5, 32, 32]]) == (
         c["dense_per_token"] * 600 + c["text_attn_pair"] * 180300 + 1811939328 * (5120 + 5) + 294912 * 5 * 1025 ** 2
         + 2408448 * 5120 + 165150720 * 1280)
     with pytest.raises(ValueError, match="not a whole tile"):
-        model.counts(document_lengths=[600], image_grid_thw=[[1, 32, 30]])
+        model.counts(document_lengths=[600], grid_thw=[[1, 32, 30]])
 
 
 def test_gemma3_image_blocks_and_every_family_from_the_cli():
     model = flopmeter.FlopModel(str(DATA / "gemma-3-4b-it.json"))
     # Two images of 256 tokens each: 256 * 255 / 2 = 32,640 block pairs each.
-    counts = model.counts(document_lengths=[600], image_grid_thw=[[2, 64, 64]])
+    counts = model.counts(document_lengths=[600], grid_thw=[[2, 64, 64]])
     assert counts["image_block_pairs"] == 65280 and counts["merged_tokens"] == 512
     for config, images in [("qwen2-vl-2b-instruct.json", "2x28x28"), ("qwen2.5-vl-7b-instruct.json", "4x20x30"),
                            ("internvl3-8b-hf-partial.json", "3x32x32"), ("gemma-3-27b-it.json", "1x64x64")]:
         out = cli_json("estimate", str(DATA / config), "--docs", "700,300", "--images", images)
         grids = [[int(x) for x in images.split("x")]]
         assert out["flops"] == flopmeter.FlopModel(str(DATA / config)).flops(document_lengths=[700, 300],
-                                                                            image_grid_thw=grids), config
+                                                                            grid_thw=grids), config
 
 
 def meter_flops_per_token(model, batch, **extra):
@@ -74,14 +74,14 @@ def meter_flops_per_token(model, batch, **extra):
 
 
 def test_a_meter_bills_a_windowed_vit_and_a_frozen_internvit():
-    batch = dict(document_lengths=[1000], image_grid_thw=[[1, 36, 50], [3, 16, 16]])
+    batch = dict(document_lengths=[1000], grid_thw=[[1, 36, 50], [3, 16, 16]])
     assert meter_flops_per_token(str(DATA / "qwen2.5-vl-3b-instruct.json"), batch) == pytest.approx(
         QWEN25_FLOPS / 1000, rel=1e-12)
     # The InternVL default: a frozen InternViT under a trained projector and decoder. The ViT runs forward only
     # (a third of its training work; the patch embedding half, having no input gradient either), the projector and
     # the decoder as in full training.
     config = str(DATA / "internvl3-8b-hf-partial.json")
-    batch = dict(document_lengths=[600], image_grid_thw=[[5, 32, 32]])
+    batch = dict(document_lengths=[600], grid_thw=[[5, 32, 32]])
     full = flopmeter.FlopModel(config)
     c = full.coefficients
     frozen_flops = (full.flops(**batch) - (2 * 1811939328 // 3) * (5120 + 5) - (2 * 294912 // 3) * 5 * 1025 ** 2

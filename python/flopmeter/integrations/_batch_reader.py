@@ -79,7 +79,7 @@ def _position_row(batch: Mapping[str, Any], rows: int, length: int):
 
 def describe_batch(batch: Mapping[str, Any], *, pad_token_id: Optional[int] = None) -> Optional[Dict[str, Any]]:
     """``Meter.on_microbatch``'s keyword arguments for one micro-batch (``cu_seqlens``, ``padding_tokens``,
-    ``samples``, ``image_grid_thw``, and ``label_tokens`` when it has labels), or None when the batch holds no
+    ``samples``, ``grid_thw``, and ``label_tokens`` when it has labels), or None when the batch holds no
     token tensors this reader knows. Raises ValueError for a batch whose keys disagree on its shape."""
     import torch
 
@@ -136,7 +136,7 @@ def describe_batch(batch: Mapping[str, Any], *, pad_token_id: Optional[int] = No
     grids = [_host(batch[key]).reshape(-1, 3).to(torch.int64) for key in ("image_grid_thw", "video_grid_thw")
              if batch.get(key) is not None and _host(batch[key]).numel() > 0]
     if grids:
-        described["image_grid_thw"] = torch.cat(grids).contiguous()
+        described["grid_thw"] = torch.cat(grids).contiguous()
     shift = batch.get("shift_labels")
     if shift is not None:
         described["label_tokens"] = int((_host(shift) != IGNORE_INDEX).sum())

@@ -198,7 +198,7 @@ class _Attachment:
         if described is not None:
             try:
                 self.flops = self.meter.model.flops(**{k: v for k, v in described.items() if k in
-                                                       ("cu_seqlens", "image_grid_thw", "padding_tokens")})
+                                                       ("cu_seqlens", "grid_thw", "padding_tokens")})
                 num_items = args[0] if args else kwargs.get("num_items_in_batch")
                 self._count(described, loss, num_items)
             except Exception as e:  # noqa: BLE001
@@ -219,7 +219,7 @@ class _Attachment:
             device = getattr(loss_sum, "device", None)
             if device is not None and device.type != "cpu":
                 # The loss stays on its device (no sync): the description goes there too, the Meter counts it there.
-                for key in ("cu_seqlens", "image_grid_thw"):
+                for key in ("cu_seqlens", "grid_thw"):
                     if key in kwargs:
                         kwargs[key] = kwargs[key].to(device, non_blocking=True)
         self.meter.on_microbatch(**kwargs)
