@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 
@@ -20,9 +20,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_DISABLED", "true")
 
 
-def run_torchrun(script: Path, args: List[str], nproc: int, tmp_path: Path, timeout: float = 420) -> List[str]:
-    """Runs `script` under torchrun with `nproc` CPU processes (Gloo); returns each rank's output."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE))
+def run_torchrun(script: Path, args: List[str], nproc: int, tmp_path: Path, timeout: float = 420,
+                 env: Optional[Dict[str, str]] = None) -> List[str]:
+    """Runs `script` under torchrun with `nproc` CPU processes (Gloo), `env` added to the environment; returns
+    each rank's output."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE), **(env or {})}
     logs = tmp_path / "torchrun"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
            str(29500 + os.getpid() % 1000), "--log_dir", str(logs), "--redirects", "3", str(script), *args]

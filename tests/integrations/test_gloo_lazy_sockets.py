@@ -1,0 +1,83 @@
+"""The TCP connections flopmeter's own Gloo group opens per rank, with Gloo's lazy connection
+(TORCH_GLOO_LAZY_INIT=1, PyTorch 2.8 on: pytorch/pytorch#150801) and without it (full mesh), measured on real
+torchrun jobs of 8 and 16 CPU processes (sockets_job.py; METRICS.md, "The group at scale").
+
+Each rank lists its established TCP sockets that were not open before its Meter was made (so neither the
+store's connection nor the default group's), each as its two endpoints; a connection between two ranks shows
+on both, endpoints swapped, which names the peer rank of every socket.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Dict, List, Optional
+
+import pytest
+
+from conftest import HERE, run_torchrun
+
+LOGS = 3
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/net/tcp (Linux)")
+
+
+def has_lazy_init() -> bool:
+    """Whether this torch's Gloo has lazy connection: create_default_device(lazy_init=...) came with it."""
+    try:
+        from torch.distributed import ProcessGroupGloo
+    except ImportError:
+        return False
+    return "lazy_init" in (ProcessGroupGloo.create_default_device.__doc__ or "")
+
+
+def run_job(tmp_path, world: int, lazy: bool) -> List[Dict]:
+    outputs = run_torchrun(HERE / "sockets_job.py", [str(LOGS)], world, tmp_path, timeout=300,
+                           env={"TORCH_GLOO_LAZY_INIT": "1" if lazy else "0"})
+    ranks = []
+    for rank, output in enumerate(outputs):
+        lines = [line for line in output.splitlines() if line.startswith("SOCKETS ")]
+        assert len(lines) == 1, f"rank {rank} printed no result:\n{output}"
+        ranks.append(json.loads(lines[0][len("SOCKETS "):]))
+    assert [r["rank"] for r in ranks] == list(range(world))
+    return ranks
+
+
+def peers(ranks: List[Dict], when: str) -> List[List[Optional[int]]]:
+    """For each rank, the rank at the other end of each of its new sockets at `when` (None: not a rank)."""
+    owner = {local: r["rank"] for r in ranks for local, _ in r[when]}
+    return [sorted((owner.get(remote) for _, remote in r[when]), key=lambda p: -1 if p is None else p)
+            for r in ranks]
+
+
+@pytest.mark.parametrize("world", [8, 16])
+def test_lazy_gloo_connects_only_the_recursive_doubling_peers(tmp_path, world):
+    if not has_lazy_init():
+        pytest.skip("this torch's Gloo has no lazy connection (TORCH_GLOO_LAZY_INIT: PyTorch 2.8 on)")
+    ranks = run_job(tmp_path, world, lazy=True)
+    # Every log was reduced over the whole job: rank r ran 10 (r + 1) tokens per step, LOGS steps.
+    assert {r["tokens_seen"] for r in ranks} == {LOGS * 10 * world * (world + 1) // 2}
+    assert {r["algorithm"] for r in ranks} == {"recursive_doubling"}
+    # Making the group connects nobody: the pairs connect at their first message.
+    assert peers(ranks, "after_group") == [[]] * world
+    # Recursive doubling over p = 2^m ranks (_doubling.schedule): in round k = 0 .. m-1 rank r exchanges its
+    # vector with r XOR 2^k, and with nobody else; the masks differ, so these are m distinct peers (3 at 8
+    # ranks, 4 at 16). (When p is not a power of two, the ranks beyond the largest power of two fold in first:
+    # one more peer, the fold partner, for the ranks that fold.) With lazy connection a rank opens one socket
+    # per peer it messages, so exactly these, one each, and nothing else (no store or extra connection).
+    m = world.bit_length() - 1
+    assert 1 << m == world
+    expected = [sorted(r ^ (1 << k) for k in range(m)) for r in range(world)]
+    assert peers(ranks, "after_logs") == expected
+
+
+@pytest.mark.parametrize("world", [8])  # 16 adds ~70 s to CI and shows nothing 8 does not (p - 1)
+def test_without_lazy_init_the_group_is_a_full_mesh(tmp_path, world):
+    # (On a torch without lazy connection this is its only mode, and TORCH_GLOO_LAZY_INIT=0 changes nothing.)
+    ranks = run_job(tmp_path, world, lazy=False)
+    assert {r["tokens_seen"] for r in ranks} == {LOGS * 10 * world * (world + 1) // 2}
+    # Full mesh: new_group connects every pair of ranks before it returns, one socket each: p - 1 per rank
+    # (7 at 8 ranks, 15 at 16), whatever the logs then use; the logs open nothing more.
+    everyone_else = [[p for p in range(world) if p != r] for r in range(world)]
+    assert peers(ranks, "after_group") == everyone_else
+    assert peers(ranks, "after_logs") == everyone_else
