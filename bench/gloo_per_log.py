@@ -2,7 +2,7 @@
 
 - table: the per-rank table at every log (``topk_interval_logs = 1``: a SUM all-reduce of world_size rows of 39
   doubles through the Python adapter), what flopmeter did before the fixed-size reduction;
-- ring: the fixed-size reduction (``topk_interval_logs = 1000``: a SUM of 18 and a MAX of 44 doubles per log,
+- ring: the fixed-size reduction (``topk_interval_logs = 1000``: a SUM of 22 and a MAX of 49 doubles per log,
   whatever the world) by c10d's Gloo all-reduce, a ring of 2 (world - 1) rounds (``small_allreduce="backend"``);
 - doubling: the same vector by recursive doubling over send/recv on the Meter's daemon thread,
   floor(log2 world) rounds + 2 when world is not a power of two (``small_allreduce="recursive_doubling"``).

@@ -1,6 +1,6 @@
 // plugin/comm/recursive_doubling.h — internal: the log-depth all-reduce of an ordinary log's fixed-size vector.
 //
-// An ordinary log reduces one short vector: a SUM part and a MAX part (log_reduction.h), 64 doubles. c10d's
+// An ordinary log reduces one short vector: a SUM part and a MAX part (log_reduction.h), 71 doubles. c10d's
 // Gloo all-reduce is a ring: 2 (world - 1) message rounds, whatever the size, so its latency grows linearly
 // with the job. Recursive doubling takes floor(log2 world) rounds: in the round of distance d every rank swaps
 // its partial vector with rank r XOR d and combines both, so after the last round every rank holds the whole
@@ -8,8 +8,8 @@
 // two <= world and rem = world - pof2, each even rank r < 2 rem sends its vector to r + 1 and sits out; the
 // doubling then runs over pof2 ranks; a last round sends the result back to the ranks that sat out. Rounds:
 // floor(log2 world), plus 2 when world is not a power of two (world 1: none). Bytes sent per rank per round:
-// the whole vector (512 B), against about 2 x 512 B in total by the ring; the ring's advantage in bytes is
-// irrelevant at this size (512 B at 3 GB/s is 0.16 us, a round trip over TCP ~50 us).
+// the whole vector (568 B), against about 2 x 568 B in total by the ring; the ring's advantage in bytes is
+// irrelevant at this size (568 B at 3 GB/s is 0.19 us, a round trip over TCP ~50 us).
 //
 // Every rank ends with the same bits: both partners of an exchange combine the same two vectors with a
 // combination that does not depend on their order (IEEE addition is commutative; the maximum below is made

@@ -128,7 +128,7 @@ class Meter:
     (``new_group``: every rank must make its Meter at the same point), or uses ``process_group``, which must
     span the job. Otherwise it is a single process.
 
-    ``small_allreduce`` says how an ordinary log's SUM and MAX (a fixed 64 doubles) travel: ``"automatic"``
+    ``small_allreduce`` says how an ordinary log's SUM and MAX (a fixed 71 doubles) travel: ``"automatic"``
     (default) runs them by recursive doubling (log2(world) rounds of torch.distributed send/recv on a daemon
     thread) over the Meter's own Gloo group from 4 ranks on, and by the group's own all-reduce (Gloo: a ring,
     2 (world - 1) rounds) below and on a ``process_group`` handed in; ``"backend"`` always uses the group's
