@@ -130,9 +130,9 @@ void exercise_model(FuzzedDataProvider& in, flopmeter_model* model) {
         require(exact == flops.total || std::fabs(exact - flops.total) <= std::ldexp(std::fabs(exact), -50),
                 "the exact total and the double total disagree");
       }
-      const int64_t seq_len = in.ConsumeIntegralInRange<int64_t>(-1, 1 << 16);  // once: both calls ask alike
+      const int64_t estimate_seq_len = in.ConsumeIntegralInRange<int64_t>(-1, 1 << 16);  // once: both calls alike
       check_json(in, [&](char* out, std::size_t size) {
-        return flopmeter_model_estimate_json(model, &counts, scope, seq_len, out, size);
+        return flopmeter_model_estimate_json(model, &counts, scope, estimate_seq_len, out, size);
       });
     }
   }
