@@ -7,32 +7,45 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/deps.sh
 source "$root/scripts/deps.sh"
+
+# Each phase says how long it took, so that a slow CI run shows where its time went (CI allows 35 minutes).
+phase_start=$SECONDS
+phase_done() { echo "flopmeter: phase '$1' took $((SECONDS - phase_start)) s (total $SECONDS s)"; phase_start=$SECONDS; }
+
 flopmeter_install_deps
+phase_done "install dependencies"
 
 build="${FLOPMETER_BUILD_DIR:-$root/build}"
 jobs="$(nproc)"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$build" -j "$jobs"
+phase_done "configure and build"
 (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 600)
+phase_done "ctest"
 
 # The Python package: built as a wheel, installed into a venv over Debian's python3-torch, tested with pytest;
 # and imported in a venv without torch.
 bash "$root/scripts/test_python.sh"
+phase_done "python package"
 
 # The integrations (Hugging Face Trainer, TRL, PEFT, Lightning) over PyPI's torch 2.x, in a venv of their own
 # cached under build/ (skip with FLOPMETER_SKIP_INTEGRATIONS=1; the first run on a machine downloads ~4 GiB).
 if [ "${FLOPMETER_SKIP_INTEGRATIONS:-0}" != 1 ]; then
   bash "$root/scripts/test_integrations.sh"
+  phase_done "integrations"
 fi
 
 # Formatting: the C/C++ lines this change adds or modifies follow .clang-format (see the script for what
 # "this change" is in a fresh clone).
 bash "$root/scripts/check_format.sh"
+phase_done "format check"
 
 # Hardening (skip with FLOPMETER_SKIP_HARDENING=1 for a quick local run): the non-torch suite under
 # ASan+UBSan and the threaded tests under TSan (build/asan, build/tsan), then every fuzz target for 20 s
 # over its corpus and past findings (build/fuzz). Each builds into its own tree under $root/build.
 if [ "${FLOPMETER_SKIP_HARDENING:-0}" != 1 ]; then
   bash "$root/scripts/test_sanitizers.sh"
+  phase_done "sanitizers"
   bash "$root/scripts/fuzz.sh" --smoke
+  phase_done "fuzz smoke"
 fi
