@@ -43,4 +43,4 @@ if [ -z "$wheel" ]; then
 fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check --force-reinstall --no-deps "$wheel"
 (cd "$root/tests/integrations" && HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 \
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" .)
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=12 "$@" .)

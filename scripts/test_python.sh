@@ -18,7 +18,7 @@ wheel="$(ls "$build"/wheels/flopmeter-*.whl)"
 "$venv/bin/pip" install --quiet --force-reinstall --no-deps "$wheel"
 # test_kill.py reads the event files with TensorBoard's own reader from the venv ctest's test_tensorboard made.
 export FLOPMETER_TENSORBOARD_PYTHON="$build/tensorboard-venv/bin/python"
-(cd "$root/tests/python" && "$venv/bin/python" -m pytest -q -p no:cacheprovider .)
+(cd "$root/tests/python" && "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=12 .)
 
 # No torch, no numpy: `import flopmeter` and the FLOP model still work (the package must coexist with any
 # torch, or none).
