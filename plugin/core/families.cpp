@@ -1,6 +1,7 @@
 // plugin/core/families.cpp — the family adapters (families.h): each a field table in the config.json's own names
 // and a pure build step that follows transformers' config class of that model_type, then the rules every built
-// spec of these families obeys and the reading of a document through the table.
+// spec of these families obeys and the reading of a document through the table (every family's, the Qwen types'
+// of qwen_families.cpp too).
 
 #include "core/families.h"
 
@@ -16,6 +17,7 @@
 
 #include "core/architecture.h"
 #include "core/printable_text.h"
+#include "core/qwen_families.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
 
@@ -485,8 +487,12 @@ const std::vector<const family_adapter*>& registry() {
   std::vector<F> moe = deepseek_moe_fields();
   glm_fields.insert(glm_fields.end(), moe.begin(), moe.end());
   static const family_adapter glm4_moe("glm4_moe", "GLM-4.5", std::move(glm_fields), build_glm4_moe);
-  static const std::vector<const family_adapter*> all = {&llama,  &qwen2,   &qwen2_moe,   &mistral, &mixtral,
-                                                         &gemma3, &gpt_oss, &deepseek_v3, &kimi_k2, &glm4_moe};
+  static const std::vector<const family_adapter*> all = [&] {
+    std::vector<const family_adapter*> list = qwen_text_adapters();
+    list.insert(list.end(),
+                {&llama, &qwen2, &qwen2_moe, &mistral, &mixtral, &gemma3, &gpt_oss, &deepseek_v3, &kimi_k2, &glm4_moe});
+    return list;
+  }();
   return all;
 }
 
@@ -499,7 +505,10 @@ std::string key_of(const model_spec& spec, std::string_view member) {
   if (member == "num_experts" && has("num_local_experts")) return path("num_local_experts");
   if (member == "num_experts" && has("n_routed_experts")) return path("n_routed_experts");
   if (member == "moe_intermediate_size" && has("num_local_experts")) return path("intermediate_size");
-  if (member == "mtp_num_hidden_layers") return path("num_nextn_predict_layers");
+  // (The Qwen adapters, which have rules of their own, name it mtp_num_hidden_layers as text_spec does.)
+  if (member == "mtp_num_hidden_layers" && (a == nullptr || a->check == nullptr)) {
+    return path("num_nextn_predict_layers");
+  }
   return path(member);
 }
 
@@ -514,6 +523,10 @@ std::optional<spec_violation> bounded(const model_spec& spec, std::string_view m
                           "too large: must be <= 2^31 = " + n(kMaxSize) + " (got " + n(value) + ")"};
   }
   return std::nullopt;
+}
+
+[[noreturn]] void fail_missing(const field_reader& reader, const std::string& at) {
+  throw error(reader.where_missing(kText), reader.in_document_terms("required key '" + at + "' is missing"));
 }
 
 std::optional<spec_violation> not_in_family(const model_spec& spec, std::string_view member, std::string_view what) {
@@ -547,7 +560,23 @@ const family_adapter* find_family(std::string_view model_type) {
   return nullptr;
 }
 
+const family_adapter* find_decoder(std::string_view model_type) {
+  if (const family_adapter* a = find_family(model_type)) return a;
+  for (const family_adapter* a : qwen_vlm_decoders()) {
+    if (a->model_type == model_type) return a;
+  }
+  return nullptr;
+}
+
+std::string no_vision_tower(const family_adapter& adapter) {
+  return "not allowed for model_type " + quoted(adapter.model_type) + ", a text-only " +
+         (adapter.vision_hint.empty() ? std::string() : std::string(adapter.family) + " ") +
+         "decoder (no vision tower)" + std::string(adapter.vision_hint);
+}
+
 std::optional<spec_violation> check_family_spec(const model_spec& spec) {
+  const family_adapter* adapter = find_decoder(spec.model_type);
+  if (adapter != nullptr && adapter->check != nullptr) return adapter->check(spec);
   const text_spec& t = spec.text;
   if (spec.vision) {
     return spec_violation{"vision_config", "not allowed for model_type " + quoted(spec.model_type) +
@@ -664,11 +693,28 @@ std::optional<spec_violation> check_family_spec(const model_spec& spec) {
 model_spec read_family_decoder(const field_reader& reader, const family_adapter& adapter) {
   field_values values;
   values.adapter = &adapter;
+  // Fields read at the top level of a nested config.json: a violation of one is cited there.
+  std::vector<std::pair<std::string, std::string>> written_at;
+  const auto missing = [&reader](const std::string& at) { fail_missing(reader, at); };
   for (const family_field& f : adapter.fields) {
     field_value v;
-    const std::string at = path(f.key);
+    std::string at = path(f.key);
+    if (f.top != at_top_level::no) {
+      if (const std::optional<std::string> top = reader.top_level_key(at)) {
+        if (!reader.has(at)) {
+          written_at.emplace_back(at, *top);
+          at = *top;
+        } else if (f.top == at_top_level::must_agree) {
+          const bool inside = reader.boolean(at);
+          if (reader.boolean(*top) != inside) {
+            reader.fail(*top, "contradicts " + at + " = " + (inside ? "true" : "false") +
+                                  " (write the value once, in text_config)");
+          }
+        }
+      }
+    }
     v.present = reader.has(at);
-    if (v.present && reader.is_null(at)) {
+    if (v.present && !f.checked_by_rules && reader.is_null(at)) {
       if (f.type != field_type::nullable) reader.fail(at, "must not be null");
       v.null = true;
     } else if (v.present) {
@@ -676,6 +722,7 @@ model_spec read_family_decoder(const field_reader& reader, const family_adapter&
         case field_type::integer:
         case field_type::nullable: {
           v.integer = reader.integer(at);
+          if (f.checked_by_rules) break;
           if (v.integer < f.minimum) {
             reader.fail(at, "must be " + (f.minimum == 1 ? std::string("> 0") : ">= " + n(f.minimum)) + " (got " +
                                 n(v.integer) + ")");
@@ -698,11 +745,27 @@ model_spec read_family_decoder(const field_reader& reader, const family_adapter&
           for (std::size_t i = 0; i < count; ++i) v.names.push_back(reader.string(at + "[" + std::to_string(i) + "]"));
           break;
         }
+        case field_type::text_model_type: {
+          // The decoder's own model_type: the type itself for a text-only one, else the type + "_text".
+          const std::string expected = text_model_type(adapter.model_type);
+          const std::string value = reader.string(at);
+          if (value != expected) {
+            reader.fail(at, "must be " + quoted(expected) + " for " + reader.model_type_path() + " " +
+                                quoted(adapter.model_type) + " (got " + quoted(value) + ")");
+          }
+          v.names.push_back(value);
+          break;
+        }
       }
     } else {
       switch (f.absent) {
-        case when_absent::required:
-          throw error(reader.where_missing(kText), reader.in_document_terms("required key '" + at + "' is missing"));
+        case when_absent::required: fail_missing(reader, at);
+        case when_absent::format_default: {
+          const std::optional<bool> fallback = reader.default_bool(at);
+          if (!fallback) fail_missing(reader, at);
+          v.integer = *fallback ? 1 : 0;
+          break;
+        }
         case when_absent::fixed: v.integer = f.default_value; break;
         case when_absent::none:
         case when_absent::derived: v.null = true; break;
@@ -712,16 +775,25 @@ model_spec read_family_decoder(const field_reader& reader, const family_adapter&
   }
   model_spec spec;
   spec.model_type = std::string(adapter.model_type);
-  if (auto bad = adapter.build(values, spec)) reader.fail(bad->field, bad->what);
-  if (auto bad = check_family_spec(spec)) reader.fail(bad->field, bad->what);
+  const auto refuse = [&](const spec_violation& bad) {
+    // A rule that finds a field the table lets the document leave out (an MoE type's intermediate_size when a
+    // layer is dense) at its absent value: the key is missing.
+    for (std::size_t i = 0; i < adapter.fields.size(); ++i) {
+      const family_field& f = adapter.fields[i];
+      if (f.absent == when_absent::none && bad.field == path(f.key) && !values.values[i].present) missing(bad.field);
+    }
+    for (const auto& [field, at] : written_at) {
+      if (field == bad.field) reader.fail(at, bad.what);
+    }
+    reader.fail(bad.field, bad.what);
+  };
+  if (auto bad = adapter.build(values, spec)) refuse(*bad);
+  if (auto bad = check_family_spec(spec)) refuse(*bad);
   return spec;
 }
 
 model_spec read_family_spec(const field_reader& reader, const family_adapter& adapter) {
-  if (reader.has_table("vision_config")) {
-    reader.fail("vision_config", "not allowed for model_type " + quoted(std::string(adapter.model_type)) +
-                                     ", a text-only decoder (no vision tower)");
-  }
+  if (reader.has_table("vision_config")) reader.fail("vision_config", no_vision_tower(adapter));
   if (!reader.has_table(kText)) reader.fail("", "required table [text_config] is missing");
   model_spec spec = read_family_decoder(reader, adapter);
   if (auto bad = check_coefficients(spec)) {

@@ -117,6 +117,35 @@ void write_field(std::string& out, const json_document& doc, const std::string& 
   }
 }
 
+// [text_config]'s lines: the decoder adapter's table, each value as the config.json writes it, defaults not written.
+// A field the document may also write at the top level (tie_word_embeddings, attn_output_gate on the Qwen types) is
+// written with the value the loader resolved, wherever it came from, so that the TOML states what it is billed
+// with (a Qwen TOML requires tie_word_embeddings; an absent output gate is the type's).
+void write_decoder_fields(std::string& out, const json_document& doc, const detail::family_adapter& decoder,
+                          const model_spec& spec) {
+  for (const detail::family_field& field : decoder.fields) {
+    if (!field.in_toml) continue;
+    const std::string key(field.key);
+    const std::string path = "text_config." + key;
+    if (doc.node(path) != nullptr || field.top == detail::at_top_level::no) {
+      write_field(out, doc, key, path);
+      continue;
+    }
+    const bool tie = key == "tie_word_embeddings";
+    const bool value = tie ? spec.text.tie_word_embeddings : spec.text.attn_output_gate;
+    std::string comment;
+    if (doc.has(key)) {
+      comment = doc.position_text(key) + " " + key;
+    } else if (tie) {
+      comment = "not in the config.json: transformers' default";
+    } else {
+      comment = "not in the config.json: " + detail::model_family_name(spec.model_type) +
+                (value ? " attention always has the output gate" : " has no output gate");
+    }
+    write_line(out, key + " = " + (value ? "true" : "false"), comment);
+  }
+}
+
 constexpr std::string_view kVisionPrefix = "vision_config.";
 
 bool is_vision_field(const detail::vlm_field& field) {
@@ -135,19 +164,21 @@ void write_vlm_wrapper_keys(std::string& out, const json_document& doc, const de
 
 // A vision-language family's tables: [text_config] with its decoder family's keys (read at the top level of the
 // flat Qwen2-VL files; InternVL's text_config.model_type names the family and is written too), [vision_config] with
-// the vision keys of the family's table.
-void write_vlm_tables(std::string& out, const json_document& doc, const detail::vlm_family& vlm) {
+// the vision keys of the family's table (none when the model has no vision tower: a Qwen3-VL decoder alone).
+void write_vlm_tables(std::string& out, const json_document& doc, const detail::vlm_family& vlm,
+                      const model_spec& spec) {
   std::string decoder(vlm.decoder);
   out += "\n[text_config]\n";
+  const detail::family_adapter* family = nullptr;
   if (decoder.empty()) {  // validated by the loader: present, a string, a supported decoder family
     decoder = doc.node("text_config.model_type")->get<std::string>();
     write_field(out, doc, "model_type", "text_config.model_type");
+    family = detail::find_family(decoder);
+  } else {
+    family = detail::find_decoder(decoder);
   }
-  if (const detail::family_adapter* family = detail::find_family(decoder)) {
-    for (const detail::family_field& field : family->fields) {
-      write_field(out, doc, std::string(field.key), "text_config." + std::string(field.key));
-    }
-  }
+  if (family != nullptr) write_decoder_fields(out, doc, *family, spec);
+  if (!spec.vision) return;
   out += "\n[vision_config]\n";
   for (const detail::vlm_field& field : vlm.fields) {
     if (is_vision_field(field)) {
@@ -182,43 +213,11 @@ std::string import_hf_config(const std::string& path) {
                                                                      : "the file's name");
   write_line(out, "model_type = \"" + spec.model_type + "\"", doc.position_text("model_type") + " model_type");
   if (vlm != nullptr) {
-    write_vlm_tables(out, doc, *vlm);
+    write_vlm_tables(out, doc, *vlm, spec);
     return out;
   }
-  if (const detail::family_adapter* family = detail::find_family(spec.model_type)) {
-    // A family's fields: its adapter's table, each value as the config.json writes it, defaults not written.
-    out += "\n[text_config]\n";
-    for (const detail::family_field& field : family->fields) {
-      write_field(out, doc, std::string(field.key), "text_config." + std::string(field.key));
-    }
-    return out;
-  }
-  std::string_view table;
-  for (const detail::schema_field& field : detail::schema_fields()) {
-    if (field.table == "vision_config" && !spec.vision) break;
-    if (field.table != table) {
-      table = field.table;
-      out += "\n[" + std::string(table) + "]\n";
-    }
-    const std::string field_path = std::string(field.table) + "." + std::string(field.key);
-    const std::string key(field.key);
-    if (const json* value = doc.node(field_path)) {
-      write_line(out, key + " = " + toml_value(*value),
-                 doc.position_text(field_path) + " " + doc.in_document_terms(field_path));
-    } else if (field_path == "text_config.tie_word_embeddings") {
-      write_line(out, key + std::string(" = ") + (spec.text.tie_word_embeddings ? "true" : "false"),
-                 doc.has("tie_word_embeddings") ? doc.position_text("tie_word_embeddings") + " tie_word_embeddings"
-                                                : std::string("not in the config.json: transformers' default"));
-    } else if (field_path == "text_config.attn_output_gate") {
-      // The value the loader resolved, so that the TOML states the gate it is billed with.
-      const bool gate = spec.text.attn_output_gate;
-      write_line(out, key + std::string(" = ") + (gate ? "true" : "false"),
-                 doc.has("attn_output_gate")
-                     ? doc.position_text("attn_output_gate") + " attn_output_gate"
-                     : std::string("not in the config.json: ") + detail::model_family_name(spec.model_type) +
-                           (gate ? " attention always has the output gate" : " has no output gate"));
-    }
-  }
+  out += "\n[text_config]\n";
+  write_decoder_fields(out, doc, *detail::find_family(spec.model_type), spec);
   return out;
 }
 

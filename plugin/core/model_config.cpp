@@ -45,8 +45,7 @@ model_spec load_model_spec(const std::string& path) {
 
 void validate_model_spec(const model_spec& spec) {
   const std::string source = spec.name.empty() ? "model_spec" : "model_spec '" + spec.name + "'";
-  std::optional<detail::spec_violation> violation = detail::check_fields(spec);
-  if (!violation) violation = detail::check_invariants(spec);
+  std::optional<detail::spec_violation> violation = detail::check_model_spec(spec);
   if (!violation) violation = detail::check_coefficients(spec);
   if (violation) throw error(error_location{source, 0, 0, violation->field}, violation->what);
 }

@@ -37,27 +37,34 @@ namespace {
 
 // Keys of each table, in SCHEMA.md order. The unknown-key check is the TOML loader's own (config.json
 // carries many fields that do not change FLOPs, which its loader ignores). [text_config] and [vision_config]
-// allow exactly the fields the rules read (schema_keys below); [model] and [flopmeter] are the TOML format's own.
+// allow exactly the fields the model type's adapter reads; [model] and [flopmeter] are the TOML format's own.
 constexpr std::string_view kRootKeys[] = {"model", "text_config", "vision_config", "flopmeter"};
 constexpr std::string_view kModelKeys[] = {"name", "hf_model", "model_type"};
 constexpr std::string_view kFlopmeterKeys[] = {"train_mtp_layers"};
 
-// The keys of `table` ("text_config", "vision_config") among the rules' schema_fields(), in their order.
-std::vector<std::string_view> schema_keys(std::string_view table) {
-  std::vector<std::string_view> keys;
-  for (const detail::schema_field& field : detail::schema_fields()) {
-    if (field.table == table) keys.push_back(field.key);
-  }
-  return keys;
-}
-
+// The keys of the Qwen3-VL adapters (the decoder's table, the same on every Qwen type, and the vision tower's):
+// the keys of a file whose model type is not known yet, and of a vision table on a text-only type (refused by
+// the rules with a reason rather than as an unknown key), and the hints for a key written at the top level.
 const std::vector<std::string_view>& text_keys() {
-  static const std::vector<std::string_view> keys = schema_keys("text_config");
+  static const std::vector<std::string_view> keys = [] {
+    std::vector<std::string_view> all;
+    for (const detail::family_field& field : detail::find_decoder("qwen3_vl")->fields) {
+      if (field.in_toml) all.push_back(field.key);
+    }
+    return all;
+  }();
   return keys;
 }
 
 const std::vector<std::string_view>& vision_keys() {
-  static const std::vector<std::string_view> keys = schema_keys("vision_config");
+  static const std::vector<std::string_view> keys = [] {
+    std::vector<std::string_view> all;
+    constexpr std::string_view prefix = "vision_config.";
+    for (const detail::vlm_field& field : detail::find_vlm_family("qwen3_vl")->fields) {
+      all.push_back(field.path.substr(prefix.size()));
+    }
+    return all;
+  }();
   return keys;
 }
 
@@ -163,7 +170,7 @@ class spec_loader : private detail::toml_reader {
     if (model == nullptr) fail_at(root.source(), "required table [model] is missing");
     if (text == nullptr) fail_at(root.source(), "required table [text_config] is missing");
     check_keys(*model, "model", kModelKeys, kSchemaDoc);
-    // [text_config]'s keys are the model type's: a family adapter's field table, or the Qwen types' schema.
+    // [text_config]'s keys are the model type's: its family adapter's field table.
     const toml::node* type_node = model->get("model_type");
     const detail::family_adapter* family =
         type_node != nullptr && type_node->is_string() ? detail::find_family(type_node->as_string()->get()) : nullptr;
@@ -174,12 +181,15 @@ class spec_loader : private detail::toml_reader {
       if (decoder.empty() && decoder_node != nullptr && decoder_node->is_string()) {
         decoder = decoder_node->as_string()->get();
       }
-      family = detail::find_family(decoder);
+      family = vlm->decoder.empty() ? detail::find_family(decoder) : detail::find_decoder(decoder);
+      if (family != nullptr && vlm->decoder.empty() && family->check != nullptr) family = nullptr;  // as decoder_of
     }
     if (family != nullptr) {
       std::vector<std::string_view> keys;
-      for (const detail::family_field& field : family->fields) keys.push_back(field.key);
-      if (vlm != nullptr) keys.push_back("model_type");
+      for (const detail::family_field& field : family->fields) {
+        if (field.in_toml) keys.push_back(field.key);
+      }
+      if (vlm != nullptr && family->field("model_type") == nullptr) keys.push_back("model_type");
       check_keys(*text, "text_config", keys, kSchemaDoc);
     } else if (vlm == nullptr) {
       check_keys(*text, "text_config", text_keys(), kSchemaDoc);

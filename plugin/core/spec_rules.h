@@ -37,25 +37,22 @@ struct spec_violation {
   std::vector<std::string> also;  // other fields the problem involves; a loader cites the first one its file sets
 };
 
-// The model types flopmeter models, for "unknown model type" messages: "\"qwen3_vl\", \"qwen3_5\"".
+// The model types flopmeter models (a family adapter's or a vision-language family's), for "unknown model type"
+// messages: "\"qwen3_vl\", \"qwen3_5\", ...".
 bool is_supported_model_type(std::string_view model_type);
 std::string supported_model_types_text();
-// The text-only decoders "qwen3", "qwen3_moe", "qwen3_next": their config.json keeps the decoder's fields at
-// the top level (no text_config object) and they have no vision tower.
+// The text-only decoders (a family adapter's model_type: "qwen3", "llama", ...): their config.json keeps the
+// decoder's fields at the top level (no text_config object) and they have no vision tower.
 bool is_text_only_model_type(std::string_view model_type);
 // What text_config.model_type must be: model_type + "_text", or model_type itself for a text-only type.
 std::string text_model_type(std::string_view model_type);
-// The family's name in messages: "Qwen3-VL", "Qwen3.5", "Qwen3", "Qwen3-Next".
+// The family's name in messages: "Qwen3-VL", "Qwen3.5", "Qwen3", "Qwen3-Next", "Llama", ...
 std::string model_family_name(std::string_view model_type);
 
-// Phase 1: each field on its own (bounds, and fields that do not belong to the model type).
-std::optional<spec_violation> check_fields(const model_spec& spec);
-// Phase 2: the cross-field invariants (GQA divisibility, layer layout, DeepStack indexes, ...).
-std::optional<spec_violation> check_invariants(const model_spec& spec);
-// A layer_types list as a file writes it, against the layout the interval gives (the spec keeps no list).
-std::optional<spec_violation> check_written_layer_types(const model_spec& spec, const std::vector<layer_kind>& written);
-// Phase 3: every coefficient (MTP counted as trained) fits in int64; the violation names the fields whose
-// product is too large, at the first of them.
+// The rules of a built spec: the model type, then its adapter's rules (check_family_spec, check_vlm_spec).
+std::optional<spec_violation> check_model_spec(const model_spec& spec);
+// Every coefficient (MTP counted as trained) fits in int64; the violation names the fields whose product is too
+// large, at the first of them.
 std::optional<spec_violation> check_coefficients(const model_spec& spec);
 
 // Reads one config document for read_model_spec(). Paths are schema field paths ("text_config.head_dim",
@@ -103,18 +100,8 @@ class field_reader {
 };
 
 // Reads [text_config] and [vision_config] through `reader` for a model of `model_type` (already checked with
-// is_supported_model_type), applies every rule and returns the spec (name, source_path and train_mtp_layers
-// are left to the caller). Throws flopmeter::error located by the reader.
+// is_supported_model_type) with the type's adapter, applies every rule and returns the spec (name, source_path
+// and train_mtp_layers are left to the caller). Throws flopmeter::error located by the reader.
 model_spec read_model_spec(const field_reader& reader, const std::string& model_type);
-
-// One field the reader reads, for writers that list them (`flopmeter import`): table, key and whether it is
-// an integer array / string array.
-struct schema_field {
-  std::string_view table;
-  std::string_view key;
-};
-// Every field of [text_config] and [vision_config] in SCHEMA.md order: the keys the TOML loader allows in those
-// tables (model_toml.cpp) and the lines `flopmeter import` writes (hf_config.cpp).
-const std::vector<schema_field>& schema_fields();
 
 }  // namespace flopmeter::detail

@@ -2,6 +2,9 @@
 // config.json's names, the build steps that follow transformers' modeling code, and the rules of their towers.
 //
 // What each build step reads (transformers' modeling files; METRICS.md says the same for users):
+//   qwen3_vl    Qwen3VLVisionModel (and Qwen3.5's, which deletes the DeepStack mergers): blocks LayerNorm +
+//               attention + LayerNorm + a plain GELU MLP of intermediate_size; every block attends per frame; the
+//               patch merger to out_hidden_size, plus one DeepStack merger per deepstack_visual_indexes entry.
 //   qwen2_vl    Qwen2VisionTransformerPretrainedModel: embed_dim is the ViT's width and hidden_size the merger's
 //               OUTPUT width; blocks LayerNorm + attention + LayerNorm + fc1 embed_dim -> embed_dim * mlp_ratio,
 //               QuickGELU, fc2; every block attends per temporal frame; PatchMerger (no DeepStack).
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include "core/printable_text.h"
+#include "core/qwen_families.h"
 #include "flopmeter/error.h"
 
 namespace flopmeter::detail {
@@ -44,7 +48,37 @@ constexpr std::string_view kQwen25Vl = "qwen2_5_vl";
 constexpr std::string_view kInternVl = "internvl";
 constexpr std::string_view kGemma3 = "gemma3";
 
+// The Qwen3-VL vision tower (Qwen3-VL and Qwen3.5, dense and MoE): every field required, SCHEMA.md's order.
+// Qwen3-VL merges DeepStack features from the ViT blocks deepstack_visual_indexes names: one merger each, the
+// largest vision term after the blocks. Reading an absent list as [] undercounts it (4x for the usual three);
+// transformers itself would fill in its class default, [8, 16, 24], which a config.json saved with only its
+// differences from the defaults leaves out. Neither guess is safe: the file must say which. Qwen3.5 has no
+// DeepStack: an absent list is [] (its checkpoints write [] or leave it out).
+std::vector<vlm_field> qwen3_vision_fields(bool deepstack) {
+  return {
+      {"vision_config.depth", T::integer, true, 0, "ViT blocks"},
+      {"vision_config.hidden_size", T::integer, true, 0, "the ViT's width"},
+      {"vision_config.num_heads", T::integer, true, 0, "ViT attention heads (divide hidden_size)"},
+      {"vision_config.intermediate_size", T::integer, true, 0, "plain GELU MLP width (not gated)"},
+      {"vision_config.out_hidden_size", T::integer, true, 0, "the patch merger's output width (= decoder width)"},
+      {"vision_config.deepstack_visual_indexes", T::index_list, deepstack, 0,
+       "ViT blocks with a DeepStack merger each (Qwen3-VL; Qwen3.5: [])",
+       deepstack ? ": Qwen3-VL adds one merger per listed ViT block (transformers' default is [8, 16, 24]; write [] "
+                   "for none)"
+                 : ""},
+      {"vision_config.patch_size", T::integer, true, 0, "patch edge in pixels"},
+      {"vision_config.temporal_patch_size", T::integer, true, 0, "frames per temporal patch"},
+      {"vision_config.spatial_merge_size", T::integer, true, 0, "patches a side per merged token"},
+      {"vision_config.in_channels", T::integer, true, 0, "image channels"},
+  };
+}
+
 const std::vector<const vlm_family*>& registry() {
+  static const vlm_family qwen3_vl{"qwen3_vl", "Qwen3-VL", "qwen3_vl", false, qwen3_vision_fields(true), true};
+  static const vlm_family qwen3_5{"qwen3_5", "Qwen3.5", "qwen3_5", false, qwen3_vision_fields(false), true};
+  static const vlm_family qwen3_vl_moe{
+      "qwen3_vl_moe", "Qwen3-VL", "qwen3_vl_moe", false, qwen3_vision_fields(true), true};
+  static const vlm_family qwen3_5_moe{"qwen3_5_moe", "Qwen3.5", "qwen3_5_moe", false, qwen3_vision_fields(false), true};
   static const vlm_family qwen2_vl{
       kQwen2Vl,
       "Qwen2-VL",
@@ -114,7 +148,8 @@ const std::vector<const vlm_family*>& registry() {
           {"mm_tokens_per_image", T::integer, false, 256,
            "decoder tokens per image after average pooling (a square number)"},
       }};
-  static const std::vector<const vlm_family*> all = {&qwen2_vl, &qwen2_5_vl, &internvl, &gemma3};
+  static const std::vector<const vlm_family*> all = {&qwen3_vl, &qwen3_5,    &qwen3_vl_moe, &qwen3_5_moe,
+                                                     &qwen2_vl, &qwen2_5_vl, &internvl,     &gemma3};
   return all;
 }
 
@@ -142,12 +177,16 @@ const family_adapter& decoder_of(const field_reader& reader, const vlm_family& f
                       " names its decoder's family there (\"qwen2\" for InternVL3)");
     }
     type = reader.string("text_config.model_type");
-  } else if (!family.flat && reader.has("text_config.model_type") && reader.string("text_config.model_type") != type) {
+  } else if (!family.flat && reader.has("text_config.model_type") && reader.string("text_config.model_type") != type &&
+             (find_decoder(type) == nullptr || find_decoder(type)->field("model_type") == nullptr)) {
+    // (A decoder whose table has model_type checks it itself: Qwen3-VL's is "qwen3_vl_text".)
     reader.fail("text_config.model_type", "must be " + quoted(type) + " for model_type " +
                                               quoted(std::string(family.model_type)) + " (got " +
                                               quoted(reader.string("text_config.model_type")) + ")");
   }
-  const family_adapter* adapter = find_family(type);
+  const family_adapter* adapter = family.decoder.empty() ? find_family(type) : find_decoder(type);
+  // InternVL's decoders are the families of families.cpp; a Qwen3 decoder there is not modelled (not yet tested).
+  if (adapter != nullptr && family.decoder.empty() && adapter->check != nullptr) adapter = nullptr;
   if (adapter == nullptr) {
     reader.fail("text_config.model_type", "unsupported decoder " + quoted(type) + " for " + std::string(family.family) +
                                               " (flopmeter models the decoder families " +
@@ -164,7 +203,7 @@ vlm_value read_value(const field_reader& reader, const vlm_field& f) {
     if (f.required) {
       const std::size_t dot = at.rfind('.');
       throw error(reader.where_missing(dot == std::string::npos ? "" : at.substr(0, dot)),
-                  "required key '" + at + "' is missing");
+                  "required key '" + at + "' is missing" + std::string(f.missing_note));
     }
     v.number = f.default_value;
     return v;
@@ -217,6 +256,19 @@ vlm_value read_value(const field_reader& reader, const vlm_field& f) {
 std::optional<spec_violation> build_vision(const vlm_values& v, const text_spec& text, const std::string& type,
                                            vision_spec& out) {
   const auto whole = [](double x) { return std::floor(x) == x; };
+  if (has_qwen3_vision_tower(type)) {
+    out.depth = v.integer("vision_config.depth");
+    out.hidden_size = v.integer("vision_config.hidden_size");
+    out.num_heads = v.integer("vision_config.num_heads");
+    out.intermediate_size = v.integer("vision_config.intermediate_size");
+    out.out_hidden_size = v.integer("vision_config.out_hidden_size");
+    out.deepstack_visual_indexes = v["vision_config.deepstack_visual_indexes"].indexes;
+    out.patch_size = v.integer("vision_config.patch_size");
+    out.temporal_patch_size = v.integer("vision_config.temporal_patch_size");
+    out.spatial_merge_size = v.integer("vision_config.spatial_merge_size");
+    out.in_channels = v.integer("vision_config.in_channels");
+    return std::nullopt;
+  }
   if (type == kQwen2Vl) {
     out.depth = v.integer("vision_config.depth");
     out.hidden_size = v.integer("vision_config.embed_dim");
@@ -294,6 +346,7 @@ std::optional<spec_violation> build_vision(const vlm_values& v, const text_spec&
 
 // config.json names of the vision_spec members on `type`.
 std::string key_of(const std::string& type, std::string_view member) {
+  if (has_qwen3_vision_tower(type)) return "vision_config." + std::string(member);
   const bool qwen2 = type == kQwen2Vl, qwen = qwen2 || type == kQwen25Vl;
   if (member == "depth") return qwen ? "vision_config.depth" : "vision_config.num_hidden_layers";
   if (member == "hidden_size") return qwen2 ? "vision_config.embed_dim" : "vision_config.hidden_size";
@@ -311,7 +364,10 @@ std::string key_of(const std::string& type, std::string_view member) {
 
 std::optional<spec_violation> check_vision(const model_spec& spec) {
   const std::string& type = spec.model_type;
+  const vlm_family* family = find_vlm_family(type);
+  if (!spec.vision && family != nullptr && family->vision_optional) return std::nullopt;
   if (!spec.vision) return spec_violation{"vision_config", "required for model_type " + quoted(type)};
+  if (has_qwen3_vision_tower(type)) return check_qwen3_vision(spec);
   const vision_spec& v = *spec.vision;
   const std::pair<std::string_view, std::int64_t> sizes[] = {{"depth", v.depth},
                                                              {"hidden_size", v.hidden_size},
@@ -429,7 +485,8 @@ std::optional<spec_violation> check_vlm_spec(const model_spec& spec) {
 }
 
 model_spec read_vlm_spec(const field_reader& reader, const vlm_family& family) {
-  if (!reader.has_table("vision_config")) {
+  const bool vision = reader.has_table("vision_config");
+  if (!vision && !family.vision_optional) {
     throw error(reader.where_missing(""), "required table 'vision_config' is missing: model_type " +
                                               quoted(std::string(family.model_type)) + " has a vision tower");
   }
@@ -437,17 +494,30 @@ model_spec read_vlm_spec(const field_reader& reader, const vlm_family& family) {
   const family_adapter& decoder = decoder_of(reader, family);
   model_spec spec = read_family_decoder(reader, decoder);
   spec.model_type = std::string(family.model_type);
-  vlm_values values;
-  values.family = &family;
-  for (const vlm_field& f : family.fields) values.values.push_back(read_value(reader, f));
-  vision_spec& v = spec.vision.emplace();
-  if (auto bad = build_vision(values, spec.text, spec.model_type, v)) reader.fail(bad->field, bad->what);
-  if (auto bad = check_vision(spec)) reader.fail(bad->field, bad->what);
+  if (vision) {
+    vlm_values values;
+    values.family = &family;
+    for (const vlm_field& f : family.fields) values.values.push_back(read_value(reader, f));
+    vision_spec& v = spec.vision.emplace();
+    if (auto bad = build_vision(values, spec.text, spec.model_type, v)) reader.fail(bad->field, bad->what);
+    if (auto bad = check_vision(spec)) reader.fail(bad->field, bad->what);
+  }
   if (auto bad = check_coefficients(spec)) {
-    // The FLOP model names vision_spec members ("vision_config.X"): in this family's config.json names.
-    std::string at = bad->field;
-    if (at.rfind("vision_config.", 0) == 0) at = key_of(spec.model_type, at.substr(14));
-    if (!reader.has(at)) at = "vision_config";
+    // The FLOP model names vision_spec members ("vision_config.X"): in this family's config.json names. Qwen3-VL's
+    // is cited where the document sets the first of the fields (a field left at its default is not in it).
+    const auto in_keys = [&spec](const std::string& field) {
+      return field.rfind("vision_config.", 0) == 0 ? key_of(spec.model_type, field.substr(14)) : field;
+    };
+    std::string at = in_keys(bad->field);
+    if (has_qwen3_vision_tower(spec.model_type)) {
+      for (const std::string& other : bad->also) {
+        if (reader.has(at)) break;
+        at = in_keys(other);
+      }
+      if (!reader.has(at)) at = bad->field;
+    } else if (!reader.has(at)) {
+      at = "vision_config";
+    }
     reader.fail(at, bad->what);
   }
   return spec;

@@ -1,6 +1,7 @@
-// plugin/core/vlm_families.h — internal: the vision-language families beyond Qwen3-VL (qwen2_vl, qwen2_5_vl,
-// internvl, gemma3). Each is a decoder family adapter (families.h: qwen2 for Qwen2-VL and Qwen2.5-VL, the
-// text_config's own model_type for InternVL, gemma3_text for Gemma 3) plus a vision field table in the
+// plugin/core/vlm_families.h — internal: the vision-language families (qwen3_vl, qwen3_5, qwen3_vl_moe, qwen3_5_moe,
+// qwen2_vl, qwen2_5_vl, internvl, gemma3). Each is a decoder family adapter (families.h: the Qwen3-VL and Qwen3.5
+// decoders of qwen_families.cpp, qwen2 for Qwen2-VL and Qwen2.5-VL, the text_config's own model_type for InternVL,
+// gemma3_text for Gemma 3) plus a vision field table in the
 // config.json's own names (vision_config.* and the wrapper's top-level keys such as downsample_ratio) and a build
 // step that turns them into a vision_spec (model_spec.h): block MLP, window attention, CLS token, projector.
 //
@@ -34,6 +35,7 @@ struct vlm_field {
   bool required;
   double default_value;      // when absent and not required
   std::string_view meaning;  // SCHEMA.md's description
+  std::string_view missing_note = {};  // appended to "required key '...' is missing": why no default is safe
 };
 
 struct vlm_value {
@@ -45,9 +47,10 @@ struct vlm_value {
 struct vlm_family {
   std::string_view model_type;  // "qwen2_5_vl"
   std::string_view family;      // "Qwen2.5-VL", for messages
-  std::string_view decoder;     // the decoder's model_type; "" when text_config.model_type names it (InternVL)
+  std::string_view decoder;     // the decoder's model_type (find_decoder); "" when text_config.model_type names it
   bool flat;                    // the config.json may keep the decoder's keys at the top level (no text_config)
   std::vector<vlm_field> fields;
+  bool vision_optional = false;  // a document without vision_config is the decoder alone (Qwen3-VL, Qwen3.5)
 
   const vlm_field* field(std::string_view path) const;
 };
