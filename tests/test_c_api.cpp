@@ -1168,14 +1168,15 @@ TEST(c_api_model, flops_seen_is_the_running_total_of_the_models_exact_flops) {
   // flopmeter_counts' int64 fields, in the row's order (the row's itemless counts follow them)
   int64_t count_values[(sizeof counts - offsetof(flopmeter_counts, real_tokens)) / sizeof(int64_t)];
   std::memcpy(count_values, &counts.real_tokens, sizeof count_values);
-  __int128 weighted = 0;
+  __extension__ typedef __int128 int128;  // the sum of count x weight, as exact as the library forms it
+  int128 weighted = 0;
   char weight[FLOPMETER_FLOPS_WEIGHT_CHARS];
   for (uint32_t i = 0; i < layout.num_counts; ++i) {
     ASSERT_EQ(abi.row_flops_weight(plugin, i, weight, sizeof weight), FLOPMETER_OK) << i;
-    if (i < std::size(count_values)) weighted += static_cast<__int128>(std::stoll(weight)) * count_values[i];
+    if (i < std::size(count_values)) weighted += static_cast<int128>(std::stoll(weight)) * count_values[i];
   }
   std::string digits;
-  for (__int128 v = weighted; v != 0; v /= 10) digits.insert(digits.begin(), static_cast<char>('0' + v % 10));
+  for (int128 v = weighted; v != 0; v /= 10) digits.insert(digits.begin(), static_cast<char>('0' + v % 10));
   EXPECT_EQ(digits, exact_flops(model.model, docs, grids));
   EXPECT_EQ(abi.row_flops_weight(plugin, layout.num_counts, weight, sizeof weight), FLOPMETER_E_REJECTED);
   EXPECT_EQ(abi.row_flops_weight(plugin, 0, weight, FLOPMETER_FLOPS_WEIGHT_CHARS - 1), FLOPMETER_E_REJECTED);
