@@ -70,20 +70,22 @@ def test_flops_seen_is_the_exact_running_total_past_2_53(monkeypatch, path):
     # the interval figures as doubles would round at each addition instead.
     # "device": the same document as a tensor counted on the device (_device.py, here on CPU tensors), whose
     # FLOPs are formed there in integer digits and added to the row's limbs: the same exact figure.
-    # "mixed": each interval also runs a device micro-batch of L + 2 tokens (FLOPs F2) beside the host one of L:
-    # k x (F + F2), the host's and the device's totals carried into one set of limbs.
+    # "mixed": each interval also runs a device micro-batch of M = 50,000,001 tokens (FLOPs F2) beside the host
+    # one of L: k x (F + F2), the host's and the device's totals carried into one set of limbs. (M, not L: the
+    # interval's causal pairs, 5.0e15 + 1.25e15, stay below the 2^53 a row's count carries.)
     import torch
 
     length = 100_000_001
     model = flopmeter.FlopModel("tiny_vlm")
     f = model.flops(document_lengths=[length])
-    f2 = model.flops(document_lengths=[length + 2])
+    other = 50_000_001
+    f2 = model.flops(document_lengths=[other])
     assert f > 2**53
     if path != "host":
         force_the_device_path(monkeypatch)
     batches = {"host": [dict(document_lengths=[length])],
                "device": [dict(document_lengths=torch.tensor([length]))],
-               "mixed": [dict(document_lengths=[length]), dict(document_lengths=torch.tensor([length + 2]))]}[path]
+               "mixed": [dict(document_lengths=[length]), dict(document_lengths=torch.tensor([other]))]}[path]
     per_interval = f + f2 if path == "mixed" else f
     records = []
     with flopmeter.Meter(model="tiny_vlm", sinks=QUIET) as meter:
@@ -94,7 +96,7 @@ def test_flops_seen_is_the_exact_running_total_past_2_53(monkeypatch, path):
         records.append(meter.flush())
     seen = [r["train/flops_seen"] for r in records if r is not None]
     assert seen == [float(per_interval), float(2 * per_interval), float(3 * per_interval)]
-    assert records[-1]["train/tokens_seen"] == 3 * (2 * length + 2 if path == "mixed" else length)
+    assert records[-1]["train/tokens_seen"] == 3 * (length + other if path == "mixed" else length)
 
 
 @pytest.mark.parametrize("path", ["host", "device"])
