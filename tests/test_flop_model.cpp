@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -12,7 +13,8 @@
 #include <vector>
 
 #include "accounting/count_event.h"  // internal: count_event
-#include "core/exact_flops.h"        // internal: exact_model_flops
+#include "core/count_fields.h"       // internal: kCountFields
+#include "core/exact_flops.h"        // internal: exact_model_flops, model_flop_weights
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 #include "support/error_message.h"
@@ -626,6 +628,58 @@ TEST(regime, a_micro_batch_without_items_is_billed_with_the_itemless_coefficient
   ASSERT_TRUE(exact);
   EXPECT_EQ(static_cast<double>(*exact), f.total());
   EXPECT_GT(f.total(), 3 * 4928 + 4 * 2464 + 6 * 192 + 6 * 64 + 4 * 768);  // and the patch embed, merger
+}
+
+// The FLOPs one unit of each count adds (what a device multiplies its counts by, accounting/flops_seen.h), for
+// small_vlm with the decoder frozen, complete scope. The coefficients (small_models.h, and the test above): with
+// items dense 4928 per device token and 192 per causal pair, without items 2464 and 64; the vision side trains:
+// 768 per patch and per CLS token, 64 patch embed per patch, 48 per pair per frame, 2304 per merged token.
+//   real and padding tokens 4928; causal pairs 192; patches 768 + 64 = 832; merged tokens 2304;
+//   vision pairs per frame 48; vision CLS tokens 768; the itemless counts are billed within their totals by
+//   with_items and by without_items instead: device tokens 2464 - 4928 = -2464, causal pairs 64 - 192 = -128;
+//   every other count (documents, items, whole-item pairs, the windows small_vlm lacks) 0.
+// Linear: sum of weight x count is exact_model_flops for the mixed counts of the test above, and for counts near
+// 2^53 in every field (itemless within their totals), where only 128-bit arithmetic holds the sums.
+TEST(regime, flop_weights_are_the_flops_of_one_unit_of_each_count) {
+  const model_spec spec = small_vlm();
+  const regime_coefficients text = compute_coefficients(spec, frozen_parts({"text"}));
+  const std::array<detail::int128, detail::kCountFieldCount> w = detail::model_flop_weights(text, flop_scope::complete);
+  std::array<std::int64_t, detail::kCountFieldCount> expected{};
+  const auto set = [&](std::int64_t batch_counts::*member, std::int64_t weight) {
+    expected[detail::count_field_index(member)] = weight;
+  };
+  set(&batch_counts::real_tokens, 4928);
+  set(&batch_counts::padding_tokens, 4928);
+  set(&batch_counts::causal_pairs, 192);
+  set(&batch_counts::patches, 832);
+  set(&batch_counts::merged_tokens, 2304);
+  set(&batch_counts::vision_pairs_per_frame, 48);
+  set(&batch_counts::vision_cls_tokens, 768);
+  set(&batch_counts::itemless_device_tokens, -2464);
+  set(&batch_counts::itemless_causal_pairs, -128);
+  for (std::size_t f = 0; f < detail::kCountFieldCount; ++f) {
+    EXPECT_TRUE(w[f] == expected[f]) << detail::kCountFields[f].name << ": " << static_cast<double>(w[f]);
+  }
+
+  const auto weighted_sum = [&](const batch_counts& n) {
+    detail::int128 sum = 0;
+    detail::for_each_count_field(
+        [&](auto f) { sum += w[f] * static_cast<detail::int128>(n.*detail::kCountMember<decltype(f)::value>); });
+    return sum;
+  };
+  const std::int64_t docs[] = {3};
+  const image_grid grids[] = {{1, 2, 2}};
+  batch_counts mixed = count_from_lengths(docs, 0, grids, geometry_of(spec));
+  mixed += count_from_lengths(docs, 1, {}, geometry_of(spec));
+  EXPECT_TRUE(weighted_sum(mixed) ==
+              static_cast<detail::int128>(*detail::exact_model_flops(text, mixed, flop_scope::complete)));
+  batch_counts large;
+  std::int64_t value = (std::int64_t{1} << 53) - 1;
+  detail::for_each_count_field([&](auto f) { large.*detail::kCountMember<decltype(f)::value> = value--; });
+  large.itemless_device_tokens = large.real_tokens / 3;  // within the device tokens, as count_event forms them
+  large.itemless_causal_pairs = large.causal_pairs / 5;
+  EXPECT_TRUE(weighted_sum(large) ==
+              static_cast<detail::int128>(*detail::exact_model_flops(text, large, flop_scope::complete)));
 }
 
 // exact_model_flops keeps every product and the sum in 128 bits, where compute_flops rounds each product to

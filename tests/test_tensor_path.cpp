@@ -355,10 +355,83 @@ TEST(tensor_path, bit_identical_flops_to_the_host_path) {
     // Real tokens: rank 0 has (100 + 28) + 4000 + (7 + 7 + 1) = 4143, rank 1 (101 + 28) + 4000 + (7 + 7 + 8)
     // = 4151; 8294 over 2 s.
     EXPECT_DOUBLE_EQ(*t.find("perf/tokens_per_second"), 4147.0);
-    // train/flops_seen: the host path's running total; the tensor path's counts never reach the host's total,
-    // so its rows say so and the figure is left out (accounting/flops_seen.h).
-    EXPECT_NE(h.find("train/flops_seen"), nullptr);
-    EXPECT_EQ(t.find("train/flops_seen"), nullptr);
+    // train/flops_seen: the tensor path forms the FLOPs of its device counts on the device and adds them to the
+    // row's limbs (accounting/flops_seen.h, "Device FLOPs"), so both paths give the exact total (small_vlm,
+    // small_models.h). Per micro-batch the items (2, 4, 6) and (1, 2, 2) are 48 + 4 = 52 patches, 12 + 1 = 13
+    // merged tokens, 2 x 24^2 + 4^2 = 1168 pairs per frame: 768 x 52 + 48 x 1168 + 64 x 52 + 2304 x 13 =
+    // 129,280 vision FLOPs; the text is 7392 per device token (real + 3 padding) and 192 per causal pair:
+    //   rank 0: 4143 + 9 = 4152 device tokens; pairs 5050 + 406 + 8,002,000 + 28 + 28 + 1 = 8,007,513;
+    //   rank 1: 4151 + 9 = 4160 device tokens; pairs 5151 + 406 + 8,002,000 + 28 + 28 + 36 = 8,007,649;
+    //   7392 x (4152 + 4160) + 192 x (8,007,513 + 8,007,649) + 6 x 129,280 = 61,442,304 + 3,074,911,104 +
+    //   775,680 = 3,137,129,088.
+    ASSERT_NE(t.find("train/flops_seen"), nullptr);
+    EXPECT_EQ(*t.find("train/flops_seen"), 3137129088.0);
+    EXPECT_EQ(*t.find("train/flops_seen"), *h.find("train/flops_seen"));
+  }
+}
+
+// train/flops_seen past 2^53 on the tensor path, with host and device micro-batches in one rank's row, in a full
+// training and a frozen-decoder regime (whose micro-batches without images take the itemless counts' negative
+// weights on the device). Two Gloo ranks, three intervals. Rank 0 runs one tensor document of L = 100,000,001
+// tokens per interval; rank 1 one of L + 2 tokens, described on the host in intervals 1 and 3 and as a tensor in
+// interval 2, so from interval 2 on its row adds a host total and a device total. Per document of n tokens
+// (small_vlm, no images; small_models.h and test_flop_model's regime tests):
+//   full training: F(n) = 7392 n + 192 n(n+1)/2: F(L) + F(L+2) = 960,000,768,000,007,584 +
+//   960,000,806,400,023,328 = 1,920,001,574,400,030,912;
+//   decoder frozen: G(n) = 2464 n + 64 n(n+1)/2 (the coefficients of a micro-batch without images; the device
+//   forms them as 4928 n + 192 pairs - 2464 n - 128 pairs): G(L) + G(L+2) = 640,000,524,800,010,304.
+// After interval k the figure is k x that sum, rounded once to double (spacing 256 there): full 1,920,001,574,
+// 400,030,976, 3,840,003,148,800,061,952, 5,760,004,723,200,093,184; frozen 640,000,524,800,010,240,
+// 1,280,001,049,600,020,480, 1,920,001,574,400,030,976.
+TEST(tensor_path, flops_seen_is_exact_past_two_to_the_53_for_device_and_host_microbatches) {
+  const std::int64_t length = 100000001;
+  struct regime_case {
+    bool frozen_text;
+    double expected[3];
+  };
+  const regime_case cases[] = {
+      {false, {1920001574400030976.0, 3840003148800061952.0, 5760004723200093184.0}},
+      {true, {640000524800010240.0, 1280001049600020480.0, 1920001574400030976.0}},
+  };
+  for (const regime_case& c : cases) {
+    std::vector<rank_run> out(2);
+    flopmeter_test::run_gloo_ranks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+      auto sink = std::make_shared<capture_sink>();
+      auto clock = std::make_shared<double>(0.0);
+      throughput_options o = two_rank_options(sink, clock);
+      if (c.frozen_text) add_frozen_part(o.training, "text", "test");
+      auto plugin = tensor_throughput::create(o, std::move(group), c10::Device(c10::kCPU));
+      const std::int64_t n = length + 2 * rank;
+      const std::vector<std::int64_t> lengths = {n};
+      for (std::int64_t step = 1; step <= 3; ++step) {
+        *clock += 1.0;
+        if (rank == 1 && step != 2) {
+          microbatch_event e;
+          e.document_lengths = lengths;
+          e.samples = 1;
+          plugin->on_microbatch(e);
+        } else {
+          tensor_microbatch b;
+          b.cu_seqlens = longs({0, n});
+          b.samples = 1;
+          plugin->on_microbatch(b);
+        }
+        log_event l;
+        l.step = step;
+        plugin->on_log(l);
+      }
+      plugin->flush();
+      out[static_cast<std::size_t>(rank)] = {sink->records, plugin->health()};
+    });
+    for (std::size_t r = 0; r < 2; ++r) {
+      ASSERT_EQ(out[r].records.size(), 3u) << "rank " << r;
+      for (std::size_t i = 0; i < 3; ++i) {
+        const double* seen = out[r].records[i].find("train/flops_seen");
+        ASSERT_NE(seen, nullptr) << "rank " << r << " record " << i;
+        EXPECT_EQ(*seen, c.expected[i]) << "frozen " << c.frozen_text << ", rank " << r << " record " << i;
+        EXPECT_EQ(*out[r].records[i].find("train/tokens_seen"), static_cast<double>((2 * length + 2) * (i + 1)));
+      }
+    }
   }
 }
 
@@ -420,6 +493,15 @@ TEST(tensor_path, an_interval_without_a_collective_ends_at_its_log_and_counts_in
       }
     }
     EXPECT_DOUBLE_EQ(*t[1].find("perf/tokens_per_second"), 20.0) << "rank " << r;
+    // train/flops_seen counts the same intervals as train/tokens_seen, the lost ones included (rank 1's step-3
+    // row that met rank 0's step 2, rank 0's skipped step 3): each 10-token document costs 7392 x 10 + 192 x 55
+    // = 84,480 FLOPs (small_vlm), so tokens_seen / 10 x 84,480. The tensor path adds its device FLOPs to its
+    // rank's total at every interval's end, whatever became of the collective, as the host path does.
+    for (std::size_t i = 0; i < 4; ++i) {
+      ASSERT_NE(t[i].find("train/flops_seen"), nullptr) << "rank " << r << " record " << i;
+      EXPECT_EQ(*t[i].find("train/flops_seen"), tokens_seen[i] / 10 * 84480) << "rank " << r << " record " << i;
+      EXPECT_EQ(*t[i].find("train/flops_seen"), *h[i].find("train/flops_seen")) << "rank " << r << " record " << i;
+    }
   }
 }
 

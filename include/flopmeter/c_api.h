@@ -306,14 +306,29 @@ typedef struct flopmeter_row_layout {
   double megatron_vision_linear;
   double megatron_vision_attention_slope;
   /* Added in 0.3 (a caller's struct_size without it still works; then it is not written). The first of the
-   * three doubles of this rank's running total of exact model FLOPs (train/flops_seen: 32-bit limbs, least
-   * significant first). A layer that adds device counts writes -2 into this first limb, which leaves
-   * train/flops_seen out of the record: the FLOPs of those counts never reach the host's total. */
+   * three doubles of this rank's running total of exact model FLOPs since it started, every interval included
+   * (train/flops_seen: 32-bit limbs, least significant first, each a whole number in [0, 2^32); -1 in all three
+   * once the total reached 2^96). A layer that adds device counts must also add their FLOPs to this total: its
+   * own running total of sum(count x flopmeter_row_flops_weight) over every interval it counted, added to the
+   * three limbs and carried so that each stays in [0, 2^32) (a carry out of the third: -1 in all three), all
+   * in integers, as the Python package's _device.py does on the device. A layer that cannot writes -2 into
+   * the first limb instead, which leaves train/flops_seen out of the record with a warning. */
   uint32_t flops_seen;
 } flopmeter_row_layout;
 
 /* FLOPMETER_OK, FLOPMETER_E_NULL_ARGUMENT, FLOPMETER_E_STRUCT_SIZE or FLOPMETER_E_INVALID_HANDLE. */
 FLOPMETER_EXPORT int flopmeter_get_row_layout(const flopmeter_plugin* plugin, flopmeter_row_layout* out);
+
+/* Added in 0.3. The model FLOPs one unit of count `index` (flopmeter_count_field's order, below
+ * flopmeter_row_layout.num_counts) adds to train/flops_seen in the plugin's training regime and scope, written
+ * into out[0..size) as a signed decimal integer with a NUL (at most FLOPMETER_FLOPS_WEIGHT_CHARS bytes).
+ * FLOPs are linear in the counts: those of an interval are the sum of count x weight over its counts. A count
+ * of the micro-batches without images (itemless_*) is billed within its total by one coefficient set and here
+ * by the difference to the other, so its weight may be negative; every weight is below 2^66 in magnitude.
+ * FLOPMETER_OK; FLOPMETER_E_REJECTED past the last count or for size < FLOPMETER_FLOPS_WEIGHT_CHARS;
+ * FLOPMETER_E_NULL_ARGUMENT; FLOPMETER_E_INVALID_HANDLE. */
+#define FLOPMETER_FLOPS_WEIGHT_CHARS 48
+FLOPMETER_EXPORT int flopmeter_row_flops_weight(const flopmeter_plugin* plugin, uint32_t index, char* out, size_t size);
 
 /* Where the library's messages go: warnings (rate-limited ones included), errors, and the console sink's
  * records (info). By default every message is written to stderr. With a callback set, each message at or above
@@ -487,6 +502,8 @@ FLOPMETER_EXPORT int64_t flopmeter_model_check_json(const flopmeter_model* model
  * flopmeter_count_field names the counts, flopmeter_model_window gives the windows; the row's counts grew by
  * the window pairs (num_counts says how many).
  * Also in 0.3: flopmeter_set_log_callback (the library's messages to the trainer's logging instead of stderr).
+ * Also in 0.3: flopmeter_row_flops_weight (the FLOPs per unit of each count, for a layer that adds the FLOPs
+ * of its device counts to the row's flops_seen limbs).
  * Also in 0.3: flopmeter_model_with_options and flopmeter_model_options (the training regime of a model alone);
  * flopmeter_plugin_model's model is in the plugin's regime (before, full training whatever [training] said). */
 

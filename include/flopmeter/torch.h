@@ -8,7 +8,10 @@
 // group's device: CPU for Gloo, the current CUDA device for NCCL), and the interval is read back after the
 // collective with a non-blocking copy and an event, one log later. On CPU tensors it is the same code path,
 // trivially complete. FLOPs are formed from the gathered integer counts on the host, so the tensor path and
-// the host path give bit-identical FLOPs for the same batch.
+// the host path give bit-identical FLOPs for the same batch. train/flops_seen, the running total, cannot wait
+// for counts that stay on the device: at each log the device forms the exact FLOPs of its interval's counts
+// itself (integer arithmetic, no sync) and adds this rank's running total into its row, so the figure is the
+// host path's, exact, whichever intervals were lost.
 //
 // Rejected batches: a malformed batch is not counted in any metric — tokens, FLOPs, samples, loss sum and
 // label tokens alike — exactly as on the host path; only the fact that a micro-batch ran (step time) stays.

@@ -18,6 +18,7 @@
 
 #include <spdlog/logger.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -42,6 +43,8 @@
 #include "accounting/row_layout.h"
 #include "accounting/throughput_calls.h"
 #include "accounting/throughput_config.h"
+#include "core/count_fields.h"
+#include "core/exact_flops.h"
 #include "comm/c_callback_communicator.h"
 #include "output/json_line.h"
 #include "output/logging.h"
@@ -412,6 +415,33 @@ int flopmeter_get_row_layout(const flopmeter_plugin* plugin, flopmeter_row_layou
     out->flops_seen = static_cast<uint32_t>(d::row_flops_seen_0);
   }
   return FLOPMETER_OK;
+}
+
+int flopmeter_row_flops_weight(const flopmeter_plugin* plugin, uint32_t index, char* out, size_t size) {
+  if (plugin == nullptr || out == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  namespace d = flopmeter::detail;
+  if (index >= d::kCountFieldCount || size < FLOPMETER_FLOPS_WEIGHT_CHARS) return FLOPMETER_E_REJECTED;
+  try {
+    // The plugin's regime was checked when it was created: compute_coefficients does not throw here.
+    const flopmeter::throughput_plugin& p = *state->plugin;
+    const d::int128 weight =
+        d::model_flop_weights(flopmeter::compute_coefficients(p.model(), p.training()), p.scope())[index];
+    // Decimal digits of |weight| (below 2^66: at most 20), least significant first, then the sign.
+    std::string text;
+    d::uint128 magnitude = static_cast<d::uint128>(weight < 0 ? -weight : weight);
+    do {
+      text.push_back(static_cast<char>('0' + static_cast<int>(magnitude % 10)));
+      magnitude /= 10;
+    } while (magnitude != 0);
+    if (weight < 0) text.push_back('-');
+    std::copy(text.rbegin(), text.rend(), out);
+    out[text.size()] = '\0';
+    return FLOPMETER_OK;
+  } catch (...) {
+    return FLOPMETER_E_REJECTED;
+  }
 }
 
 flopmeter_model* flopmeter_plugin_model(const flopmeter_plugin* plugin, char* error, size_t error_size) {

@@ -1,11 +1,13 @@
 // plugin/core/flop_totals.cpp — the FLOPs of a micro-batch's counts (compute_flops, exact_total_flops,
 // flopmeter/flop_model.h): coefficient x count per term, formed exactly in 128 bits and rounded once to double,
 // or summed exactly as a decimal integer.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "core/count_fields.h"
 #include "core/exact_flops.h"
 #include "core/flop_terms.h"
 #include "flopmeter/flop_model.h"
@@ -152,6 +154,38 @@ bool add_exact_products(const coefficients& c, const batch_counts& n, flop_scope
   return true;
 }
 
+// The same sum for counts that may be negative (the unit counts of model_flop_weights): small, so int128 holds it.
+int128 signed_products(const coefficients& c, const batch_counts& n, flop_scope scope) {
+  flop_product products[kMaxFlopProducts];
+  const std::size_t count = flop_products(c, n, scope, products);
+  int128 sum = 0;
+  for (std::size_t i = 0; i < count; ++i) sum += static_cast<int128>(products[i].coefficient) * products[i].count;
+  return sum;
+}
+
+// What compute_flops(regime) bills with each set: with_items over the counts less the itemless ones (the text
+// work of the micro-batches with items), without_items over the itemless ones alone. The dense terms read
+// device_tokens() only, so the split of real and padding tokens does not matter.
+struct split_counts {
+  batch_counts with_items;
+  batch_counts without_items;
+};
+
+split_counts split_by_items(const batch_counts& n) {
+  split_counts s;
+  s.with_items = n;
+  s.with_items.real_tokens = n.device_tokens() - n.itemless_device_tokens;
+  s.with_items.padding_tokens = 0;
+  s.with_items.causal_pairs = n.causal_pairs - n.itemless_causal_pairs;
+  s.with_items.window_pairs_0 = n.window_pairs_0 - n.itemless_window_pairs_0;
+  s.with_items.window_pairs_1 = n.window_pairs_1 - n.itemless_window_pairs_1;
+  s.without_items.real_tokens = n.itemless_device_tokens;
+  s.without_items.causal_pairs = n.itemless_causal_pairs;
+  s.without_items.window_pairs_0 = n.itemless_window_pairs_0;
+  s.without_items.window_pairs_1 = n.itemless_window_pairs_1;
+  return s;
+}
+
 }  // namespace
 
 std::optional<uint128> exact_model_flops(const regime_coefficients& rc, const batch_counts& n, flop_scope scope) {
@@ -162,22 +196,29 @@ std::optional<uint128> exact_model_flops(const regime_coefficients& rc, const ba
   // compute_flops(regime) bills the text terms of the micro-batches without items (counts.itemless_*) with
   // without_items and everything else with with_items. FLOPs are linear in the counts, so that is the products
   // of with_items over the counts less the itemless ones, plus those of without_items over the itemless ones
-  // alone (the dense terms read device_tokens() only, so the split of real and padding tokens does not matter).
-  batch_counts with = n;
-  with.real_tokens = n.device_tokens() - n.itemless_device_tokens;
-  with.padding_tokens = 0;
-  with.causal_pairs = n.causal_pairs - n.itemless_causal_pairs;
-  with.window_pairs_0 = n.window_pairs_0 - n.itemless_window_pairs_0;
-  with.window_pairs_1 = n.window_pairs_1 - n.itemless_window_pairs_1;
-  batch_counts without;
-  without.real_tokens = n.itemless_device_tokens;
-  without.causal_pairs = n.itemless_causal_pairs;
-  without.window_pairs_0 = n.itemless_window_pairs_0;
-  without.window_pairs_1 = n.itemless_window_pairs_1;
-  if (!add_exact_products(rc.with_items, with, scope, sum) ||
-      !add_exact_products(rc.without_items, without, scope, sum))
+  // alone.
+  const split_counts split = split_by_items(n);
+  if (!add_exact_products(rc.with_items, split.with_items, scope, sum) ||
+      !add_exact_products(rc.without_items, split.without_items, scope, sum))
     return std::nullopt;
   return sum;
+}
+
+std::array<int128, kCountFieldCount> model_flop_weights(const regime_coefficients& rc, flop_scope scope) {
+  // Every product is a coefficient times a count, and split_by_items forms each count it bills as a sum of the
+  // counts with factors +1 or -1: so exact_model_flops is linear, and its value on the unit count of field f
+  // (1 in f, 0 elsewhere), formed by the same split and the same products in signed arithmetic, is f's weight.
+  // The itemless counts come out as without_items' coefficients less with_items' (which bill them within their
+  // totals), so those weights may be negative.
+  std::array<int128, kCountFieldCount> weights{};
+  for_each_count_field([&](auto f) {
+    batch_counts unit;
+    unit.*kCountMember<decltype(f)::value> = 1;
+    const split_counts split = split_by_items(unit);
+    weights[f] = signed_products(rc.with_items, split.with_items, scope) +
+                 signed_products(rc.without_items, split.without_items, scope);
+  });
+  return weights;
 }
 
 }  // namespace detail

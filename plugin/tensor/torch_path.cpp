@@ -22,11 +22,13 @@
 #include "flopmeter/c10d.h"
 #include "flopmeter/error.h"
 #include "accounting/derive.h"  // check_loss_pair
+#include "accounting/flops_seen.h"
 #include "accounting/owned_mutex.h"
 #include "accounting/plugin_factory.h"  // check_layout_fits, make_emitting_sinks
 #include "accounting/row_layout.h"
 #include "accounting/throughput_calls.h"
 #include "core/exact_double.h"
+#include "core/exact_flops.h"
 #include "tensor/torch_path_log.h"  // spdlog stays out of this file: see there
 
 namespace flopmeter {
@@ -48,6 +50,19 @@ constexpr std::int64_t kMaxItemPatches = std::int64_t{1} << 31;
 constexpr std::int64_t kCountEntries = static_cast<std::int64_t>(kRowCountFields) + 1;  // + invalid entries
 
 at::Tensor constant(std::int64_t value, const at::TensorOptions& options) { return at::full({}, value, options); }
+
+constexpr std::int64_t kFlopsLimb = std::int64_t{1} << 32;  // the base of the FLOPs limbs (flops_seen.h)
+
+// Brings entries 0 .. n-2 of an int64 vector of 32-bit limbs (least significant first) into [0, 2^32) by
+// carrying floor(x / 2^32) into the next, lowest first; the last keeps the rest. Exact while every entry stays
+// below 2^63 in magnitude (accounting/flops_seen.h, "Device FLOPs").
+void carry_limbs(at::Tensor& limbs) {
+  for (std::int64_t m = 0; m + 1 < limbs.size(0); ++m) {
+    const at::Tensor carry = at::div(limbs.select(0, m), kFlopsLimb, "floor");
+    limbs.select(0, m).sub_(carry * kFlopsLimb);
+    limbs.select(0, m + 1).add_(carry);
+  }
+}
 
 // at::div's rounding_mode is c10::optional<c10::string_view> in 1.13 and std::optional<std::string_view> in
 // 2.x; a string literal converts to either.
@@ -261,6 +276,18 @@ class tensor_throughput::impl {
     // The device counts go into this rank's row of the table, so every log gathers it (throughput.h).
     options.topk_interval_logs = 1;
     plugin_ = throughput_plugin::create(std::move(options), std::move(comm));
+    // The FLOPs of the device counts, in the regime and scope the plugin bills (its options, resolved).
+    const auto longs = at::TensorOptions().dtype(at::kLong);
+    const std::vector<std::int64_t> matrix = weight_digit_matrix(
+        model_flop_weights(compute_coefficients(plugin_->model(), plugin_->training()), plugin_->scope()));
+    flops_weight_digits_ = at::tensor(matrix, longs)
+                               .view({static_cast<std::int64_t>(kRowCountFields) * kCountDigits, kProductDigits})
+                               .to(device);
+    const std::vector<std::int64_t> digit_scales = {1, std::int64_t{1} << 16, std::int64_t{1} << 32,
+                                                    std::int64_t{1} << 48};
+    static_assert(kCountDigits == 4, "one scale per count digit above");
+    count_digit_scales_ = at::tensor(digit_scales, longs).to(device);
+    flops_seen_ = at::zeros({kDeviceFlopsLimbs}, longs.device(device));
   }
 
   void on_microbatch(const tensor_microbatch& batch) noexcept {
@@ -317,7 +344,7 @@ class tensor_throughput::impl {
     contributed_ = false;
     plugin_->on_log(event);
     // A log whose collective did not start (the plugin skipped it: backing off, getting back in step, or the
-    // start failed) still ends the interval, as on the host path: its tokens and samples join the running
+    // start failed) still ends the interval, as on the host path: its tokens, samples and FLOPs join the running
     // totals and the rest is dropped, so the next row's rates cover the next interval only. Device rejections
     // are kept until a row carries them (health().bad_microbatches counts every one).
     if (!contributed_) end_interval(/*keep_rejections=*/true);
@@ -393,17 +420,45 @@ class tensor_throughput::impl {
               accumulated_.select(0, row_patches) * megatron_.vision_linear +
               accumulated_.select(0, kTokensTimesPatches) * megatron_.vision_attention_slope);
     end_interval(/*keep_rejections=*/false);
+    contributed_ = true;  // the interval has ended: on_log must not end it again, whatever follows here
     at_field(row_tokens_seen).add_(seen_.select(0, 0));  // the running totals, this interval included
     at_field(row_samples_seen).add_(seen_.select(0, 1));
     at_field(row_label_tokens_seen).add_(seen_.select(0, 2));
-    // The FLOPs of the device counts never reach the host's running total (accounting/flops_seen.h).
-    at_field(row_flops_seen_0).fill_(detail::kFlopsSeenOnDevice);
-    contributed_ = true;
+    add_flops_seen(buffer.narrow(0, row + static_cast<std::int64_t>(row_flops_seen_0), 3));
   }
 
-  // Adds the interval's real tokens and samples to the running totals and starts the next interval's
+  // The row's FLOPs limbs (the host's total: micro-batches described on the host) plus this rank's device total,
+  // this interval included, carried into 32-bit limbs; kFlopsSeenBeyondRow in all three when the sum reaches
+  // 2^96 or the host's limbs say so (accounting/flops_seen.h, "Device FLOPs").
+  void add_flops_seen(at::Tensor row_limbs) {
+    const at::Tensor host = row_limbs.to(at::kLong);  // whole numbers below 2^32, or kFlopsSeenBeyondRow
+    at::Tensor sum = at::cat({host + flops_seen_.slice(0, 0, 3), at::zeros({1}, host.options())});
+    carry_limbs(sum);
+    const at::Tensor beyond =
+        (sum.select(0, 3) + flops_seen_.select(0, 3) + flops_seen_.select(0, 4) != 0) | (host < 0).any();
+    row_limbs.copy_(
+        at::where(beyond, at::full({}, kFlopsSeenBeyondRow, row_limbs.options()), sum.slice(0, 0, 3).to(at::kDouble)));
+  }
+
+  // Adds the exact model FLOPs of the interval's device counts to this rank's running total, on the device
+  // (accounting/flops_seen.h, "Device FLOPs"): the counts' 16-bit digits times the weights' digits, folded into
+  // 32-bit limbs and carried.
+  void add_interval_flops() {
+    const at::Tensor counts = accumulated_.slice(0, 0, static_cast<std::int64_t>(kRowCountFields));
+    // A count of 2^53 or more may be rounded already: 2^128 FLOPs, which marks the total beyond a row for good.
+    flops_seen_.select(0, kDeviceFlopsLimbs - 1).add_((counts >= kExactIntegerLimit).any().to(at::kLong));
+    const at::Tensor whole = counts.clamp_max(kExactIntegerLimit).to(at::kLong);
+    const at::Tensor digits = at::div(whole.unsqueeze(1), count_digit_scales_, "floor").remainder(65536);
+    const at::Tensor positions = (digits.reshape({-1, 1}) * flops_weight_digits_).sum(0);  // S_0 .. S_7
+    flops_seen_.slice(0, 0, kProductDigits / 2)
+        .add_(positions.slice(0, 0, kProductDigits, 2) + positions.slice(0, 1, kProductDigits, 2) * 65536);
+    carry_limbs(flops_seen_);
+  }
+
+  // Adds the interval's real tokens, samples and FLOPs to the running totals and starts the next interval's
   // accumulation, on the device (no sync).
   void end_interval(bool keep_rejections) {
+    add_interval_flops();
     seen_.select(0, 0).add_(accumulated_.select(0, row_real_tokens));
     seen_.select(0, 1).add_(accumulated_.select(0, kSamples));
     seen_.select(0, 2).add_(accumulated_.select(0, kLabelTokens));
@@ -424,6 +479,9 @@ class tensor_throughput::impl {
   at::Tensor accumulated_;
   at::Tensor loss_sum_;
   at::Tensor seen_;           // this rank's running totals: real tokens, samples, label tokens (row_*_seen)
+  at::Tensor flops_seen_;     // this rank's running device FLOPs: kDeviceFlopsLimbs int64 limbs (flops_seen.h)
+  at::Tensor flops_weight_digits_;  // weight_digit_matrix of the plugin's regime and scope, int64
+  at::Tensor count_digit_scales_;   // 2^16i, i < kCountDigits, int64
   bool contributed_ = false;  // whether the current on_log's collective took this rank's device counts
   std::int64_t rank_ = 0;
   std::shared_ptr<rate_limited_log> uncounted_warning_ = make_warning_limiter();

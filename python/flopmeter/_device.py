@@ -13,8 +13,15 @@ device: everything it contributes is multiplied by 0 and it is counted as reject
 
 At each log the accumulated values are added into this rank's row of the collective buffer on the device
 (``contribute``), and the interval starts again. A log that starts no collective (the library is backing off
-or getting the ranks back in step) still ends the interval: its tokens and samples join the running totals
-and the rest is dropped (``end_interval``), as in the C++ tensor path.
+or getting the ranks back in step) still ends the interval: its tokens, samples and FLOPs join the running
+totals and the rest is dropped (``end_interval``), as in the C++ tensor path.
+
+train/flops_seen: at the end of each interval, whatever becomes of its collective, the exact model FLOPs of its
+counts join this rank's running total on the device, in int64 digits (the library's flops_seen.h, "Device
+FLOPs", describes the arithmetic; the weights per count are the library's, flopmeter_row_flops_weight): each
+count's 16-bit digits times each weight's 16-bit digits, summed per position (below 2^39), folded into 32-bit
+limbs and carried. ``contribute`` adds that total to the host's limbs in this rank's row, carried likewise, so
+the row carries the rank's whole exact total, as a host-only rank's does.
 
 Thread-safety: the Meter calls these under its own lock.
 """
@@ -27,8 +34,15 @@ from . import _native
 
 MAX_DOCUMENT_TOKENS = (1 << 32) - 1
 MAX_ITEM_PATCHES = 1 << 31
-# What a row's first FLOPs limb says when the rank counts on a device (c_api.h, flopmeter_row_layout.flops_seen).
-FLOPS_SEEN_ON_DEVICE = -2.0
+# Device FLOPs (the library's flops_seen.h): digits of 16 bits, limbs of 32.
+COUNT_DIGITS = 4  # a count below 2^64 (the accumulator's are below 2^53)
+WEIGHT_DIGITS = 5  # a weight below 2^80 in magnitude (the library's are below 2^66)
+PRODUCT_DIGITS = COUNT_DIGITS + WEIGHT_DIGITS - 1  # 4 limbs of 32 bits
+FLOPS_LIMBS = 5  # the running total: 4 limbs in [0, 2^32), then the rest
+LIMB = 1 << 32
+EXACT_INTEGER_LIMIT = float(1 << 53)
+# What all three FLOPs limbs of a row say once the rank's total reached 2^96 (c_api.h, flopmeter_row_layout).
+FLOPS_SEEN_BEYOND_ROW = -1.0
 
 # A window as the library describes it: ("sliding" | "chunked", size >= 1).
 Window = Tuple[str, int]
@@ -51,6 +65,32 @@ class Slots:
         self.tokens_squared = self.counts + 4
         self.tokens_times_patches = self.counts + 5
         self.total = self.counts + 6
+
+
+def weight_digit_matrix(weights: Sequence[int]) -> list:
+    """Rows ``f * COUNT_DIGITS + i`` (count f's digit i), columns k < PRODUCT_DIGITS: sign(w_f) times digit k - i
+    of |w_f| (16 bits each), 0 outside the weight's digits. A count vector's digits times this matrix are the
+    FLOPs' digit sums S_k."""
+    matrix = [[0] * PRODUCT_DIGITS for _ in range(len(weights) * COUNT_DIGITS)]
+    for f, weight in enumerate(weights):
+        magnitude = abs(weight)
+        if magnitude >> (16 * WEIGHT_DIGITS):
+            raise ValueError(f"the FLOPs weight of count {f} ({weight}) reaches 2^80")
+        sign = -1 if weight < 0 else 1
+        for j in range(WEIGHT_DIGITS):
+            digit = (magnitude >> (16 * j)) & 0xFFFF
+            for i in range(COUNT_DIGITS):
+                matrix[f * COUNT_DIGITS + i][i + j] = sign * digit
+    return matrix
+
+
+def _carry(torch: Any, limbs: Any) -> None:
+    """Brings entries 0 .. n-2 of an int64 vector of 32-bit limbs into [0, 2^32), carrying floor(x / 2^32) into
+    the next, lowest first; the last keeps the rest. Exact while every entry stays below 2^63 in magnitude."""
+    for m in range(limbs.shape[0] - 1):
+        carry = torch.div(limbs[m], LIMB, rounding_mode="floor")
+        limbs[m] -= carry * LIMB
+        limbs[m + 1] += carry
 
 
 class VisionGeometry:
@@ -216,17 +256,25 @@ def _device_scalar(torch: Any, value: Any, device: Any) -> Any:
 
 
 class DeviceCounts:
-    """This rank's interval accumulators on one device, and its running totals there."""
+    """This rank's interval accumulators on one device, and its running totals there.
 
-    def __init__(self, torch: Any, device: Any, merge_size: Union[VisionGeometry, int],
+    `flops_weights`: the model FLOPs per unit of each of the row's counts (_native.row_flops_weights)."""
+
+    def __init__(self, torch: Any, device: Any, merge_size: Union[VisionGeometry, int], flops_weights: Sequence[int],
                  windows: Sequence[Window] = ()) -> None:
         self.torch = torch
         self.device = device
         self.merge_size = merge_size
         self.windows = tuple(windows)
         self.slots = Slots()
+        if len(flops_weights) != self.slots.counts:
+            raise ValueError(f"flops_weights: one weight per count ({self.slots.counts}), got {len(flops_weights)}")
         self.accumulated = torch.zeros(self.slots.total, dtype=torch.float64, device=device)
         self.seen = torch.zeros(3, dtype=torch.float64, device=device)  # real tokens, samples, label tokens
+        self.flops_seen = torch.zeros(FLOPS_LIMBS, dtype=torch.int64, device=device)  # this rank's device FLOPs
+        digits = torch.tensor(weight_digit_matrix(flops_weights), dtype=torch.int64)
+        # Made on the host once; to a CUDA device from pinned memory, so that the copy does not wait.
+        self.weight_digits = digits if device.type == "cpu" else digits.pin_memory().to(device, non_blocking=True)
 
     def add(self, fmt: Optional[str], batch: Any, grids: Any, padding_tokens: int, samples: int,
             loss_sum: Any, label_tokens: Any) -> None:
@@ -277,23 +325,50 @@ class DeviceCounts:
                                                 + a[s.tokens_squared] * layout.megatron_text_attention_slope
                                                 + a[s.index["patches"]] * layout.megatron_vision_linear
                                                 + a[s.tokens_times_patches] * layout.megatron_vision_attention_slope)
+        # The interval ends here: its tokens, samples and FLOPs join the running totals, which the row carries.
+        self._add_interval_flops()
         self.seen[0] += real
         self.seen[1] += a[s.samples]
         self.seen[2] += a[s.label_tokens]
+        self.accumulated.zero_()
         buffer[row + layout.tokens_seen] += self.seen[0]
         buffer[row + layout.samples_seen] += self.seen[1]
         buffer[row + layout.label_tokens_seen] += self.seen[2]
-        # The FLOPs of these counts never reach the host's running total: train/flops_seen is left out (with a
-        # warning) rather than reported without them.
-        buffer[row + layout.flops_seen] = FLOPS_SEEN_ON_DEVICE
-        self.accumulated.zero_()
+        limbs = slice(row + layout.flops_seen, row + layout.flops_seen + 3)
+        buffer[limbs] = self._with_flops_seen(buffer[limbs])
         return buffer
 
+    def _add_interval_flops(self) -> None:
+        """The exact model FLOPs of the interval's counts join this rank's running total, on the device: the
+        counts' digits times the weights' digits, folded into 32-bit limbs and carried."""
+        torch = self.torch
+        counts = self.accumulated[:self.slots.counts]
+        # A count of 2^53 or more may be rounded already: 2^128 FLOPs, which marks the total beyond a row for good.
+        self.flops_seen[FLOPS_LIMBS - 1] += (counts >= EXACT_INTEGER_LIMIT).any().to(torch.int64)
+        whole = counts.clamp(max=EXACT_INTEGER_LIMIT).to(torch.int64)
+        digits = torch.stack([torch.div(whole, 1 << (16 * i), rounding_mode="floor").remainder(1 << 16)
+                              for i in range(COUNT_DIGITS)], dim=1)
+        positions = (digits.reshape(-1, 1) * self.weight_digits).sum(0)  # S_0 .. S_7, each below 2^39
+        self.flops_seen[:PRODUCT_DIGITS // 2] += positions[0::2] + positions[1::2] * (1 << 16)
+        _carry(torch, self.flops_seen)
+
+    def _with_flops_seen(self, host_limbs: Any) -> Any:
+        """A row's three FLOPs limbs (the host's total: whole numbers below 2^32, or -1 in each) plus this rank's
+        device total, carried; -1 in each when the sum reaches 2^96 or the host's limbs say so."""
+        torch = self.torch
+        host = host_limbs.to(torch.int64)
+        total = torch.cat([host + self.flops_seen[:3], torch.zeros(1, dtype=torch.int64, device=host.device)])
+        _carry(torch, total)
+        beyond = ((total[3] + self.flops_seen[3] + self.flops_seen[4]) != 0) | (host < 0).any()
+        return torch.where(beyond, torch.full((), FLOPS_SEEN_BEYOND_ROW, dtype=torch.float64, device=host.device),
+                           total[:3].to(torch.float64))
+
     def end_interval(self) -> None:
-        """A log without a collective: tokens and samples join the running totals, the rest is dropped, and
-        device rejections wait for the next row."""
+        """A log without a collective: tokens, samples and FLOPs join the running totals, the rest is dropped,
+        and device rejections wait for the next row."""
         a = self.accumulated
         s = self.slots
+        self._add_interval_flops()
         self.seen[0] += a[s.index["real_tokens"]]
         self.seen[1] += a[s.samples]
         self.seen[2] += a[s.label_tokens]

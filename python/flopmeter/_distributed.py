@@ -194,13 +194,15 @@ class TorchCollective:
 
     def _start_allreduce(self, user: Any, values: Any, count: int, op: str = "sum") -> Optional[int]:
         try:
-            self.contributed = True
             handle = next(self._ids)
             table = self.layout is not None and count == self.world_size * self.layout.row_doubles
             if self.device_counts is not None and not table:
+                # Not started, so not contributed: Meter.on_log ends the device interval (its tokens, samples and
+                # FLOPs join the running totals), as for any log without a collective.
                 raise RuntimeError(
                     "counts on a device go into the per-rank table, which this log does not gather: set "
                     "logging={'topk_interval_logs': 1} (the default up to 256 ranks) to gather it at every log")
+            self.contributed = True
             if self._doubling is not None and self.device_counts is None and not table:
                 import torch
 

@@ -259,6 +259,7 @@ _SIGNATURES = {
     "flopmeter_destroy": (ctypes.c_int, [_P]),
     "flopmeter_health": (ctypes.c_int, [_P, ctypes.POINTER(HealthCounters)]),
     "flopmeter_get_row_layout": (ctypes.c_int, [_P, ctypes.POINTER(RowLayout)]),
+    "flopmeter_row_flops_weight": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_plugin_model": (_P, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_model_load": (_P, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_model_parse_json": (_P, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p,
@@ -339,6 +340,24 @@ def model_windows(handle) -> tuple:
     while lib().flopmeter_model_window(handle, len(windows), ctypes.byref(kind), ctypes.byref(size)) == OK:
         windows.append((WINDOW_KINDS[kind.value], int(size.value)))
     return tuple(windows)
+
+
+FLOPS_WEIGHT_CHARS = 48  # FLOPMETER_FLOPS_WEIGHT_CHARS
+
+
+def row_flops_weights(handle) -> tuple:
+    """The model FLOPs one unit of each of the row's counts adds (ROW_COUNT_FIELDS' order), in a plugin's
+    training regime and scope, as Python ints (flopmeter_row_flops_weight): FLOPs are linear in the counts."""
+    loaded = lib()
+    buffer = ctypes.create_string_buffer(FLOPS_WEIGHT_CHARS)
+    weights = []
+    for index in range(len(ROW_COUNT_FIELDS)):
+        code = loaded.flopmeter_row_flops_weight(handle, index, buffer, len(buffer))
+        if code != OK:
+            raise RuntimeError(f"flopmeter: the FLOPs weight of count {ROW_COUNT_FIELDS[index]}: "
+                               f"{status_string(code)}")
+        weights.append(int(buffer.value.decode("ascii")))
+    return tuple(weights)
 
 
 def error_buffer() -> ctypes.Array:

@@ -406,7 +406,7 @@ class Meter:
             if self._device_counts is None:
                 self._device_counts = _device.DeviceCounts(
                     torch, device, _device.VisionGeometry.from_coefficients(self._model.coefficients),
-                    self._model.windows)
+                    _native.row_flops_weights(self._handle), self._model.windows)
                 self._collective.device_counts = self._device_counts
             elif self._device_counts.device != device:
                 raise ValueError(f"the batch is on {device}, this meter counts on {self._device_counts.device} "

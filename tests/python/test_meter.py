@@ -13,7 +13,7 @@ import time
 import pytest
 
 import flopmeter
-from flopmeter import _batch
+from flopmeter import _batch, _distributed
 
 QUIET = {"console": False}
 
@@ -56,23 +56,82 @@ def test_one_interval_by_hand():
     assert record["health/bad_microbatches"] == 0
 
 
-def test_flops_seen_is_the_exact_running_total_past_2_53():
+def force_the_device_path(monkeypatch):
+    """The torch-op counting that CUDA tensors take (_device.py), for every torch tensor, CPU ones included."""
+    monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
+    monkeypatch.setattr(_batch, "FAST_PATH", False)
+
+
+@pytest.mark.parametrize("path", ["host", "device", "mixed"])
+def test_flops_seen_is_the_exact_running_total_past_2_53(monkeypatch, path):
     # tiny_vlm, three intervals of one document of L = 100,000,001 tokens: its L(L+1)/2 = 5.0e15 causal pairs
     # make each interval's FLOPs F (FlopModel.flops, an exact int) pass 2^53 = 9.0e15. train/flops_seen after
     # interval k is k x F, exact as an integer and rounded once to the record's double: float(k * F). Summing
     # the interval figures as doubles would round at each addition instead.
-    batch = dict(document_lengths=[100_000_001])
-    f = flopmeter.FlopModel("tiny_vlm").flops(**batch)
+    # "device": the same document as a tensor counted on the device (_device.py, here on CPU tensors), whose
+    # FLOPs are formed there in integer digits and added to the row's limbs: the same exact figure.
+    # "mixed": each interval also runs a device micro-batch of M = 50,000,001 tokens (FLOPs F2) beside the host
+    # one of L: k x (F + F2), the host's and the device's totals carried into one set of limbs. (M, not L: the
+    # interval's causal pairs, 5.0e15 + 1.25e15, stay below the 2^53 a row's count carries.)
+    import torch
+
+    length = 100_000_001
+    model = flopmeter.FlopModel("tiny_vlm")
+    f = model.flops(document_lengths=[length])
+    other = 50_000_001
+    f2 = model.flops(document_lengths=[other])
     assert f > 2**53
+    if path != "host":
+        force_the_device_path(monkeypatch)
+    batches = {"host": [dict(document_lengths=[length])],
+               "device": [dict(document_lengths=torch.tensor([length]))],
+               "mixed": [dict(document_lengths=[length]), dict(document_lengths=torch.tensor([other]))]}[path]
+    per_interval = f + f2 if path == "mixed" else f
     records = []
     with flopmeter.Meter(model="tiny_vlm", sinks=QUIET) as meter:
         for step in (1, 2, 3):
-            meter.on_microbatch(**batch, samples=1)
+            for batch in batches:
+                assert meter.on_microbatch(**batch, samples=1)
             records.append(meter.on_log(step))
         records.append(meter.flush())
     seen = [r["train/flops_seen"] for r in records if r is not None]
-    assert seen == [float(f), float(2 * f), float(3 * f)]
-    assert records[-1]["train/tokens_seen"] == 3 * 100_000_001
+    assert seen == [float(per_interval), float(2 * per_interval), float(3 * per_interval)]
+    assert records[-1]["train/tokens_seen"] == 3 * (length + other if path == "mixed" else length)
+
+
+@pytest.mark.parametrize("path", ["host", "device"])
+def test_a_lost_intervals_flops_count_in_flops_seen_like_its_tokens(monkeypatch, path):
+    # Three intervals of one 1000-token document each; the collective of step 2 fails (its wait, the second,
+    # reports a failure), so step 2 has no record. Its tokens and FLOPs still join the running totals, which
+    # every row carries: the record of step 3 has tokens_seen 3 x 1000 and flops_seen 3 F (F = FlopModel.flops
+    # of the document), on the host path and on the device path alike (there, the FLOPs of the lost interval
+    # joined the device's total when its counts went into the failed collective).
+    import torch
+
+    original = _distributed.TorchCollective._wait_for
+    waits = []
+
+    def wait_failing_the_second(self, user, handle, timeout_ms):
+        waits.append(handle)
+        return -1 if len(waits) == 2 else original(self, user, handle, timeout_ms)
+
+    monkeypatch.setattr(_distributed.TorchCollective, "_wait_for", wait_failing_the_second)
+    if path == "device":
+        force_the_device_path(monkeypatch)
+    batch = dict(document_lengths=torch.tensor([1000]) if path == "device" else [1000], samples=1)
+    f = flopmeter.FlopModel("tiny_vlm").flops(document_lengths=[1000])
+    with flopmeter.Meter(model="tiny_vlm", sinks=QUIET) as meter:
+        records = []
+        for step in (1, 2, 3):
+            assert meter.on_microbatch(**batch)
+            records.append(meter.on_log(step))
+        records.append(meter.flush())
+        health = meter.health
+    emitted = [r for r in records if r is not None]
+    assert [r["step"] for r in emitted] == [1, 3]
+    assert health["failed_collectives"] == 1
+    assert [r["train/tokens_seen"] for r in emitted] == [1000, 3000]
+    assert [r["train/flops_seen"] for r in emitted] == [f, 3 * f]
 
 
 def run(batches, steps=3, **meter_args):
@@ -134,17 +193,19 @@ def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkey
     ]
     extra = {} if frozen is None else {"frozen": frozen}
     host_records, host_health = run(batches, **extra)
-    monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
-    monkeypatch.setattr(_batch, "FAST_PATH", False)
+    force_the_device_path(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="flopmeter"):
         device_records, device_health = run(batches, **extra)
     assert len(device_records) == len(host_records) == 3
-    # train/flops_seen: the device's counts reach the row only inside the collective, never the rank's running
-    # FLOPs total, so the figure is left out (with a warning), never reported without them.
-    assert all(h["train/flops_seen"] > 0 for h in host_records)
-    assert not any("train/flops_seen" in d for d in device_records)
-    assert any("train/flops_seen not reported: a rank counts micro-batches on a device" in r.getMessage()
-               for r in caplog.records)
+    # train/flops_seen: the device forms the exact FLOPs of its counts (integer digits, _device.py) and adds them
+    # to the row's limbs, so every record carries the host path's exact figure, without a warning. With the
+    # decoder frozen, the micro-batch without images takes the negative weights of the itemless counts.
+    model = flopmeter.FlopModel("qwen3_vl_2b", **extra)
+    per_interval = sum(model.flops(**{k: v for k, v in b.items() if k in ("cu_seqlens", "position_ids", "grid_thw",
+                                                                           "padding_tokens")}) for b in batches)
+    assert [h["train/flops_seen"] for h in host_records] == [float(k * per_interval) for k in (1, 2, 3)]
+    assert [d["train/flops_seen"] for d in device_records] == [h["train/flops_seen"] for h in host_records]
+    assert not any("flops_seen" in r.getMessage() for r in caplog.records)
     for d, h in zip(device_records, host_records):
         assert {f: d.get(f) for f in EXACT_FIELDS} == {f: h.get(f) for f in EXACT_FIELDS}
         assert flops_per_token(d) == pytest.approx(flops_per_token(h), rel=1e-12)
