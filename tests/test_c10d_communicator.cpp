@@ -599,7 +599,8 @@ TEST(LogDepthGloo, APluginOverTheLogDepthCollectivesWritesTheRingsRecords) {
         const double y = b[i].values[k].second;
         if (name.rfind("train/", 0) == 0) {
           EXPECT_EQ(x, y) << name << " rank " << r << " record " << i;
-        } else if (name.rfind("perf/log_", 0) != 0 && name.rfind("health/", 0) != 0) {
+        } else if (name.rfind("perf/log_", 0) != 0 && name.rfind("health/", 0) != 0 &&
+                   name.rfind("perf_topk/log_", 0) != 0) {  // the log's own wall-clock waits differ by run
           EXPECT_NEAR(x, y, 1e-12 * std::abs(x)) << name << " rank " << r << " record " << i;
         }
       }
