@@ -554,66 +554,67 @@ TEST(LogDepthGloo, APluginOverTheLogDepthCollectivesWritesTheRingsRecords) {
   // bit). The warm-up log aside, the records of steps 2 and 3 and the flush's.
   constexpr int kRanks = 5;
   for (const std::int64_t table_every : {std::int64_t{1000}, std::int64_t{1}}) {
-  std::vector<std::vector<flopmeter::metrics_record>> ring(kRanks), doubling(kRanks);
-  run_gloo_ranks(kRanks, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
-    for (const bool by_doubling : {false, true}) {
-      auto sink = std::make_shared<flopmeter::testing::capture_sink>();
-      auto clock = std::make_shared<double>(0.0);
-      flopmeter::throughput_options o;
-      o.model = flopmeter::testing::small_vlm();
-      o.peak_tflops_per_gpu = 1.0;
-      o.emit = flopmeter::emit_ranks::all;
-      o.topk_interval_logs = table_every;
-      o.sinks = {sink};
-      o.clock_seconds = [clock] { return *clock; };
-      auto comm = make_c10d_communicator(group, by_doubling ? log_depth_over(kRanks) : flopmeter::c10d_options{kRanks});
-      auto plugin = flopmeter::throughput_plugin::create(std::move(o), comm);
-      for (int step = 1; step <= 3; ++step) {
-        const std::vector<std::int64_t> lengths = {10 * (rank + 1), 7};
-        flopmeter::microbatch_event batch;
-        batch.document_lengths = lengths;
-        batch.samples = 2;
-        plugin->on_microbatch(batch);
-        *clock += 2.0;
-        flopmeter::log_event log;
-        log.step = step;
-        log.peak_memory_bytes = (std::int64_t{rank} + 1) << 30;
-        plugin->on_log(log);
+    std::vector<std::vector<flopmeter::metrics_record>> ring(kRanks), doubling(kRanks);
+    run_gloo_ranks(kRanks, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+      for (const bool by_doubling : {false, true}) {
+        auto sink = std::make_shared<flopmeter::testing::capture_sink>();
+        auto clock = std::make_shared<double>(0.0);
+        flopmeter::throughput_options o;
+        o.model = flopmeter::testing::small_vlm();
+        o.peak_tflops_per_gpu = 1.0;
+        o.emit = flopmeter::emit_ranks::all;
+        o.topk_interval_logs = table_every;
+        o.sinks = {sink};
+        o.clock_seconds = [clock] { return *clock; };
+        auto comm =
+            make_c10d_communicator(group, by_doubling ? log_depth_over(kRanks) : flopmeter::c10d_options{kRanks});
+        auto plugin = flopmeter::throughput_plugin::create(std::move(o), comm);
+        for (int step = 1; step <= 3; ++step) {
+          const std::vector<std::int64_t> lengths = {10 * (rank + 1), 7};
+          flopmeter::microbatch_event batch;
+          batch.document_lengths = lengths;
+          batch.samples = 2;
+          plugin->on_microbatch(batch);
+          *clock += 2.0;
+          flopmeter::log_event log;
+          log.step = step;
+          log.peak_memory_bytes = (std::int64_t{rank} + 1) << 30;
+          plugin->on_log(log);
+        }
+        plugin->flush();
+        EXPECT_EQ(plugin->health().failed_collectives, 0u) << "rank " << rank << (by_doubling ? " doubling" : " ring");
+        (by_doubling ? doubling : ring)[static_cast<std::size_t>(rank)] = sink->records;
       }
-      plugin->flush();
-      EXPECT_EQ(plugin->health().failed_collectives, 0u) << "rank " << rank << (by_doubling ? " doubling" : " ring");
-      (by_doubling ? doubling : ring)[static_cast<std::size_t>(rank)] = sink->records;
-    }
-  });
-  for (int r = 0; r < kRanks; ++r) {
-    const auto& a = ring[static_cast<std::size_t>(r)];
-    const auto& b = doubling[static_cast<std::size_t>(r)];
-    ASSERT_EQ(a.size(), 3u) << "rank " << r;  // steps 1, 2 (at on_log 2 and 3) and 3 (at flush)
-    ASSERT_EQ(b.size(), a.size()) << "rank " << r;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      EXPECT_EQ(a[i].step, b[i].step);
-      ASSERT_EQ(a[i].values.size(), b[i].values.size());
-      for (std::size_t k = 0; k < a[i].values.size(); ++k) {
-        const auto& [name, x] = a[i].values[k];
-        EXPECT_EQ(b[i].values[k].first, name);
-        const double y = b[i].values[k].second;
-        if (name.rfind("train/", 0) == 0) {
-          EXPECT_EQ(x, y) << name << " rank " << r << " record " << i;
-        } else if (name.rfind("perf/log_", 0) != 0 && name.rfind("health/", 0) != 0 &&
-                   name.rfind("perf_topk/log_", 0) != 0) {  // the log's own wall-clock waits differ by run
-          EXPECT_NEAR(x, y, 1e-12 * std::abs(x)) << name << " rank " << r << " record " << i;
+    });
+    for (int r = 0; r < kRanks; ++r) {
+      const auto& a = ring[static_cast<std::size_t>(r)];
+      const auto& b = doubling[static_cast<std::size_t>(r)];
+      ASSERT_EQ(a.size(), 3u) << "rank " << r;  // steps 1, 2 (at on_log 2 and 3) and 3 (at flush)
+      ASSERT_EQ(b.size(), a.size()) << "rank " << r;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i].step, b[i].step);
+        ASSERT_EQ(a[i].values.size(), b[i].values.size());
+        for (std::size_t k = 0; k < a[i].values.size(); ++k) {
+          const auto& [name, x] = a[i].values[k];
+          EXPECT_EQ(b[i].values[k].first, name);
+          const double y = b[i].values[k].second;
+          if (name.rfind("train/", 0) == 0) {
+            EXPECT_EQ(x, y) << name << " rank " << r << " record " << i;
+          } else if (name.rfind("perf/log_", 0) != 0 && name.rfind("health/", 0) != 0 &&
+                     name.rfind("perf_topk/log_", 0) != 0) {  // the log's own wall-clock waits differ by run
+            EXPECT_NEAR(x, y, 1e-12 * std::abs(x)) << name << " rank " << r << " record " << i;
+          }
         }
       }
+      // By hand: the job's tokens per interval, 10 (1 + ... + 5) + 5 x 7 = 185; after 3 logs, 555.
+      EXPECT_EQ(*b.back().find("train/tokens_seen"), 555.0) << "rank " << r;
+      if (table_every == 1) {
+        // The table at every log (recursive-doubling all-gather): its per-rank figures are there.
+        bool has_topk = false;
+        for (const auto& [name, value] : b.back().values) has_topk = has_topk || name.rfind("perf_topk/", 0) == 0;
+        EXPECT_TRUE(has_topk) << "rank " << r;
+      }
     }
-    // By hand: the job's tokens per interval, 10 (1 + ... + 5) + 5 x 7 = 185; after 3 logs, 555.
-    EXPECT_EQ(*b.back().find("train/tokens_seen"), 555.0) << "rank " << r;
-    if (table_every == 1) {
-      // The table at every log (recursive-doubling all-gather): its per-rank figures are there.
-      bool has_topk = false;
-      for (const auto& [name, value] : b.back().values) has_topk = has_topk || name.rfind("perf_topk/", 0) == 0;
-      EXPECT_TRUE(has_topk) << "rank " << r;
-    }
-  }
   }
 }
 
@@ -640,8 +641,7 @@ TEST(LogDepthGloo, SilentPeerGivesFailedWithinGroupTimeoutAndDestructionDoesNotB
         EXPECT_NO_THROW(status = pending->wait(kLongWait));
         EXPECT_EQ(status, collective_status::failed);
         EXPECT_LT(steady_clock::now() - start, milliseconds(4500));
-        EXPECT_NE(pending->error_message().find("log-depth all-reduce of 2 values failed: "),
-                  std::string::npos)
+        EXPECT_NE(pending->error_message().find("log-depth all-reduce of 2 values failed: "), std::string::npos)
             << pending->error_message();
         EXPECT_EQ(values, (std::vector<double>{1.0 + rank, 2.0}));
         const auto destroy = steady_clock::now();

@@ -503,8 +503,9 @@ TEST_F(throughput_config, small_allreduce_is_read_with_its_default_and_its_three
   EXPECT_EQ(load_plugin_config(write("b.toml", with("\"backend\""))).small_allreduce, small_allreduce::backend);
   EXPECT_EQ(load_plugin_config(write("l.toml", with("\"log_depth\""))).small_allreduce, small_allreduce::log_depth);
   EXPECT_EQ(error_of(with("\"recursive_doubling\"")),
-            plugin_path() + ":20:19: key 'logging.small_allreduce': unknown small_allreduce 'recursive_doubling' "
-                            "(expected \"automatic\", \"backend\" or \"log_depth\")");
+            plugin_path() +
+                ":20:19: key 'logging.small_allreduce': unknown small_allreduce 'recursive_doubling' "
+                "(expected \"automatic\", \"backend\" or \"log_depth\")");
   EXPECT_EQ(error_of(with("4")).rfind(plugin_path() + ":20:19: key 'logging.small_allreduce': ", 0), 0u)
       << error_of(with("4"));
 }

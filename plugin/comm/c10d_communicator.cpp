@@ -288,7 +288,7 @@ std::shared_ptr<communicator> make_c10d_communicator(c10::intrusive_ptr<c10d::Pr
   if (!group) throw error("make_c10d_communicator: the process group is null");
   detail::check_group_covers_job("make_c10d_communicator", group->getSize(), options.job_world_size);
   const bool log_depth = detail::resolve_small_allreduce(options.allreduce, /*own_group=*/false, group->getSize(),
-                                                        group->getBackendName(), "make_c10d_communicator");
+                                                         group->getBackendName(), "make_c10d_communicator");
   auto comm = std::make_shared<c10d_communicator>(group);
   if (!log_depth) return comm;
   return detail::with_log_depth(std::move(comm), std::move(group), milliseconds(0));
