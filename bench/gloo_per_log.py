@@ -4,8 +4,9 @@
   doubles through the Python adapter), what flopmeter did before the fixed-size reduction;
 - ring: the fixed-size reduction (``topk_interval_logs = 1000``: a SUM of 22 and a MAX of 49 doubles per log,
   whatever the world) by c10d's Gloo all-reduce, a ring of 2 (world - 1) rounds (``small_allreduce="backend"``);
-- doubling: the same vector by recursive doubling over send/recv on the Meter's daemon thread,
-  floor(log2 world) rounds + 2 when world is not a power of two (``small_allreduce="recursive_doubling"``).
+- log_depth: the same vector by recursive halving and doubling over send/recv on the Meter's daemon thread,
+  log2(world) + min(log2(world), 7) rounds, + 2 when world is not a power of two
+  (``small_allreduce="log_depth"``).
 Each job runs the three, one after the other, on groups of their own, in the same processes: every rank makes
 ``LOGS`` back-to-back logs with one micro-batch each, so each on_log waits for the previous log's collectives,
 and the time per log is the collectives' latency plus flopmeter's own work. Reported: the median over ranks of
@@ -40,7 +41,7 @@ def rank_main(rank: int, world: int, init: str, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     result = {}
     for name, interval, algorithm in (("table", 1, "backend"), ("ring", 1000, "backend"),
-                                      ("doubling", 1000, "recursive_doubling")):
+                                      ("log_depth", 1000, "log_depth")):
         # The doubles each log hands to the all-reduces (this rank's input; Gloo's ring moves about twice that),
         # counted in the Python adapter's start (patched on the class, before the Meter binds it).
         doubles = [0]
@@ -90,11 +91,11 @@ def main() -> None:
         rank_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
         return
     sizes = [int(a) for a in sys.argv[1:]] or [2, 4, 8, 16, 32]
-    from flopmeter import _doubling
+    from flopmeter import _log_depth
 
-    modes = ("table", "ring", "doubling")
+    modes = ("table", "ring", "log_depth")
     print(f"flopmeter per-log collectives over Gloo (bench/gloo_per_log.py): {LOGS} logs per mode, median over ranks")
-    print(f"{'ranks':>6} {'rounds ring/doubling':>21} " + " ".join(f"{m + ' ms/log':>17} {'x/doubling':>10} {'B/log':>6}"
+    print(f"{'ranks':>6} {'rounds ring/log_depth':>21} " + " ".join(f"{m + ' ms/log':>17} {'x/doubling':>10} {'B/log':>6}"
                                                                for m in modes))
     previous = None
     for world in sizes:
@@ -103,7 +104,7 @@ def main() -> None:
         for m in modes:
             growth = "" if previous is None else f"{t[m] / previous[m]:.2f}"
             cells.append(f"{t[m] * 1e3:>17.2f} {growth:>10} {t[m + '_bytes']:>6.0f}")
-        rounds = f"{2 * (world - 1)}/{_doubling.rounds(world)}"
+        rounds = f"{2 * (world - 1)}/{_log_depth.allreduce_rounds(world, 71)}"
         print(f"{world:>6} {rounds:>21} " + " ".join(cells), flush=True)
         previous = t
 

@@ -433,27 +433,28 @@ TEST(WhichGroup, TheJobSizeTheTrainerStatesWinsOverTheEnvironment) {
   });
 }
 
-// ---- recursive doubling (small_allreduce::recursive_doubling, plugin/comm/c10d_recursive_doubling.cpp) ----
+// ---- the log-depth collectives (small_allreduce::log_depth, plugin/comm/c10d_log_depth.cpp) ----
 
-flopmeter::c10d_options doubling_over(int world) {
+flopmeter::c10d_options log_depth_over(int world) {
   flopmeter::c10d_options options;
   options.job_world_size = world;
-  options.allreduce = flopmeter::small_allreduce::recursive_doubling;
+  options.allreduce = flopmeter::small_allreduce::log_depth;
   return options;
 }
 
-TEST(RecursiveDoublingGloo, SumAndMaxEqualGloosOwnAllReduceForOneToNineTwelveAndSixteenRanks) {
+TEST(LogDepthGloo, SumAndMaxEqualGloosOwnAllReduceForOneToNineTwelveAndSixteenRanks) {
   // Rank r, round k contributes (r + k, 3 r + 1, 1) to the SUM and (r, -r, 100 - (r - 2)^2, k - r) to the MAX.
   // By hand over world w: sums w (w - 1) / 2 + k w, 3 w (w - 1) / 2 + w, w; maxima w - 1, 0 (rank 0's -0),
   // 100 when w >= 3 (r = 2), else 100 - 4 = 96 (w = 1) or 100 - 1 = 99 (w = 2), and k. Every value is an
-  // integer, so Gloo's ring and recursive doubling, which add in different orders, must give the same bits;
+  // integer, so Gloo's ring and recursive halving and doubling, which add in different orders, must give the
+  // same bits;
   // each is also checked against the hand value. Three rounds per world (the worker thread reuses its group).
   for (int world : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16}) {
     run_gloo_ranks(world, [world](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
       auto ring = make_c10d_communicator(group, flopmeter::c10d_options{world});
-      auto doubling = make_c10d_communicator(group, doubling_over(world));
+      auto doubling = make_c10d_communicator(group, log_depth_over(world));
       EXPECT_EQ(ring->backend_name(), "c10d:gloo");
-      EXPECT_EQ(doubling->backend_name(), world > 1 ? "c10d:gloo+doubling" : "c10d:gloo");
+      EXPECT_EQ(doubling->backend_name(), world > 1 ? "c10d:gloo+log_depth" : "c10d:gloo");
       // Zero values: done at once, nothing sent, so the rounds below still pair up.
       EXPECT_EQ(doubling->start_allreduce_sum_max(nullptr, 0, 0)->wait(milliseconds(0)), collective_status::done);
       const double w = world;
@@ -476,7 +477,39 @@ TEST(RecursiveDoublingGloo, SumAndMaxEqualGloosOwnAllReduceForOneToNineTwelveAnd
   }
 }
 
-TEST(RecursiveDoublingGloo, ThirtyTwoRanksHoldTheSameBitsAsEachOther) {
+TEST(LogDepthGloo, AllGatherEqualsGloosOwnBitForBitForOneToNineTwelveAndSixteenRanks) {
+  // The per-rank table's all-gather by recursive doubling against c10d's (Gloo's ring): rank r's row of 3 is
+  // (r / 7, -r, round + r / 3): -0 at rank 0 (a copy keeps it), fractions with no short binary form. Every
+  // rank's table must equal Gloo's bit for bit, and both the rows by hand. Two rounds per world.
+  for (int world : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16}) {
+    run_gloo_ranks(world, [world](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+      auto ring = make_c10d_communicator(group, flopmeter::c10d_options{world});
+      auto log_depth = make_c10d_communicator(group, log_depth_over(world));
+      const std::size_t w = static_cast<std::size_t>(world);
+      for (int round = 0; round < 2; ++round) {
+        const double r = rank;
+        const std::vector<double> row = {r / 7, -r, round + r / 3};
+        std::vector<double> by_ring(3 * w, 42.0), by_log_depth(3 * w, 42.0);
+        auto a = ring->start_allgather(row.data(), 3, by_ring.data());
+        ASSERT_EQ(a->wait(kLongWait), collective_status::done) << a->error_message();
+        auto b = log_depth->start_allgather(row.data(), 3, by_log_depth.data());
+        ASSERT_EQ(b->wait(kLongWait), collective_status::done) << b->error_message();
+        EXPECT_EQ(std::memcmp(by_log_depth.data(), by_ring.data(), 3 * w * sizeof(double)), 0)
+            << "world " << world << " rank " << rank << " round " << round;
+        for (int q = 0; q < world; ++q) {
+          const double x = q;
+          const std::size_t at = 3 * static_cast<std::size_t>(q);
+          EXPECT_EQ(by_log_depth[at], x / 7) << "world " << world << " row " << q;
+          EXPECT_EQ(std::signbit(by_log_depth[at + 1]), true) << "world " << world << " row " << q;
+          EXPECT_EQ(by_log_depth[at + 1], -x) << "world " << world << " row " << q;
+          EXPECT_EQ(by_log_depth[at + 2], round + x / 3) << "world " << world << " row " << q;
+        }
+      }
+    });
+  }
+}
+
+TEST(LogDepthGloo, ThirtyTwoRanksHoldTheSameBitsAsEachOther) {
   // 32 ranks (the largest this machine runs as threads in one test), random-magnitude doubles: the sums depend
   // on the order of addition, so no hand value; every rank must hold rank 0's bits, and the result must be
   // within 1e-12 (relative) of Gloo's ring.
@@ -488,7 +521,7 @@ TEST(RecursiveDoublingGloo, ThirtyTwoRanksHoldTheSameBitsAsEachOther) {
       kRanks,
       [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
         auto ring = make_c10d_communicator(group, flopmeter::c10d_options{kRanks});
-        auto doubling = make_c10d_communicator(group, doubling_over(kRanks));
+        auto doubling = make_c10d_communicator(group, log_depth_over(kRanks));
         std::vector<double> values;
         for (int i = 0; i < 6; ++i) values.push_back(std::ldexp(1.0 + 0.1 * rank + 0.01 * i, (rank * 7 + i) % 40 - 20));
         std::vector<double> by_ring = values;
@@ -512,69 +545,80 @@ TEST(RecursiveDoublingGloo, ThirtyTwoRanksHoldTheSameBitsAsEachOther) {
   }
 }
 
-TEST(RecursiveDoublingGloo, APluginOverRecursiveDoublingWritesTheRingsRecords) {
-  // 5 ranks (not a power of two: ranks 0 and 1 fold), each a plugin with ordinary logs only (the table every
-  // 1000 logs), a fake clock (2 s intervals) and rank r passing documents of 10 (r + 1) and 7 tokens: first over
-  // Gloo's ring, then over recursive doubling, 3 logs each. Every record must carry the same figures: the
-  // counts and running totals exactly (integer sums), the rates within 1e-12 (sums of fractions in another
-  // order may differ in the last bit). The warm-up log aside, the records of steps 2 and 3 and the flush's.
+TEST(LogDepthGloo, APluginOverTheLogDepthCollectivesWritesTheRingsRecords) {
+  // 5 ranks (not a power of two: ranks 0 and 1 fold), each a plugin with a fake clock (2 s intervals) and rank r
+  // passing documents of 10 (r + 1) and 7 tokens: first over Gloo's ring, then over the log-depth collectives,
+  // 3 logs each; first with ordinary logs only (the table every 1000 logs), then with the table at every log
+  // (gathered by recursive doubling). Every record must carry the same figures: the counts and running totals
+  // exactly (integer sums), the rates within 1e-12 (sums of fractions in another order may differ in the last
+  // bit). The warm-up log aside, the records of steps 2 and 3 and the flush's.
   constexpr int kRanks = 5;
-  std::vector<std::vector<flopmeter::metrics_record>> ring(kRanks), doubling(kRanks);
-  run_gloo_ranks(kRanks, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
-    for (const bool by_doubling : {false, true}) {
-      auto sink = std::make_shared<flopmeter::testing::capture_sink>();
-      auto clock = std::make_shared<double>(0.0);
-      flopmeter::throughput_options o;
-      o.model = flopmeter::testing::small_vlm();
-      o.peak_tflops_per_gpu = 1.0;
-      o.emit = flopmeter::emit_ranks::all;
-      o.topk_interval_logs = 1000;
-      o.sinks = {sink};
-      o.clock_seconds = [clock] { return *clock; };
-      auto comm = make_c10d_communicator(group, by_doubling ? doubling_over(kRanks) : flopmeter::c10d_options{kRanks});
-      auto plugin = flopmeter::throughput_plugin::create(std::move(o), comm);
-      for (int step = 1; step <= 3; ++step) {
-        const std::vector<std::int64_t> lengths = {10 * (rank + 1), 7};
-        flopmeter::microbatch_event batch;
-        batch.document_lengths = lengths;
-        batch.samples = 2;
-        plugin->on_microbatch(batch);
-        *clock += 2.0;
-        flopmeter::log_event log;
-        log.step = step;
-        log.peak_memory_bytes = (std::int64_t{rank} + 1) << 30;
-        plugin->on_log(log);
+  for (const std::int64_t table_every : {std::int64_t{1000}, std::int64_t{1}}) {
+    std::vector<std::vector<flopmeter::metrics_record>> ring(kRanks), doubling(kRanks);
+    run_gloo_ranks(kRanks, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+      for (const bool by_doubling : {false, true}) {
+        auto sink = std::make_shared<flopmeter::testing::capture_sink>();
+        auto clock = std::make_shared<double>(0.0);
+        flopmeter::throughput_options o;
+        o.model = flopmeter::testing::small_vlm();
+        o.peak_tflops_per_gpu = 1.0;
+        o.emit = flopmeter::emit_ranks::all;
+        o.topk_interval_logs = table_every;
+        o.sinks = {sink};
+        o.clock_seconds = [clock] { return *clock; };
+        auto comm =
+            make_c10d_communicator(group, by_doubling ? log_depth_over(kRanks) : flopmeter::c10d_options{kRanks});
+        auto plugin = flopmeter::throughput_plugin::create(std::move(o), comm);
+        for (int step = 1; step <= 3; ++step) {
+          const std::vector<std::int64_t> lengths = {10 * (rank + 1), 7};
+          flopmeter::microbatch_event batch;
+          batch.document_lengths = lengths;
+          batch.samples = 2;
+          plugin->on_microbatch(batch);
+          *clock += 2.0;
+          flopmeter::log_event log;
+          log.step = step;
+          log.peak_memory_bytes = (std::int64_t{rank} + 1) << 30;
+          plugin->on_log(log);
+        }
+        plugin->flush();
+        EXPECT_EQ(plugin->health().failed_collectives, 0u) << "rank " << rank << (by_doubling ? " doubling" : " ring");
+        (by_doubling ? doubling : ring)[static_cast<std::size_t>(rank)] = sink->records;
       }
-      plugin->flush();
-      EXPECT_EQ(plugin->health().failed_collectives, 0u) << "rank " << rank << (by_doubling ? " doubling" : " ring");
-      (by_doubling ? doubling : ring)[static_cast<std::size_t>(rank)] = sink->records;
-    }
-  });
-  for (int r = 0; r < kRanks; ++r) {
-    const auto& a = ring[static_cast<std::size_t>(r)];
-    const auto& b = doubling[static_cast<std::size_t>(r)];
-    ASSERT_EQ(a.size(), 3u) << "rank " << r;  // steps 1, 2 (at on_log 2 and 3) and 3 (at flush)
-    ASSERT_EQ(b.size(), a.size()) << "rank " << r;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      EXPECT_EQ(a[i].step, b[i].step);
-      ASSERT_EQ(a[i].values.size(), b[i].values.size());
-      for (std::size_t k = 0; k < a[i].values.size(); ++k) {
-        const auto& [name, x] = a[i].values[k];
-        EXPECT_EQ(b[i].values[k].first, name);
-        const double y = b[i].values[k].second;
-        if (name.rfind("train/", 0) == 0) {
-          EXPECT_EQ(x, y) << name << " rank " << r << " record " << i;
-        } else if (name.rfind("perf/log_", 0) != 0 && name.rfind("health/", 0) != 0) {
-          EXPECT_NEAR(x, y, 1e-12 * std::abs(x)) << name << " rank " << r << " record " << i;
+    });
+    for (int r = 0; r < kRanks; ++r) {
+      const auto& a = ring[static_cast<std::size_t>(r)];
+      const auto& b = doubling[static_cast<std::size_t>(r)];
+      ASSERT_EQ(a.size(), 3u) << "rank " << r;  // steps 1, 2 (at on_log 2 and 3) and 3 (at flush)
+      ASSERT_EQ(b.size(), a.size()) << "rank " << r;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i].step, b[i].step);
+        ASSERT_EQ(a[i].values.size(), b[i].values.size());
+        for (std::size_t k = 0; k < a[i].values.size(); ++k) {
+          const auto& [name, x] = a[i].values[k];
+          EXPECT_EQ(b[i].values[k].first, name);
+          const double y = b[i].values[k].second;
+          if (name.rfind("train/", 0) == 0) {
+            EXPECT_EQ(x, y) << name << " rank " << r << " record " << i;
+          } else if (name.rfind("perf/log_", 0) != 0 && name.rfind("health/", 0) != 0 &&
+                     name.rfind("perf_topk/log_", 0) != 0) {  // the log's own wall-clock waits differ by run
+            EXPECT_NEAR(x, y, 1e-12 * std::abs(x)) << name << " rank " << r << " record " << i;
+          }
         }
       }
+      // By hand: the job's tokens per interval, 10 (1 + ... + 5) + 5 x 7 = 185; after 3 logs, 555.
+      EXPECT_EQ(*b.back().find("train/tokens_seen"), 555.0) << "rank " << r;
+      if (table_every == 1) {
+        // The table at every log (recursive-doubling all-gather): its per-rank figures are there.
+        bool has_topk = false;
+        for (const auto& [name, value] : b.back().values) has_topk = has_topk || name.rfind("perf_topk/", 0) == 0;
+        EXPECT_TRUE(has_topk) << "rank " << r;
+      }
     }
-    // By hand: the job's tokens per interval, 10 (1 + ... + 5) + 5 x 7 = 185; after 3 logs, 555.
-    EXPECT_EQ(*b.back().find("train/tokens_seen"), 555.0) << "rank " << r;
   }
 }
 
-TEST(RecursiveDoublingGloo, SilentPeerGivesFailedWithinGroupTimeoutAndDestructionDoesNotBlock) {
+TEST(LogDepthGloo, SilentPeerGivesFailedWithinGroupTimeoutAndDestructionDoesNotBlock) {
   // Rank 2 of 3 never joins: rank 1 (its fold partner: 3 = 2 + 1, ranks 0 and 1 fold) waits in vain, and
   // rank 0 (which sat out) waits for the result. With a 1 s Gloo timeout both fail well within 4.5 s, with a
   // message, their buffers untouched. Destroying the communicator afterwards returns at once.
@@ -584,7 +628,7 @@ TEST(RecursiveDoublingGloo, SilentPeerGivesFailedWithinGroupTimeoutAndDestructio
   run_gloo_ranks(
       3,
       [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
-        auto comm = make_c10d_communicator(group, doubling_over(3));
+        auto comm = make_c10d_communicator(group, log_depth_over(3));
         if (rank == 2) {
           while (others_done.load() < 2) std::this_thread::sleep_for(milliseconds(5));
           return;
@@ -597,8 +641,7 @@ TEST(RecursiveDoublingGloo, SilentPeerGivesFailedWithinGroupTimeoutAndDestructio
         EXPECT_NO_THROW(status = pending->wait(kLongWait));
         EXPECT_EQ(status, collective_status::failed);
         EXPECT_LT(steady_clock::now() - start, milliseconds(4500));
-        EXPECT_NE(pending->error_message().find("recursive-doubling all-reduce of 2 values failed: "),
-                  std::string::npos)
+        EXPECT_NE(pending->error_message().find("log-depth all-reduce of 2 values failed: "), std::string::npos)
             << pending->error_message();
         EXPECT_EQ(values, (std::vector<double>{1.0 + rank, 2.0}));
         const auto destroy = steady_clock::now();
@@ -609,13 +652,13 @@ TEST(RecursiveDoublingGloo, SilentPeerGivesFailedWithinGroupTimeoutAndDestructio
       options);
 }
 
-TEST(RecursiveDoublingGloo, AutomaticMeansRecursiveDoublingOnOwnGroupsOfFourRanksOnly) {
-  // automatic: flopmeter's own group of 4 ranks (recursive_doubling_min_ranks) runs recursive doubling; the
+TEST(LogDepthGloo, AutomaticMeansLogDepthOnOwnGroupsOfFourRanksOnly) {
+  // automatic: flopmeter's own group of 4 ranks (log_depth_min_ranks) runs the log-depth collectives; the
   // same group with small_allreduce::backend, and a group the trainer passes, keep Gloo's ring. (Own groups
   // of 2 and 3 ranks, which keep the ring, are checked through the Python package, test_distributed.py: one
   // process per rank. Here every rank is a thread, and make_gloo_communicator counts its calls per rank, so
   // groups of fewer ranks would leave the later tests' ranks out of step.)
-  static_assert(flopmeter::recursive_doubling_min_ranks == 4, "the expectations below are for 4");
+  static_assert(flopmeter::log_depth_min_ranks == 4, "the expectations below are for 4");
   auto store = c10::make_intrusive<c10d::HashStore>();
   gloo_run_options options;
   options.store = store;
@@ -626,7 +669,7 @@ TEST(RecursiveDoublingGloo, AutomaticMeansRecursiveDoublingOnOwnGroupsOfFourRank
         own.timeout = milliseconds(10000);
         own.gloo_hostname = "127.0.0.1";
         auto automatic = flopmeter::make_gloo_communicator(store, rank, kWorld, own);
-        EXPECT_EQ(automatic->backend_name(), "c10d:gloo+doubling");
+        EXPECT_EQ(automatic->backend_name(), "c10d:gloo+log_depth");
         own.allreduce = flopmeter::small_allreduce::backend;
         EXPECT_EQ(flopmeter::make_gloo_communicator(store, rank, kWorld, own)->backend_name(), "c10d:gloo");
         EXPECT_EQ(make_c10d_communicator(group, flopmeter::c10d_options{kWorld})->backend_name(), "c10d:gloo");
@@ -658,8 +701,8 @@ TEST(OwnGroup, BuiltFromTheTrainersStoreAndRankItSumsOverTheJob) {
         auto comm = flopmeter::make_gloo_communicator(store, rank, kWorld, loopback_group(milliseconds(10000)));
         std::vector<double> values;
         std::unique_ptr<flopmeter::pending_collective> pending;
-        // 4 ranks of its own group: ordinary logs by recursive doubling; this SUM is Gloo's own all-reduce.
-        sum_over_the_job(*comm, rank, values, pending, "c10d:gloo+doubling");
+        // 4 ranks of its own group: ordinary logs by the log-depth all-reduce; this SUM is Gloo's own.
+        sum_over_the_job(*comm, rank, values, pending, "c10d:gloo+log_depth");
       },
       options);
 }

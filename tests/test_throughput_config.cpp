@@ -490,6 +490,26 @@ TEST_F(throughput_config, rendezvous_timeout_is_read_with_its_default_and_bounds
             plugin_path() + ":20:25: key 'logging.rendezvous_timeout_ms': too large: must be <= 3600000 (got 3600001)");
 }
 
+// [logging] small_allreduce: read into plugin_config (the C ABI's own Gloo group runs its logs' collectives by
+// it), automatic by default; a value that names no algorithm is refused at file:line:col with the key and the
+// three names ("small_allreduce = " is 18 characters -> column 19 of line 20).
+TEST_F(throughput_config, small_allreduce_is_read_with_its_default_and_its_three_names) {
+  EXPECT_EQ(load_plugin_config(write("default.toml", kBase)).small_allreduce, small_allreduce::automatic);
+  const auto with = [](const std::string& value) {
+    return replace_once(kBase, "collective_timeout_ms = 30000\n",
+                        "collective_timeout_ms = 30000\nsmall_allreduce = " + value + "\n");
+  };
+  EXPECT_EQ(load_plugin_config(write("a.toml", with("\"automatic\""))).small_allreduce, small_allreduce::automatic);
+  EXPECT_EQ(load_plugin_config(write("b.toml", with("\"backend\""))).small_allreduce, small_allreduce::backend);
+  EXPECT_EQ(load_plugin_config(write("l.toml", with("\"log_depth\""))).small_allreduce, small_allreduce::log_depth);
+  EXPECT_EQ(error_of(with("\"recursive_doubling\"")),
+            plugin_path() +
+                ":20:19: key 'logging.small_allreduce': unknown small_allreduce 'recursive_doubling' "
+                "(expected \"automatic\", \"backend\" or \"log_depth\")");
+  EXPECT_EQ(error_of(with("4")).rfind(plugin_path() + ":20:19: key 'logging.small_allreduce': ", 0), 0u)
+      << error_of(with("4"));
+}
+
 // [sinks] paths keep where they were written, and make_sinks reports a path it cannot open
 // there. kBase line 22 is `jsonl = "out/metrics_{rank}.jsonl"`: "jsonl = " is 8 characters -> 22:9.
 TEST_F(throughput_config, sink_paths_carry_their_location_into_open_errors) {

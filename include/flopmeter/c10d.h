@@ -55,9 +55,10 @@ struct c10d_options {
   // environment when set, otherwise not checked. A group whose size differs is refused (see WHICH GROUP).
   int job_world_size = 0;
   // How the ordinary log's fixed-size SUM and MAX run (flopmeter/communicator.h). automatic (default) on a
-  // group handed in here: the backend's own all-reduce. recursive_doubling (CPU groups only): log2(world)
-  // rounds of point-to-point messages over this group, tag 0x464c4f50, on a thread of flopmeter's, which
-  // pair with nothing of the trainer's unless it uses that tag on this group too.
+  // group handed in here: the backend's own all-reduce. log_depth (CPU groups only): about 2 log2(world)
+  // rounds of point-to-point messages over this group (and log2(world) for the table's all-gather), tag
+  // 0x464c4f50, on a thread of flopmeter's, which pair with nothing of the trainer's unless it uses that tag
+  // on this group too.
   small_allreduce allreduce = small_allreduce::automatic;
 };
 
@@ -69,8 +70,8 @@ struct c10d_options {
 //   (non_blocking) and records an event. `wait` polls that event; no device or stream synchronisation.
 // backend_name() is "c10d:" + the group's backend name, e.g. "c10d:gloo".
 // Throws flopmeter::error if `group` is null, if its size is not the job's (c10d_options::job_world_size,
-// else WORLD_SIZE when set), or for c10d_options::allreduce = recursive_doubling on an NCCL group. With
-// recursive doubling backend_name() ends in "+doubling".
+// else WORLD_SIZE when set), or for c10d_options::allreduce = log_depth on an NCCL group. With the log-depth
+// collectives backend_name() ends in "+log_depth".
 std::shared_ptr<communicator> make_c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group,
                                                      const c10d_options& options = {});
 
@@ -86,7 +87,7 @@ struct gloo_group_options {
   // Address Gloo binds to; empty (default): GLOO_SOCKET_IFNAME's interfaces if set, else this host's name.
   std::string gloo_hostname;
   // How the ordinary log's fixed-size SUM and MAX run (flopmeter/communicator.h). automatic (default):
-  // recursive doubling from recursive_doubling_min_ranks ranks on, Gloo's ring below.
+  // the log-depth collectives from log_depth_min_ranks ranks on, Gloo's ring below.
   small_allreduce allreduce = small_allreduce::automatic;
 };
 

@@ -31,24 +31,28 @@ namespace flopmeter FLOPMETER_EXPORT {
 // FLOPMETER_MAX_WORLD_SIZE is the same number (c_api.cpp checks that they agree).
 inline constexpr int max_world_size = 1048576;
 
-// How the fixed-size reductions of an ordinary log (start_allreduce_sum_max) run over a c10d CPU group (Gloo).
-// c10d's Gloo all-reduce is a ring: 2 (world - 1) message rounds, so its latency grows linearly with the job
-// (about 13 s per log at 131,072 ranks at 50 us a round). Recursive doubling takes floor(log2 world) rounds
-// (+ 2 when world is not a power of two) of point-to-point sends of the whole 512-byte vector, on a thread of
-// flopmeter's own: 17 rounds at 131,072 ranks. METRICS.md, "The per-log collectives at scale", has the numbers.
+// How the collectives of a log (start_allreduce_sum_max, and the table's start_allgather) run over a c10d CPU
+// group (Gloo). c10d's Gloo all-reduce and all-gather are rings: 2 (world - 1) and world - 1 message rounds,
+// so their latency grows linearly with the job (about 13 s per log at 131,072 ranks at 50 us a round). The
+// log-depth collectives run over point-to-point messages on a thread of flopmeter's own: the ordinary log's
+// 71 doubles by recursive halving then recursive doubling (log2 world + min(log2 world, 7) rounds, + 2 when
+// world is not a power of two: 24 at 131,072 ranks), sending at most 1,152 B (about 2 x 568 B) per rank plus
+// 8 B per level beyond the 7th (1,232 B at 131,072 ranks; a rank that folds a non-power-of-two world in sends
+// 568 B more); the table by recursive doubling (log2 world rounds, + 2). METRICS.md, "The per-log collectives
+// at scale", has the numbers.
 enum class small_allreduce {
-  // flopmeter's own Gloo groups (make_gloo_communicator, make_gloo_communicator_from_env): recursive doubling
-  // from recursive_doubling_min_ranks ranks on, the backend's all-reduce below. A group the trainer passes
-  // (make_c10d_communicator): the backend's all-reduce (flopmeter sends nothing but collectives over it).
+  // flopmeter's own Gloo groups (make_gloo_communicator, make_gloo_communicator_from_env): the log-depth
+  // collectives from log_depth_min_ranks ranks on, the backend's below. A group the trainer passes
+  // (make_c10d_communicator): the backend's (flopmeter sends nothing but collectives over it).
   automatic,
-  backend,             // the backend's own all-reduce (Gloo: the ring)
-  recursive_doubling,  // always (CPU groups only: an NCCL group is refused; NCCL's own all-reduce is a tree)
+  backend,    // the backend's own all-reduce and all-gather (Gloo: rings)
+  log_depth,  // always (CPU groups only: an NCCL group is refused; NCCL's own all-reduce is a tree)
 };
 
-// From this many ranks on `automatic` runs an own Gloo group's ordinary logs by recursive doubling. Below it
-// the ring's 2 (world - 1) rounds are at most recursive doubling's rounds + 1 (world 2: 2 against 1; world 3:
-// 4 against 3) and Gloo's own ring runs without flopmeter's thread hop. Measured: bench/gloo_per_log.py.
-inline constexpr int recursive_doubling_min_ranks = 4;
+// From this many ranks on `automatic` runs an own Gloo group's logs by the log-depth collectives. Below it the
+// ring's 2 (world - 1) rounds are no more than theirs (world 2: 2 against 2; world 3: 4 against 4) and Gloo's
+// own ring runs without flopmeter's thread hop. Measured: bench/gloo_per_log.py.
+inline constexpr int log_depth_min_ranks = 4;
 
 // The outcome of waiting on a collective.
 enum class collective_status {

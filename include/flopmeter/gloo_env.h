@@ -51,7 +51,7 @@ struct gloo_env_options {
   // if that variable is set, else the address this host's name resolves to (loopback as a fallback).
   std::string gloo_hostname;
   // How the ordinary log's fixed-size SUM and MAX run (flopmeter/communicator.h). automatic (default):
-  // recursive doubling from recursive_doubling_min_ranks ranks on, Gloo's ring below.
+  // the log-depth collectives from log_depth_min_ranks ranks on, Gloo's ring below.
   small_allreduce allreduce = small_allreduce::automatic;
 };
 

@@ -195,6 +195,10 @@ struct plugin_config {
   // [logging] rendezvous_timeout_ms: only for the Gloo group flopmeter builds itself from a plugin file (C ABI
   // flopmeter_create_gloo_from_env): the bound on the rendezvous on every rank, and Gloo's collective timeout.
   std::chrono::milliseconds rendezvous_timeout{60000};
+  // [logging] small_allreduce ("automatic", "backend" or "log_depth"): how that group runs the logs'
+  // collectives (flopmeter/communicator.h). Default automatic: the log-depth collectives from
+  // log_depth_min_ranks ranks on.
+  flopmeter::small_allreduce small_allreduce = flopmeter::small_allreduce::automatic;
 };
 
 // Reads a plugin TOML file (see docs in plugin_configs/SCHEMA.md): the model config path (relative to the

@@ -235,6 +235,7 @@ static flopmeter_plugin* create_gloo_from_env(const char* config_path, int port_
   gloo.start_store_server = true;
   gloo.store_port_offset = port_offset;
   gloo.timeout = timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms) : config.config.rendezvous_timeout;
+  gloo.allreduce = config.config.small_allreduce;
   auto communicator = flopmeter::make_gloo_communicator_from_env(gloo);
   return register_plugin([&](const std::shared_ptr<spdlog::logger>& logger, std::shared_ptr<flopmeter::sink> callback) {
     return flopmeter::detail::create_configured_plugin(config_path, std::move(config), std::move(communicator), logger,

@@ -46,9 +46,9 @@ constexpr std::string_view kTrainingKeys[] = {"frozen",           "lora_rank",  
                                               "recompute_layers", "recompute_every", "recompute_vision"};
 constexpr std::string_view kPeakKeys[] = {"gpu", "tflops_per_gpu", "precision"};
 constexpr std::string_view kParallelKeys[] = {"tp", "cp", "pp", "order"};
-constexpr std::string_view kLoggingKeys[] = {"log_interval_steps",   "tpi_multiplier", "topk",
-                                             "topk_interval_logs",   "emit",           "collective_timeout_ms",
-                                             "rendezvous_timeout_ms"};
+constexpr std::string_view kLoggingKeys[] = {"log_interval_steps",    "tpi_multiplier", "topk",
+                                             "topk_interval_logs",    "emit",           "collective_timeout_ms",
+                                             "rendezvous_timeout_ms", "small_allreduce"};
 constexpr std::string_view kSinksKeys[] = {"console", "jsonl", "tensorboard"};
 
 // Where a key written at the top level belongs (for "did you mean 'parallel.tp' in table [parallel]?").
@@ -132,6 +132,11 @@ class options_loader : private detail::toml_reader {
     if (logging != nullptr) {
       config.rendezvous_timeout = std::chrono::milliseconds(optional_int(
           *logging, "logging", "rendezvous_timeout_ms", kRendezvousTimeoutMs, config.rendezvous_timeout.count()));
+      constexpr choice<small_allreduce> algorithms[] = {{"automatic", small_allreduce::automatic},
+                                                        {"backend", small_allreduce::backend},
+                                                        {"log_depth", small_allreduce::log_depth}};
+      config.small_allreduce = optional_choice(*logging, "logging", "small_allreduce", "small_allreduce", algorithms,
+                                               config.small_allreduce);
     }
     if (sinks != nullptr) read_sinks(*sinks, config.sinks, file.sinks_at);
     // The files this configuration comes from, which no sink may write into (make_sinks refuses them): this

@@ -287,21 +287,21 @@ std::shared_ptr<communicator> make_c10d_communicator(c10::intrusive_ptr<c10d::Pr
                                                      const c10d_options& options) {
   if (!group) throw error("make_c10d_communicator: the process group is null");
   detail::check_group_covers_job("make_c10d_communicator", group->getSize(), options.job_world_size);
-  const bool doubling = detail::resolve_small_allreduce(options.allreduce, /*own_group=*/false, group->getSize(),
-                                                        group->getBackendName(), "make_c10d_communicator");
+  const bool log_depth = detail::resolve_small_allreduce(options.allreduce, /*own_group=*/false, group->getSize(),
+                                                         group->getBackendName(), "make_c10d_communicator");
   auto comm = std::make_shared<c10d_communicator>(group);
-  if (!doubling) return comm;
-  return detail::with_recursive_doubling(std::move(comm), std::move(group), milliseconds(0));
+  if (!log_depth) return comm;
+  return detail::with_log_depth(std::move(comm), std::move(group), milliseconds(0));
 }
 
 std::shared_ptr<communicator> detail::make_own_c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group,
                                                                  small_allreduce choice, milliseconds timeout,
                                                                  const std::string& who) {
-  const bool doubling =
+  const bool log_depth =
       resolve_small_allreduce(choice, /*own_group=*/true, group->getSize(), group->getBackendName(), who);
   auto comm = std::make_shared<c10d_communicator>(group);
-  if (!doubling) return comm;
-  return with_recursive_doubling(std::move(comm), std::move(group), timeout);
+  if (!log_depth) return comm;
+  return with_log_depth(std::move(comm), std::move(group), timeout);
 }
 
 std::shared_ptr<communicator> detail::make_c10d_communicator_with(c10::intrusive_ptr<c10d::ProcessGroup> group,

@@ -27,18 +27,19 @@ using device_contribution = std::function<void(at::Tensor& buffer)>;
 std::shared_ptr<communicator> make_c10d_communicator_with(c10::intrusive_ptr<c10d::ProcessGroup> group,
                                                           device_contribution contribute);
 
-// Whether a group's ordinary logs run by recursive doubling (c10d_recursive_doubling.cpp): `choice` as the
-// caller gave it, `own_group` true for a group flopmeter built itself, `backend` the group's backend name.
-// Throws flopmeter::error (starting with `who`) for recursive_doubling on an NCCL group.
+// Whether a group's ordinary logs and table logs run by the log-depth collectives (c10d_log_depth.cpp):
+// `choice` as the caller gave it, `own_group` true for a group flopmeter built itself, `backend` the group's
+// backend name. Throws flopmeter::error (starting with `who`) for small_allreduce::log_depth on an NCCL group.
 bool resolve_small_allreduce(small_allreduce choice, bool own_group, int world, const std::string& backend,
                              const std::string& who);
 
-// `inner` (a c10d communicator over `group`, a CPU group) with start_allreduce_sum_max run by recursive
-// doubling over the group's send/recv on a worker thread; every other collective goes to `inner`. `timeout`
-// bounds each message (0: the group's own timeout).
-std::shared_ptr<communicator> with_recursive_doubling(std::shared_ptr<communicator> inner,
-                                                      c10::intrusive_ptr<c10d::ProcessGroup> group,
-                                                      std::chrono::milliseconds timeout);
+// `inner` (a c10d communicator over `group`, a CPU group) with start_allreduce_sum_max (recursive halving and
+// doubling) and start_allgather (recursive doubling) run over the group's send/recv on a worker thread
+// (log_depth.h); every other collective goes to `inner`. `timeout` bounds each message (0: the group's own
+// timeout).
+std::shared_ptr<communicator> with_log_depth(std::shared_ptr<communicator> inner,
+                                             c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                             std::chrono::milliseconds timeout);
 
 // A communicator over a group flopmeter built itself (gloo_group.cpp): `choice` resolved with own_group true.
 std::shared_ptr<communicator> make_own_c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group,

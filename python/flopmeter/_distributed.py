@@ -5,9 +5,11 @@ same size whatever the job's), and every topk_interval_logs logs for a SUM of th
 rows, this rank's filled); it waits for them at the next log. Here they are ``all_reduce(async_op=True)`` on a
 group of flopmeter's own (``new_group(backend="gloo")`` by default, made collectively when the Meter is made),
 so a rank that skips an ``on_log`` costs intervals of metrics, never a hang of the trainer's collectives. On
-that group from 4 ranks on (``small_allreduce="automatic"``) an ordinary log's SUM and MAX, which the library
-starts back to back on adjacent values, travel instead as one recursive-doubling pass on a daemon thread
-(``_doubling.py``): the SUM's start is held until the MAX's, and both handles wait on the one job.
+that group from 4 ranks on (``small_allreduce="automatic"``) the collectives run instead in a number of rounds
+logarithmic in the job on a daemon thread (``_log_depth.py``): an ordinary log's SUM and MAX, which the library
+starts back to back on adjacent values, as one all-reduce by recursive halving and doubling (the SUM's start
+is held until the MAX's, and both handles wait on the one job); the table's SUM, which holds this rank's row
+and zeros elsewhere, as an all-gather of that row by recursive doubling.
 
 Counts accumulated on a device (``_device.DeviceCounts``) are added into this rank's row of the table on that
 device just before the reduction, which then runs on the device tensor: nothing is read back on the
@@ -30,14 +32,14 @@ import logging
 import threading
 from typing import Any, Dict, Optional
 
-from . import _doubling, _native
+from . import _log_depth, _native
 
 logger = logging.getLogger("flopmeter")
 
-# From this many ranks on, "automatic" runs an ordinary log's SUM and MAX over the Meter's own Gloo group by
-# recursive doubling (the C++ library's recursive_doubling_min_ranks, flopmeter/communicator.h).
-RECURSIVE_DOUBLING_MIN_RANKS = 4
-SMALL_ALLREDUCE_CHOICES = ("automatic", "backend", "recursive_doubling")
+# From this many ranks on, "automatic" runs the Meter's own Gloo group's collectives by the log-depth
+# algorithms (the C++ library's log_depth_min_ranks, flopmeter/communicator.h).
+LOG_DEPTH_MIN_RANKS = 4
+SMALL_ALLREDUCE_CHOICES = ("automatic", "backend", "log_depth")
 
 
 def small_allreduce_choice(choice: Any) -> str:
@@ -49,14 +51,14 @@ def small_allreduce_choice(choice: Any) -> str:
 
 
 class _Pending:
-    __slots__ = ("work", "host", "device_buffer", "failed", "done", "doubling_slice")
+    __slots__ = ("work", "host", "device_buffer", "failed", "done", "result_slice")
 
     def __init__(self, work: Any, host: Any, device_buffer: Any) -> None:
         self.work = work
         self.host = host
         self.device_buffer = device_buffer
         self.failed = False
-        self.doubling_slice: Optional[tuple] = None  # recursive doubling: this handle's part of the job's values
+        self.result_slice: Optional[tuple] = None  # log-depth: this handle's part of the job's values
         self.done: Optional[threading.Event] = None  # set once a CUDA collective's event has completed
 
 
@@ -123,9 +125,9 @@ class TorchCollective:
         self._pending: Dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._warned = False
-        self._doubling: Optional[_doubling.DoublingWorker] = None
+        self._log_depth: Optional[_log_depth.LogDepthWorker] = None
         # An ordinary log's SUM start, held until the MAX start that follows it on the adjacent values, so that
-        # both travel in one recursive-doubling pass (the library starts them back to back: start_allreduce_sum_max).
+        # both travel in one log-depth all-reduce (the library starts them back to back: start_allreduce_sum_max).
         self._staged: Optional[tuple] = None  # (handle, address, count)
         self.comm = _native.sized(_native.Comm)
         self.comm.rank = rank
@@ -140,29 +142,30 @@ class TorchCollective:
         self.comm.release = self._release
         self.comm.start_allreduce_max = self._start_max
 
-    def use_doubling(self, choice: str, own_group: bool) -> None:
-        """Runs ordinary logs by recursive doubling when `choice` (small_allreduce) says so for this group."""
+    def use_log_depth(self, choice: str, own_group: bool) -> None:
+        """Runs the logs' collectives by the log-depth algorithms when `choice` (small_allreduce) says so for this
+        group."""
         import torch.distributed as dist
 
         if self.group is None or self.world_size < 2 or choice == "backend":
             return
         backend = str(dist.get_backend(self.group)).lower()
-        if choice == "recursive_doubling" and backend != "gloo":
-            raise ValueError(f"small_allreduce='recursive_doubling' needs a Gloo group; the group's backend is "
+        if choice == "log_depth" and backend != "gloo":
+            raise ValueError(f"small_allreduce='log_depth' needs a Gloo group; the group's backend is "
                              f"{backend!r}, whose own all-reduce is already logarithmic (pass 'backend')")
         if choice == "automatic" and not (own_group and backend == "gloo"
-                                          and self.world_size >= RECURSIVE_DOUBLING_MIN_RANKS):
+                                          and self.world_size >= LOG_DEPTH_MIN_RANKS):
             return
-        self._doubling = _doubling.DoublingWorker(self.group, self.rank, self.world_size)
+        self._log_depth = _log_depth.LogDepthWorker(self.group, self.rank, self.world_size)
 
     @property
     def algorithm(self) -> str:
-        """How ordinary logs travel: "recursive_doubling" or "backend"."""
-        return "recursive_doubling" if self._doubling is not None else "backend"
+        """How the logs' collectives travel: "log_depth" or "backend"."""
+        return "log_depth" if self._log_depth is not None else "backend"
 
     def close(self) -> None:
-        if self._doubling is not None:
-            self._doubling.stop()
+        if self._log_depth is not None:
+            self._log_depth.stop()
 
     def _flush_staged(self) -> None:
         """Sends a held SUM on its own (no MAX followed it): the same on every rank, as the calls are."""
@@ -170,18 +173,18 @@ class TorchCollective:
             return
         handle, address, count = self._staged
         self._staged = None
-        self._submit_doubling([handle], address, count, count)
+        self._submit_log_depth([handle], address, count, count)
 
-    def _submit_doubling(self, handles: list, address: int, count: int, sum_count: int) -> None:
+    def _submit_log_depth(self, handles: list, address: int, count: int, sum_count: int) -> None:
         import torch
 
         host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
-        work = self._doubling.submit(host, sum_count)  # a copy: the caller's values are written at the wait
+        work = self._log_depth.submit(host, sum_count)  # a copy: the caller's values are written at the wait
         offset = 0
         for handle in handles:
             pending = self._pending[handle]
             pending.work = work
-            pending.doubling_slice = (offset, offset + pending.host.numel())
+            pending.result_slice = (offset, offset + pending.host.numel())
             offset += pending.host.numel()
 
     def _warn(self, message: str) -> None:
@@ -203,7 +206,21 @@ class TorchCollective:
                     "counts on a device go into the per-rank table, which this log does not gather: set "
                     "logging={'topk_interval_logs': 1} (the default up to 256 ranks) to gather it at every log")
             self.contributed = True
-            if self._doubling is not None and self.device_counts is None and not table:
+            if self._log_depth is not None and self.device_counts is None and table and op == "sum":
+                # The table: the library zeroed it and put this rank's row in its slot (the default
+                # start_allgather), so the SUM is the all-gather of that row, by recursive doubling.
+                import torch
+
+                self._flush_staged()
+                address = ctypes.cast(values, ctypes.c_void_p).value
+                host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
+                row = self.layout.row_doubles
+                pending = _Pending(self._log_depth.submit_allgather(host[self.rank * row:(self.rank + 1) * row]), host,
+                                   None)
+                pending.result_slice = (0, count)
+                self._pending[handle] = pending
+                return handle
+            if self._log_depth is not None and self.device_counts is None and not table:
                 import torch
 
                 address = ctypes.cast(values, ctypes.c_void_p).value
@@ -217,7 +234,7 @@ class TorchCollective:
                 if staged is not None and staged[1] + 8 * staged[2] == address:
                     self._staged = None
                     self._pending[handle] = _Pending(None, host, None)
-                    self._submit_doubling([staged[0], handle], staged[1], staged[2] + count, staged[2])
+                    self._submit_log_depth([staged[0], handle], staged[1], staged[2] + count, staged[2])
                     return handle
                 self._flush_staged()
             else:
@@ -256,11 +273,11 @@ class TorchCollective:
                 if not _finished_within(pending, max(0, int(timeout_ms))):
                     return 1
                 pending.work.wait()  # finished: returns at once, or raises if the collective failed
-            if pending.doubling_slice is not None:
-                # Recursive doubling reduced a copy: the caller's values are written here, once.
-                begin, end = pending.doubling_slice
+            if pending.result_slice is not None:
+                # The log-depth job worked on a copy: the caller's values are written here, once.
+                begin, end = pending.result_slice
                 pending.host.copy_(pending.work.values[begin:end])
-                pending.doubling_slice = None
+                pending.result_slice = None
             if pending.device_buffer is not None:
                 # The deferred read: the reduction is done, so this copy waits for nothing else.
                 pending.host.copy_(pending.device_buffer.to("cpu"))

@@ -52,7 +52,7 @@ def _release_plugin(handle: int, keep_alive: Any) -> None:
     """The finalizer: flush (bounded by the collective timeout) and free the plugin."""
     _native.lib().flopmeter_destroy(handle)
     collective = keep_alive[0]
-    collective.close()  # ends its recursive-doubling thread, if any, once its jobs are through
+    collective.close()  # ends its log-depth thread, if any, once its jobs are through
     del keep_alive  # the callbacks the library may call until destroy returned
 
 
@@ -113,6 +113,29 @@ def _table_every_log_for_device_counts(tables: Dict[str, Any], world_size: int) 
     tables["logging"] = dict(logging_table or {}, topk_interval_logs=1)
 
 
+def _configured_small_allreduce(config: Any, tables: Mapping[str, Any]) -> str:
+    """``[logging] small_allreduce`` of the Meter's configuration (its tables, or its plugin TOML file), or
+    "automatic". A value that names no algorithm is left to the library, which reports it at its key (with the
+    file's line and column); the group is made with "automatic" until then."""
+    keyword_logging = tables.get("logging")
+    if isinstance(keyword_logging, Mapping) and "small_allreduce" in keyword_logging:
+        logging_table: Any = keyword_logging  # laid over the config's, key by key (_config.merge_tables)
+    else:
+        logging_table = config.get("logging") if isinstance(config, Mapping) else None
+    if logging_table is None and isinstance(config, (str, os.PathLike)):
+        try:
+            import tomllib  # Python 3.11 on; before it the file's key is read by the library only
+        except ImportError:
+            return "automatic"
+        try:
+            with open(config, "rb") as f:
+                logging_table = tomllib.load(f).get("logging")
+        except (OSError, ValueError):
+            return "automatic"  # the library reports the file's problem
+    value = logging_table.get("small_allreduce") if isinstance(logging_table, Mapping) else None
+    return value if value in _distributed.SMALL_ALLREDUCE_CHOICES else "automatic"
+
+
 class Meter:
     """The throughput plugin.
 
@@ -128,12 +151,15 @@ class Meter:
     (``new_group``: every rank must make its Meter at the same point), or uses ``process_group``, which must
     span the job. Otherwise it is a single process.
 
-    ``small_allreduce`` says how an ordinary log's SUM and MAX (a fixed 71 doubles) travel: ``"automatic"``
-    (default) runs them by recursive doubling (log2(world) rounds of torch.distributed send/recv on a daemon
-    thread) over the Meter's own Gloo group from 4 ranks on, and by the group's own all-reduce (Gloo: a ring,
-    2 (world - 1) rounds) below and on a ``process_group`` handed in; ``"backend"`` always uses the group's
-    all-reduce; ``"recursive_doubling"`` always uses recursive doubling (a Gloo group). METRICS.md, "The
-    per-log collectives at scale", has the numbers.
+    ``small_allreduce`` says how the logs' collectives travel: an ordinary log's SUM and MAX (a fixed 71
+    doubles) and the per-rank table's gather. ``"automatic"`` (default) runs them by the log-depth algorithms
+    over the Meter's own Gloo group from 4 ranks on: torch.distributed send/recv on a daemon thread, the SUM
+    and MAX by recursive halving and doubling (about 2 log2(world) rounds, about 1.2 KB sent per rank
+    whatever the job's size), the table by recursive doubling (log2(world) rounds); below 4 ranks and on a
+    ``process_group`` handed in, by the group's own collectives (Gloo: rings, 2 (world - 1) rounds).
+    ``"backend"`` always uses the group's own; ``"log_depth"`` always the log-depth ones (a Gloo group).
+    Not given: the configuration's ``[logging] small_allreduce`` (``logging={"small_allreduce": ...}`` or the
+    plugin TOML's), else ``"automatic"``. METRICS.md, "The per-log collectives at scale", has the numbers.
     """
 
     def __init__(self, config: Union[PathLike, Mapping[str, Any], None] = None, *,
@@ -142,7 +168,7 @@ class Meter:
                  parallel: Optional[Mapping[str, Any]] = None, logging: Optional[Mapping[str, Any]] = None,
                  sinks: Optional[Mapping[str, Any]] = None, training: Optional[Mapping[str, Any]] = None,
                  recompute: Union[str, Mapping[str, Any], None] = None, process_group: Any = None,
-                 small_allreduce: str = "automatic") -> None:
+                 small_allreduce: Optional[str] = None) -> None:
         self._handle = 0
         self._lock = threading.RLock()
         self._closed = False
@@ -159,13 +185,15 @@ class Meter:
         given_tables = {k: v for k, v in tables.items() if v is not None}
 
         lib = _native.lib()
-        doubling = _distributed.small_allreduce_choice(small_allreduce)  # refused before any collective call
+        # Refused before any collective call; None: the configuration's [logging] small_allreduce.
+        algorithm = _distributed.small_allreduce_choice(
+            small_allreduce if small_allreduce is not None else _configured_small_allreduce(config, given_tables))
         group = _distributed.world_group(process_group)
         if group is None:
             self._collective = _distributed.TorchCollective(None, 0, 1)
         else:
             self._collective = _distributed.TorchCollective(*group)
-            self._collective.use_doubling(doubling, own_group=process_group is None)
+            self._collective.use_log_depth(algorithm, own_group=process_group is None)
         self._box = _RecordBox()
         error = _native.error_buffer()
         comm = ctypes.byref(self._collective.comm)

@@ -75,12 +75,12 @@ def main() -> None:
     # Everything open now (the stores' connections; the default group's full mesh when lazy init is off) is
     # the trainer's, not flopmeter's.
     before = own_socket_inodes()
-    # By default ordinary logs only (the per-rank table every 1000 logs: never here), each one recursive-doubling
-    # pass.
+    # By default ordinary logs only (the per-rank table every 1000 logs: never here), each one log-depth
+    # all-reduce (recursive halving and doubling).
     meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, sinks={"console": False},
                             logging={"emit": "all", "topk_interval_logs": table_interval,
                                      "collective_timeout_ms": 60000},
-                            small_allreduce="recursive_doubling")
+                            small_allreduce="log_depth")
     result = {"rank": rank, "algorithm": meter._collective.algorithm, "after_group": established(before)}
     # No rank starts its first log (whose messages open connections, with lazy init) before every rank has
     # looked at what making the group opened.

@@ -51,17 +51,17 @@ def peers(ranks: List[Dict], when: str) -> List[List[Optional[int]]]:
 
 
 @pytest.mark.parametrize("world", [8, 16])
-def test_lazy_gloo_connects_only_the_recursive_doubling_peers(tmp_path, world):
+def test_lazy_gloo_connects_only_the_log_depth_peers(tmp_path, world):
     if not has_lazy_init():
         pytest.skip("this torch's Gloo has no lazy connection (TORCH_GLOO_LAZY_INIT: PyTorch 2.8 on)")
     ranks = run_job(tmp_path, world, lazy=True)
     # Every log was reduced over the whole job: rank r ran 10 (r + 1) tokens per step, LOGS steps.
     assert {r["tokens_seen"] for r in ranks} == {LOGS * 10 * world * (world + 1) // 2}
-    assert {r["algorithm"] for r in ranks} == {"recursive_doubling"}
+    assert {r["algorithm"] for r in ranks} == {"log_depth"}
     # Making the group connects nobody: the pairs connect at their first message.
     assert peers(ranks, "after_group") == [[]] * world
-    # Recursive doubling over p = 2^m ranks (_doubling.schedule): in round k = 0 .. m-1 rank r exchanges its
-    # vector with r XOR 2^k, and with nobody else; the masks differ, so these are m distinct peers (3 at 8
+    # Recursive halving and doubling over p = 2^m ranks (_log_depth.allreduce_schedule): in halving level k =
+    # 0 .. m-1 and in its all-gather level rank r messages r XOR 2^k, and nobody else; the masks differ, so these are m distinct peers (3 at 8
     # ranks, 4 at 16). (When p is not a power of two, the ranks beyond the largest power of two fold in first:
     # one more peer, the fold partner, for the ranks that fold.) With lazy connection a rank opens one socket
     # per peer it messages, so exactly these, one each, and nothing else (no store or extra connection).

@@ -34,10 +34,10 @@ def main() -> None:
     records = {}
     result = {"rank": rank}
     if scenario in ("dp2_tp2", "dp2_tp2_reduced", "dp2_tp2_reduced_backend", "skip_one_log",
-                    "skip_one_log_doubling"):
+                    "skip_one_log_log_depth"):
         if scenario.startswith("dp2_tp2"):
             # dp2_tp2_reduced: the table every third log, a SUM and a MAX of fixed size at the others (4 ranks:
-            # by recursive doubling, small_allreduce="automatic"); ..._backend: the same by Gloo's ring.
+            # by the log-depth collectives, small_allreduce="automatic"); ..._backend: the same by Gloo's rings.
             interval = 3 if scenario.startswith("dp2_tp2_reduced") else 0
             algorithm = "backend" if scenario.endswith("_backend") else "automatic"
             meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, parallel={"tp": 2},
@@ -50,10 +50,11 @@ def main() -> None:
             meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0},
                                     logging={"emit": "all", "collective_timeout_ms": 20000}, sinks={"console": False})
             result["algorithm"] = meter._collective.algorithm
-        else:  # skip_one_log_doubling: ordinary logs only (no table), each one recursive-doubling pass
+        else:  # skip_one_log_log_depth: ordinary logs only (no table), each one log-depth all-reduce, chosen by
+            # the configuration's [logging] small_allreduce (no keyword)
             meter = flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1000.0}, sinks={"console": False},
-                                    logging={"emit": "all", "collective_timeout_ms": 20000, "topk_interval_logs": 1000},
-                                    small_allreduce="recursive_doubling")
+                                    logging={"emit": "all", "collective_timeout_ms": 20000, "topk_interval_logs": 1000,
+                                             "small_allreduce": "log_depth"})
             result["algorithm"] = meter._collective.algorithm
         if scenario.startswith("skip_one_log"):
             batches, logs = [dict(cu_seqlens=[0, 10 * (rank + 1)], samples=1)], 8

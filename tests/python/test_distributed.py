@@ -96,13 +96,13 @@ def test_dp2_tp2_job_headlines_by_hand(tmp_path):
         assert rec["perf/step_time"] == pytest.approx(sum(t[r] / microbatches[r // 2] for r in range(4)) / 4, rel=1e-9)
 
 
-@pytest.mark.parametrize("scenario", ["skip_one_log", "skip_one_log_doubling"])
+@pytest.mark.parametrize("scenario", ["skip_one_log", "skip_one_log_log_depth"])
 def test_a_rank_that_skips_one_log_costs_the_intervals_around_it_then_all_are_back_in_step(tmp_path, scenario):
-    # skip_one_log: the table at every log (Gloo's all-reduce); skip_one_log_doubling: only ordinary logs, each
-    # one recursive-doubling pass of send/recv. Messages pair by order either way, so the cost is the same.
+    # skip_one_log: the table at every log (Gloo's all-reduce); skip_one_log_log_depth: only ordinary logs, each
+    # one log-depth all-reduce of send/recv. Messages pair by order either way, so the cost is the same.
     ranks = run_job(tmp_path, scenario, 2)
-    # 2 ranks: "automatic" (skip_one_log) keeps Gloo's ring below 4 ranks; the other forces recursive doubling.
-    assert {r["algorithm"] for r in ranks} == {"recursive_doubling" if scenario.endswith("_doubling") else "backend"}
+    # 2 ranks: "automatic" (skip_one_log) keeps Gloo's ring below 4 ranks; the other forces the log-depth one.
+    assert {r["algorithm"] for r in ranks} == {"log_depth" if scenario.endswith("_log_depth") else "backend"}
     lost = {}
     for rank in ranks:
         steps = sorted(int(s) for s in rank["records"])
@@ -162,8 +162,9 @@ def test_ordinary_logs_reduce_a_fixed_size_and_the_table_comes_every_third_log(t
     # same hand-derived DP sums; only log 3's carries perf_topk/*.
     ranks = run_job(tmp_path, "dp2_tp2_reduced", 4)
     for rank in ranks:
-        # 4 ranks of the Meter's own Gloo group: small_allreduce="automatic" picks recursive doubling.
-        assert rank["algorithm"] == "recursive_doubling"
+        # 4 ranks of the Meter's own Gloo group: small_allreduce="automatic" picks the log-depth collectives
+        # (log 3's table by the recursive-doubling all-gather).
+        assert rank["algorithm"] == "log_depth"
         assert rank["health"]["failed_collectives"] == 0 and rank["health"]["skipped_intervals"] == 0
         assert sorted(int(s) for s in rank["records"]) == [1, 2, 3, 4]
         for step, rec in rank["records"].items():
@@ -179,13 +180,13 @@ def test_ordinary_logs_reduce_a_fixed_size_and_the_table_comes_every_third_log(t
             assert rec["perf/tokens_per_second"] > 0
 
 
-def test_recursive_doubling_and_gloos_ring_give_the_same_records(tmp_path):
-    # The job above twice: ordinary logs by recursive doubling (automatic at 4 ranks) and by Gloo's ring
+def test_the_log_depth_collectives_and_gloos_rings_give_the_same_records(tmp_path):
+    # The job above twice: logs by the log-depth collectives (automatic at 4 ranks) and by Gloo's rings
     # (small_allreduce="backend"). Every DP sum is an integer or a ratio of integer sums, so both orders of
     # addition give the same figures: the records agree key for key, timings and health aside.
-    for name in ("doubling", "ring"):
+    for name in ("log_depth", "ring"):
         (tmp_path / name).mkdir()
-    doubling = run_job(tmp_path / "doubling", "dp2_tp2_reduced", 4)
+    doubling = run_job(tmp_path / "log_depth", "dp2_tp2_reduced", 4)
     ring = run_job(tmp_path / "ring", "dp2_tp2_reduced_backend", 4)
     assert {r["algorithm"] for r in ring} == {"backend"}
     exact = ("train/tokens_seen", "train/num_samples", "train/loss", "train/batch_efficiency", "train/max_loss")

@@ -534,11 +534,28 @@ def test_the_librarys_warnings_are_records_of_the_flopmeter_logger(caplog):
     assert any("1000" in r.getMessage() for r in records), [r.getMessage() for r in caplog.records]
 
 
+def test_small_allreduce_is_read_from_the_configurations_logging_table(tmp_path):
+    from flopmeter.meter import _configured_small_allreduce
+
+    # The keyword tables first, then a dict config's, then a plugin TOML file's; "automatic" when none says.
+    assert _configured_small_allreduce(None, {}) == "automatic"
+    assert _configured_small_allreduce(None, {"logging": {"small_allreduce": "log_depth"}}) == "log_depth"
+    assert _configured_small_allreduce({"logging": {"small_allreduce": "backend"}}, {"logging": {"topk": 2}}) == "backend"
+    plugin = tmp_path / "plugin.toml"
+    plugin.write_text('[model]\nconfig = "tiny_vlm"\n[logging]\nsmall_allreduce = "log_depth"\n')
+    if sys.version_info >= (3, 11):
+        assert _configured_small_allreduce(str(plugin), {}) == "log_depth"
+    # A value that names nothing is the library's to refuse, at its key.
+    with pytest.raises(flopmeter.ConfigError, match=r"key 'logging.small_allreduce': unknown small_allreduce 'ring' "
+                                                    r"\(expected \"automatic\", \"backend\" or \"log_depth\"\)"):
+        flopmeter.Meter(model="tiny_vlm", logging={"small_allreduce": "ring"}, sinks={"console": False})
+
+
 def test_an_unknown_small_allreduce_is_refused_naming_the_argument():
     # Checked before any group is made: the three choices are the C++ small_allreduce's.
     with pytest.raises(ValueError, match="small_allreduce must be one of 'automatic', 'backend', "
-                                         "'recursive_doubling', got 'tree'"):
+                                         "'log_depth', got 'tree'"):
         flopmeter.Meter(model="tiny_vlm", small_allreduce="tree")
     # A single process has no group: any valid choice runs nothing over one.
-    with flopmeter.Meter(model="tiny_vlm", small_allreduce="recursive_doubling", sinks={"console": False}) as meter:
+    with flopmeter.Meter(model="tiny_vlm", small_allreduce="log_depth", sinks={"console": False}) as meter:
         assert meter._collective.algorithm == "backend"

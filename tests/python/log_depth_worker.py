@@ -1,7 +1,8 @@
-"""One rank of test_doubling.py: flopmeter's recursive-doubling all-reduce (flopmeter/_doubling.py) over Gloo
-groups of every size up to the job's, against torch.distributed's own SUM and MAX all-reduce.
+"""One rank of test_log_depth.py: flopmeter's log-depth all-reduce and all-gather (flopmeter/_log_depth.py) over
+Gloo groups of every size up to the job's, against torch.distributed's own SUM and MAX all-reduce and
+all-gather.
 
-usage: doubling_worker.py SIZES RANK WORLD INIT_FILE OUT_FILE   (SIZES: comma-separated group sizes <= WORLD)
+usage: log_depth_worker.py SIZES RANK WORLD INIT_FILE OUT_FILE   (SIZES: comma-separated group sizes <= WORLD)
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from flopmeter import _doubling
+from flopmeter import _log_depth
 
 
 def contribution(rank: int, size: int, round_: int) -> torch.Tensor:
@@ -20,6 +21,12 @@ def contribution(rank: int, size: int, round_: int) -> torch.Tensor:
     # whose maximum sits at a middle rank.
     r, k = float(rank), float(round_)
     return torch.tensor([r + k, 3 * r + 1, 1.0, r, -r, 100 - (r - size // 2) ** 2], dtype=torch.float64)
+
+
+def row(rank: int, round_: int) -> torch.Tensor:
+    # Fractions with no short binary form, and -0 at rank 0: a gather copies bits, so they must arrive as sent.
+    r = float(rank)
+    return torch.tensor([r / 7, -r, round_ + r / 3], dtype=torch.float64)
 
 
 def main() -> None:
@@ -31,16 +38,22 @@ def main() -> None:
         group = dist.new_group(ranks=list(range(size)), backend="gloo")  # every rank makes every group
         if rank >= size:
             continue
-        worker = _doubling.DoublingWorker(group, rank, size)
+        worker = _log_depth.LogDepthWorker(group, rank, size)
         runs = []
         for round_ in range(2):
             values = contribution(rank, size, round_)
             work = worker.submit(values, 3)  # SUM of the first 3, MAX of the rest, in one pass
+            gather = worker.submit_allgather(row(rank, round_))
             sums, maxima = values[:3].clone(), values[3:].clone()
             dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=group)
             dist.all_reduce(maxima, op=dist.ReduceOp.MAX, group=group)
+            rows = [torch.empty(3, dtype=torch.float64) for _ in range(size)]
+            dist.all_gather(rows, row(rank, round_), group=group)
             work.wait()
-            runs.append({"doubling": work.values.tolist(), "plain": sums.tolist() + maxima.tolist()})
+            gather.wait()
+            runs.append({"log_depth": work.values.tolist(), "plain": sums.tolist() + maxima.tolist(),
+                         "gathered": gather.values.numpy().tobytes().hex(),
+                         "plain_gathered": torch.cat(rows).numpy().tobytes().hex()})
         worker.stop()
         results[str(size)] = runs
     with open(out, "w") as f:

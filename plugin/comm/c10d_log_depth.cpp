@@ -1,15 +1,16 @@
-// The ordinary log's SUM and MAX by recursive doubling over a c10d CPU group (recursive_doubling.h), for
-// flopmeter's own Gloo groups (small_allreduce, flopmeter/communicator.h).
+// The ordinary log's SUM and MAX (recursive halving then doubling) and the per-rank table's all-gather
+// (recursive doubling) over a c10d CPU group (log_depth.h), for flopmeter's own Gloo groups
+// (small_allreduce::log_depth, flopmeter/communicator.h).
 //
 // One worker thread per communicator runs the collectives in the order they were started (every rank starts
 // them in the same order, so the messages pair up by order: each pair of ranks exchanges over one Gloo slot,
-// which delivers in order). start_allreduce_sum_max copies the values, queues the job and returns; the
-// returned pending waits on the job's condition variable (no polling) and copies the result into the caller's
-// buffer when it first reports done. Each message is a send and a recv of c10d's point-to-point API waited for
-// with Work::wait(timeout), the group's timeout: a dead peer fails the job after that timeout, never hangs it.
-// Every other collective (the table's all-gather, the barrier) goes to the wrapped communicator, i.e. to
-// c10d's own algorithms; Gloo keeps point-to-point messages and collectives on separate slots, so both may be
-// in flight at once.
+// which delivers in order). start_allreduce_sum_max and start_allgather copy their input, queue the job and
+// return; the returned pending waits on the job's condition variable (no polling) and copies the result into
+// the caller's buffer when it first reports done. Each message is a send and a recv of c10d's point-to-point
+// API waited for with Work::wait(timeout), the group's timeout: a dead peer fails the job after that timeout,
+// never hangs it. Every other collective (a lone SUM or MAX, the barrier) goes to the wrapped communicator,
+// i.e. to c10d's own algorithms; Gloo keeps point-to-point messages and collectives on separate slots, so
+// both may be in flight at once.
 //
 // Destruction never blocks on a peer: an idle worker is joined; a busy one (waiting for a dead peer) is
 // detached with shared ownership of what it uses, and lets go of it when its wait times out.
@@ -25,7 +26,7 @@
 
 #include "flopmeter/error.h"
 #include "comm/c10d_internal.h"
-#include "comm/recursive_doubling.h"
+#include "comm/log_depth.h"
 
 namespace flopmeter::detail {
 namespace {
@@ -33,12 +34,14 @@ namespace {
 using std::chrono::milliseconds;
 
 // The tag of flopmeter's point-to-point messages (Gloo keeps them apart from other tags' messages).
-constexpr int kDoublingTag = 0x464c4f50 & 0x7fffffff;  // "FLOP"
+constexpr int kLogDepthTag = 0x464c4f50 & 0x7fffffff;  // "FLOP"
 
-// One reduction: its values (in place), its outcome.
-struct doubling_job {
-  std::vector<double> values;
-  std::size_t sum_count = 0;
+// One collective: its buffer (the values reduced in place, or the gathered table), its outcome.
+struct log_depth_job {
+  enum class kind { allreduce_sum_max, allgather };
+  kind what = kind::allreduce_sum_max;
+  std::vector<double> values;  // allgather: world x count, this rank's block filled
+  std::size_t sum_count = 0;   // allreduce_sum_max: the SUM part; allgather: count (per rank)
   std::size_t max_count = 0;
   std::mutex mutex;
   std::condition_variable finished_cv;
@@ -48,7 +51,7 @@ struct doubling_job {
 
 // Messages over c10d's send/recv. Every Work that did not finish is kept (it references its tensor, which
 // Gloo may still write into) until the worker ends.
-class c10d_transport final : public doubling_transport {
+class c10d_transport final : public log_depth_transport {
  public:
   c10d_transport(c10::intrusive_ptr<c10d::ProcessGroup> group, milliseconds timeout,
                  std::vector<c10::intrusive_ptr<c10d::Work>>& unfinished)
@@ -64,13 +67,13 @@ class c10d_transport final : public doubling_transport {
     finish(work);
     std::memcpy(values, in.data_ptr<double>(), count * sizeof(double));
   }
-  void exchange(int peer, const double* out, double* in, std::size_t count) override {
+  void exchange(int peer, const double* out, std::size_t out_count, double* in, std::size_t in_count) override {
     at::Tensor incoming;
-    auto sent = start_send(peer, out, count);
-    auto received = start_receive(peer, count, incoming);
+    auto sent = start_send(peer, out, out_count);
+    auto received = start_receive(peer, in_count, incoming);
     finish(received);
     finish(sent);
-    std::memcpy(in, incoming.data_ptr<double>(), count * sizeof(double));
+    std::memcpy(in, incoming.data_ptr<double>(), in_count * sizeof(double));
   }
 
  private:
@@ -78,12 +81,12 @@ class c10d_transport final : public doubling_transport {
     at::Tensor out = at::empty({static_cast<std::int64_t>(count)}, at::TensorOptions().dtype(at::kDouble));
     std::memcpy(out.data_ptr<double>(), values, count * sizeof(double));
     std::vector<at::Tensor> tensors{out};
-    return group_->send(tensors, peer, kDoublingTag);
+    return group_->send(tensors, peer, kLogDepthTag);
   }
   c10::intrusive_ptr<c10d::Work> start_receive(int peer, std::size_t count, at::Tensor& into) {
     into = at::empty({static_cast<std::int64_t>(count)}, at::TensorOptions().dtype(at::kDouble));
     std::vector<at::Tensor> tensors{into};
-    return group_->recv(tensors, peer, kDoublingTag);
+    return group_->recv(tensors, peer, kLogDepthTag);
   }
   // Waits for one message; throws when it failed or timed out (the Work is then kept, see above).
   void finish(const c10::intrusive_ptr<c10d::Work>& work) {
@@ -101,29 +104,29 @@ class c10d_transport final : public doubling_transport {
 };
 
 // What the worker thread uses: shared with the communicator, and kept by a detached worker.
-struct doubling_worker_state {
+struct log_depth_worker_state {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
   milliseconds timeout{0};
   int rank = 0;
   int world = 1;
   std::mutex mutex;
   std::condition_variable work_cv;
-  std::deque<std::shared_ptr<doubling_job>> queue;
+  std::deque<std::shared_ptr<log_depth_job>> queue;
   bool busy = false;
   bool stopping = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> unfinished;
 };
 
-void finish_job(doubling_job& job, collective_status status, std::string error) {
+void finish_job(log_depth_job& job, collective_status status, std::string error) {
   std::lock_guard<std::mutex> lock(job.mutex);
   job.status = status;
   job.error = std::move(error);
   job.finished_cv.notify_all();
 }
 
-void run_worker(const std::shared_ptr<doubling_worker_state>& state) {
+void run_worker(const std::shared_ptr<log_depth_worker_state>& state) {
   for (;;) {
-    std::shared_ptr<doubling_job> job;
+    std::shared_ptr<log_depth_job> job;
     {
       std::unique_lock<std::mutex> lock(state->mutex);
       state->busy = false;
@@ -135,7 +138,14 @@ void run_worker(const std::shared_ptr<doubling_worker_state>& state) {
     }
     try {
       c10d_transport transport(state->group, state->timeout, state->unfinished);
-      run_recursive_doubling(transport, state->rank, state->world, job->values.data(), job->sum_count, job->max_count);
+      if (job->what == log_depth_job::kind::allgather) {
+        // The buffer already holds this rank's block (start_allgather): the steps fill the others.
+        run_log_depth_steps(transport, log_depth_allgather_schedule(state->rank, state->world, job->sum_count),
+                            job->values.data(), 0);
+      } else {
+        run_log_depth_allreduce(transport, state->rank, state->world, job->values.data(), job->sum_count,
+                                job->max_count);
+      }
       finish_job(*job, collective_status::done, "");
     } catch (...) {
       finish_job(*job, collective_status::failed, describe_exception(std::current_exception()));
@@ -143,9 +153,9 @@ void run_worker(const std::shared_ptr<doubling_worker_state>& state) {
   }
 }
 
-class doubling_pending final : public pending_collective {
+class log_depth_pending final : public pending_collective {
  public:
-  doubling_pending(std::shared_ptr<doubling_job> job, double* out, std::string backend)
+  log_depth_pending(std::shared_ptr<log_depth_job> job, double* out, std::string backend)
       : job_(std::move(job)), out_(out), backend_(std::move(backend)) {}
 
   collective_status wait(milliseconds timeout) override {
@@ -161,22 +171,26 @@ class doubling_pending final : public pending_collective {
   std::string error_message() const override {
     std::lock_guard<std::mutex> lock(job_->mutex);
     if (job_->status != collective_status::failed) return "";
-    return backend_ + " recursive-doubling all-reduce of " + std::to_string(job_->values.size()) +
+    if (job_->what == log_depth_job::kind::allgather) {
+      return backend_ + " log-depth all-gather of " + std::to_string(job_->sum_count) +
+             " values per rank failed: " + job_->error;
+    }
+    return backend_ + " log-depth all-reduce of " + std::to_string(job_->values.size()) +
            " values failed: " + job_->error;
   }
 
  private:
-  std::shared_ptr<doubling_job> job_;
+  std::shared_ptr<log_depth_job> job_;
   double* out_;
   std::string backend_;
   bool copied_ = false;
 };
 
-class recursive_doubling_communicator final : public communicator {
+class log_depth_communicator final : public communicator {
  public:
-  recursive_doubling_communicator(std::shared_ptr<communicator> inner, c10::intrusive_ptr<c10d::ProcessGroup> group,
-                                  milliseconds timeout)
-      : inner_(std::move(inner)), state_(std::make_shared<doubling_worker_state>()) {
+  log_depth_communicator(std::shared_ptr<communicator> inner, c10::intrusive_ptr<c10d::ProcessGroup> group,
+                         milliseconds timeout)
+      : inner_(std::move(inner)), state_(std::make_shared<log_depth_worker_state>()) {
     state_->group = std::move(group);
     state_->timeout = timeout;
     state_->rank = inner_->rank();
@@ -184,7 +198,7 @@ class recursive_doubling_communicator final : public communicator {
     auto state = state_;
     worker_ = std::thread([state] { run_worker(state); });
   }
-  ~recursive_doubling_communicator() override {
+  ~log_depth_communicator() override {
     bool busy = false;
     {
       std::lock_guard<std::mutex> lock(state_->mutex);
@@ -200,12 +214,12 @@ class recursive_doubling_communicator final : public communicator {
       worker_.join();
     }
   }
-  recursive_doubling_communicator(const recursive_doubling_communicator&) = delete;
-  recursive_doubling_communicator& operator=(const recursive_doubling_communicator&) = delete;
+  log_depth_communicator(const log_depth_communicator&) = delete;
+  log_depth_communicator& operator=(const log_depth_communicator&) = delete;
 
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
-  std::string backend_name() const override { return inner_->backend_name() + "+doubling"; }
+  std::string backend_name() const override { return inner_->backend_name() + "+log_depth"; }
 
   std::unique_ptr<pending_collective> start_allreduce_sum(double* values, std::size_t count) override {
     return inner_->start_allreduce_sum(values, count);
@@ -213,8 +227,19 @@ class recursive_doubling_communicator final : public communicator {
   std::unique_ptr<pending_collective> start_allreduce_max(double* values, std::size_t count) override {
     return inner_->start_allreduce_max(values, count);
   }
+  // The table: recursive doubling over blocks, log2(world) rounds (+ 2), instead of c10d's ring.
   std::unique_ptr<pending_collective> start_allgather(const double* send, std::size_t count, double* recv) override {
-    return inner_->start_allgather(send, count, recv);
+    if ((send == nullptr || recv == nullptr) && count > 0) {
+      throw error(backend_name() + ": start_allgather got a null buffer");
+    }
+    const std::size_t world = static_cast<std::size_t>(world_size());
+    auto job = std::make_shared<log_depth_job>();
+    job->what = log_depth_job::kind::allgather;
+    job->values.assign(world * count, 0.0);
+    if (count > 0)
+      std::memcpy(job->values.data() + static_cast<std::size_t>(rank()) * count, send, count * sizeof(double));
+    job->sum_count = count;
+    return queue(std::move(job), recv);
   }
 
   // One pass for both parts: the SUM of values[0, sum_count) and the MAX of the max_count after it.
@@ -223,25 +248,29 @@ class recursive_doubling_communicator final : public communicator {
     if (values == nullptr && sum_count + max_count > 0) {
       throw error(backend_name() + ": start_allreduce_sum_max got a null buffer");
     }
-    auto job = std::make_shared<doubling_job>();
+    auto job = std::make_shared<log_depth_job>();
     job->values.assign(values, values + sum_count + max_count);
     job->sum_count = sum_count;
     job->max_count = max_count;
-    if (sum_count + max_count == 0) {  // nothing to send on any rank (every rank passes the same counts)
+    return queue(std::move(job), values);
+  }
+
+ private:
+  // Hands `job` to the worker (done at once when it moves nothing: every rank passes the same counts) and
+  // returns its pending, which copies the result into `out`.
+  std::unique_ptr<pending_collective> queue(std::shared_ptr<log_depth_job> job, double* out) {
+    if (job->values.empty()) {
       job->status = collective_status::done;
-      return std::make_unique<doubling_pending>(std::move(job), values, backend_name());
-    }
-    {
+    } else {
       std::lock_guard<std::mutex> lock(state_->mutex);
       state_->queue.push_back(job);
       state_->work_cv.notify_all();
     }
-    return std::make_unique<doubling_pending>(std::move(job), values, backend_name());
+    return std::make_unique<log_depth_pending>(std::move(job), out, backend_name());
   }
 
- private:
   std::shared_ptr<communicator> inner_;
-  std::shared_ptr<doubling_worker_state> state_;
+  std::shared_ptr<log_depth_worker_state> state_;
   std::thread worker_;
 };
 
@@ -252,21 +281,20 @@ bool resolve_small_allreduce(small_allreduce choice, bool own_group, int world, 
   const bool cpu = backend != "nccl";
   switch (choice) {
     case small_allreduce::backend: return false;
-    case small_allreduce::recursive_doubling:
+    case small_allreduce::log_depth:
       if (!cpu) {
-        throw error(who + ": small_allreduce::recursive_doubling needs a CPU group (Gloo); the group's backend is '" +
-                    backend + "', whose own all-reduce is already logarithmic (pass small_allreduce::backend)");
+        throw error(who + ": small_allreduce::log_depth needs a CPU group (Gloo); the group's backend is '" + backend +
+                    "', whose own all-reduce is already logarithmic (pass small_allreduce::backend)");
       }
       return world > 1;
-    case small_allreduce::automatic: return own_group && cpu && world >= recursive_doubling_min_ranks;
+    case small_allreduce::automatic: return own_group && cpu && world >= log_depth_min_ranks;
   }
   return false;
 }
 
-std::shared_ptr<communicator> with_recursive_doubling(std::shared_ptr<communicator> inner,
-                                                      c10::intrusive_ptr<c10d::ProcessGroup> group,
-                                                      milliseconds timeout) {
-  return std::make_shared<recursive_doubling_communicator>(std::move(inner), std::move(group), timeout);
+std::shared_ptr<communicator> with_log_depth(std::shared_ptr<communicator> inner,
+                                             c10::intrusive_ptr<c10d::ProcessGroup> group, milliseconds timeout) {
+  return std::make_shared<log_depth_communicator>(std::move(inner), std::move(group), timeout);
 }
 
 }  // namespace flopmeter::detail
