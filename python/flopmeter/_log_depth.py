@@ -12,7 +12,9 @@ linearly with the job.
   same bits: each value is reduced by one chain of ranks, its owners combine it with an order-independent
   combination (IEEE addition commutes; the maximum is made symmetric for NaN and signed zeros), the others
   receive copies.
-- The all-gather of one row per rank is recursive doubling over blocks: log2(world) rounds (+ 2).
+- The all-gather of one row per rank is recursive doubling over blocks: log2(world) rounds (+ 2). The Meter
+  does not use it yet (_distributed.py says why); tests/python/log_depth_worker.py checks it against
+  torch.distributed's all_gather.
 
 One worker thread per Meter runs the jobs in the order the Meter started them (every rank starts them in the
 same order, so messages pair by order; one tag keeps them apart from the trainer's). ``submit`` and

@@ -182,7 +182,7 @@ elseif(MODE STREQUAL "add_subdirectory")
   step("configure the add_subdirectory consumer" ${CMAKE_COMMAND}
        -S "${CMAKE_CURRENT_LIST_DIR}/add_subdirectory_consumer" -B "${build}"
        "-DFLOPMETER_SOURCE_DIR=${FLOPMETER_SOURCE_DIR}" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0
-       -DCMAKE_C_FLAGS_DEBUG=-O0 ${compiler_args}
+       ${compiler_args}
        -DFLOPMETER_WITH_TORCH=OFF -DFLOPMETER_WITH_NCCL=OFF -DFLOPMETER_INSTALL=ON)
   step("build the add_subdirectory consumer" ${CMAKE_COMMAND} --build "${build}" --parallel 2)
   step("run the add_subdirectory consumer" "${build}/consumer" "${model}" "${WORK_DIR}/consumer.jsonl")
