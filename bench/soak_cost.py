@@ -72,13 +72,9 @@ def main() -> int:
     parser.add_argument("--limit", type=float, default=1.10, help="instructions per micro-batch, last/first")
     parser.add_argument("--rss-limit-kib", type=int, default=1024, help="resident memory growth, first tenth to end")
     parser.add_argument("--python", default=sys.executable, help="an interpreter that imports flopmeter")
-    parser.add_argument("--drive", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.logs < 10 or args.microbatches_per_log < 1:
         parser.error("--logs must be >= 10 and --microbatches-per-log >= 1")
-    if args.drive:
-        drive(args.logs, args.microbatches_per_log, Path(args.drive))
-        return 0
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         print("soak_cost: valgrind not found (Debian: apt-get install valgrind)", file=sys.stderr)
