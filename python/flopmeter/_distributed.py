@@ -8,8 +8,8 @@ so a rank that skips an ``on_log`` costs intervals of metrics, never a hang of t
 that group from 4 ranks on (``small_allreduce="automatic"``) the collectives run instead in a number of rounds
 logarithmic in the job on a daemon thread (``_log_depth.py``): an ordinary log's SUM and MAX, which the library
 starts back to back on adjacent values, as one all-reduce by recursive halving and doubling (the SUM's start
-is held until the MAX's, and both handles wait on the one job). The table's SUM (this rank's row and zeros
-elsewhere) keeps the group's own all-reduce: see _start_allreduce.
+is held until the MAX's, and both handles wait on the one job); the table's SUM, which holds this rank's row
+and zeros elsewhere, as an all-gather of that row by recursive doubling.
 
 Counts accumulated on a device (``_device.DeviceCounts``) are added into this rank's row of the table on that
 device just before the reduction, which then runs on the device tensor: nothing is read back on the
@@ -206,9 +206,20 @@ class TorchCollective:
                     "counts on a device go into the per-rank table, which this log does not gather: set "
                     "logging={'topk_interval_logs': 1} (the default up to 256 ranks) to gather it at every log")
             self.contributed = True
-            # The table keeps the group's own all-gather here: run through the send/recv thread below, a 2 x 2
-            # job's rank 0 aborted at exit once in 18 runs (std::terminate, cause not found), which the ordinary
-            # logs over the same thread never did. The C++ adapter gathers it by recursive doubling.
+            if self._log_depth is not None and self.device_counts is None and table and op == "sum":
+                # The table: the library zeroed it and put this rank's row in its slot (the default
+                # start_allgather), so the SUM is the all-gather of that row, by recursive doubling.
+                import torch
+
+                self._flush_staged()
+                address = ctypes.cast(values, ctypes.c_void_p).value
+                host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
+                row = self.layout.row_doubles
+                pending = _Pending(self._log_depth.submit_allgather(host[self.rank * row:(self.rank + 1) * row]), host,
+                                   None)
+                pending.result_slice = (0, count)
+                self._pending[handle] = pending
+                return handle
             if self._log_depth is not None and self.device_counts is None and not table:
                 import torch
 

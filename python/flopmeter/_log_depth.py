@@ -12,9 +12,7 @@ linearly with the job.
   same bits: each value is reduced by one chain of ranks, its owners combine it with an order-independent
   combination (IEEE addition commutes; the maximum is made symmetric for NaN and signed zeros), the others
   receive copies.
-- The all-gather of one row per rank is recursive doubling over blocks: log2(world) rounds (+ 2). The Meter
-  does not use it yet (_distributed.py says why); tests/python/log_depth_worker.py checks it against
-  torch.distributed's all_gather.
+- The all-gather of one row per rank is recursive doubling over blocks: log2(world) rounds (+ 2).
 
 One worker thread per Meter runs the jobs in the order the Meter started them (every rank starts them in the
 same order, so messages pair by order; one tag keeps them apart from the trainer's). ``submit`` and
@@ -31,6 +29,9 @@ import threading
 from typing import Any, List, NamedTuple, Optional, Tuple
 
 TAG = 0x464C4F50  # "FLOP": flopmeter's point-to-point messages
+# How long stop() waits for the thread: its last job finished before the Meter's flush returned (the flush
+# waited for it), so a healthy job's thread ends in microseconds; 10 s bounds an exit behind a peer that hangs.
+STOP_JOIN_TIMEOUT_S = 10.0
 
 Range = Tuple[int, int]  # the elements [begin, end) of the buffer
 NONE: Range = (0, 0)
@@ -243,8 +244,22 @@ class LogDepthWorker:
             self._jobs.put(job)
         return job
 
-    def stop(self) -> None:
-        self._jobs.put(None)  # ends the thread once the jobs before it are through
+    def stop(self, join_timeout_s: float = STOP_JOIN_TIMEOUT_S) -> bool:
+        """Ends the thread once the jobs before this call are through, and waits up to ``join_timeout_s`` for it
+        to end. Returns whether it ended.
+
+        The wait is what keeps the process's exit clean. Python 3.11 ends a daemon thread that wants the GIL
+        back after the interpreter began to finalize by ``pthread_exit``, whose unwinding through torch's
+        ``gil_scoped_release`` (a destructor, so ``noexcept``) calls ``std::terminate``: the process aborts
+        ("terminate called without an active exception"). torch releases the GIL in every blocking call and
+        in freeing a tensor. The Meter's finalizer calls this from ``atexit``, before finalization, so the
+        thread is gone by then. Only a thread still blocked on a peer that never answers outlives the wait.
+        """
+        self._jobs.put(None)
+        if self._thread is threading.current_thread():
+            return False
+        self._thread.join(join_timeout_s)
+        return not self._thread.is_alive()
 
     def _run(self) -> None:
         while True:
@@ -260,6 +275,9 @@ class LogDepthWorker:
                 job.error = e
             finally:
                 job.finished.set()
+            # Dropped here, not when the next get() returns: the last reference to the job's tensors may be this
+            # one, and freeing a tensor releases the GIL (stop() says why that must not happen at exit).
+            job = None
 
     def _run_steps(self, steps: List[Step], job: LogDepthWork) -> None:
         import torch

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -54,8 +56,18 @@ def main() -> None:
             runs.append({"log_depth": work.values.tolist(), "plain": sums.tolist() + maxima.tolist(),
                          "gathered": gather.values.numpy().tobytes().hex(),
                          "plain_gathered": torch.cat(rows).numpy().tobytes().hex()})
-        worker.stop()
+        # An idle worker holds no job: the tensors of a finished job die with the caller's last reference, not
+        # when the next job (or the stop) wakes the thread. A thread that freed a tensor on waking at exit
+        # aborted the process (_log_depth.LogDepthWorker.stop says why).
+        released = weakref.ref(gather.values), weakref.ref(work.values)
+        del work, gather
+        deadline = time.monotonic() + 5.0
+        while any(r() is not None for r in released) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the worker drops its reference just after it signalled the job finished
+        stopped = worker.stop()
         results[str(size)] = runs
+        results[f"{size}_exit"] = {"idle_worker_held_a_job": any(r() is not None for r in released),
+                                   "stop_returned": stopped, "thread_alive_after_stop": worker._thread.is_alive()}
     with open(out, "w") as f:
         json.dump(results, f)
     dist.barrier()

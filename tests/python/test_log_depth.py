@@ -169,6 +169,9 @@ def check_against_plain(ranks, sizes):
                 assert run["plain"] == expected, (size, rank, k)
                 # The all-gather: torch.distributed's, bit for bit.
                 assert run["gathered"] == run["plain_gathered"], (size, rank, k)
+            # stop() ends the thread before it returns, and no finished job outlives its caller's references.
+            assert ranks[rank][f"{size}_exit"] == {"idle_worker_held_a_job": False, "stop_returned": True,
+                                                   "thread_alive_after_stop": False}, (size, rank)
 
 
 def test_groups_of_one_to_nine_processes_match_the_plain_collectives(tmp_path):
