@@ -179,14 +179,17 @@ void expect_steps(const std::vector<log_depth_step>& got, const std::vector<log_
   }
 }
 
-TEST(LogDepthAllreduce, RoundsAreLog2WorldPlusTheHalvingLevelsPlusTwoForAFold) {
-  // L + min(L, ceil(log2 N)) (+ 2 when world is not a power of two), L = floor(log2 world), by hand:
-  // world 1 -> 0; 2, N 71 -> 1 + 1; 3, N 71 -> 1 + 1 + 2; 4, N 5 -> 2 + 2; 4, N 71 -> 2 + 2; 8, N 3 -> 3 + 2;
-  // 8, N 1 -> 3 + 0; 5, N 71 -> 2 + 2 + 2; 131072 = 2^17, N 71 (ceil(log2 71) = 7) -> 17 + 7; 100000
-  // (2^16 <= 100000 < 2^17), N 71 -> 16 + 7 + 2; N 0 -> 0.
+TEST(LogDepthAllreduce, RoundsAreTheHalvingLevelsTwiceAndTheSharedOnesPlusTwoForAFold) {
+  // H = min(L, ceil(log2 N)) halving levels (twice: down and back), D = L - H shared levels: D doubling rounds
+  // below 4, the tree's 4 D - 2 from 4 on; + 2 when world is not a power of two; L = floor(log2 world). By
+  // hand: world 1 -> 0; 2, N 71 -> 2 + 0; 3, N 71 -> 2 + 0 + 2; 4, N 5 -> 4 + 0; 4, N 71 -> 4; 8, N 3 (H 2,
+  // D 1) -> 4 + 1; 8, N 1 (H 0, D 3) -> 3; 16, N 1 (D 4) -> 4 x 4 - 2 = 14; 5, N 71 -> 4 + 2; 1024, N 71
+  // (H 7, D 3) -> 14 + 3 = 17; 2048 (D 4) -> 14 + 14 = 28; 16384 (D 7) -> 14 + 26 = 40; 131072 = 2^17 (D 10)
+  // -> 14 + 38 = 52; 100000 (2^16 <= 100000 < 2^17, D 9) -> 14 + 34 + 2 = 50; N 0 -> 0.
   const std::vector<std::tuple<int, std::size_t, int>> expected = {
-      {1, 71, 0}, {2, 71, 2}, {3, 71, 4},       {4, 5, 4},        {4, 71, 4}, {8, 3, 5},
-      {8, 1, 3},  {5, 71, 6}, {131072, 71, 24}, {100000, 71, 25}, {16, 0, 0}};
+      {1, 71, 0},     {2, 71, 2},      {3, 71, 4},       {4, 5, 4},        {4, 71, 4},
+      {8, 3, 5},      {8, 1, 3},       {16, 1, 14},      {5, 71, 6},       {1024, 71, 17},
+      {2048, 71, 28}, {16384, 71, 40}, {131072, 71, 52}, {100000, 71, 50}, {16, 0, 0}};
   for (const auto& [world, count, rounds] : expected) {
     EXPECT_EQ(log_depth_allreduce_rounds(world, count), rounds) << "world " << world << " N " << count;
     EXPECT_EQ(log_depth_allreduce_schedule(0, world, count).size(), static_cast<std::size_t>(rounds))
@@ -234,6 +237,28 @@ TEST(LogDepthAllreduce, TheSegmentsOfSmallWorldsAreTheHandDerivedOnes) {
                 step(7, range(2, 3), range(2, 3), true), step(1, range(2, 3), range(1, 2), false),
                 step(2, range(1, 3), range(0, 1), false)},
                "world 8 N 3 rank 3");
+  // World 16, N 1: no halving level and 4 shared ones, so the binary tree of log_depth.h's worked example,
+  // 14 rounds: reduce (depth 4 left; 3 left, right; 2 left, right; 1 left, right), then broadcast (1 left,
+  // right; 2 left, right; 3 left, right; 4 left). Rank 3 (children 7 and 8, parent 1), rank 7 (child 15,
+  // parent 3), rank 15 (a leaf, parent 7) and rank 0 (the root, children 1 and 2).
+  const element_range one = range(0, 1);
+  expect_steps(
+      log_depth_allreduce_schedule(3, 16, 1),
+      {idle, step(7, kNone, one, true), step(8, kNone, one, true), step(1, one, kNone, false), idle, idle, idle, idle,
+       idle, step(1, kNone, one, false), idle, step(7, one, kNone, false), step(8, one, kNone, false), idle},
+      "world 16 N 1 rank 3");
+  expect_steps(log_depth_allreduce_schedule(7, 16, 1),
+               {step(15, kNone, one, true), step(3, one, kNone, false), idle, idle, idle, idle, idle, idle, idle, idle,
+                idle, step(3, kNone, one, false), idle, step(15, one, kNone, false)},
+               "world 16 N 1 rank 7");
+  expect_steps(log_depth_allreduce_schedule(15, 16, 1),
+               {step(7, one, kNone, false), idle, idle, idle, idle, idle, idle, idle, idle, idle, idle, idle, idle,
+                step(7, kNone, one, false)},
+               "world 16 N 1 rank 15");
+  expect_steps(log_depth_allreduce_schedule(0, 16, 1),
+               {idle, idle, idle, idle, idle, step(1, kNone, one, true), step(2, kNone, one, true),
+                step(1, one, kNone, false), step(2, one, kNone, false), idle, idle, idle, idle, idle},
+               "world 16 N 1 rank 0");
 }
 
 // In each round, rank r's step names peer p exactly when p's names r, and what r sends is what p receives.
@@ -349,24 +374,29 @@ std::pair<std::size_t, std::size_t> elements_moved(int rank, int world, std::siz
   return {sent, received};
 }
 
-TEST(LogDepthAllreduce, BytesPerRankStayNearTwiceTheVectorWhateverTheWorld) {
+TEST(LogDepthAllreduce, BytesPerRankDoNotGrowWithTheWorld) {
   // log_depth.h's bound for N = 71: the rank whose segments are the upper halves (71, 36, 18, 9, 5, 3, 2, 1)
   // sends (71 - 1) + (36 + 18 + 9 + 5 + 3 + 2 + 1) = 144 elements over the 7 halving levels and their
-  // all-gather, and 1 per doubling level beyond: 144 + (L - 7). 1024 = 2^10 -> 147 (1,176 B), 16384 = 2^14 ->
-  // 151 (1,208 B), 131072 = 2^17 -> 154 (1,232 B). Plain recursive doubling sent 71 L: 710, 994, 1207.
-  // Sent equals received on every rank. 100000 (L 16, rem 34464): index 127 (bits 0..6 set: the upper
-  // path) is rank 255, which folds: 144 + 9 + 71 (its fold-out) = 224.
-  const std::vector<std::pair<int, std::size_t>> expected = {{1024, 147}, {16384, 151}, {131072, 154}, {100000, 224}};
+  // all-gather; beyond them 1 per doubling level up to 3 shared levels, and at most 3 in the tree from 4 on
+  // (an inner member: its parent once, its 2 children once each). So at most 144 + 3 = 147 (1,176 B) at
+  // 1024 = 2^10 (3 doubling levels), 2048, 16384 = 2^14 and 131072 = 2^17 alike, and received likewise.
+  // Plain recursive doubling sent 71 L: 710, 994, 1207. 100000 (L 16, rem 34464): index 255 (the upper path,
+  // tree member 1: two children and a parent) is rank 2 x 255 + 1 = 511, which folds: 147 + 71 (its
+  // fold-out) = 218; index 127 (rank 255), the tree's root (two children, no parent), 144 + 2 + 71 = 217.
+  const std::vector<std::pair<int, std::size_t>> expected = {
+      {1024, 147}, {2048, 147}, {16384, 147}, {131072, 147}, {100000, 218}};
   for (const auto& [world, most] : expected) {
-    std::size_t most_sent = 0;
+    std::size_t most_sent = 0, most_received = 0;
     for (int r = 0; r < world; ++r) {
       const auto [sent, received] = elements_moved(r, world, 71);
-      EXPECT_EQ(sent, received) << "world " << world << " rank " << r;
       most_sent = std::max(most_sent, sent);
+      most_received = std::max(most_received, received);
     }
     EXPECT_EQ(most_sent, most) << "world " << world;
+    EXPECT_EQ(most_received, most) << "world " << world;
   }
-  EXPECT_EQ(elements_moved(255, 100000, 71).first, 224u);
+  EXPECT_EQ(elements_moved(511, 100000, 71).first, 218u);
+  EXPECT_EQ(elements_moved(255, 100000, 71).first, 217u);
 }
 
 TEST(LogDepthAllreduce, EachRankTalksToLog2Peers) {

@@ -35,11 +35,11 @@ inline constexpr int max_world_size = 1048576;
 // group (Gloo). c10d's Gloo all-reduce and all-gather are rings: 2 (world - 1) and world - 1 message rounds,
 // so their latency grows linearly with the job (about 13 s per log at 131,072 ranks at 50 us a round). The
 // log-depth collectives run over point-to-point messages on a thread of flopmeter's own: the ordinary log's
-// 71 doubles by recursive halving then recursive doubling (log2 world + min(log2 world, 7) rounds, + 2 when
-// world is not a power of two: 24 at 131,072 ranks), sending at most 1,152 B (about 2 x 568 B) per rank plus
-// 8 B per level beyond the 7th (1,232 B at 131,072 ranks; a rank that folds a non-power-of-two world in sends
-// 568 B more); the table by recursive doubling (log2 world rounds, + 2). METRICS.md, "The per-log collectives
-// at scale", has the numbers.
+// 71 doubles by recursive halving then recursive doubling, and beyond 1,024 ranks a binary tree over the ranks
+// that share each element (17 rounds at 1,024 ranks, 52 at 131,072, + 2 when world is not a power of two),
+// sending and receiving at most 1,176 B per rank whatever the job's size (a rank that folds a
+// non-power-of-two world in sends 568 B more); the table by recursive doubling (log2 world rounds, + 2).
+// METRICS.md, "The per-log collectives at scale", has the numbers.
 enum class small_allreduce {
   // flopmeter's own Gloo groups (make_gloo_communicator, make_gloo_communicator_from_env): the log-depth
   // collectives from log_depth_min_ranks ranks on, the backend's below. A group the trainer passes
@@ -56,9 +56,9 @@ inline constexpr int log_depth_min_ranks = 4;
 
 // The outcome of waiting on a collective.
 enum class collective_status {
-  done,       // the buffer holds the reduced values
-  pending,    // not finished within the timeout given; wait again later
-  failed,     // the collective failed (peer died, backend error); the buffer is not meaningful
+  done,     // the buffer holds the reduced values
+  pending,  // not finished within the timeout given; wait again later
+  failed,   // the collective failed (peer died, backend error); the buffer is not meaningful
 };
 
 class pending_collective {

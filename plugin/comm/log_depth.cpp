@@ -63,13 +63,78 @@ struct fold {
 
 constexpr log_depth_step kIdle{};
 
+// The levels of the all-reduce (log_depth.h): `halving` levels where some pair splits its segment, then
+// `shared` levels where every segment is one element, which a binary tree reduces and broadcasts when there
+// are kTreeMinSharedLevels of them or more.
+struct allreduce_levels {
+  int halving = 0;
+  int shared = 0;
+  bool tree() const { return shared >= kTreeMinSharedLevels; }
+  static constexpr int kTreeMinSharedLevels = 4;
+};
+
+allreduce_levels levels_of(int pof2, std::size_t count) {
+  const int levels = log2_of(pof2);
+  const int halving = std::min(levels, ceil_log2(count));
+  return {halving, levels - halving};
+}
+
+// Rounds of the binary tree over 2^shared members: 2 per depth each way (left children, then right ones),
+// less the right-child round of the deepest level each way (its one node, 2^shared - 1, is a left child).
+int tree_rounds(int shared) { return 4 * shared - 2; }
+
+// Index `index`'s steps in the binary tree over the 2^shared indices that agree with it on the low `halving`
+// bits (log_depth.h), all holding the one-element segment `segment`: member j of the tree is the index
+// (j << halving) | low; j's parent is (j - 1) / 2, its children 2j + 1 (left) and 2j + 2 (right).
+void append_tree_steps(std::vector<log_depth_step>& steps, const fold& f, allreduce_levels lv, element_range segment) {
+  const int low = f.index & ((1 << lv.halving) - 1);
+  const int j = f.index >> lv.halving;
+  const int members = 1 << lv.shared;
+  const auto rank_of_member = [&](int member) { return f.rank_of((member << lv.halving) | low); };
+  int depth = 0;
+  while ((2 << depth) <= j + 1) ++depth;  // floor(log2(j + 1))
+  // The rounds in order: (reduce?, depth of the children, right children?).
+  struct tree_round {
+    bool reduce;
+    int depth;
+    bool right;
+  };
+  std::vector<tree_round> rounds;
+  for (int d = lv.shared; d >= 1; --d) {
+    rounds.push_back({true, d, false});
+    if (d < lv.shared) rounds.push_back({true, d, true});
+  }
+  for (int d = 1; d <= lv.shared; ++d) {
+    rounds.push_back({false, d, false});
+    if (d < lv.shared) rounds.push_back({false, d, true});
+  }
+  for (const tree_round& r : rounds) {
+    if (f.sits_out) {
+      steps.push_back(kIdle);
+      continue;
+    }
+    const int child = 2 * j + (r.right ? 2 : 1);
+    const bool is_child = depth == r.depth && j > 0 && (j % 2 == 0) == r.right;
+    if (is_child) {  // reduce: send up; broadcast: receive the result
+      const int parent = rank_of_member((j - 1) / 2);
+      steps.push_back(r.reduce ? log_depth_step{parent, segment, {}, false}
+                               : log_depth_step{parent, {}, segment, false});
+    } else if (depth == r.depth - 1 && child < members) {  // reduce: combine the child's; broadcast: send down
+      steps.push_back(r.reduce ? log_depth_step{rank_of_member(child), {}, segment, true}
+                               : log_depth_step{rank_of_member(child), segment, {}, false});
+    } else {
+      steps.push_back(kIdle);
+    }
+  }
+}
+
 }  // namespace
 
 int log_depth_allreduce_rounds(int world, std::size_t count) {
   if (world <= 1 || count == 0) return 0;
   const int pof2 = largest_power_of_two_within(world);
-  const int levels = log2_of(pof2);
-  return levels + std::min(levels, ceil_log2(count)) + (pof2 == world ? 0 : 2);
+  const allreduce_levels lv = levels_of(pof2, count);
+  return 2 * lv.halving + (lv.tree() ? tree_rounds(lv.shared) : lv.shared) + (pof2 == world ? 0 : 2);
 }
 
 std::vector<log_depth_step> log_depth_allreduce_schedule(int rank, int world, std::size_t count) {
@@ -79,6 +144,7 @@ std::vector<log_depth_step> log_depth_allreduce_schedule(int rank, int world, st
   const fold f(rank, world);
   const element_range all{0, count};
   const int levels = log2_of(f.pof2);
+  const allreduce_levels lv = levels_of(f.pof2, count);
 
   if (f.rem > 0) {
     if (!f.folded) {
@@ -96,7 +162,8 @@ std::vector<log_depth_step> log_depth_allreduce_schedule(int rank, int world, st
   };
   std::vector<std::optional<split>> halved(static_cast<std::size_t>(levels));
   element_range segment = all;
-  for (int k = 0; k < levels; ++k) {
+  const int pairwise_levels = lv.tree() ? lv.halving : levels;
+  for (int k = 0; k < pairwise_levels; ++k) {
     const int distance = 1 << k;
     if (f.sits_out) {
       steps.push_back(kIdle);
@@ -116,6 +183,7 @@ std::vector<log_depth_step> log_depth_allreduce_schedule(int rank, int world, st
       steps.push_back({partner, segment, segment, true});  // one element: both swap it and both combine it
     }
   }
+  if (lv.tree()) append_tree_steps(steps, f, lv, segment);
   // All-gather over the levels where some pair halved (k < ceil(log2 count)), deepest first.
   for (int k = std::min(levels, ceil_log2(count)) - 1; k >= 0; --k) {
     const auto& s = halved[static_cast<std::size_t>(k)];

@@ -17,22 +17,35 @@
 //      sends the half it gives up and combines the partner's copy of the half it keeps into its own. A segment
 //      of one element cannot split: both partners swap it and both combine it (a doubling level), with the
 //      symmetric combination below.
+//    - Shared levels. After H = min(L, ceil(log2 N)) levels every segment is one element, held by the
+//      G = 2^(L - H) indices that agree on the low H bits. With D = L - H >= 4 such levels, instead of D
+//      doubling levels (one element each way per level, D in all), a binary tree over those G indices
+//      reduces the element and broadcasts it back: member j = index >> H, parent (j - 1) / 2, children
+//      2j + 1 (left) and 2j + 2 (right). Reduce, for each depth d from D up to 1: the left children of
+//      depth d send to their parents, which combine, then the right children do; broadcast, for d from 1 to
+//      D: parents send to their left children, then to their right children, which replace their copy. The
+//      deepest level has one node (2^D - 1, a left child), so its right-child round is left out both ways:
+//      4D - 2 rounds. A member sends and receives at most 3 elements (2 children and a parent), whatever D.
+//      Below 4 shared levels doubling moves at most 3 too, in D rounds instead of 4D - 2, so it stays.
 //    - All-gather, the halving levels in reverse order: each sends the segment it kept (now reduced over
 //      the whole group that shares it) and takes the partner's, which replaces its own stale copy.
 //      Levels where no pair halved are left out: segments after k splits have at most ceil(N / 2^k)
 //      elements, so level k halves somewhere only when N > 2^k, i.e. for k < ceil(log2 N).
 //    - Fold-out: rank 2i+1 sends the whole result to rank 2i.
-//    Rounds: L + min(L, ceil(log2 N)), + 2 when world is not a power of two; 0 for world 1 or N 0.
-//    Elements each way per rank (sent = received): a rank that halves at levels 0 .. H - 1 with segment sizes
-//    s_0 = N, s_1, ..., s_H sends s_k - s_(k+1) and receives s_(k+1) at level k, and the reverse in the
-//    all-gather; each doubling level moves 1 each way. Sent = received = (N - s_H) + sum_(k=1..H) s_k
-//    + (L - H). With s_k <= ceil(N / 2^k), s_H >= 1 and H <= min(L, ceil(log2 N)) that is at most
-//      (N - 1) + S(N) + max(0, L - ceil(log2 N)),   S(N) = sum_(k=1..ceil(log2 N)) ceil(N / 2^k),
-//    and as S(N) <= N + ceil(log2 N) - 1 (each ceil adds less than 1 to N / 2^k), at most 2 N + L - 2 elements
-//    when L >= ceil(log2 N). For N = 71 (ceil(log2 71) = 7,
-//    S = 36 + 18 + 9 + 5 + 3 + 2 + 1 = 74) and L >= 7: at most 144 + (L - 7) elements, 1,152 B + 8 B per level
-//    beyond 7: 1,232 B at 131,072 ranks (L = 17), against the whole vector per level by plain recursive
-//    doubling (568 B x 17 = 9,656 B). A rank of the fold moves N more each way (its fold message).
+//    Rounds: 2H + D (D < 4) or 2H + 4D - 2 (D >= 4), H = min(L, ceil(log2 N)), D = L - H; + 2 when world
+//    is not a power of two; 0 for world 1 or N 0. N = 71 (H = 7): L + 7 up to 1,024 ranks (L = 10), then
+//    4L - 16: 40 at 16,384 ranks, 52 at 131,072.
+//    Elements per rank: a rank that halves at levels 0 .. h - 1 with segment sizes s_0 = N, s_1, ..., s_h
+//    sends s_k - s_(k+1) and receives s_(k+1) at level k, and the reverse in the all-gather; each doubling
+//    level moves 1 each way, the tree at most 3. Sent, and received, at most
+//      (N - s_h) + sum_(k=1..h) s_k + (H - h) + min(D, 3),
+//    and with s_k <= ceil(N / 2^k), s_h >= 1 and h <= H, at most
+//      (N - 1) + S(N) + min(D, 3),   S(N) = sum_(k=1..ceil(log2 N)) ceil(N / 2^k),
+//    whatever the world: S(N) <= N + ceil(log2 N) - 1 (each ceil adds less than 1 to N / 2^k), so at most
+//    2 N + ceil(log2 N) + 1 elements. For N = 71 (S = 36 + 18 + 9 + 5 + 3 + 2 + 1 = 74): at most 147 elements,
+//    1,176 B, from 1,024 ranks (D = 3) on, at 16,384 and at 131,072 ranks alike, against the whole vector per
+//    level by plain recursive doubling (568 B x 17 = 9,656 B at 131,072). A rank of the fold moves N more each
+//    way (its fold message).
 //    Worked example, world 4, N 5 (no fold; L = 2, ceil(log2 5) = 3, so no doubling level):
 //      level 0 (d 1): pairs (0,1), (2,3) split [0,5) at 2. Rank 0 sends [2,5), receives [0,2), keeps [0,2);
 //        rank 1 sends [0,2), receives [2,5), keeps [2,5); ranks 2 and 3 likewise.
@@ -48,8 +61,14 @@
 //      [0,2), receives [2,5), rank 2 the reverse; fold-out: rank 1 sends [0,5) to rank 0. Rounds 4.
 //    Every rank ends with the same bits: each element's halving-phase reduction is done by one chain of
 //    ranks, then its final owners (those sharing its segment) combine symmetrically at the doubling levels
-//    (IEEE addition is commutative; the maximum below is made symmetric for NaN and signed zeros), and
-//    every other rank receives copies of those bits.
+//    (IEEE addition is commutative; the maximum below is made symmetric for NaN and signed zeros) or the
+//    tree's root alone combines it and sends copies down, and every other rank receives copies of those bits.
+//    Worked example of the tree, world 16, N 1 (H 0, D 4; members are the ranks, 14 rounds): reduce depth 4:
+//    15 -> 7; depth 3: 7, 9, 11, 13 -> 3, 4, 5, 6, then 8, 10, 12, 14 -> 3, 4, 5, 6; depth 2: 3, 5 -> 1, 2,
+//    then 4, 6 -> 1, 2; depth 1: 1 -> 0, then 2 -> 0. Broadcast: 0 -> 1, 0 -> 2; 1 -> 3, 2 -> 5, then
+//    1 -> 4, 2 -> 6; 3 -> 7, ..., 6 -> 13, then 3 -> 8, ..., 6 -> 14; 7 -> 15. Rank 3 receives from 7 and 8
+//    and sends to 1, then receives from 1 and sends to 7 and 8: 3 elements each way; rank 7 (one child, 15)
+//    2 each way; rank 15 1.
 //
 // 2. The per-rank table's all-gather (count doubles per rank, recv world x count): recursive doubling over
 //    blocks. Fold-in: even rank r < 2 rem sends its block to r + 1. Index i holds the blocks of the ranks of

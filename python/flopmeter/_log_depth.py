@@ -6,12 +6,14 @@ all-reduce and all-gather are rings of 2 (world - 1) and world - 1 message round
 linearly with the job.
 
 - The all-reduce of N values (SUM of the first ``sum_count``, MAX of the rest) is recursive halving (a
-  reduce-scatter) then recursive doubling (an all-gather): log2(world) + min(log2(world), ceil(log2 N)) rounds
+  reduce-scatter) then recursive doubling (an all-gather). With H = min(log2(world), ceil(log2 N)) halving
+  levels, the D = log2(world) - H levels beyond them, where every segment is one value, are doubling levels
+  while D < 4, else a binary tree that reduces and broadcasts the value: 2 H + D rounds, or 2 H + 4 D - 2
   (+ 2 when world is not a power of two: the extra ranks fold in first and get the result last). Each rank
-  sends about 2 N values (at most 2 N - 2 + log2(world)) whatever the job's size. Every rank ends with the
+  sends and receives at most 2 N + ceil(log2 N) + 1 values, whatever the job's size. Every rank ends with the
   same bits: each value is reduced by one chain of ranks, its owners combine it with an order-independent
-  combination (IEEE addition commutes; the maximum is made symmetric for NaN and signed zeros), the others
-  receive copies.
+  combination (IEEE addition commutes; the maximum is made symmetric for NaN and signed zeros) or the tree's
+  root alone does, the others receive copies.
 - The all-gather of one row per rank is recursive doubling over blocks: log2(world) rounds (+ 2).
 
 One worker thread per Meter runs the jobs in the order the Meter started them (every rank starts them in the
@@ -78,14 +80,54 @@ def _check(rank: int, world: int) -> None:
         raise ValueError(f"rank {rank} is outside [0, {world})")
 
 
+# From this many shared levels on (every segment one element), a binary tree reduces and broadcasts the element
+# instead of one doubling level each (log_depth.h: at most 3 values each way per rank, whatever the job).
+TREE_MIN_SHARED_LEVELS = 4
+
+
+def _levels(pof2: int, count: int) -> Tuple[int, int]:
+    """(halving levels H, shared levels D): H = min(L, ceil(log2 count)), D = L - H."""
+    levels = pof2.bit_length() - 1
+    halving = min(levels, _ceil_log2(count))
+    return halving, levels - halving
+
+
 def allreduce_rounds(world: int, count: int) -> int:
-    """log2(pof2) + min(log2(pof2), ceil(log2 count)), + 2 when world is not a power of two; 0 for one rank or
-    no values."""
+    """2 H + D (D < 4) or 2 H + 4 D - 2 (the tree), + 2 when world is not a power of two; 0 for one rank or no
+    values."""
     if world <= 1 or count == 0:
         return 0
     pof2 = 1 << (world.bit_length() - 1)
-    levels = pof2.bit_length() - 1
-    return levels + min(levels, _ceil_log2(count)) + (0 if pof2 == world else 2)
+    halving, shared = _levels(pof2, count)
+    tree = shared >= TREE_MIN_SHARED_LEVELS
+    return 2 * halving + (4 * shared - 2 if tree else shared) + (0 if pof2 == world else 2)
+
+
+def _tree_steps(f: "_Fold", halving: int, shared: int, segment: Range) -> List[Step]:
+    """Index f.index's steps in the binary tree over the 2^shared indices that agree with it on the low
+    ``halving`` bits: member j = index >> halving, parent (j - 1) // 2, children 2j + 1 (left), 2j + 2 (right).
+    Reduce from the deepest level up, broadcast back down; each level's left children, then its right ones;
+    the deepest level's one node (2^shared - 1) is a left child, so its right round is left out each way."""
+    low = f.index & ((1 << halving) - 1)
+    j = f.index >> halving
+    members = 1 << shared
+    depth = (j + 1).bit_length() - 1
+    rounds = [(True, d, right) for d in range(shared, 0, -1) for right in (False, True) if not (right and d == shared)]
+    rounds += [(False, d, right) for d in range(1, shared + 1) for right in (False, True) if not (right and d == shared)]
+    steps: List[Step] = []
+    for reduce, d, right in rounds:
+        child = 2 * j + (2 if right else 1)
+        if f.sits_out:
+            steps.append(IDLE)
+        elif depth == d and j > 0 and (j % 2 == 0) == right:  # reduce: send up; broadcast: take the result
+            parent = f.rank_of((((j - 1) // 2) << halving) | low)
+            steps.append(Step(parent, segment, NONE, False) if reduce else Step(parent, NONE, segment, False))
+        elif depth == d - 1 and child < members:  # reduce: combine the child's; broadcast: send it down
+            peer = f.rank_of((child << halving) | low)
+            steps.append(Step(peer, NONE, segment, True) if reduce else Step(peer, segment, NONE, False))
+        else:
+            steps.append(IDLE)
+    return steps
 
 
 def allreduce_schedule(rank: int, world: int, count: int) -> List[Step]:
@@ -100,8 +142,10 @@ def allreduce_schedule(rank: int, world: int, count: int) -> List[Step]:
         steps.append(IDLE if not f.folded else Step(rank + 1, whole, NONE, False) if f.sits_out else
                      Step(rank - 1, NONE, whole, True))
     halved: List[Optional[Tuple[Range, Range]]] = [None] * f.levels  # (segment before the level, half kept)
+    halving, shared = _levels(f.pof2, count)
+    tree = shared >= TREE_MIN_SHARED_LEVELS
     begin, end = whole
-    for k in range(f.levels):
+    for k in range(halving if tree else f.levels):
         if f.sits_out:
             steps.append(IDLE)
             continue
@@ -115,6 +159,8 @@ def allreduce_schedule(rank: int, world: int, count: int) -> List[Step]:
             begin, end = kept
         else:  # one value: both swap it and both combine it
             steps.append(Step(partner, (begin, end), (begin, end), True))
+    if tree:
+        steps += _tree_steps(f, halving, shared, (begin, end))
     for k in reversed(range(min(f.levels, _ceil_log2(count)))):
         split = halved[k]
         if f.sits_out or split is None:

@@ -46,6 +46,7 @@ def main() -> None:
             values = contribution(rank, size, round_)
             work = worker.submit(values, 3)  # SUM of the first 3, MAX of the rest, in one pass
             gather = worker.submit_allgather(row(rank, round_))
+            single = worker.submit(torch.tensor([rank + 1.0 + round_], dtype=torch.float64), 1)
             sums, maxima = values[:3].clone(), values[3:].clone()
             dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=group)
             dist.all_reduce(maxima, op=dist.ReduceOp.MAX, group=group)
@@ -53,14 +54,16 @@ def main() -> None:
             dist.all_gather(rows, row(rank, round_), group=group)
             work.wait()
             gather.wait()
+            single.wait()
             runs.append({"log_depth": work.values.tolist(), "plain": sums.tolist() + maxima.tolist(),
+                         "single": single.values.tolist(),
                          "gathered": gather.values.numpy().tobytes().hex(),
                          "plain_gathered": torch.cat(rows).numpy().tobytes().hex()})
         # An idle worker holds no job: the tensors of a finished job die with the caller's last reference, not
         # when the next job (or the stop) wakes the thread. A thread that freed a tensor on waking at exit
         # aborted the process (_log_depth.LogDepthWorker.stop says why).
-        released = weakref.ref(gather.values), weakref.ref(work.values)
-        del work, gather
+        released = weakref.ref(gather.values), weakref.ref(work.values), weakref.ref(single.values)
+        del work, gather, single
         deadline = time.monotonic() + 5.0
         while any(r() is not None for r in released) and time.monotonic() < deadline:
             time.sleep(0.01)  # the worker drops its reference just after it signalled the job finished

@@ -17,11 +17,13 @@ WORKER = Path(__file__).with_name("log_depth_worker.py")
 
 
 def test_allreduce_rounds_by_hand():
-    # L + min(L, ceil(log2 N)) (+ 2 when world is not a power of two), L = floor(log2 world): world 1 -> 0;
-    # 2, N 71 -> 1 + 1; 3, N 71 -> 1 + 1 + 2; 4, N 5 -> 2 + 2; 8, N 3 -> 3 + 2; 8, N 1 -> 3; 5, N 71 -> 2 + 2 + 2;
-    # 2^17, N 71 (ceil(log2 71) = 7) -> 17 + 7; 100000 (2^16 <= 100000 < 2^17) -> 16 + 7 + 2; N 0 -> 0.
-    expected = {(1, 71): 0, (2, 71): 2, (3, 71): 4, (4, 5): 4, (8, 3): 5, (8, 1): 3, (5, 71): 6,
-                (131072, 71): 24, (100000, 71): 25, (16, 0): 0}
+    # 2 H + D while D < 4, 2 H + 4 D - 2 from 4 on (+ 2 when world is not a power of two), H = min(L, ceil(log2
+    # N)), D = L - H, L = floor(log2 world): world 1 -> 0; 2, N 71 -> 2; 3, N 71 -> 2 + 2; 4, N 5 -> 4; 8, N 3
+    # (H 2, D 1) -> 5; 8, N 1 (D 3) -> 3; 16, N 1 (D 4) -> 14; 5, N 71 -> 4 + 2; 1024, N 71 (H 7, D 3) -> 17;
+    # 2048 (D 4) -> 14 + 14; 16384 (D 7) -> 14 + 26; 2^17 (D 10) -> 14 + 38; 100000 (2^16 <= 100000 < 2^17,
+    # D 9) -> 14 + 34 + 2; N 0 -> 0.
+    expected = {(1, 71): 0, (2, 71): 2, (3, 71): 4, (4, 5): 4, (8, 3): 5, (8, 1): 3, (16, 1): 14, (5, 71): 6,
+                (1024, 71): 17, (2048, 71): 28, (16384, 71): 40, (131072, 71): 52, (100000, 71): 50, (16, 0): 0}
     for (world, count), rounds in expected.items():
         assert _log_depth.allreduce_rounds(world, count) == rounds, (world, count)
         assert len(_log_depth.allreduce_schedule(0, world, count)) == rounds, (world, count)
@@ -68,6 +70,28 @@ def test_allreduce_segments_are_the_hand_derived_ones():
     assert _log_depth.allreduce_schedule(3, 8, 3) == [
         Step(2, (0, 1), (1, 3), True), Step(1, (1, 2), (2, 3), True), Step(7, (2, 3), (2, 3), True),
         Step(1, (2, 3), (1, 2), False), Step(2, (1, 3), (0, 1), False)]
+    # World 16, N 1: no halving level, 4 shared ones: the binary tree of log_depth.h's worked example, 14 rounds
+    # (reduce: depth 4 left; 3 left, right; 2 left, right; 1 left, right; then the broadcast in reverse).
+    # Rank 3: children 7 and 8, parent 1; rank 15: a leaf under 7; rank 0: the root over 1 and 2.
+    one = (0, 1)
+    assert _log_depth.allreduce_schedule(3, 16, 1) == [
+        IDLE, Step(7, NONE, one, True), Step(8, NONE, one, True), Step(1, one, NONE, False), IDLE, IDLE, IDLE,
+        IDLE, IDLE, Step(1, NONE, one, False), IDLE, Step(7, one, NONE, False), Step(8, one, NONE, False), IDLE]
+    assert _log_depth.allreduce_schedule(15, 16, 1) == [Step(7, one, NONE, False)] + [IDLE] * 12 + [
+        Step(7, NONE, one, False)]
+    assert _log_depth.allreduce_schedule(0, 16, 1) == [IDLE] * 5 + [
+        Step(1, NONE, one, True), Step(2, NONE, one, True), Step(1, one, NONE, False), Step(2, one, NONE, False)] + [
+        IDLE] * 5
+
+
+def test_values_moved_per_rank_do_not_grow_with_the_world():
+    # log_depth.h: for N = 71 at most (71 - 1) + (36 + 18 + 9 + 5 + 3 + 2 + 1) = 144 values over the halving
+    # levels and their all-gather, plus 1 per doubling level up to 3 and at most 3 in the tree: 147 each way
+    # at 1024 and 16384 ranks alike (the C++ test checks 2048 and 131072 too).
+    for world in (1024, 16384):
+        moved = [(sum(s.send[1] - s.send[0] for s in steps), sum(s.receive[1] - s.receive[0] for s in steps))
+                 for steps in (_log_depth.allreduce_schedule(r, world, 71) for r in range(world))]
+        assert max(m[0] for m in moved) == 147 and max(m[1] for m in moved) == 147, world
 
 
 def test_allgather_blocks_are_the_hand_derived_ones():
@@ -169,6 +193,9 @@ def check_against_plain(ranks, sizes):
                 assert run["plain"] == expected, (size, rank, k)
                 # The all-gather: torch.distributed's, bit for bit.
                 assert run["gathered"] == run["plain_gathered"], (size, rank, k)
+                # One value, rank + 1 + k: (1 + ... + w) + k w = w (w + 1) / 2 + k w by hand; at 16 processes
+                # (4 shared levels) it runs through the binary tree.
+                assert run["single"] == [w * (w + 1) / 2 + k * w], (size, rank, k)
             # stop() ends the thread before it returns, and no finished job outlives its caller's references.
             assert ranks[rank][f"{size}_exit"] == {"idle_worker_held_a_job": False, "stop_returned": True,
                                                    "thread_alive_after_stop": False}, (size, rank)
