@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_models.h"
 #include "flopmeter/model_config.h"
 #include "flopmeter/throughput.h"
 
@@ -132,18 +133,10 @@ void BM_on_microbatch_vlm(benchmark::State& state) {
 // counts). Issue 30's target: a model with windows <= 1.15x the full-attention one (scripts/bench.sh prints the
 // ratios; bench/hot_path_instructions.py the same in instructions).
 model_spec model_for_windows_case(std::int64_t which) {
-  const std::string dir = FLOPMETER_SOURCE_DIR "/model_configs/";
-  if (which == 0) return load_model_spec(dir + "qwen3_8b.toml");
-  if (which == 2) return load_model_spec(dir + "gemma_3_4b_text.toml");
-  model_spec spec = load_model_spec(dir + "gpt_oss_20b.toml");
-  if (which == 3) {
-    const std::int64_t third = spec.text.num_hidden_layers / 3;
-    spec.text.layer_runs = {{layer_kind::sliding_attention, third},
-                            {layer_kind::chunked_attention, third},
-                            {layer_kind::full_attention, spec.text.num_hidden_layers - 2 * third}};
-    spec.text.attention_chunk_size = 2048;
-  }
-  return spec;
+  if (which == 0) return bench::shipped_model("qwen3_8b.toml");
+  if (which == 2) return bench::shipped_model("gemma_3_4b_text.toml");
+  if (which == 3) return bench::gpt_oss_20b_with_two_windows();
+  return bench::shipped_model("gpt_oss_20b.toml");
 }
 
 void BM_on_microbatch_windows(benchmark::State& state) {

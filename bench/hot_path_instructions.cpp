@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_models.h"
 #include "core/positions_scan.h"
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
@@ -61,21 +62,12 @@ std::vector<T> positions_of_row() {
 }
 
 model_spec model_named(const std::string& name) {
-  const std::string dir = FLOPMETER_SOURCE_DIR "/model_configs/";
-  if (name == "full") return load_model_spec(dir + "qwen3_8b.toml");
-  if (name == "sliding_full") return load_model_spec(dir + "gpt_oss_20b.toml");
-  if (name == "gemma") return load_model_spec(dir + "gemma_3_4b_text.toml");
-  if (name == "sliding") return load_model_spec(dir + "mistral_7b_v0_1.toml");
-  if (name == "vlm") return load_model_spec(dir + "qwen3_vl_2b.toml");
-  if (name == "two_windows") {
-    model_spec spec = load_model_spec(dir + "gpt_oss_20b.toml");
-    const std::int64_t third = spec.text.num_hidden_layers / 3;
-    spec.text.layer_runs = {{layer_kind::sliding_attention, third},
-                            {layer_kind::chunked_attention, third},
-                            {layer_kind::full_attention, spec.text.num_hidden_layers - 2 * third}};
-    spec.text.attention_chunk_size = 2048;
-    return spec;
-  }
+  if (name == "full") return bench::shipped_model("qwen3_8b.toml");
+  if (name == "sliding_full") return bench::shipped_model("gpt_oss_20b.toml");
+  if (name == "gemma") return bench::shipped_model("gemma_3_4b_text.toml");
+  if (name == "sliding") return bench::shipped_model("mistral_7b_v0_1.toml");
+  if (name == "vlm") return bench::shipped_model("qwen3_vl_2b.toml");
+  if (name == "two_windows") return bench::gpt_oss_20b_with_two_windows();
   throw error("unknown model " + name);
 }
 

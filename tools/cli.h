@@ -50,10 +50,10 @@ struct option_spec {
 
 // A parsed command line of one subcommand, in the order given.
 struct parsed_args {
-  std::string command;                                        // for error messages
+  std::string command;  // for error messages
   std::vector<std::string> positionals;
-  std::vector<std::pair<std::string, std::string>> options;   // (name, value); value "" for flags
-  bool help = false;                                          // --help or -h was given
+  std::vector<std::pair<std::string, std::string>> options;  // (name, value); value "" for flags
+  bool help = false;                                         // --help or -h was given
 
   bool has(const std::string& name) const;
   // All values of a repeatable option, in order.
@@ -75,8 +75,7 @@ std::int64_t parse_non_negative_int(const std::string& command, const std::strin
 std::vector<std::int64_t> parse_length_list(const std::string& command, const std::string& what,
                                             const std::string& text);
 // "1x2x2,2x4x4" -> grids (t, h, w), each a positive integer.
-std::vector<image_grid> parse_grid_list(const std::string& command, const std::string& what,
-                                        const std::string& text);
+std::vector<image_grid> parse_grid_list(const std::string& command, const std::string& what, const std::string& text);
 
 // "seed" / "complete" for --scope, through the library's parse_flop_scope (one grammar for the CLI and the
 // plugin config); a bad value is a usage_error for `command`.
@@ -87,6 +86,22 @@ flop_scope parse_scope_option(const std::string& command, const std::string& tex
 // absent: everything trains, nothing is recomputed; recompute_layers counts one pipeline stage). A bad part or target name is a usage_error; whether the regime fits the
 // model is checked when the coefficients are formed (flopmeter::error).
 training_regime parse_regime_options(const parsed_args& parsed);
+// `specs` and the options parse_regime_options reads (--frozen, --lora-*, --recompute*), for the commands
+// that take the whole training regime (`coefficients`, `estimate`).
+std::vector<option_spec> with_regime_options(std::vector<option_spec> specs);
+
+// The help of those --recompute options, for a usage text whose descriptions start after INDENT (a string
+// literal of spaces): one text for `coefficients` and `estimate`, each with its own column.
+#define FLOPMETER_CLI_RECOMPUTE_HELP(INDENT)                                                           \
+  "  --recompute POLICY\n" INDENT                                                                      \
+  "activation recomputation, billed as hardware FLOPs beside the model FLOPs: none\n" INDENT           \
+  "(default), full (the whole layer again: Megatron, torch reentrant checkpoint),\n" INDENT            \
+  "full_early_stop (torch's non-reentrant checkpoint: a dense MLP's down projection does not\n" INDENT \
+  "run again), selective (the attention core only), op (torchtitan's per-op policy: every\n" INDENT    \
+  "second matmul of a layer); METRICS.md, \"Activation recomputation\"\n"                              \
+  "  --recompute-layers N, --recompute-every K\n" INDENT                                               \
+  "checkpoint only the first N decoder layers, or every K-th (layer i when (i+1) % K == 0)\n"          \
+  "  --recompute-vision\n" INDENT "checkpoint the ViT blocks too\n"
 
 // ---- formatting (cli_format.cpp) ----
 

@@ -179,8 +179,7 @@ std::vector<std::int64_t> parse_length_list(const std::string& command, const st
   return values;
 }
 
-std::vector<image_grid> parse_grid_list(const std::string& command, const std::string& what,
-                                        const std::string& text) {
+std::vector<image_grid> parse_grid_list(const std::string& command, const std::string& what, const std::string& text) {
   if (text.empty()) throw usage_error(command, what + ": expected comma-separated TxHxW grids, got an empty list");
   std::vector<image_grid> grids;
   const std::vector<std::string> pieces = split(text, ',');
@@ -191,7 +190,8 @@ std::vector<image_grid> parse_grid_list(const std::string& command, const std::s
     }
     const std::vector<std::string> parts = split(pieces[i], 'x');
     if (parts.size() != 3) {
-      throw usage_error(command, entry + ": expected TxHxW (temporal patches x height x width in patches, e.g. 1x32x32)");
+      throw usage_error(command,
+                        entry + ": expected TxHxW (temporal patches x height x width in patches, e.g. 1x32x32)");
     }
     image_grid grid;
     grid.t = parse_positive_int(command, entry + " T", parts[0]);
@@ -208,6 +208,16 @@ flop_scope parse_scope_option(const std::string& command, const std::string& tex
   } catch (const error& e) {
     throw usage_error(command, e.what());
   }
+}
+
+std::vector<option_spec> with_regime_options(std::vector<option_spec> specs) {
+  for (const option_spec& spec :
+       {option_spec{"--frozen", true}, option_spec{"--lora-rank", true}, option_spec{"--lora-targets", true},
+        option_spec{"--recompute", true}, option_spec{"--recompute-layers", true},
+        option_spec{"--recompute-every", true}, option_spec{"--recompute-vision", false}}) {
+    specs.push_back(spec);
+  }
+  return specs;
 }
 
 training_regime parse_regime_options(const parsed_args& parsed) {

@@ -36,30 +36,13 @@ const char* const kCoefficientsUsage =
     "                  recompute_text_per_token, recompute_text_attn_pair; recompute: settings {policy, layers,\n"
     "                  every, pipeline_stages, vision}, text_per_token, text_attn_pair, vision_per_patch,\n"
     "                  vision_attn_pair and text_per_token_breakdown: the forward FLOPs run again per unit)\n"
-    "  --recompute POLICY\n"
-    "                  activation recomputation, billed as hardware FLOPs beside the model FLOPs: none\n"
-    "                  (default), full (the whole layer again: Megatron, torch reentrant checkpoint),\n"
-    "                  full_early_stop (torch's non-reentrant checkpoint: a dense MLP's down projection does not\n"
-    "                  run again), selective (the attention core only), op (torchtitan's per-op policy: every\n"
-    "                  second matmul of a layer); METRICS.md, \"Activation recomputation\"\n"
-    "  --recompute-layers N, --recompute-every K\n"
-    "                  checkpoint only the first N decoder layers, or every K-th (layer i when (i+1) % K == 0)\n"
-    "  --recompute-vision\n"
-    "                  checkpoint the ViT blocks too\n"
+    FLOPMETER_CLI_RECOMPUTE_HELP("                  ")
     "  -h, --help      show this help\n"
     "\n"
     "exit status: 0 on success, 1 when the model file is invalid, 2 for a bad command line.\n";
 
 int run_coefficients(const std::vector<std::string>& args) {
-  const parsed_args parsed = parse_args("coefficients", args,
-                                        {{"--json", false},
-                                         {"--frozen", true},
-                                         {"--lora-rank", true},
-                                         {"--lora-targets", true},
-                                         {"--recompute", true},
-                                         {"--recompute-layers", true},
-                                         {"--recompute-every", true},
-                                         {"--recompute-vision", false}});
+  const parsed_args parsed = parse_args("coefficients", args, with_regime_options({{"--json", false}}));
   if (parsed.help) {
     std::fputs(kCoefficientsUsage, stdout);
     return kExitOk;

@@ -47,16 +47,7 @@ const char* const kEstimateUsage =
     "                    its full-training form\n"
     "  --lora-rank R, --lora-targets NAMES\n"
     "                    LoRA adapters of rank R on the named decoder projections (base decoder frozen)\n"
-    "  --recompute POLICY\n"
-    "                    activation recomputation, billed as hardware FLOPs beside the model FLOPs: none\n"
-    "                    (default), full (the whole layer again: Megatron, torch reentrant checkpoint),\n"
-    "                    full_early_stop (torch's non-reentrant checkpoint: a dense MLP's down projection does not\n"
-    "                    run again), selective (the attention core only), op (torchtitan's per-op policy: every\n"
-    "                    second matmul of a layer); METRICS.md, \"Activation recomputation\"\n"
-    "  --recompute-layers N, --recompute-every K\n"
-    "                    checkpoint only the first N decoder layers, or every K-th (layer i when (i+1) % K == 0)\n"
-    "  --recompute-vision\n"
-    "                    checkpoint the ViT blocks too\n"
+    FLOPMETER_CLI_RECOMPUTE_HELP("                    ")
     "  --seq-len S       row length of the constant (default: real + padding tokens); with --scope seed the\n"
     "                    constant leaves out MTP layers, as the seed scope does\n"
     "  --json            print one JSON object (keys: model, file, scope, frozen, lora_rank, flops, text_dense, "
@@ -93,19 +84,12 @@ using detail::estimate_result;
 std::optional<estimate_request> parse_request(const std::vector<std::string>& args) {
   const std::string cmd = "estimate";
   const parsed_args parsed = parse_args(cmd, args,
-                                        {{"--docs", true},
-                                         {"--padding", true},
-                                         {"--images", true},
-                                         {"--scope", true},
-                                         {"--seq-len", true},
-                                         {"--frozen", true},
-                                         {"--lora-rank", true},
-                                         {"--lora-targets", true},
-                                         {"--recompute", true},
-                                         {"--recompute-layers", true},
-                                         {"--recompute-every", true},
-                                         {"--recompute-vision", false},
-                                         {"--json", false}});
+                                        with_regime_options({{"--docs", true},
+                                                             {"--padding", true},
+                                                             {"--images", true},
+                                                             {"--scope", true},
+                                                             {"--seq-len", true},
+                                                             {"--json", false}}));
   if (parsed.help) {
     std::fputs(kEstimateUsage, stdout);
     return std::nullopt;
@@ -183,9 +167,12 @@ void print_text(const estimate_request& request, const estimate_result& r) {
   const struct {
     const char* name;
     double value;
-  } terms[] = {{"text_dense", f.text_dense},   {"text_attention", f.text_attention},
-               {"vision_dense", f.vision_dense}, {"vision_attention", f.vision_attention},
-               {"patch_embed", f.patch_embed}, {"merger", f.merger},
+  } terms[] = {{"text_dense", f.text_dense},
+               {"text_attention", f.text_attention},
+               {"vision_dense", f.vision_dense},
+               {"vision_attention", f.vision_attention},
+               {"patch_embed", f.patch_embed},
+               {"merger", f.merger},
                {"mtp", f.mtp}};
   for (const auto& term : terms) {
     std::printf("  %-24s %20s   %s\n", term.name, short_number(term.value).c_str(), si_flops(term.value).c_str());
