@@ -184,8 +184,8 @@ std::vector<log_depth_step> log_depth_allreduce_schedule(int rank, int world, st
     }
   }
   if (lv.tree()) append_tree_steps(steps, f, lv, segment);
-  // All-gather over the levels where some pair halved (k < ceil(log2 count)), deepest first.
-  for (int k = std::min(levels, ceil_log2(count)) - 1; k >= 0; --k) {
+  // All-gather over the levels where some pair halved (k < lv.halving = min(L, ceil(log2 count))), deepest first.
+  for (int k = lv.halving - 1; k >= 0; --k) {
     const auto& s = halved[static_cast<std::size_t>(k)];
     if (f.sits_out || !s) {
       steps.push_back(kIdle);

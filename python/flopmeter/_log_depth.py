@@ -85,11 +85,11 @@ def _check(rank: int, world: int) -> None:
 TREE_MIN_SHARED_LEVELS = 4
 
 
-def _levels(pof2: int, count: int) -> Tuple[int, int]:
-    """(halving levels H, shared levels D): H = min(L, ceil(log2 count)), D = L - H."""
+def _levels(pof2: int, count: int) -> Tuple[int, int, bool]:
+    """(halving levels H, shared levels D, whether the tree runs them): H = min(L, ceil(log2 count)), D = L - H."""
     levels = pof2.bit_length() - 1
     halving = min(levels, _ceil_log2(count))
-    return halving, levels - halving
+    return halving, levels - halving, levels - halving >= TREE_MIN_SHARED_LEVELS
 
 
 def allreduce_rounds(world: int, count: int) -> int:
@@ -98,8 +98,7 @@ def allreduce_rounds(world: int, count: int) -> int:
     if world <= 1 or count == 0:
         return 0
     pof2 = 1 << (world.bit_length() - 1)
-    halving, shared = _levels(pof2, count)
-    tree = shared >= TREE_MIN_SHARED_LEVELS
+    halving, shared, tree = _levels(pof2, count)
     return 2 * halving + (4 * shared - 2 if tree else shared) + (0 if pof2 == world else 2)
 
 
@@ -142,8 +141,7 @@ def allreduce_schedule(rank: int, world: int, count: int) -> List[Step]:
         steps.append(IDLE if not f.folded else Step(rank + 1, whole, NONE, False) if f.sits_out else
                      Step(rank - 1, NONE, whole, True))
     halved: List[Optional[Tuple[Range, Range]]] = [None] * f.levels  # (segment before the level, half kept)
-    halving, shared = _levels(f.pof2, count)
-    tree = shared >= TREE_MIN_SHARED_LEVELS
+    halving, shared, tree = _levels(f.pof2, count)
     begin, end = whole
     for k in range(halving if tree else f.levels):
         if f.sits_out:
@@ -161,7 +159,7 @@ def allreduce_schedule(rank: int, world: int, count: int) -> List[Step]:
             steps.append(Step(partner, (begin, end), (begin, end), True))
     if tree:
         steps += _tree_steps(f, halving, shared, (begin, end))
-    for k in reversed(range(min(f.levels, _ceil_log2(count)))):
+    for k in reversed(range(halving)):
         split = halved[k]
         if f.sits_out or split is None:
             steps.append(IDLE)
