@@ -30,7 +30,7 @@ PUBLIC = {
     "communicator.h": "accounting",
     "c10d.h": "comm", "gloo_env.h": "comm", "nccl.h": "comm",
     "torch.h": "tensor",
-    "c_api.h": "abi",
+    "c_api.h": "abi", "c_api_config.h": "abi", "c_api_model.h": "abi",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

@@ -1,6 +1,7 @@
-// plugin/abi/abi_common.h — internal (not installed): what the C ABI's two files share: writing an error
+// plugin/abi/abi_common.h — internal (not installed): what the C ABI's files share: writing an error
 // message into the caller's buffer, and the registry of FLOP-model handles (c_api_model.cpp), which
-// flopmeter_plugin_model (c_api.cpp) also fills.
+// flopmeter_plugin_model (c_api.cpp) also fills; the creation of a plugin handle (c_api.cpp), which
+// flopmeter_create_from_config (c_api_config.cpp) also uses.
 // Thread-safety: write_error touches only the caller's buffer; the registry is behind a mutex of its own.
 #pragma once
 
@@ -39,6 +40,14 @@ auto create_or_report(char* error, std::size_t error_size, const Create& create)
 // covers them. Returns FLOPMETER_OK, or a refusal code with `why` saying what is wrong (a NULL struct, a
 // struct_size below version 1, a NULL array with a non-zero count).
 int event_from_microbatch(const flopmeter_microbatch* m, microbatch_event& event, const char** why) noexcept;
+
+struct plugin_file;  // accounting/throughput_config.h
+
+// A plugin from a read plugin configuration (its messages name `source_name`, "" for one built in code) on the
+// trainer's flopmeter_comm (NULL: one process), registered as a live handle (c_api.cpp). Throws
+// flopmeter::error.
+flopmeter_plugin* create_registered_plugin(const std::string& source_name, plugin_file file,
+                                           const flopmeter_comm* comm);
 
 // A new, never reused handle naming an immutable copy of `spec` trained as `regime` says (its coefficients
 // computed once).

@@ -204,7 +204,45 @@ int refuse_microbatch(plugin_state& state, int code, const char* what) noexcept 
   return code;
 }
 
+// flopmeter_on_microbatch(_ex): the code, and for every code but FLOPMETER_OK its reason in why[0..why_size)
+// when `why` is given (write_abi_error's rules). The reason is formed only on a refusal: counting a valid
+// micro-batch writes nothing and allocates nothing.
+int on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch* m, char* why, size_t why_size) noexcept {
+  const auto refused = [&](int code, const char* reason) {
+    if (why != nullptr) flopmeter::detail::write_abi_error(why, why_size, reason);
+    return code;
+  };
+  if (plugin == nullptr) return refused(FLOPMETER_E_NULL_ARGUMENT, "the plugin handle is NULL");
+  const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
+  if (!state) return refused(FLOPMETER_E_INVALID_HANDLE, flopmeter_status_string(FLOPMETER_E_INVALID_HANDLE));
+  flopmeter::microbatch_event e;
+  const char* invalid = nullptr;
+  const int code = flopmeter::detail::event_from_microbatch(m, e, &invalid);
+  if (code != FLOPMETER_OK) return refused(refuse_microbatch(*state, code, invalid), invalid);
+  std::string reason;
+  switch (throughput_calls::record_microbatch(*state->plugin, e, why != nullptr ? &reason : nullptr)) {
+    // Each outcome is counted by the plugin, a rejection and a re-entrant call also logged by it.
+    case microbatch_result::counted: return FLOPMETER_OK;
+    case microbatch_result::rejected:
+      return refused(FLOPMETER_E_REJECTED, reason.empty() ? "invalid micro-batch" : reason.c_str());
+    case microbatch_result::after_flush:
+      return refused(FLOPMETER_E_AFTER_FLUSH, flopmeter_status_string(FLOPMETER_E_AFTER_FLUSH));
+    case microbatch_result::reentrant:
+      return refused(FLOPMETER_E_REENTRANT, flopmeter_status_string(FLOPMETER_E_REENTRANT));
+  }
+  return refused(FLOPMETER_E_REJECTED, "invalid micro-batch");
+}
+
 }  // namespace
+
+flopmeter_plugin* flopmeter::detail::create_registered_plugin(const std::string& source_name, plugin_file file,
+                                                              const flopmeter_comm* comm) {
+  std::shared_ptr<flopmeter::communicator> communicator = communicator_from(comm);
+  return register_plugin([&](const std::shared_ptr<spdlog::logger>& logger, std::shared_ptr<flopmeter::sink> callback) {
+    return create_configured_plugin(source_name, std::move(file), std::move(communicator), logger,
+                                    {std::move(callback)});
+  });
+}
 
 extern "C" {
 
@@ -270,20 +308,11 @@ int flopmeter_set_metrics_callback(flopmeter_plugin* plugin, flopmeter_metrics_c
 }
 
 int flopmeter_on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch* m) {
-  if (plugin == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
-  const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
-  if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  flopmeter::microbatch_event e;
-  const char* why = nullptr;
-  const int code = flopmeter::detail::event_from_microbatch(m, e, &why);
-  if (code != FLOPMETER_OK) return refuse_microbatch(*state, code, why);
-  switch (throughput_calls::record_microbatch(*state->plugin, e)) {  // each outcome counted by the plugin
-    case microbatch_result::counted: return FLOPMETER_OK;
-    case microbatch_result::rejected: return FLOPMETER_E_REJECTED;  // and logged by the plugin
-    case microbatch_result::after_flush: return FLOPMETER_E_AFTER_FLUSH;
-    case microbatch_result::reentrant: return FLOPMETER_E_REENTRANT;  // and logged by the plugin
-  }
-  return FLOPMETER_E_REJECTED;
+  return on_microbatch(plugin, m, nullptr, 0);
+}
+
+int flopmeter_on_microbatch_ex(flopmeter_plugin* plugin, const flopmeter_microbatch* m, char* why, size_t why_size) {
+  return on_microbatch(plugin, m, why, why_size);
 }
 
 int flopmeter_on_log(flopmeter_plugin* plugin, const flopmeter_log* l) {
@@ -380,14 +409,11 @@ flopmeter_plugin* flopmeter_create_from_text(const char* toml_text, size_t lengt
   return create_or_report(error, error_size, [&] {
     if (toml_text == nullptr && length > 0) throw flopmeter::error("toml_text is NULL with a non-zero length");
     const std::string name = source_name != nullptr && *source_name != '\0' ? source_name : "<text>";
-    flopmeter::detail::plugin_file config = flopmeter::detail::parse_plugin_file(
-        std::string(toml_text != nullptr ? toml_text : "", length), name, base_dir != nullptr ? base_dir : "");
-    std::shared_ptr<flopmeter::communicator> communicator = communicator_from(comm);
-    return register_plugin(
-        [&](const std::shared_ptr<spdlog::logger>& logger, std::shared_ptr<flopmeter::sink> callback) {
-          return flopmeter::detail::create_configured_plugin(name, std::move(config), std::move(communicator), logger,
-                                                             {std::move(callback)});
-        });
+    return flopmeter::detail::create_registered_plugin(
+        name,
+        flopmeter::detail::parse_plugin_file(std::string(toml_text != nullptr ? toml_text : "", length), name,
+                                             base_dir != nullptr ? base_dir : ""),
+        comm);
   });
 }
 

@@ -130,7 +130,8 @@ class throughput_plugin::impl {
     interval_start_ = clock_();
   }
 
-  microbatch_result on_microbatch(const microbatch_event& event) noexcept {
+  // `why` (may be NULL) receives the reason of a rejection: the counting's own message, as logged.
+  microbatch_result on_microbatch(const microbatch_event& event, std::string* why = nullptr) noexcept {
     if (refused_as_reentrant("on_microbatch")) return microbatch_result::reentrant;
     const owned_lock lock(mutex_);
     if (flushed_) {
@@ -143,6 +144,12 @@ class throughput_plugin::impl {
     } catch (const std::exception& e) {
       ++health_.bad_microbatches;
       warn_rate_limited(last_batch_warning_, "flopmeter: micro-batch not counted: {}", e.what());
+      if (why != nullptr) {
+        try {
+          *why = e.what();
+        } catch (...) {  // out of memory: the caller gets the code without its reason
+        }
+      }
       return microbatch_result::rejected;
     }
     return microbatch_result::counted;
@@ -454,9 +461,9 @@ const training_regime& throughput_plugin::training() const { return impl_->train
 flop_scope throughput_plugin::scope() const { return impl_->scope(); }
 std::optional<double> throughput_plugin::peak_tflops_per_gpu() const { return impl_->peak(); }
 
-microbatch_result throughput_calls::record_microbatch(throughput_plugin& plugin,
-                                                      const microbatch_event& event) noexcept {
-  return plugin.impl_->on_microbatch(event);
+microbatch_result throughput_calls::record_microbatch(throughput_plugin& plugin, const microbatch_event& event,
+                                                      std::string* why) noexcept {
+  return plugin.impl_->on_microbatch(event, why);
 }
 hook_result throughput_calls::record_log(throughput_plugin& plugin, const log_event& event) noexcept {
   return plugin.impl_->on_log(event);

@@ -9,6 +9,8 @@
 // from inside its call-outs are refused, not deadlocked.
 #pragma once
 
+#include <string>
+
 #include "flopmeter/throughput.h"
 
 namespace flopmeter::detail {
@@ -30,7 +32,9 @@ enum class hook_result {
 };
 
 struct FLOPMETER_NO_EXPORT throughput_calls {
-  static microbatch_result record_microbatch(throughput_plugin& plugin, const microbatch_event& event) noexcept;
+  // `why` (may be NULL) receives the reason when the result is `rejected` (the message the plugin logs).
+  static microbatch_result record_microbatch(throughput_plugin& plugin, const microbatch_event& event,
+                                             std::string* why = nullptr) noexcept;
   static hook_result record_log(throughput_plugin& plugin, const log_event& event) noexcept;
   // `caller` names the call in the warning logged when it is refused as re-entrant ("flush",
   // "flopmeter_destroy").

@@ -32,6 +32,7 @@
 #include "flopmeter/peak_table.h"
 #include "flopmeter/throughput.h"
 #include "accounting/sanitize_options.h"
+#include "accounting/plugin_document.h"
 #include "accounting/throughput_config.h"
 #include "core/spec_rules.h"
 #include "core/toml_reader.h"
@@ -132,17 +133,14 @@ class options_loader : private detail::toml_reader {
     if (logging != nullptr) {
       config.rendezvous_timeout = std::chrono::milliseconds(optional_int(
           *logging, "logging", "rendezvous_timeout_ms", kRendezvousTimeoutMs, config.rendezvous_timeout.count()));
-      constexpr choice<small_allreduce> algorithms[] = {{"automatic", small_allreduce::automatic},
-                                                        {"backend", small_allreduce::backend},
-                                                        {"log_depth", small_allreduce::log_depth}};
-      config.small_allreduce = optional_choice(*logging, "logging", "small_allreduce", "small_allreduce", algorithms,
-                                               config.small_allreduce);
+      config.small_allreduce = read_logging_small_allreduce(*logging);
     }
     if (sinks != nullptr) read_sinks(*sinks, config.sinks, file.sinks_at);
     // The files this configuration comes from, which no sink may write into (make_sinks refuses them): this
     // file, and the model config (a file, or a checkpoint directory's config.json). Absolute now, like the
     // sink paths, so a later chdir() changes nothing.
     for (const std::string& path : {source_name(), model_path, model_path + "/config.json"}) {
+      if (path.empty()) continue;  // a document built in code has no file
       std::error_code ec;
       const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
       file.sinks_at.config_files.push_back(ec ? path : absolute.string());
@@ -336,6 +334,45 @@ class options_loader : private detail::toml_reader {
     fail_key(*node, key_path, std::string("unknown ") + what + " '" + escaped(value) + "' (expected " + expected + ")");
   }
 
+  // [logging] small_allreduce, "automatic" when absent.
+  small_allreduce read_logging_small_allreduce(const toml::table& logging) const {
+    constexpr choice<small_allreduce> algorithms[] = {{"automatic", small_allreduce::automatic},
+                                                      {"backend", small_allreduce::backend},
+                                                      {"log_depth", small_allreduce::log_depth}};
+    return optional_choice(logging, "logging", "small_allreduce", "small_allreduce", algorithms,
+                           small_allreduce::automatic);
+  }
+
+  // Public, for the functions below the class.
+ public:
+  // The [logging] table's small_allreduce of a whole document (the key alone: nothing else is read).
+  small_allreduce document_small_allreduce(const toml::table& root) const {
+    const toml::node* logging = root.get("logging");
+    if (logging == nullptr) return small_allreduce::automatic;
+    if (!logging->is_table()) fail_type(*logging, "logging", "a table");
+    return read_logging_small_allreduce(*logging->as_table());
+  }
+
+  // A key path set in code: "table.key" with both in the schema, refused with check_keys' message otherwise.
+  void check_key_path(std::string_view key_path) const {
+    const std::size_t dot = key_path.find('.');
+    const std::string_view table = key_path.substr(0, dot);
+    toml::table probe;
+    probe.insert(std::string(table), true);
+    check_keys(probe, "", kRootKeys, kSchemaDoc, kHomes);
+    if (dot == std::string_view::npos || key_path.find('.', dot + 1) != std::string_view::npos) {
+      throw error(error_location{"", 0, 0, std::string(key_path)},
+                  "not a key path of the plugin config: give \"table.key\" (" + std::string(kSchemaDoc) + ")");
+    }
+    for (const detail::key_home& home : kHomes) {
+      if (home.table != table) continue;
+      toml::table keys;
+      keys.insert(std::string(key_path.substr(dot + 1)), true);
+      check_keys(keys, table, home.keys, kSchemaDoc);
+    }
+  }
+
+ private:
   std::string base_dir_;
 };
 
@@ -343,8 +380,7 @@ class options_loader : private detail::toml_reader {
 
 namespace detail {
 
-plugin_file parse_plugin_file(const std::string& toml_text, const std::string& source_name,
-                              const std::string& base_dir) {
+toml::table parse_plugin_document(const std::string& toml_text, const std::string& source_name) {
   // A JSON file (a Hugging Face config.json) given where the plugin config goes: say so, not "TOML syntax
   // error". TOML cannot start with '{'; the error points at it.
   const std::size_t first = toml_text.find_first_not_of(" \t\r\n");
@@ -360,8 +396,22 @@ plugin_file parse_plugin_file(const std::string& toml_text, const std::string& s
                 "TOML and names the model's config.json or TOML in [model] config = \"PATH\" (" +
                     std::string(kSchemaDoc) + ")");
   }
-  const toml::table root = parse_toml(toml_text, source_name);
+  return parse_toml(toml_text, source_name);
+}
+
+plugin_file read_plugin_document(const toml::table& root, const std::string& source_name, const std::string& base_dir) {
   return options_loader(source_name, base_dir).load(root);
+}
+
+void check_plugin_key_path(std::string_view key_path) { options_loader("", "").check_key_path(key_path); }
+
+small_allreduce read_small_allreduce(const toml::table& root, const std::string& source_name) {
+  return options_loader(source_name, "").document_small_allreduce(root);
+}
+
+plugin_file parse_plugin_file(const std::string& toml_text, const std::string& source_name,
+                              const std::string& base_dir) {
+  return read_plugin_document(parse_plugin_document(toml_text, source_name), source_name, base_dir);
 }
 
 plugin_config parse_plugin_config(const std::string& toml_text, const std::string& source_name,

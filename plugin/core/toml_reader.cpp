@@ -262,10 +262,12 @@ std::string join(std::string_view table_path, std::string_view key) {
 // toml_reader: error reporting
 
 error_location toml_reader::location(const toml::source_region& region, std::string key) const {
-  // Every node of a parsed document has a position; fall back to 1:1 if one ever does not.
-  const auto line = region.begin.line == 0 ? 1u : region.begin.line;
+  // Every node of a parsed document has a position. A node without one was set in code (a document built by
+  // the C ABI's typed setters, c_api_config.h): no file, line or column of text the user did not write, only
+  // the key.
+  if (region.begin.line == 0) return error_location{"", 0, 0, std::move(key)};
   const auto column = region.begin.column == 0 ? 1u : region.begin.column;
-  return error_location{source_, line, column, std::move(key)};
+  return error_location{source_, region.begin.line, column, std::move(key)};
 }
 
 std::string toml_reader::where(const toml::source_region& region) const {
@@ -282,7 +284,15 @@ void toml_reader::fail_key(const toml::node& node, const std::string& key_path, 
 }
 
 void toml_reader::fail_type(const toml::node& node, const std::string& key_path, const char* expected) const {
-  fail_key(node, key_path, std::string("expected ") + expected + ", got " + type_name(node.type()));
+  std::string got = type_name(node.type());
+  // A value set in code is shown with its type (in a file, the line and column show it).
+  if (node.source().begin.line == 0) {
+    if (const auto* integer = node.as_integer()) got += " " + std::to_string(integer->get());
+    if (const auto* number = node.as_floating_point()) got += " " + number_text(number->get());
+    if (const auto* boolean = node.as_boolean()) got += boolean->get() ? " true" : " false";
+    if (const auto* text = node.as_string()) got += " " + quoted(text->get());
+  }
+  fail_key(node, key_path, std::string("expected ") + expected + ", got " + got);
 }
 
 // ---------------------------------------------------------------------------------------------------------
