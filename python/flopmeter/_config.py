@@ -1,87 +1,132 @@
-"""A plugin configuration given in code (keyword arguments or a dict mirroring the plugin TOML's tables),
-written as plugin TOML text for the library, which validates it with the same rules as a file.
+"""A plugin configuration given in code (keyword arguments or a dict mirroring the plugin TOML's tables), or a
+plugin TOML path, as the library's typed configuration builder (``flopmeter_config_*``, c_api_config.h).
 
-Only the shape is checked here (tables are dicts, values are TOML scalars or lists of them): the values
-themselves are the library's to judge, so that a key given in code and one in a file get the same rule and
-the same message, naming the key (``parallel.tp``). Thread-safety: pure functions.
+Only the shape is checked here (tables are dicts, values are bools, numbers, strings or lists of strings): each
+key is handed to the library by its path (``parallel.tp``) as a typed value, and the library judges it by the
+rules a plugin file's keys get, with the same message, naming the key path and the value
+(``key 'parallel.tp': must be > 0 (got 0)``); a key read from a file keeps its file:line:col.
+Thread-safety: each Config is used by one thread at a time.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import numbers
 import os
-import re
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Optional
 
+from . import _native
 from .errors import ConfigError
 from .model import resolve_model
 
 # The tables of plugin_configs/SCHEMA.md; unknown keys inside them are the library's to refuse.
 TABLES = ("model", "peak", "parallel", "logging", "sinks", "training")
+_INT64 = (-(2**63), 2**63 - 1)
 
 
-def _toml_string(text: str) -> str:
-    out = ['"']
-    for ch in text:
-        code = ord(ch)
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\u{code:04x}")
+class Config:
+    """A flopmeter_config: made from a plugin TOML path (``path``) and/or tables of keys (``tables``, laid over
+    the file's key by key). Raises ConfigError naming the key path. Frees itself on ``close()`` (or ``with``)."""
+
+    def __init__(self, tables: Optional[Mapping[str, Any]] = None, path: Optional[str] = None) -> None:
+        self._lib = _native.lib()
+        self._error = _native.error_buffer()
+        self.handle = self._lib.flopmeter_config_new()
+        if not self.handle:
+            raise MemoryError("flopmeter_config_new")
+        try:
+            if path is not None:
+                self._check(self._lib.flopmeter_config_load_file(self.handle, os.fsencode(path), self._error,
+                                                                 len(self._error)))
+            for table, content in _tables(tables or {}):
+                for key, value in content.items():
+                    if not isinstance(key, str):
+                        raise ConfigError(f"key '{table}.{key!r}': keys must be strings")
+                    self._set(f"{table}.{key}", value)
+        except BaseException:
+            self.close()
+            raise
+
+    def small_allreduce(self) -> str:
+        """``[logging] small_allreduce`` by the library's rule ("automatic" when unset); "automatic" also for a
+        value that names no algorithm, which create then reports at its key."""
+        out = ctypes.c_int(0)
+        code = self._lib.flopmeter_config_small_allreduce(self.handle, ctypes.byref(out), self._error,
+                                                          len(self._error))
+        return _native.SMALL_ALLREDUCE_NAMES.get(out.value, "automatic") if code == _native.OK else "automatic"
+
+    def close(self) -> None:
+        if self.handle:
+            self._lib.flopmeter_config_destroy(self.handle)
+            self.handle = None
+
+    def __enter__(self) -> "Config":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def _check(self, code: int) -> None:
+        if code != _native.OK:
+            raise ConfigError(self._error.value.decode("utf-8", "replace"))
+
+    def _set(self, path: str, value: Any) -> None:
+        lib, key, error, size = self._lib, path.encode("utf-8"), self._error, len(self._error)
+        if isinstance(value, bool):
+            code = lib.flopmeter_config_set_bool(self.handle, key, int(value), error, size)
+        elif isinstance(value, numbers.Integral):
+            number = int(value)
+            if not _INT64[0] <= number <= _INT64[1]:
+                raise ConfigError(f"key '{path}': {number} is outside the 64-bit integer range")
+            code = lib.flopmeter_config_set_int(self.handle, key, number, error, size)
+        elif isinstance(value, numbers.Real):
+            number = float(value)
+            if not math.isfinite(number):
+                raise ConfigError(f"key '{path}': must be finite (got {number})")
+            code = lib.flopmeter_config_set_double(self.handle, key, number, error, size)
+        elif isinstance(value, (str, os.PathLike)):
+            text = os.fspath(value)
+            if path == "model.config":
+                try:
+                    text = os.path.abspath(resolve_model(text))  # a shipped name, or a path from here
+                except ConfigError as e:
+                    raise ConfigError(f"key '{path}': {e}") from None
+            code = lib.flopmeter_config_set_string(self.handle, key, _utf8(path, text), error, size)
+        elif isinstance(value, (list, tuple)):
+            items = []
+            for i, item in enumerate(value):
+                if not isinstance(item, str):
+                    raise ConfigError(f"key '{path}': the plugin config's lists hold strings, got {value!r}")
+                items.append(_utf8(f"{path}[{i}]", item))
+            array = (ctypes.c_char_p * len(items))(*items)
+            code = lib.flopmeter_config_set_string_list(self.handle, key, array, len(items), error, size)
         else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
+            raise ConfigError(f"key '{path}': a {type(value).__name__} is not a value of the plugin config "
+                              f"(give a bool, number, str or list of str), got {value!r}")
+        self._check(code)
 
 
-def _toml_value(key: str, value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, numbers.Integral):
-        return str(int(value))
-    if isinstance(value, numbers.Real):
-        number = float(value)
-        if not math.isfinite(number):
-            raise ConfigError(f"key '{key}': {number} is not a finite number")
-        return repr(number)
-    if isinstance(value, (str, os.PathLike)):
-        return _toml_string(os.fspath(value))
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(f"{key}[{i}]", v) for i, v in enumerate(value)) + "]"
-    raise ConfigError(f"key '{key}': a {type(value).__name__} is not a TOML value (give a str, number, bool or list)")
+def _utf8(path: str, text: str) -> bytes:
+    if "\0" in text:
+        raise ConfigError(f"key '{path}': must not contain a NUL character (got {text!r})")
+    return text.encode("utf-8", "surrogateescape")
 
 
-def plugin_toml(tables: Mapping[str, Any]) -> str:
-    """The plugin TOML text of `tables` ({"model": {...}, "peak": {...}, ...}).
-
-    ``model`` may be a string (a shipped name or a path: ``[model] config``) or a table; a bare shipped name in
-    ``model.config`` is resolved to the shipped file, a relative path against the working directory.
-    """
-    lines = []
+def _tables(tables: Mapping[str, Any]):
+    """(table, dict of keys) of `tables`, in SCHEMA.md's order; the shape checked (tables known, dicts)."""
     for table in tables:
         if table not in TABLES:
             raise ConfigError(f"key '{table}': not a table of the plugin config (tables: {', '.join(TABLES)})")
     for table in TABLES:
-        if table not in tables or tables[table] is None:
+        content = tables.get(table)
+        if content is None:
             continue
-        content = tables[table]
         if table == "model" and isinstance(content, (str, os.PathLike)):
             content = {"config": content}
         if not isinstance(content, Mapping):
-            raise ConfigError(f"key '{table}': must be a table (a dict), got {type(content).__name__}")
-        content = dict(content)
-        if table == "model" and isinstance(content.get("config"), (str, os.PathLike)):
-            content["config"] = os.path.abspath(resolve_model(content["config"]))
-        lines.append(f"[{table}]")
-        for key, value in content.items():
-            if not isinstance(key, str):
-                raise ConfigError(f"key '{table}.{key!r}': keys must be strings")
-            lines.append(f"{_toml_string(key)} = {_toml_value(f'{table}.{key}', value)}")
-        lines.append("")
-    return "\n".join(lines)
+            raise ConfigError(f"key '{table}': must be a table (a dict), got {type(content).__name__} {content!r}")
+        yield table, content
 
 
 def model_table(model: Any) -> Dict[str, Any]:
@@ -114,9 +159,3 @@ def merge_tables(config: Mapping[str, Any], overrides: Dict[str, Any]) -> Dict[s
         else:
             merged[name] = dict(content) if isinstance(content, Mapping) else content
     return merged
-
-
-def code_error(message: str, source: str) -> str:
-    """A library message about configuration given in code, without the line:col of the TOML text it was written
-    as (text the user never saw): ``Meter(...):5:8: key 'parallel.tp': ...`` reads ``key 'parallel.tp': ...``."""
-    return re.sub(re.escape(source) + r":\d+:\d+: ", "", message)

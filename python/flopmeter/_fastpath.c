@@ -4,7 +4,8 @@
  * ctypes, a call spends most of its time in the interpreter (a struct's fields stored one by one, ctypes'
  * call machinery, the GIL released and taken back) rather than in flopmeter. This module does the same work
  * in one C function: it checks that each argument is exactly what the fast path takes, reads the tensors'
- * addresses, fills a flopmeter_microbatch on its own stack and calls flopmeter_on_microbatch.
+ * addresses, fills a flopmeter_microbatch on its own stack and calls flopmeter_on_microbatch_ex, which writes
+ * the reason of a refusal into a buffer on the same stack (nothing is written for a counted batch).
  *
  * What it takes, exactly as the Python fast path in meter.py does (anything else returns None, and the caller
  * takes the general path, which converts every form and raises TypeError/ValueError naming the argument):
@@ -16,7 +17,7 @@
  * Any exception raised while reading an attribute (a tensor subclass that overrides one, say) is cleared and
  * the call returns None: the general path then reports it.
  *
- * Ownership and threads. A Binding holds the address of flopmeter_on_microbatch (taken from the library
+ * Ownership and threads. A Binding holds the address of flopmeter_on_microbatch_ex (taken from the library
  * ctypes loaded, so both use one copy of libflopmeter), the plugin handle, and references to torch's Tensor
  * type and dtype objects. The call does not release the GIL; the library serializes calls on one plugin and
  * answers a handle destroyed by another thread with FLOPMETER_E_INVALID_HANDLE (c_api.h), so a stale handle is
@@ -36,7 +37,7 @@
 #define PyObject_CallMethodNoArgs(object, name) PyObject_CallMethodObjArgs((object), (name), NULL)
 #endif
 
-typedef int (*on_microbatch_fn)(flopmeter_plugin*, const flopmeter_microbatch*);
+typedef int (*on_microbatch_fn)(flopmeter_plugin*, const flopmeter_microbatch*, char*, size_t);
 
 typedef struct {
   PyObject ob_base; /* what PyObject_HEAD declares */
@@ -218,9 +219,10 @@ static int take_grids(const binding* b, PyObject* grids, flopmeter_microbatch* m
 }
 
 /* on_microbatch(binding, cu_seqlens, position_ids, grid_thw, padding_tokens, samples, loss_sum,
- *               label_tokens) -> int | None
- * The library's return code (FLOPMETER_OK, FLOPMETER_E_REJECTED, ...), or None when an argument is not one the
- * fast path takes (nothing was counted; take the general path). */
+ *               label_tokens) -> int | str | None
+ * The library's return code (FLOPMETER_OK, FLOPMETER_E_AFTER_FLUSH, ...); for FLOPMETER_E_REJECTED the library's
+ * reason instead (a str: the micro-batch was refused and counted so once); or None when an argument is not one
+ * the fast path takes (nothing was counted; take the general path). */
 static PyObject* on_microbatch(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
   (void)module;
   if (nargs != 8 || Py_TYPE(args[0]) != &binding_type) {
@@ -248,7 +250,10 @@ static PyObject* on_microbatch(PyObject* module, PyObject* const* args, Py_ssize
     Py_RETURN_NONE;
   }
   if (b->handle == NULL) return PyLong_FromLong(FLOPMETER_E_INVALID_HANDLE);
-  return PyLong_FromLong(b->call(b->handle, &mb));
+  char why[512]; /* written by the library only when it refuses the micro-batch */
+  const int code = b->call(b->handle, &mb, why, sizeof why);
+  if (code == FLOPMETER_E_REJECTED) return PyUnicode_DecodeUTF8(why, (Py_ssize_t)strlen(why), "replace");
+  return PyLong_FromLong(code);
 }
 
 static PyObject* disable(PyObject* module, PyObject* argument) {
@@ -264,7 +269,8 @@ static PyObject* disable(PyObject* module, PyObject* argument) {
 static PyMethodDef methods[] = {
     {"on_microbatch", (PyCFunction)(void (*)(void))on_microbatch, METH_FASTCALL,
      "on_microbatch(binding, cu_seqlens, position_ids, grid_thw, padding_tokens, samples, loss_sum, "
-     "label_tokens): the library's return code, or None for an argument the fast path does not take"},
+     "label_tokens): the library's return code, its reason (a str) for a refused micro-batch, or None for an "
+     "argument the fast path does not take"},
     {"disable", disable, METH_O, "disable(binding): later calls return FLOPMETER_E_INVALID_HANDLE"},
     {NULL, NULL, 0, NULL},
 };

@@ -43,6 +43,10 @@ LOG_PEAK_MEMORY = 0x10
 LOG_PEAK_RESERVED_MEMORY = 0x20
 
 ERROR_BUFFER_BYTES = 4096
+# A refused micro-batch's reason (flopmeter_on_microbatch_ex): the counting's messages name an argument, an
+# index and a value or two, far below this; a longer one is cut (NUL-terminated) by the library.
+WHY_BUFFER_BYTES = 512
+SMALL_ALLREDUCE_NAMES = {0: "automatic", 1: "backend", 2: "log_depth"}  # FLOPMETER_SMALL_ALLREDUCE_*
 
 c_int64_p = ctypes.POINTER(ctypes.c_int64)
 c_int32_p = ctypes.POINTER(ctypes.c_int32)
@@ -247,13 +251,26 @@ _SIGNATURES = {
     "flopmeter_status_string": (ctypes.c_char_p, [ctypes.c_int]),
     "flopmeter_set_log_callback": (ctypes.c_int, [LOG_CALLBACK, ctypes.c_void_p, ctypes.c_int]),
     "flopmeter_create": (_P, [ctypes.c_char_p, ctypes.POINTER(Comm), ctypes.c_char_p, ctypes.c_size_t]),
-    "flopmeter_create_from_text": (
-        _P,
-        [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(Comm), ctypes.c_char_p,
-         ctypes.c_size_t],
-    ),
+    # The typed configuration builder (c_api_config.h): _config.py sets Meter's keys through it.
+    "flopmeter_config_new": (_P, []),
+    "flopmeter_config_destroy": (None, [_P]),
+    "flopmeter_config_load_file": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
+    "flopmeter_config_set_int": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p,
+                                                ctypes.c_size_t]),
+    "flopmeter_config_set_double": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_double, ctypes.c_char_p,
+                                                   ctypes.c_size_t]),
+    "flopmeter_config_set_bool": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                                                 ctypes.c_size_t]),
+    "flopmeter_config_set_string": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                                   ctypes.c_size_t]),
+    "flopmeter_config_set_string_list": (ctypes.c_int, [_P, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p),
+                                                        ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]),
+    "flopmeter_config_small_allreduce": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p,
+                                                        ctypes.c_size_t]),
+    "flopmeter_create_from_config": (_P, [_P, ctypes.POINTER(Comm), ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_set_metrics_callback": (ctypes.c_int, [_P, METRICS_CALLBACK, _P]),
     "flopmeter_on_microbatch": (ctypes.c_int, [_P, ctypes.POINTER(Microbatch)]),
+    "flopmeter_on_microbatch_ex": (ctypes.c_int, [_P, ctypes.POINTER(Microbatch), ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_on_log": (ctypes.c_int, [_P, ctypes.POINTER(Log)]),
     "flopmeter_flush": (ctypes.c_int, [_P]),
     "flopmeter_destroy": (ctypes.c_int, [_P]),

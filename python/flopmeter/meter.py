@@ -48,6 +48,11 @@ class _RecordBox:
             self.record = None
 
 
+def _rejected(reason: str) -> str:
+    """The ValueError's text for a micro-batch the library refused, with the library's reason."""
+    return f"invalid micro-batch, not counted (health['bad_microbatches']): {reason}"
+
+
 def _release_plugin(handle: int, keep_alive: Any) -> None:
     """The finalizer: flush (bounded by the collective timeout) and free the plugin."""
     _native.lib().flopmeter_destroy(handle)
@@ -114,26 +119,19 @@ def _table_every_log_for_device_counts(tables: Dict[str, Any], world_size: int) 
 
 
 def _configured_small_allreduce(config: Any, tables: Mapping[str, Any]) -> str:
-    """``[logging] small_allreduce`` of the Meter's configuration (its tables, or its plugin TOML file), or
-    "automatic". A value that names no algorithm is left to the library, which reports it at its key (with the
-    file's line and column); the group is made with "automatic" until then."""
-    keyword_logging = tables.get("logging")
-    if isinstance(keyword_logging, Mapping) and "small_allreduce" in keyword_logging:
-        logging_table: Any = keyword_logging  # laid over the config's, key by key (_config.merge_tables)
-    else:
-        logging_table = config.get("logging") if isinstance(config, Mapping) else None
-    if logging_table is None and isinstance(config, (str, os.PathLike)):
-        try:
-            import tomllib  # Python 3.11 on; before it the file's key is read by the library only
-        except ImportError:
-            return "automatic"
-        try:
-            with open(config, "rb") as f:
-                logging_table = tomllib.load(f).get("logging")
-        except (OSError, ValueError):
-            return "automatic"  # the library reports the file's problem
-    value = logging_table.get("small_allreduce") if isinstance(logging_table, Mapping) else None
-    return value if value in _distributed.SMALL_ALLREDUCE_CHOICES else "automatic"
+    """``[logging] small_allreduce`` of the Meter's configuration (its tables laid over a dict config's, or its
+    plugin TOML file), by the library's rule (``flopmeter_config_small_allreduce``), or "automatic". A value that
+    names no algorithm is left to the library, which reports it at its key when the plugin is created; the group
+    is made with "automatic" until then."""
+    try:
+        if config is not None and not isinstance(config, Mapping):
+            made = _config.Config(path=os.fspath(config))
+        else:
+            made = _config.Config(_config.merge_tables(config or {}, dict(tables)))
+    except (ConfigError, TypeError, OSError):
+        return "automatic"  # the Meter reports the configuration's problem
+    with made:
+        return made.small_allreduce()
 
 
 class Meter:
@@ -195,31 +193,28 @@ class Meter:
             self._collective = _distributed.TorchCollective(*group)
             self._collective.use_log_depth(algorithm, own_group=process_group is None)
         self._box = _RecordBox()
-        error = _native.error_buffer()
-        comm = ctypes.byref(self._collective.comm)
         if config is not None and not isinstance(config, Mapping):
             if given_tables:
                 raise TypeError("give a plugin TOML path or configuration tables, not both "
                                 f"(got a path and {', '.join(given_tables)})")
             if not isinstance(config, (str, os.PathLike)):
                 raise TypeError(f"config must be a path or a dict of tables, got {type(config).__name__}")
-            path = os.fspath(config)
-            self._source = path
-            handle = lib.flopmeter_create(os.fsencode(path), comm, error, len(error))
+            self._source = os.fspath(config)
+            built = _config.Config(path=self._source)
         else:
             merged = _config.merge_tables(config or {}, given_tables)
             _resolve_auto_gpu(merged)
             _table_every_log_for_device_counts(merged, 1 if group is None else group[2])
             if "model" not in merged or merged["model"] is None:
                 raise TypeError("Meter needs a model: Meter(model='qwen3_vl_2b', ...) or a plugin TOML path")
-            text = _config.plugin_toml(merged).encode("utf-8")
             self._source = "Meter(...)"
-            handle = lib.flopmeter_create_from_text(text, len(text), b"Meter(...)", os.fsencode(os.getcwd()), comm,
-                                                    error, len(error))
+            built = _config.Config(merged)
+        error = _native.error_buffer()
+        with built:
+            handle = lib.flopmeter_create_from_config(built.handle, ctypes.byref(self._collective.comm), error,
+                                                      len(error))
         if not handle:
-            message = error.value.decode("utf-8", "replace")
-            raise ConfigError(message if config is not None and not isinstance(config, Mapping) else
-                              _config.code_error(message, self._source))
+            raise ConfigError(error.value.decode("utf-8", "replace"))
         self._handle = handle
         lib.flopmeter_set_metrics_callback(handle, self._box.callback, None)
         self._finalizer = weakref.finalize(self, _release_plugin, handle, (self._collective, self._box))
@@ -234,6 +229,7 @@ class Meter:
         self._merge_size = math.isqrt(int(self._model.coefficients["patches_per_merged_token"]))
         self._mb = _native.sized(_native.Microbatch)
         self._mb_ref = ctypes.byref(self._mb)
+        self._why = ctypes.create_string_buffer(_native.WHY_BUFFER_BYTES)  # a refusal's reason, under the lock
         self._empty_mb = _native.sized(_native.Microbatch)
         self._binding: Any = None  # the C fast path's (flopmeter/_fastpath.c), made at the first call
         self._empty_mb_ref = ctypes.byref(self._empty_mb)
@@ -300,10 +296,9 @@ class Meter:
                 if code == _native.OK:
                     return True
                 if code is not None:  # None: not a form the C fast path takes; the paths below check it
-                    if code != _native.E_REJECTED:
-                        return False
-                    self._raise_fast_rejection(cu_seqlens, position_ids, grid_thw, padding_tokens,
-                                               loss_sum, label_tokens)
+                    if type(code) is str:  # refused, counted once in bad_microbatches: the library's reason
+                        raise ValueError(_rejected(code))
+                    return False
         fmt, value = _batch.one_batch_format(document_lengths, cu_seqlens, position_ids)
         if _batch.is_device_tensor(value) or _batch.is_device_tensor(grid_thw) or \
                 _batch.is_device_tensor(loss_sum) or _batch.is_device_tensor(label_tokens):
@@ -330,11 +325,11 @@ class Meter:
             if has_loss:
                 mb.loss_sum = loss
                 mb.label_tokens = labels
-            code = _native.lib().flopmeter_on_microbatch(self._handle, self._mb_ref) if not self._closed \
-                else _native.E_INVALID_HANDLE
+            why = self._why
+            code = _native.lib().flopmeter_on_microbatch_ex(self._handle, self._mb_ref, why, len(why)) \
+                if not self._closed else _native.E_INVALID_HANDLE
             if code == _native.E_REJECTED:
-                raise ValueError(self._explain_rejection(fmt, batch, grids, padding, has_loss, labels if has_loss
-                                                         else 0))
+                raise ValueError(_rejected(why.value.decode("utf-8", "replace")))
         return code == _native.OK
 
     def _bind_native_fast_path(self) -> Any:
@@ -347,33 +342,9 @@ class Meter:
                 lib = _native.lib()
                 tensor, int64, int32, strided = facts
                 self._binding = _batch._fastpath.Binding(
-                    ctypes.cast(lib.flopmeter_on_microbatch, ctypes.c_void_p).value, self._handle, tensor, int64,
+                    ctypes.cast(lib.flopmeter_on_microbatch_ex, ctypes.c_void_p).value, self._handle, tensor, int64,
                     int32, strided)
             return self._binding
-
-    def _raise_fast_rejection(self, cu_seqlens, position_ids, grids, padding_tokens, loss_sum, label_tokens):
-        """The C fast path's micro-batch was rejected (and counted so by the library): say why, as the general path
-        does. Its arguments are plain CPU tensors and ints (what the fast path takes)."""
-        fmt = "cu_seqlens" if position_ids is None else "position_ids"
-        raise ValueError(self._explain_rejection(
-            fmt, _batch.host_array(fmt, cu_seqlens if position_ids is None else position_ids, allow_int32=True),
-            None if grids is None else _batch.host_array("grid_thw", grids, want_rows=True),
-            padding_tokens, loss_sum is not None, label_tokens or 0))
-
-    def _explain_rejection(self, fmt, batch, grids, padding, has_loss, labels) -> str:
-        mb = _native.sized(_native.Microbatch)
-        _batch.fill_microbatch(mb, fmt, batch, grids, padding)
-        counts = _native.sized(_native.Counts)
-        error = _native.error_buffer()
-        code = _native.lib().flopmeter_model_count(self._model._handle, ctypes.byref(mb), ctypes.byref(counts), error,
-                                                   len(error))
-        if code != _native.OK:
-            reason = error.value.decode("utf-8", "replace")
-        elif has_loss and labels > counts.real_tokens:
-            reason = f"label_tokens {labels} exceed the micro-batch's {counts.real_tokens} real tokens"
-        else:
-            reason = "the library refused it (see its warning, logged to the \"flopmeter\" logger)"
-        return f"invalid micro-batch, not counted (health['bad_microbatches']): {reason}"
 
     def _device_microbatch(self, fmt, value, grid_thw, padding_tokens, samples, loss_sum,
                            label_tokens) -> bool:
