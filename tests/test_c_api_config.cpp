@@ -305,4 +305,29 @@ TEST(c_api_refusal, a_rejected_microbatch_says_why_and_is_counted_once) {
   EXPECT_STREQ(why, "the plugin handle is NULL");
 }
 
+TEST(c_api_refusal, the_flop_models_count_says_why_for_every_refusal) {
+  char error[256] = {};
+  flopmeter_model* model = flopmeter_model_load(kModel.c_str(), error, sizeof error);
+  ASSERT_NE(model, nullptr) << error;
+  // Document 1 of [4, -2] has a negative length.
+  const int64_t lengths[] = {4, -2};
+  flopmeter_microbatch mb{};
+  mb.struct_size = sizeof mb;
+  mb.document_lengths = lengths;
+  mb.num_document_lengths = 2;
+  flopmeter_counts counts{};
+  counts.struct_size = sizeof counts;
+  EXPECT_EQ(flopmeter_model_count(model, &mb, &counts, error, sizeof error), FLOPMETER_E_REJECTED);
+  EXPECT_STREQ(error, "document_lengths[1]: document length must be >= 0 (got -2)");
+  EXPECT_EQ(flopmeter_model_count(model, &mb, nullptr, error, sizeof error), FLOPMETER_E_NULL_ARGUMENT);
+  EXPECT_STREQ(error, "out is NULL");
+  counts.struct_size = 4;
+  EXPECT_EQ(flopmeter_model_count(model, &mb, &counts, error, sizeof error), FLOPMETER_E_STRUCT_SIZE);
+  EXPECT_STREQ(error, "flopmeter_counts.struct_size is below its first version");
+  ASSERT_EQ(flopmeter_model_destroy(model), FLOPMETER_OK);
+  counts.struct_size = sizeof counts;
+  EXPECT_EQ(flopmeter_model_count(model, &mb, &counts, error, sizeof error), FLOPMETER_E_INVALID_HANDLE);
+  EXPECT_STREQ(error, "not a live model (destroyed already, or never loaded)");
+}
+
 }  // namespace

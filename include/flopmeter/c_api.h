@@ -7,8 +7,9 @@
  * FLOPMETER_C_ABI_VERSION of the library you loaded: check it before use (version 2 named the return codes,
  * made health a struct and made destroy return a code; see "Changes" at the end).
  *
- * Life cycle: flopmeter_create (from a plugin TOML path, see plugin_configs/SCHEMA.md) -> on_microbatch /
- * on_log events -> flopmeter_flush -> flopmeter_destroy.
+ * Life cycle: flopmeter_create (from a plugin TOML path, see plugin_configs/SCHEMA.md; or
+ * flopmeter_create_from_config from keys set in code, c_api_config.h) -> on_microbatch / on_log events ->
+ * flopmeter_flush -> flopmeter_destroy.
  *  - Intervals: the first interval starts at flopmeter_create; each flopmeter_on_log(step k) ends one and
  *    starts the next. Its record reaches the metrics callback one log later (during on_log of step k+1, or
  *    during flush / destroy for the last one), with `step` = k: the collective runs while you train. To keep
@@ -31,8 +32,8 @@
  *    runs (all documents and images, not its shard): flopmeter divides the work between the group's ranks
  *    itself ([parallel] in the plugin config). A context-parallel rank passing its shard would be billed
  *    for short documents, and attention grows with the square of a document's length.
- *  - Configuration errors make create return NULL and write a message (with file:line:col) into the
- *    caller's buffer.
+ *  - Configuration errors make create return NULL and write a message (with file:line:col; for a key set in
+ *    code, its key path and value) into the caller's buffer.
  *  - flopmeter_destroy flushes first (emits the last interval, waiting at most the plugin's collective
  *    timeout, [logging] collective_timeout_ms; the handle is still live in that record's callback), then frees
  *    the plugin. destroy(NULL) is allowed and does nothing.

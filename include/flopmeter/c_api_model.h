@@ -123,7 +123,8 @@ FLOPMETER_EXPORT flopmeter_model* flopmeter_model_with_options(const flopmeter_m
 FLOPMETER_EXPORT int flopmeter_model_destroy(flopmeter_model* model);
 
 /* The counts of `microbatch` by the rules of flopmeter_on_microbatch (its samples and loss are not read).
- * FLOPMETER_E_REJECTED with the reason in error[0..error_size) for an invalid description. */
+ * FLOPMETER_E_REJECTED for an invalid description; for every code but FLOPMETER_OK the reason is in
+ * error[0..error_size), written as flopmeter_on_microbatch_ex writes `why` (NULL or size 0: nothing). */
 FLOPMETER_EXPORT int flopmeter_model_count(const flopmeter_model* model, const flopmeter_microbatch* microbatch,
                                            flopmeter_counts* out, char* error, size_t error_size);
 /* The FLOPs of `counts` in `scope` (FLOPMETER_SCOPE_*); FLOPMETER_E_REJECTED for an unknown scope. */

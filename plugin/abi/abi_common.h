@@ -19,6 +19,8 @@ namespace flopmeter::detail {
 // The message through printable_text (an exception from a trainer's communicator may carry control
 // characters), cut to the buffer at a character boundary: never half of a UTF-8 sequence. NUL-terminated.
 void write_abi_error(char* buffer, std::size_t size, const std::string& raw_message) noexcept;
+// The same for a C string: no std::string is made at the call (an allocation that fails leaves an empty message).
+void write_abi_error(char* buffer, std::size_t size, const char* raw_message) noexcept;
 
 // Runs `create` (which returns a handle) and turns every exception into NULL and a message in the caller's
 // buffer: nothing is thrown across the C ABI.

@@ -209,7 +209,7 @@ int refuse_microbatch(plugin_state& state, int code, const char* what) noexcept 
 // micro-batch writes nothing and allocates nothing.
 int on_microbatch(flopmeter_plugin* plugin, const flopmeter_microbatch* m, char* why, size_t why_size) noexcept {
   const auto refused = [&](int code, const char* reason) {
-    if (why != nullptr) flopmeter::detail::write_abi_error(why, why_size, reason);
+    flopmeter::detail::write_abi_error(why, why_size, reason);  // noexcept; NULL or size 0: nothing
     return code;
   };
   if (plugin == nullptr) return refused(FLOPMETER_E_NULL_ARGUMENT, "the plugin handle is NULL");

@@ -98,14 +98,11 @@ int flopmeter_config_set_int(flopmeter_config* cfg, const char* key, int64_t val
 
 int flopmeter_config_set_double(flopmeter_config* cfg, const char* key, double value, char* error, size_t error_size) {
   if (!std::isfinite(value) && cfg != nullptr && key != nullptr) {
-    flopmeter::detail::write_abi_error(
-        error, error_size,
-        flopmeter::format_error(flopmeter::error_location{"", 0, 0, key}, std::string("must be finite (got ") +
-                                                                              (std::isnan(value) ? "nan"
-                                                                               : value > 0       ? "inf"
-                                                                                                 : "-inf") +
-                                                                              ")"));
-    return FLOPMETER_E_REJECTED;
+    return report(error, error_size, [&]() -> int {
+      const char* shown = std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf";
+      throw flopmeter::error(flopmeter::error_location{"", 0, 0, key},
+                             std::string("must be finite (got ") + shown + ")");
+    });
   }
   return set_value(cfg, key, value, error, error_size);
 }
@@ -120,15 +117,17 @@ int flopmeter_config_set_string(flopmeter_config* cfg, const char* key, const ch
     flopmeter::detail::write_abi_error(error, error_size, "value is NULL");
     return FLOPMETER_E_NULL_ARGUMENT;
   }
-  std::string text(value);
-  // A relative model path set in code names a file from where the caller is now (c_api_config.h).
-  if (key != nullptr && std::string_view(key) == "model.config" && !text.empty() &&
-      std::filesystem::path(text).is_relative()) {
-    std::error_code ec;
-    const std::filesystem::path absolute = std::filesystem::absolute(text, ec);
-    if (!ec) text = absolute.string();
-  }
-  return set_value(cfg, key, std::move(text), error, error_size);
+  return report(error, error_size, [&] {
+    std::string text(value);
+    // A relative model path set in code names a file from where the caller is now (c_api_config.h).
+    if (key != nullptr && std::string_view(key) == "model.config" && !text.empty() &&
+        std::filesystem::path(text).is_relative()) {
+      std::error_code ec;
+      const std::filesystem::path absolute = std::filesystem::absolute(text, ec);
+      if (!ec) text = absolute.string();
+    }
+    return set_value(cfg, key, std::move(text), error, error_size);
+  });
 }
 
 int flopmeter_config_set_string_list(flopmeter_config* cfg, const char* key, const char* const* values, size_t count,
@@ -137,15 +136,17 @@ int flopmeter_config_set_string_list(flopmeter_config* cfg, const char* key, con
     flopmeter::detail::write_abi_error(error, error_size, "values is NULL with a non-zero count");
     return FLOPMETER_E_NULL_ARGUMENT;
   }
-  for (size_t i = 0; i < count; ++i) {
-    if (values[i] == nullptr) {
-      flopmeter::detail::write_abi_error(error, error_size, "values[" + std::to_string(i) + "] is NULL");
-      return FLOPMETER_E_NULL_ARGUMENT;
+  return report(error, error_size, [&] {
+    toml::array list;
+    for (size_t i = 0; i < count; ++i) {
+      if (values[i] == nullptr) {
+        flopmeter::detail::write_abi_error(error, error_size, "values[" + std::to_string(i) + "] is NULL");
+        return FLOPMETER_E_NULL_ARGUMENT;
+      }
+      list.push_back(std::string(values[i]));
     }
-  }
-  toml::array list;
-  for (size_t i = 0; i < count; ++i) list.push_back(std::string(values[i]));
-  return set_value(cfg, key, std::move(list), error, error_size);
+    return set_value(cfg, key, std::move(list), error, error_size);
+  });
 }
 
 int flopmeter_config_small_allreduce(const flopmeter_config* cfg, int* out, char* error, size_t error_size) {

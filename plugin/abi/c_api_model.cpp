@@ -39,6 +39,15 @@ void write_abi_error(char* buffer, std::size_t size, const std::string& raw_mess
   }
 }
 
+void write_abi_error(char* buffer, std::size_t size, const char* raw_message) noexcept {
+  if (buffer == nullptr || size == 0) return;
+  try {
+    write_abi_error(buffer, size, std::string(raw_message != nullptr ? raw_message : ""));
+  } catch (...) {
+    buffer[0] = '\0';
+  }
+}
+
 namespace {
 
 // The smallest struct_size accepted: the end of the last field of the struct's first version.
@@ -319,10 +328,18 @@ int flopmeter_model_destroy(flopmeter_model* model) {
 
 int flopmeter_model_count(const flopmeter_model* model, const flopmeter_microbatch* microbatch, flopmeter_counts* out,
                           char* error, size_t error_size) {
-  if (model == nullptr || out == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const auto refused = [&](int code, const char* reason) {
+    flopmeter::detail::write_abi_error(error, error_size, reason);
+    return code;
+  };
+  if (model == nullptr || out == nullptr) {
+    return refused(FLOPMETER_E_NULL_ARGUMENT, model == nullptr ? "the model handle is NULL" : "out is NULL");
+  }
   const auto state = model_registry::instance().find(model);
-  if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  if (out->struct_size < flopmeter::detail::kCountsV1Size) return FLOPMETER_E_STRUCT_SIZE;
+  if (!state) return refused(FLOPMETER_E_INVALID_HANDLE, "not a live model (destroyed already, or never loaded)");
+  if (out->struct_size < flopmeter::detail::kCountsV1Size) {
+    return refused(FLOPMETER_E_STRUCT_SIZE, "flopmeter_counts.struct_size is below its first version");
+  }
   flopmeter::microbatch_event event;
   const char* why = nullptr;
   const int code = flopmeter::detail::event_from_microbatch(microbatch, event, &why);
