@@ -1,5 +1,5 @@
-// The C ABI's logger: a spdlog sink that hands each message to the trainer's callback (flopmeter_set_log_callback)
-// or, without one, writes it to stderr. See abi_logger.h.
+// The C ABI's logger: a spdlog sink that hands each message to the trainer's callback (flopmeter_set_log_callback,
+// defined here) or, without one, writes it to stderr. See abi_logger.h.
 #include "abi/abi_logger.h"
 
 #include <spdlog/details/log_msg.h>
@@ -75,3 +75,9 @@ void set_abi_log_callback(flopmeter_log_callback callback, void* user, int min_l
 }
 
 }  // namespace flopmeter::detail
+
+extern "C" int flopmeter_set_log_callback(flopmeter_log_callback callback, void* user, int min_level) {
+  if (min_level < FLOPMETER_LOG_LEVEL_TRACE || min_level > FLOPMETER_LOG_LEVEL_CRITICAL) return FLOPMETER_E_REJECTED;
+  flopmeter::detail::set_abi_log_callback(callback, user, min_level);
+  return FLOPMETER_OK;
+}

@@ -480,12 +480,6 @@ flopmeter_model* flopmeter_plugin_model(const flopmeter_plugin* plugin, char* er
   });
 }
 
-int flopmeter_set_log_callback(flopmeter_log_callback callback, void* user, int min_level) {
-  if (min_level < FLOPMETER_LOG_LEVEL_TRACE || min_level > FLOPMETER_LOG_LEVEL_CRITICAL) return FLOPMETER_E_REJECTED;
-  flopmeter::detail::set_abi_log_callback(callback, user, min_level);
-  return FLOPMETER_OK;
-}
-
 const char* flopmeter_status_string(int code) {
   switch (code) {
     case FLOPMETER_OK: return "FLOPMETER_OK: done";
