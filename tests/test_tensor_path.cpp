@@ -371,9 +371,8 @@ TEST(tensor_path, bit_identical_flops_to_the_host_path) {
     // Real tokens: rank 0 has (100 + 28) + 4000 + (7 + 7 + 1) = 4143, rank 1 (101 + 28) + 4000 + (7 + 7 + 8)
     // = 4151; 8294 over 2 s.
     EXPECT_DOUBLE_EQ(*t.find("perf/tokens_per_second"), 4147.0);
-    // train/flops_seen: the tensor path forms the FLOPs of its device counts on the device and adds them to the
-    // row's limbs (accounting/flops_seen.h, "Device FLOPs"), so both paths give the exact total (small_vlm,
-    // small_models.h). Per micro-batch the items (2, 4, 6) and (1, 2, 2) are 48 + 4 = 52 patches, 12 + 1 = 13
+    // train/flops_seen: the tensor path counts with the host counter, so both paths give the exact total
+    // (small_vlm, small_models.h). Per micro-batch the items (2, 4, 6) and (1, 2, 2) are 48 + 4 = 52 patches, 12 + 1 = 13
     // merged tokens, 2 x 24^2 + 4^2 = 1168 pairs per frame: 768 x 52 + 48 x 1168 + 64 x 52 + 2304 x 13 =
     // 129,280 vision FLOPs; the text is 7392 per device token (real + 3 padding) and 192 per causal pair:
     //   rank 0: 4143 + 9 = 4152 device tokens; pairs 5050 + 406 + 8,002,000 + 28 + 28 + 1 = 8,007,513;
@@ -387,15 +386,15 @@ TEST(tensor_path, bit_identical_flops_to_the_host_path) {
 }
 
 // train/flops_seen past 2^53 on the tensor path, with host and device micro-batches in one rank's row, in a full
-// training and a frozen-decoder regime (whose micro-batches without images take the itemless counts' negative
-// weights on the device). Two Gloo ranks, three intervals. Rank 0 runs one tensor document of L = 100,000,001
+// training and a frozen-decoder regime (whose micro-batches without images take the itemless counts'
+// coefficients). Two Gloo ranks, three intervals. Rank 0 runs one tensor document of L = 100,000,001
 // tokens per interval; rank 1 one of L + 2 tokens, described on the host in intervals 1 and 3 and as a tensor in
-// interval 2, so from interval 2 on its row adds a host total and a device total. Per document of n tokens
+// interval 2. Per document of n tokens
 // (small_vlm, no images; small_models.h and test_flop_model's regime tests):
 //   full training: F(n) = 7392 n + 192 n(n+1)/2: F(L) + F(L+2) = 960,000,768,000,007,584 +
 //   960,000,806,400,023,328 = 1,920,001,574,400,030,912;
-//   decoder frozen: G(n) = 2464 n + 64 n(n+1)/2 (the coefficients of a micro-batch without images; the device
-//   forms them as 4928 n + 192 pairs - 2464 n - 128 pairs): G(L) + G(L+2) = 640,000,524,800,010,304.
+//   decoder frozen: G(n) = 2464 n + 64 n(n+1)/2 (the coefficients of a micro-batch without images):
+//   G(L) + G(L+2) = 640,000,524,800,010,304.
 // After interval k the figure is k x that sum, rounded once to double (spacing 256 there): full 1,920,001,574,
 // 400,030,976, 3,840,003,148,800,061,952, 5,760,004,723,200,093,184; frozen 640,000,524,800,010,240,
 // 1,280,001,049,600,020,480, 1,920,001,574,400,030,976.
@@ -456,9 +455,8 @@ TEST(tensor_path, flops_seen_is_exact_past_two_to_the_53_for_device_and_host_mic
 // 2 s). The collectives pair as: (1, 1); (step 2, step 3): out of step, discarded on both; rank 0, behind,
 // starts none at step 3 while it gets back in step; (4, 4), (5, 5), (6, 6). Records: steps 1, 4, 5, 6.
 // Rank 0's step-3 interval had no collective: it still ends there, so step 4's record covers step 4 alone,
-// 10 + 10 tokens in 1 s = 20 tokens/s (before, the tensor path kept step 3's device counts and reported 30),
-// and its tokens join the running totals: tokens_seen 40 + 40 = 80 at step 4 and 120 at step 6 (every token
-// fed; before: 40 and 80, the emitted intervals only). The host path must give the same records, bit for bit.
+// 10 + 10 tokens in 1 s = 20 tokens/s, and its tokens join the running totals: tokens_seen 40 + 40 = 80 at
+// step 4 and 120 at step 6 (every token fed). The host path must give the same records, bit for bit.
 std::vector<rank_run> run_two_ranks_one_missing_a_log(bool tensors) {
   std::vector<rank_run> out(2);
   flopmeter_test::run_gloo_ranks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
@@ -637,7 +635,7 @@ class calling_back_sink : public capture_sink {
   }
 };
 
-// The running total of label tokens (train/assistant_tokens_seen) is kept on the device, like tokens_seen: 3
+// The running total of label tokens (train/assistant_tokens_seen) of tensor micro-batches, like tokens_seen: 3
 // label tokens per batch, two batches before log 1 and one before log 2: 6, then 9.
 TEST(tensor_path, label_tokens_join_their_running_total_on_the_device) {
   flopmeter_test::run_gloo_ranks(1, [&](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
@@ -693,9 +691,9 @@ TEST(tensor_path, a_sink_calling_back_into_the_tensor_plugin_is_answered_not_dea
 }
 
 TEST(tensor_path, a_rejected_batch_adds_no_loss_labels_or_samples) {
-  // Per rank: one good batch (loss 10 over 3 labels, 2 samples), one rejected on the device (cu_seqlens
-  // decreasing) and one rejected on the host (float cu_seqlens), each claiming a large loss and labels, and one
-  // valid description whose 9 label tokens exceed its 4 real tokens (masked on the device).
+  // Per rank: one good batch (loss 10 over 3 labels, 2 samples), one refused for its values (cu_seqlens
+  // decreasing) and one for what the host knows at once (float cu_seqlens), each claiming a large loss and
+  // labels, and one valid description whose 9 label tokens exceed its 4 real tokens (refused likewise).
   // By hand: train/loss = (10 + 10) / (3 + 3) = 3.333...; samples 2 + 2 = 4; tokens 128 + 129 = 257.
   // Counting the rejected ones would give (20 + 2 * (1000 + 500)) / (6 + 2 * (7 + 5)) = 101; counting only the
   // one with too many labels (20 + 2 * 300) / (6 + 2 * 9) = 25.83, tokens 257 + 2 * 4 = 265.

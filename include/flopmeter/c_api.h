@@ -336,8 +336,7 @@ FLOPMETER_EXPORT const char* flopmeter_count_field(uint32_t index, int* in_count
 
 /* The model's attention window `index` (window_pairs_<index> counts its pairs): FLOPMETER_OK with *kind set to
  * FLOPMETER_WINDOW_SLIDING or FLOPMETER_WINDOW_CHUNKED and *size (>= 1); FLOPMETER_E_REJECTED past the model's
- * last window (a model without windows has none); FLOPMETER_E_NULL_ARGUMENT, FLOPMETER_E_INVALID_HANDLE. For a
- * layer that counts on a device and needs the windows the library counts with. */
+ * last window (a model without windows has none); FLOPMETER_E_NULL_ARGUMENT, FLOPMETER_E_INVALID_HANDLE. */
 #define FLOPMETER_WINDOW_SLIDING 0
 #define FLOPMETER_WINDOW_CHUNKED 1
 FLOPMETER_EXPORT int flopmeter_model_window(const flopmeter_model* model, uint32_t index, int* kind, int64_t* size);
