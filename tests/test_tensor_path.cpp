@@ -372,9 +372,9 @@ TEST(tensor_path, bit_identical_flops_to_the_host_path) {
     // = 4151; 8294 over 2 s.
     EXPECT_DOUBLE_EQ(*t.find("perf/tokens_per_second"), 4147.0);
     // train/flops_seen: the tensor path counts with the host counter, so both paths give the exact total
-    // (small_vlm, small_models.h). Per micro-batch the items (2, 4, 6) and (1, 2, 2) are 48 + 4 = 52 patches, 12 + 1 = 13
-    // merged tokens, 2 x 24^2 + 4^2 = 1168 pairs per frame: 768 x 52 + 48 x 1168 + 64 x 52 + 2304 x 13 =
-    // 129,280 vision FLOPs; the text is 7392 per device token (real + 3 padding) and 192 per causal pair:
+    // (small_vlm, small_models.h). Per micro-batch the items (2, 4, 6) and (1, 2, 2) are 48 + 4 = 52 patches,
+    // 12 + 1 = 13 merged tokens, 2 x 24^2 + 4^2 = 1168 pairs per frame: 768 x 52 + 48 x 1168 + 64 x 52 +
+    // 2304 x 13 = 129,280 vision FLOPs; the text is 7392 per device token (real + 3 padding) and 192 per causal pair:
     //   rank 0: 4143 + 9 = 4152 device tokens; pairs 5050 + 406 + 8,002,000 + 28 + 28 + 1 = 8,007,513;
     //   rank 1: 4151 + 9 = 4160 device tokens; pairs 5151 + 406 + 8,002,000 + 28 + 28 + 36 = 8,007,649;
     //   7392 x (4152 + 4160) + 192 x (8,007,513 + 8,007,649) + 6 x 129,280 = 61,442,304 + 3,074,911,104 +

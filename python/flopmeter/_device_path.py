@@ -105,8 +105,12 @@ class DeviceMicrobatches:
 
         if device != self.device:
             raise ValueError(f"the batch is on {device}, this meter counts on {self.device} (one device per meter)")
-        self.queue.put(*_device_queue.copy_to_host(torch, device, fmt, batch, grids, loss_sum, label_tokens,
-                                                   padding_tokens, samples))
+        try:
+            copied = _device_queue.copy_to_host(torch, device, fmt, batch, grids, loss_sum, label_tokens,
+                                                padding_tokens, samples)
+        except Exception as e:  # noqa: BLE001 - a device whose tensors cannot be copied to the host
+            raise ValueError(f"{fmt or 'grid_thw'}: tensors on {device} cannot be copied to the host ({e})") from e
+        self.queue.put(*copied)
         self.queue.poll()
 
     def poll(self) -> None:
@@ -119,6 +123,12 @@ class DeviceMicrobatches:
     def _count_arrived(self, entry: _device_queue.DeviceBatch) -> None:
         """Counts a micro-batch whose arrays are in host memory, as a host one. Never raises: it runs inside
         other hooks."""
+        try:
+            self._count_or_refuse(entry)
+        except Exception as e:  # noqa: BLE001 - nothing may reach the training loop from a later hook
+            self._warn(entry, f"not counted: {e}")
+
+    def _count_or_refuse(self, entry: _device_queue.DeviceBatch) -> None:
         try:
             fmt = entry.fmt
             batch = None if entry.batch is None else _batch.host_array(fmt, entry.batch,

@@ -27,7 +27,6 @@ import ctypes
 import datetime
 import itertools
 import logging
-import threading
 from typing import Any, Dict, Optional
 
 from . import _log_depth, _native
@@ -49,60 +48,33 @@ def small_allreduce_choice(choice: Any) -> str:
 
 
 class _Pending:
-    __slots__ = ("work", "host", "failed", "done", "result_slice")
+    __slots__ = ("work", "host", "failed", "result_slice")
 
     def __init__(self, work: Any, host: Any) -> None:
         self.work = work
         self.host = host
         self.failed = False
         self.result_slice: Optional[tuple] = None  # log-depth: this handle's part of the job's values
-        self.done: Optional[threading.Event] = None  # set once a CUDA collective's event has completed
 
 
 def _finished_within(pending: _Pending, timeout_ms: int) -> bool:
     """Whether the collective has finished, blocking at most `timeout_ms` without spinning.
 
-    A collective on CPU tensors (Gloo) is waited for with ``Work.wait(timeout)``, which blocks on the work's
+    The collectives run on host tensors, waited for with ``Work.wait(timeout)``, which blocks on the work's
     condition variable (torch 1.13 and 2.x); when the timeout passes it raises, and the work, still running,
-    is waited for again at a later call. A collective on CUDA tensors (NCCL) cannot be waited for that way:
-    its ``wait`` only orders the current stream. There a blocking-sync CUDA event, recorded after the
-    collective on the current stream, is synchronised on a helper thread, and the caller waits for that
-    thread's signal with a timeout: the host sleeps in the driver, not in a loop.
+    is waited for again at a later call.
     """
     work = pending.work
     if work.is_completed():
         return True
     if timeout_ms == 0:
         return False  # a poll: backing off, the library only asks
-    buffer = pending.host
-    if getattr(buffer, "is_cuda", False):
-        if pending.done is None:
-            pending.done = _signal_when_done(work)
-        return pending.done.wait(timeout_ms / 1000.0)
     try:
         work.wait(timeout=datetime.timedelta(milliseconds=timeout_ms))
     except Exception:  # noqa: BLE001 - a timeout, or the collective failed: told apart below
         if not work.is_completed():
             return False  # still running: the library waits again at its next call
     return True  # finished (a failure raises again from the caller's work.wait())
-
-
-def _signal_when_done(work: Any) -> threading.Event:
-    import torch
-
-    work.wait()  # orders the current stream after the collective; does not block the host
-    event = torch.cuda.Event(blocking=True)  # cudaEventBlockingSync: synchronize() sleeps, never spins
-    event.record()
-    done = threading.Event()
-
-    def wait_on_device() -> None:
-        try:
-            event.synchronize()
-        finally:
-            done.set()
-
-    threading.Thread(target=wait_on_device, name="flopmeter-collective-wait", daemon=True).start()
-    return done
 
 
 class TorchCollective:

@@ -184,3 +184,14 @@ def test_a_device_microbatch_refused_on_arrival_is_logged_with_the_host_paths_re
     assert health["bad_microbatches"] == 1
     reasons = [r.getMessage() for r in caplog.records if "a micro-batch on cpu" in r.getMessage()]
     assert len(reasons) == 1 and str(host.value) in reasons[0], reasons
+
+
+def test_a_tensor_that_cannot_be_copied_to_the_host_is_refused_naming_it(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(_batch, "FAST_PATH", False)
+    with flopmeter.Meter(model="tiny_vlm", sinks=QUIET) as meter:
+        with pytest.raises(ValueError, match=r"^cu_seqlens: tensors on meta cannot be copied to the host"):
+            meter.on_microbatch(cu_seqlens=torch.tensor([0, 5], device="meta"))
+        assert meter.on_microbatch(cu_seqlens=[0, 5])
+        meter.on_log(1)
+        assert meter.flush()["train/tokens_seen"] == 5
