@@ -94,7 +94,7 @@ class tensor_throughput final : public plugin {
 
 // The tensor path from a plugin TOML in one call, as create_throughput_plugin is for the host path: loads the
 // file, builds the sinks its [sinks] table names (console through `logger`, JSONL with "{rank}" replaced by
-// the rank in `group`), appends `extra_sinks` and creates the plugin over `group` with counters on `device`.
+// the rank in `group`), appends `extra_sinks` and creates the plugin over `group` for batch tensors on `device`.
 // Throws flopmeter::error naming the file on any configuration problem.
 std::shared_ptr<tensor_throughput> create_tensor_throughput(const std::string& config_path,
                                                             c10::intrusive_ptr<c10d::ProcessGroup> group,
