@@ -149,24 +149,16 @@ void exercise_plugin_text(FuzzedDataProvider& in) {
     require(std::memchr(error, '\0', sizeof error) != nullptr, "an unterminated create message");
     return;
   }
-  flopmeter_row_layout layout{};
-  layout.struct_size =
-      in.ConsumeBool() ? static_cast<uint32_t>(sizeof layout) : in.ConsumeIntegralInRange<uint32_t>(0, 40);
-  const int code = flopmeter_get_row_layout(plugin, &layout);
-  require(known_code(code), "flopmeter_get_row_layout returned an unknown code");
-  if (code == FLOPMETER_OK) {
-    for (const uint32_t offset : {layout.counts + 8, layout.loss_sum, layout.label_tokens, layout.device_rejected,
-                                  layout.tokens_seen, layout.samples_seen}) {
-      require(offset < layout.row_doubles, "a row layout offset lies outside the row");
-    }
-    if (layout.struct_size >= sizeof layout) {
-      require(layout.flops_seen + 3 <= layout.row_doubles, "the FLOPs limbs lie outside the row");
-    }
-  }
+  flopmeter_health_counters health{};
+  health.struct_size =
+      in.ConsumeBool() ? static_cast<uint32_t>(sizeof health) : in.ConsumeIntegralInRange<uint32_t>(0, 40);
+  const int code = flopmeter_health(plugin, &health);
+  require(known_code(code), "flopmeter_health returned an unknown code");
+  if (code == FLOPMETER_OK) require(health.bad_microbatches == 0, "a fresh plugin counted a bad micro-batch");
   flopmeter_model* model = flopmeter_plugin_model(plugin, error, sizeof error);
   require(model != nullptr, "a live plugin has no model");
   require(flopmeter_destroy(plugin) == FLOPMETER_OK, "destroy of a live plugin failed");
-  require(flopmeter_get_row_layout(plugin, &layout) == FLOPMETER_E_INVALID_HANDLE, "a destroyed plugin answered");
+  require(flopmeter_health(plugin, &health) == FLOPMETER_E_INVALID_HANDLE, "a destroyed plugin answered");
   require(flopmeter_plugin_model(plugin, error, sizeof error) == nullptr, "a destroyed plugin gave its model");
   exercise_model(in, model);  // the model outlives the plugin
   require(flopmeter_model_destroy(model) == FLOPMETER_OK, "model destroy failed");

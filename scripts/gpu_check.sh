@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU check: builds flopmeter against the machine's own PyTorch (its LibTorch, CUDA and NCCL), trains the
 # example VLM for 20 steps on one GPU with flopmeter fed through its tensor path (vlm_trainer --device cuda:
-# cu_seqlens and grid_thw GPU tensors, counters on the GPU, one single-rank NCCL all-reduce per log), checks
-# flopmeter's JSONL against the trainer's own counts, prints perf/log_wait_ms, and runs the FLOP agreement
-# test (tests/test_example_flops.cpp) and the tensor-path counting tests with FLOPMETER_TEST_DEVICE=cuda.
+# cu_seqlens and grid_thw GPU tensors copied to pinned host memory and counted there, one single-rank NCCL
+# all-reduce per log), checks flopmeter's JSONL against the trainer's own counts, prints perf/log_wait_ms, and
+# runs the FLOP agreement test (tests/test_example_flops.cpp) and the tensor-path counting tests with
+# FLOPMETER_TEST_DEVICE=cuda.
 # Exits non-zero when anything fails. Not part of CI (CI has no GPU).
 #
 # Two steps, because a GPU machine here reaches no package registry:
@@ -178,7 +179,7 @@ for k in ("bad_microbatches", "failed_collectives", "skipped_intervals", "events
     if health[k] != 0:
         bad.append("health %s = %d" % (k, health[k]))
 if summary.get("flopmeter_path") != "tensor" or "cuda" not in summary.get("flopmeter_library", ""):
-    bad.append("flopmeter was not fed through the tensor path with counters on the GPU: %s" % summary.get("flopmeter_library"))
+    bad.append("flopmeter was not fed through the tensor path with GPU batch tensors: %s" % summary.get("flopmeter_library"))
 if has_nccl and "c10d:nccl" not in summary.get("flopmeter_library", ""):
     bad.append("this torch has NCCL but the trainer's flopmeter group is not NCCL")
 for b in bad:
@@ -200,7 +201,7 @@ else
 fi
 cat "$work/test_example_flops.log"
 if FLOPMETER_TEST_DEVICE=cuda "$build/tests/test_tensor_path" \
-     --gtest_filter='tensor_path.device_counts_equal_host_counts:tensor_path.malformed_tensors_are_flagged_on_the_device' \
+     --gtest_filter='tensor_path.device_counts_equal_host_counts:tensor_path.malformed_tensors_are_refused_and_counted:tensor_path.vision_counts_of_the_new_families_equal_host_counts:tensor_path.window_counts_equal_host_counts' \
      >"$work/test_tensor_path.log" 2>&1; then
   pass "test_tensor_path counting on CUDA tensors"
 else

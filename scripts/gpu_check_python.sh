@@ -2,11 +2,14 @@
 # The Python package's GPU check: installs the package from this tree against the GPU
 # machine's own PyTorch and runs tests/python/test_cuda.py there, which
 #   - feeds Meter CUDA tensors (cu_seqlens int32, grid_thw int64, the loss sum and label count on the device)
-#     under torch.cuda.set_sync_debug_mode("error") around every on_microbatch: any host-device sync raises;
-#   - checks the device's nine counts against the host path's exact counts, and the records of the CUDA meter
-#     against a CPU meter fed the same batches (counts exact, FLOPs per token to 1e-12);
-#   - checks a malformed CUDA batch is masked on the device and counted as bad one log later;
-#   - prints perf/log_wait_ms of every record (the deferred read of the log's collective).
+#     under torch.cuda.set_sync_debug_mode("error") around every on_microbatch: the device path's non_blocking
+#     copies into pinned memory, its CUDA event and the event queries of later hooks must not synchronise
+#     (any host-device sync raises);
+#   - checks the exact FLOPs of each batch's copies, counted on the host, against the host path's, and the
+#     records of the CUDA meter against a CPU meter fed the same batches (counts exact, FLOPs per token to
+#     1e-12);
+#   - checks a malformed CUDA batch is refused when its copy arrives and counted as bad;
+#   - prints perf/log_wait_ms of every record.
 # Exits non-zero when anything fails, or when torch sees no CUDA device (unless --dry-run). Not part of CI.
 #
 # Two steps, because a GPU machine here reaches no package registry (as scripts/gpu_check.sh):

@@ -48,8 +48,6 @@ struct c_abi {
   decltype(&flopmeter_model_flops) model_flops = nullptr;
   decltype(&flopmeter_model_coefficients_json) model_coefficients_json = nullptr;
   decltype(&flopmeter_model_check_json) model_check_json = nullptr;
-  decltype(&flopmeter_get_row_layout) get_row_layout = nullptr;
-  decltype(&flopmeter_row_flops_weight) row_flops_weight = nullptr;
 
   c_abi() {
     library = dlopen(FLOPMETER_LIBRARY_PATH, RTLD_NOW | RTLD_LOCAL);
@@ -71,8 +69,6 @@ struct c_abi {
     resolve(model_flops, "flopmeter_model_flops");
     resolve(model_coefficients_json, "flopmeter_model_coefficients_json");
     resolve(model_check_json, "flopmeter_model_check_json");
-    resolve(get_row_layout, "flopmeter_get_row_layout");
-    resolve(row_flops_weight, "flopmeter_row_flops_weight");
   }
   ~c_abi() {
     if (library != nullptr) dlclose(library);
@@ -1129,7 +1125,6 @@ TEST(c_api_model, the_check_of_a_model_is_one_report_of_the_tools_json) {
 
 // train/flops_seen through the C ABI: the running total of the exact FLOPs flopmeter_model_flops gives for the
 // same micro-batches (qwen3_vl_2b, documents of 1000 and 24 tokens and a 1 x 4 x 4 image, twice: 2 x F).
-// flopmeter_row_layout names the first of its limbs, after the fields of the struct's first version.
 TEST(c_api_model, flops_seen_is_the_running_total_of_the_models_exact_flops) {
   const c_abi& abi = model_abi();
   char error[512] = "";
@@ -1148,39 +1143,6 @@ TEST(c_api_model, flops_seen_is_the_running_total_of_the_models_exact_flops) {
     const flopmeter_log l = log_at(step);
     ASSERT_EQ(abi.on_log(plugin, &l), FLOPMETER_OK);
   }
-  flopmeter_row_layout layout{};
-  layout.struct_size = sizeof layout;
-  ASSERT_EQ(abi.get_row_layout(plugin, &layout), FLOPMETER_OK);
-  EXPECT_GT(layout.flops_seen, layout.label_tokens_seen);
-  EXPECT_LE(layout.flops_seen + 3, layout.row_doubles);  // three limbs in the row
-  flopmeter_row_layout before{};
-  before.struct_size = offsetof(flopmeter_row_layout, flops_seen);  // a caller built before the field
-  before.flops_seen = 12345;
-  EXPECT_EQ(abi.get_row_layout(plugin, &before), FLOPMETER_OK);
-  EXPECT_EQ(before.flops_seen, 12345u);  // not written past its struct_size
-  EXPECT_EQ(before.row_doubles, layout.row_doubles);
-  // What a layer that counts on a device multiplies its counts by: the sum of count x weight over the
-  // micro-batch's counts (it has an image, so its itemless counts are 0) is flopmeter_model_flops' exact total.
-  flopmeter_counts counts{};
-  counts.struct_size = sizeof counts;
-  flopmeter_microbatch counted = microbatch(docs, grids);
-  ASSERT_EQ(abi.model_count(model.model, &counted, &counts, error, sizeof error), FLOPMETER_OK) << error;
-  // flopmeter_counts' int64 fields, in the row's order (the row's itemless counts follow them)
-  int64_t count_values[(sizeof counts - offsetof(flopmeter_counts, real_tokens)) / sizeof(int64_t)];
-  std::memcpy(count_values, &counts.real_tokens, sizeof count_values);
-  __extension__ typedef __int128 int128;  // the sum of count x weight, as exact as the library forms it
-  int128 weighted = 0;
-  char weight[FLOPMETER_FLOPS_WEIGHT_CHARS];
-  for (uint32_t i = 0; i < layout.num_counts; ++i) {
-    ASSERT_EQ(abi.row_flops_weight(plugin, i, weight, sizeof weight), FLOPMETER_OK) << i;
-    if (i < std::size(count_values)) weighted += static_cast<int128>(std::stoll(weight)) * count_values[i];
-  }
-  std::string digits;
-  for (int128 v = weighted; v != 0; v /= 10) digits.insert(digits.begin(), static_cast<char>('0' + v % 10));
-  EXPECT_EQ(digits, exact_flops(model.model, docs, grids));
-  EXPECT_EQ(abi.row_flops_weight(plugin, layout.num_counts, weight, sizeof weight), FLOPMETER_E_REJECTED);
-  EXPECT_EQ(abi.row_flops_weight(plugin, 0, weight, FLOPMETER_FLOPS_WEIGHT_CHARS - 1), FLOPMETER_E_REJECTED);
-  EXPECT_EQ(abi.row_flops_weight(plugin, 0, nullptr, sizeof weight), FLOPMETER_E_NULL_ARGUMENT);
   ASSERT_EQ(abi.flush(plugin), FLOPMETER_OK);
   ASSERT_EQ(out.records.size(), 2u);
   EXPECT_EQ(json_number(out.records[0].second, "train/flops_seen"), f);

@@ -346,106 +346,20 @@ TEST(derive, flops_seen_recombines_the_dp_sums_of_the_limbs) {
   EXPECT_EQ(result.warning, "");
 }
 
-// Device FLOPs (flops_seen.h): the digit arithmetic a device runs at each log, done here in int64 with every
-// step checked for overflow, gives the exact weighted sum of the counts (formed directly in 128 bits) for
-// counts up to 2^53 - 1 and weights of either sign up to 2^66 in magnitude, and the row's limbs (the host's
-// total plus the device's, carried) carry the exact sum of both.
-std::int64_t floor_div_2_32(std::int64_t x) { return x >= 0 ? x / 4294967296 : -((-x + 4294967295) / 4294967296); }
-std::int64_t checked_add(std::int64_t a, std::int64_t b) {
-  std::int64_t out = 0;
-  EXPECT_FALSE(__builtin_add_overflow(a, b, &out));
-  return out;
-}
-std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
-  std::int64_t out = 0;
-  EXPECT_FALSE(__builtin_mul_overflow(a, b, &out));
-  return out;
-}
-void carry(std::int64_t* limbs, std::size_t n) {
-  for (std::size_t m = 0; m + 1 < n; ++m) {
-    const std::int64_t c = floor_div_2_32(limbs[m]);
-    limbs[m] -= c * 4294967296;
-    limbs[m + 1] = checked_add(limbs[m + 1], c);
-  }
-}
-
-TEST(derive, device_flops_digits_give_the_exact_weighted_sum) {
-  std::array<int128, kCountFieldCount> weights{};
-  const int128 big = (int128{1} << 66) - 12345;  // the largest magnitude model_flop_weights promises, nearly
-  for (std::size_t f = 0; f < kCountFieldCount; ++f) weights[f] = big - static_cast<int128>(f) * 977;
-  weights[count_field_index(&batch_counts::itemless_device_tokens)] = -(big / 3);  // an itemless weight: negative
-  weights[count_field_index(&batch_counts::itemless_causal_pairs)] = -7;
-  const std::vector<std::int64_t> matrix = weight_digit_matrix(weights);
-  ASSERT_EQ(matrix.size(), kCountFieldCount * kCountDigits * kProductDigits);
-
-  std::array<std::int64_t, kDeviceFlopsLimbs> total{};
-  int128 expected = 0;
-  for (int interval = 0; interval < 3; ++interval) {
-    std::array<std::int64_t, kCountFieldCount> counts{};
-    for (std::size_t f = 0; f < kCountFieldCount; ++f) {
-      counts[f] = (std::int64_t{1} << 53) - 1 - static_cast<std::int64_t>(f) * 65537 - interval;
-    }
-    for (std::size_t f = 0; f < kCountFieldCount; ++f) expected += weights[f] * counts[f];
-    std::array<std::int64_t, kProductDigits> positions{};
-    for (std::size_t f = 0; f < kCountFieldCount; ++f) {
-      for (std::int64_t i = 0; i < kCountDigits; ++i) {
-        const std::int64_t digit = (counts[f] >> (16 * i)) & 0xFFFF;
-        for (std::int64_t k = 0; k < kProductDigits; ++k) {
-          const std::int64_t entry =
-              matrix[(f * kCountDigits + static_cast<std::size_t>(i)) * kProductDigits + static_cast<std::size_t>(k)];
-          positions[static_cast<std::size_t>(k)] =
-              checked_add(positions[static_cast<std::size_t>(k)], checked_mul(digit, entry));
-        }
-      }
-    }
-    for (std::size_t m = 0; m < kProductDigits / 2; ++m) {
-      total[m] = checked_add(total[m], checked_add(positions[2 * m], checked_mul(positions[2 * m + 1], 65536)));
-    }
-    carry(total.data(), total.size());
-    for (std::size_t m = 0; m + 1 < total.size(); ++m) {
-      EXPECT_GE(total[m], 0);
-      EXPECT_LT(total[m], std::int64_t{1} << 32);
-    }
-  }
-  ASSERT_TRUE(expected > 0);
-  int128 got = 0;
-  for (std::size_t m = total.size(); m-- > 0;) got = (got << 32) + total[m];
-  EXPECT_TRUE(got == expected) << static_cast<double>(got) << " " << static_cast<double>(expected);
-  EXPECT_EQ(total[4], 0);  // 2^53 x 2^66 x 18 x 3 < 2^126: no carry past the fourth limb
-  EXPECT_NE(total[3], 0);  // but past 2^96: the row would say kFlopsSeenBeyondRow
-
-  // In the row: a host total of 2^64 - 1 plus a device total of 2^64 + 2^32 + 1 carries into the third limb.
-  std::array<double, kRowFields> row{};
-  flops_seen_to_row((~uint128{0}) >> 64, row.data());
-  std::int64_t device[kDeviceFlopsLimbs] = {1, 1, 1, 0, 0};
-  std::int64_t sum[4] = {};
-  for (std::size_t m = 0; m < 3; ++m) sum[m] = static_cast<std::int64_t>(row[row_flops_seen_0 + m]) + device[m];
-  carry(sum, 4);
-  EXPECT_EQ(sum[0], 0);
-  EXPECT_EQ(sum[1], 1);
-  EXPECT_EQ(sum[2], 2);  // 2^65 + 2^32 = (2^64 - 1) + (2^64 + 2^32 + 1)
-  EXPECT_EQ(sum[3], 0);
-
-  std::array<int128, kCountFieldCount> too_large{};
-  too_large[3] = -(int128{1} << 80);
-  EXPECT_THROW(weight_digit_matrix(too_large), error);
-}
-
 // A row whose FLOPs cannot be carried leaves train/flops_seen out, with a warning that says why; the other
-// figures stay. A C ABI layer that adds device counts without their FLOPs marks its first limb
-// kFlopsSeenOnDevice; a total of 2^96 or more marks every limb kFlopsSeenBeyondRow (flops_seen_to_row).
+// figures stay. A total of 2^96 or more marks every limb kFlopsSeenBeyondRow (flops_seen_to_row).
 TEST(derive, flops_seen_is_left_out_when_a_row_cannot_carry_it) {
   std::vector<row_spec> specs(2);
   for (row_spec& s : specs) s.tokens = 100;
-  specs[1].flops_seen_limbs = {kFlopsSeenOnDevice, 0, 0};
+  specs[1].flops_seen_limbs = {kFlopsSeenBeyondRow, kFlopsSeenBeyondRow, kFlopsSeenBeyondRow};
   metrics_deriver deriver(setup_for(2));
   derive_result result = deriver.derive(rows_of(specs).data(), 2, derive_context{});
   ASSERT_TRUE(result.derived) << result.why;
   EXPECT_FALSE(find(result.record, m::kFlopsSeen));
   EXPECT_DOUBLE_EQ(value(result.record, m::kTokensSeen), 200.0);
   EXPECT_EQ(result.warning,
-            "train/flops_seen not reported: a rank's layer adds counts of micro-batches on a device without their "
-            "FLOPs (-2 in its row's first FLOPs limb)");
+            "train/flops_seen not reported: a rank's running total reached 2^96 FLOPs, beyond what a row carries "
+            "exactly");
 
   std::vector<double> rows = rows_of({specs[0], specs[0]});
   const uint128 beyond = uint128{1} << 96;
@@ -458,8 +372,8 @@ TEST(derive, flops_seen_is_left_out_when_a_row_cannot_carry_it) {
   ASSERT_TRUE(result.derived) << result.why;
   EXPECT_FALSE(find(result.record, m::kFlopsSeen));
   EXPECT_EQ(result.warning,
-            "train/flops_seen not reported: a rank's running total reached 2^96 FLOPs (or a count of 2^53 on a "
-            "device), beyond what a row carries exactly");
+            "train/flops_seen not reported: a rank's running total reached 2^96 FLOPs, beyond what a row carries "
+            "exactly");
 }
 
 TEST(derive, tp2_sums_the_dp_group_and_splits_flops_between_tp_ranks) {

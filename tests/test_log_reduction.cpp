@@ -89,10 +89,10 @@ void fill_random_row(std::mt19937_64& rng, double* x) {
   x[row_tokens_seen] = static_cast<double>(n.real_tokens) + std::floor(unit(rng) * 1e6);
   x[row_samples_seen] = std::floor(unit(rng) * 1e3);
   x[row_label_tokens_seen] = x[row_label_tokens] + std::floor(unit(rng) * 1e5);
-  // A running FLOPs total of up to 96 bits in its three 32-bit limbs (flops_seen.h); now and then a rank that
-  // adds device counts without their FLOPs (its marker leaves train/flops_seen out, by either collective).
+  // A running FLOPs total of up to 96 bits in its three 32-bit limbs (flops_seen.h); now and then a rank whose
+  // total reached 2^96 (its marker leaves train/flops_seen out, by either collective).
   std::uniform_int_distribution<std::uint64_t> limb(0, 0xFFFFFFFFu);
-  x[row_flops_seen_0] = unit(rng) < 0.05 ? kFlopsSeenOnDevice : static_cast<double>(limb(rng));
+  x[row_flops_seen_0] = unit(rng) < 0.05 ? kFlopsSeenBeyondRow : static_cast<double>(limb(rng));
   x[row_flops_seen_1] = static_cast<double>(limb(rng));
   x[row_flops_seen_2] = static_cast<double>(limb(rng) >> 8);
   x[row_step] = 7;

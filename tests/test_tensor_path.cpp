@@ -1,6 +1,6 @@
-// The LibTorch tensor path: counts computed with ATen ops equal the host path's exactly, malformed tensors are
-// masked out and counted, and a 2-rank Gloo job fed tensors reports bit-identical FLOPs to the same job fed
-// host descriptions.
+// The LibTorch tensor path: tensors copied to the host and counted by the host counter give the host path's
+// counts exactly, malformed tensors are refused and counted, and a 2-rank Gloo job fed tensors reports
+// bit-identical FLOPs to the same job fed host descriptions.
 #include "flopmeter/torch.h"
 
 #include <ATen/ATen.h>
@@ -42,9 +42,6 @@ at::Tensor grids(const std::vector<image_grid>& g) {
   for (const image_grid& x : g) flat.insert(flat.end(), {x.t, x.h, x.w});
   return longs(flat).view({static_cast<std::int64_t>(g.size()), 3});
 }
-// The last entry: the invalid entries follow the counts (row_layout.h order).
-std::int64_t invalid_entries(const at::Tensor& counts) { return counts[counts.size(0) - 1].item<std::int64_t>(); }
-
 // The device of the counting tests: $FLOPMETER_TEST_DEVICE ("cpu", the default, or "cuda" on a GPU machine:
 // scripts/gpu_check.sh). The counts are formed where the tensors live; the multi-rank tests stay on Gloo.
 at::Device test_device() {
@@ -56,46 +53,94 @@ at::Device test_device() {
 at::Tensor dev_longs(const std::vector<std::int64_t>& values) { return longs(values).to(test_device()); }
 at::Tensor dev_grids(const std::vector<image_grid>& g) { return grids(g).to(test_device()); }
 
+// What the tensor path counted of `batches` in one 1 s interval of a one-rank Gloo job over `spec`: the
+// record's train/flops_seen (the exact FLOPs of the interval's counts, rounded once), tokens_seen, and health.
+// The counting tests below compare it with the host counter's counts of the same arrays: exact_total_flops of
+// them (FLOPs are linear in every count, so equal FLOPs over varied batches say the counts are the same).
+struct one_interval {
+  std::optional<double> flops_seen;
+  double tokens_seen = -1;
+  throughput_health health;
+};
+one_interval count_through_tensor_path(const model_spec& spec, const std::vector<tensor_microbatch>& batches) {
+  one_interval out;
+  flopmeter_test::run_gloo_ranks(1, [&](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
+    auto sink = std::make_shared<capture_sink>();
+    throughput_options o;
+    o.model = spec;
+    o.peak_tflops_per_gpu = 1e-3;
+    o.sinks = {sink};
+    auto clock = std::make_shared<double>(0.0);
+    o.clock_seconds = [clock] { return *clock; };
+    auto plugin = tensor_throughput::create(o, std::move(group), test_device());
+    for (const tensor_microbatch& b : batches) plugin->on_microbatch(b);
+    *clock = 1.0;
+    log_event l;
+    l.step = 1;
+    plugin->on_log(l);
+    plugin->flush();
+    if (!sink->records.empty()) {
+      if (const double* f = sink->records[0].find("train/flops_seen")) out.flops_seen = *f;
+      out.tokens_seen = *sink->records[0].find("train/tokens_seen");
+    }
+    out.health = plugin->health();
+  });
+  return out;
+}
+// The host counter's exact FLOPs of `counts` in full training, as the record rounds them.
+double host_flops(const model_spec& spec, const batch_counts& counts) {
+  return std::stod(exact_total_flops(compute_coefficients(spec), counts, throughput_options{}.scope));
+}
+double host_flops(const model_spec& spec, const std::vector<batch_counts>& counts) {
+  batch_counts sum;
+  for (const batch_counts& c : counts) sum += c;
+  return host_flops(spec, sum);
+}
+
 TEST(tensor_path, device_counts_equal_host_counts) {
-  const vision_geometry g = geometry_of(small_vlm());
+  const model_spec spec = small_vlm();
+  const vision_geometry g = geometry_of(spec);
   std::printf("device: %s\n", test_device().str().c_str());
   const std::vector<image_grid> items = {{1, 2, 2}, {2, 4, 2}, {3, 8, 6}};
-  // int32 cu_seqlens as flash-attention uses them; the path widens to int64 on the device.
+  // int32 cu_seqlens as flash-attention uses them; the path widens them to int64.
   tensor_microbatch by_cu;
   by_cu.cu_seqlens = dev_longs({0, 3, 4, 8, 8, 10}).to(at::kInt);
   by_cu.grid_thw = dev_grids(items).to(at::kInt);
   by_cu.padding_tokens = 5;
-  const at::Tensor from_cu = tensor_batch_counts(by_cu, g);
-  EXPECT_EQ(invalid_entries(from_cu), 0);
   const std::vector<std::int64_t> cu = {0, 3, 4, 8, 8, 10};
-  EXPECT_EQ(to_batch_counts(from_cu), count_from_cu_seqlens(cu, 5, items, g));
   // Without images its text work is itemless (what a frozen decoder bills forward only), as on the host path:
   // 10 + 5 device tokens; documents of 3, 1, 4, 0, 2 tokens: 6 + 1 + 10 + 0 + 3 = 20 pairs.
   tensor_microbatch text_only = by_cu;
   text_only.grid_thw = at::Tensor();
-  const batch_counts text_counts = to_batch_counts(tensor_batch_counts(text_only, g));
-  EXPECT_EQ(text_counts, count_from_cu_seqlens(cu, 5, {}, g));
+  const batch_counts text_counts = count_from_cu_seqlens(cu, 5, {}, g);
   EXPECT_EQ(text_counts.itemless_device_tokens, 15);
   EXPECT_EQ(text_counts.itemless_causal_pairs, 20);
-  EXPECT_EQ(to_batch_counts(from_cu).itemless_device_tokens, 0);
+  EXPECT_EQ(count_from_cu_seqlens(cu, 5, items, g).itemless_device_tokens, 0);
 
   tensor_microbatch by_positions;
   const std::vector<std::int64_t> positions = {0, 1, 2, 0, 0, 1, 2, 3, 0, 1};
   by_positions.positions = dev_longs(positions);
   by_positions.grid_thw = dev_grids(items);
   by_positions.padding_tokens = 5;
-  const at::Tensor from_positions = tensor_batch_counts(by_positions, g);
-  EXPECT_EQ(invalid_entries(from_positions), 0);
-  EXPECT_EQ(to_batch_counts(from_positions), count_from_positions(positions, 5, items, g));
+  const batch_counts from_positions = count_from_positions(positions, 5, items, g);
   // By hand: pairs 6 + 1 + 10 + 3 = 20; patches 4 + 16 + 144 = 164; per frame 16 + 2*64 + 3*48^2 = 7056.
-  EXPECT_EQ(to_batch_counts(from_positions).causal_pairs, 20);
-  EXPECT_EQ(to_batch_counts(from_positions).patches, 164);
-  EXPECT_EQ(to_batch_counts(from_positions).vision_pairs_per_frame, 7056);
+  EXPECT_EQ(from_positions.causal_pairs, 20);
+  EXPECT_EQ(from_positions.patches, 164);
+  EXPECT_EQ(from_positions.vision_pairs_per_frame, 7056);
+
+  for (const auto& [batch, counts] : std::vector<std::pair<tensor_microbatch, batch_counts>>{
+           {by_cu, count_from_cu_seqlens(cu, 5, items, g)}, {text_only, text_counts}, {by_positions, from_positions}}) {
+    const one_interval got = count_through_tensor_path(spec, {batch});
+    EXPECT_EQ(got.health.bad_microbatches, 0u);
+    ASSERT_TRUE(got.flops_seen);
+    EXPECT_EQ(*got.flops_seen, host_flops(spec, counts));
+    EXPECT_EQ(got.tokens_seen, static_cast<double>(counts.real_tokens));
+  }
 }
 
-// The vision counts of the newer towers on the device equal the host's: Qwen2.5-VL's window pairs (grids whose
-// merged grid is not a multiple of the window, a video of 3 frames), InternViT's CLS tokens (and an item that is
-// not a whole tile, invalid on the device as on the host), Gemma 3's image-block pairs.
+// The vision counts of the newer towers through the tensor path equal the host's: Qwen2.5-VL's window pairs
+// (grids whose merged grid is not a multiple of the window, a video of 3 frames), InternViT's CLS tokens (and an
+// item that is not a whole tile, refused as on the host), Gemma 3's image-block pairs.
 TEST(tensor_path, vision_counts_of_the_new_families_equal_host_counts) {
   const std::string data = std::string(FLOPMETER_SOURCE_DIR) + "/tests/data/vlm/";
   const std::pair<const char*, std::vector<image_grid>> cases[] = {
@@ -103,144 +148,115 @@ TEST(tensor_path, vision_counts_of_the_new_families_equal_host_counts) {
       {"internvl3-8b-hf-partial.json", {{1, 32, 32}, {5, 32, 32}}},
       {"gemma-3-4b-it.json", {{1, 64, 64}, {3, 64, 64}}}};
   for (const auto& [file, items] : cases) {
-    const vision_geometry g = geometry_of(load_model_spec(data + file));
+    const model_spec spec = load_model_spec(data + file);
+    const vision_geometry g = geometry_of(spec);
     tensor_microbatch b;
     b.cu_seqlens = dev_longs({0, 700, 1000});
     b.grid_thw = dev_grids(items);
-    const at::Tensor counts = tensor_batch_counts(b, g);
-    EXPECT_EQ(invalid_entries(counts), 0) << file;
-    const batch_counts device = to_batch_counts(counts);
     const batch_counts host = count_from_cu_seqlens(std::vector<std::int64_t>{0, 700, 1000}, 0, items, g);
-    EXPECT_EQ(device.vision_window_pairs, host.vision_window_pairs) << file;
-    EXPECT_EQ(device.vision_cls_tokens, host.vision_cls_tokens) << file;
-    EXPECT_EQ(device.image_block_pairs, host.image_block_pairs) << file;
-    EXPECT_EQ(device.vision_pairs_per_frame, host.vision_pairs_per_frame) << file;
-    EXPECT_EQ(device.merged_tokens, host.merged_tokens) << file;
     EXPECT_GT(host.vision_window_pairs + host.vision_cls_tokens + host.image_block_pairs, 0) << file;
+    const one_interval got = count_through_tensor_path(spec, {b});
+    EXPECT_EQ(got.health.bad_microbatches, 0u) << file;
+    ASSERT_TRUE(got.flops_seen) << file;
+    EXPECT_EQ(*got.flops_seen, host_flops(spec, host)) << file;
     if (g.segment_side > 0) {
       b.grid_thw = dev_grids({{1, g.segment_side, g.segment_side - 2}});
-      EXPECT_EQ(invalid_entries(tensor_batch_counts(b, g)), 1) << file;
+      EXPECT_EQ(count_through_tensor_path(spec, {b}).health.bad_microbatches, 1u) << file;
     }
   }
 }
 
-// Attention windows on the device: the same counts as the host path (which a brute-force per-pair test checks,
-// test_positions_scan.cpp), for cu_seqlens and positions, a sliding and a chunked window, and the clamp's
-// extremes (a window of 1, a window beyond every document, a chunk dividing a document). By hand for the
-// cu_seqlens batch, documents 3, 1, 4, 0, 2 under sliding 2: (1+2+2) + 1 + (1+2+2+2) + 0 + (1+2) = 16; chunked 3:
-// (1+2+3) + 1 + (1+2+3 + 1) + 0 + (1+2) = 17.
+// Attention windows through the tensor path: the same counts as the host path (which a brute-force per-pair
+// test checks, test_positions_scan.cpp), for cu_seqlens and int32 positions, with and without images, on a model
+// with a sliding and a chunked window. By hand for the cu_seqlens batch, documents 3, 1, 4, 0, 2 under sliding 2:
+// (1+2+2) + 1 + (1+2+2+2) + 0 + (1+2) = 16; chunked 3: (1+2+3) + 1 + (1+2+3 + 1) + 0 + (1+2) = 17.
 TEST(tensor_path, window_counts_equal_host_counts) {
   vision_geometry g = geometry_of(small_vlm());
   g.window_count = 2;
-  const std::vector<std::int64_t> cu = {0, 3, 4, 8, 8, 10};
-  const std::vector<std::int64_t> positions = {0, 1, 2, 0, 0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6};
-  const std::vector<image_grid> items = {{1, 2, 2}};
-  const std::vector<std::pair<attention_window, attention_window>> windows = {
-      {{window_kind::sliding, 2}, {window_kind::chunked, 3}},
-      {{window_kind::sliding, 1}, {window_kind::chunked, 1}},
-      {{window_kind::chunked, 2}, {window_kind::sliding, std::int64_t{1} << 40}},
-      {{window_kind::sliding, 4}, {window_kind::chunked, std::int64_t{1} << 40}}};
-  for (const auto& [w0, w1] : windows) {
-    g.windows[0] = w0;
-    g.windows[1] = w1;
-    for (const bool with_items : {false, true}) {
-      tensor_microbatch by_cu;
-      by_cu.cu_seqlens = dev_longs(cu);
-      by_cu.padding_tokens = 2;
-      tensor_microbatch by_positions;
-      by_positions.positions = dev_longs(positions).to(at::kInt);
-      if (with_items) by_cu.grid_thw = by_positions.grid_thw = dev_grids(items);
-      const array_view<image_grid> grid_view = with_items ? array_view<image_grid>(items) : array_view<image_grid>();
-      const at::Tensor from_cu = tensor_batch_counts(by_cu, g), from_positions = tensor_batch_counts(by_positions, g);
-      EXPECT_EQ(invalid_entries(from_cu), 0);
-      EXPECT_EQ(invalid_entries(from_positions), 0);
-      EXPECT_EQ(to_batch_counts(from_cu), count_from_cu_seqlens(cu, 2, grid_view, g));
-      EXPECT_EQ(to_batch_counts(from_positions), count_from_positions(positions, 0, grid_view, g));
-    }
-  }
   g.windows[0] = {window_kind::sliding, 2};
   g.windows[1] = {window_kind::chunked, 3};
-  tensor_microbatch by_cu;
-  by_cu.cu_seqlens = dev_longs(cu);
-  const batch_counts by_hand = to_batch_counts(tensor_batch_counts(by_cu, g));
+  const std::vector<std::int64_t> cu = {0, 3, 4, 8, 8, 10};
+  const batch_counts by_hand = count_from_cu_seqlens(cu, 0, {}, g);
   EXPECT_EQ(by_hand.window_pairs_0, 16);
   EXPECT_EQ(by_hand.window_pairs_1, 17);
   EXPECT_EQ(by_hand.itemless_window_pairs_0, 16);
-  g.windows[1].size = 0;
-  EXPECT_THROW(tensor_batch_counts(by_cu, g), error);
-}
-
-// Sums on the device never wrap. Eight documents of 2^31 tokens: each has 2^31 (2^31 + 1) / 2 = 2^61 + 2^30
-// pairs, the batch 8 (2^61 + 2^30) = 2^64 + 2^33. Summed in int64 that wrapped to 2^33 = 8,589,934,592, a
-// plausible and wrong count; as float64 it is exactly 2^64 + 2^33 (33 significant bits), which the plugin
-// refuses as beyond 2^53. Likewise two items of 2^31 patches (t = 2, h = w = 2^15): 2^62 whole-item pairs
-// each, 2^63 together (int64: -2^63).
-TEST(tensor_path, sums_over_documents_and_items_never_wrap) {
-  const vision_geometry g = geometry_of(small_vlm());
-  std::vector<std::int64_t> cu = {0};
-  for (int d = 1; d <= 8; ++d) cu.push_back(std::int64_t{d} << 31);
-  tensor_microbatch documents;
-  documents.cu_seqlens = dev_longs(cu);
-  const at::Tensor counts = tensor_batch_counts(documents, g);
-  EXPECT_EQ(invalid_entries(counts), 0);
-  EXPECT_EQ(counts[0].item<double>(), 17179869184.0);                          // 8 * 2^31 tokens = 2^34
-  EXPECT_EQ(counts[3].item<double>(), 18446744073709551616.0 + 8589934592.0);  // 2^64 + 2^33 pairs
-  EXPECT_THROW(to_batch_counts(counts), error);                                // not an exact count below 2^53
-
-  tensor_microbatch items;
-  items.grid_thw = dev_grids({{2, 32768, 32768}, {2, 32768, 32768}});
-  const at::Tensor item_counts = tensor_batch_counts(items, g);
-  EXPECT_EQ(invalid_entries(item_counts), 0);
-  EXPECT_EQ(item_counts[5].item<double>(), 4294967296.0);           // patches: 2 * 2^31
-  EXPECT_EQ(item_counts[8].item<double>(), 9223372036854775808.0);  // whole-item pairs: 2 * 2^62 = 2^63
+  // A model whose layers carry those windows: the tensor path counts with the model's own geometry.
+  const std::string data = std::string(FLOPMETER_SOURCE_DIR) + "/tests/data/vlm/";
+  const model_spec spec = load_model_spec(data + "gemma-3-4b-it.json");
+  const vision_geometry model_g = geometry_of(spec);
+  ASSERT_GT(model_g.window_count, 0);
+  const std::vector<std::int64_t> positions = {0, 1, 2, 0, 0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6};
+  const std::vector<image_grid> items = {{1, 64, 64}};
+  for (const bool with_items : {false, true}) {
+    tensor_microbatch by_cu;
+    by_cu.cu_seqlens = dev_longs(cu);
+    by_cu.padding_tokens = 2;
+    tensor_microbatch by_positions;
+    by_positions.positions = dev_longs(positions).to(at::kInt);
+    if (with_items) by_cu.grid_thw = by_positions.grid_thw = dev_grids(items);
+    const array_view<image_grid> grid_view = with_items ? array_view<image_grid>(items) : array_view<image_grid>();
+    const std::vector<batch_counts> host = {count_from_cu_seqlens(cu, 2, grid_view, model_g),
+                                            count_from_positions(positions, 0, grid_view, model_g)};
+    const one_interval got = count_through_tensor_path(spec, {by_cu, by_positions});
+    EXPECT_EQ(got.health.bad_microbatches, 0u);
+    ASSERT_TRUE(got.flops_seen);
+    EXPECT_EQ(*got.flops_seen, host_flops(spec, host)) << with_items;
+  }
 }
 
 // The tensor path accepts every document the host path accepts (up to 2^32 - 1 tokens, whose pair count still
-// fits int64) and refuses the next length, as the host path does. 3,037,000,500 tokens is the first length
-// whose L(L+1) overflows int64 (the pair count is formed halving first); its pairs are
-// 3,037,000,500 * 3,037,000,501 / 2 = 4,611,686,020,018,625,250 by hand, which the host path counts exactly
-// and the device sum holds rounded to float64 like the row.
+// fits int64) and refuses the next length, as the host path does: it is the host path's counter. 3,037,000,500
+// tokens is the first length whose L(L+1) overflows int64 (the pair count is formed halving first); its pairs
+// are 3,037,000,500 * 3,037,000,501 / 2 = 4,611,686,020,018,625,250 by hand (> 2^53 = 9,007,199,254,740,992).
 TEST(tensor_path, documents_up_to_the_host_paths_limit_are_counted) {
-  const vision_geometry g = geometry_of(small_vlm());
+  const model_spec spec = small_vlm();
+  const vision_geometry g = geometry_of(spec);
   for (const std::int64_t length : {std::int64_t{3037000500}, (std::int64_t{1} << 32) - 1}) {
     tensor_microbatch batch;
     batch.cu_seqlens = dev_longs({0, length});
-    const at::Tensor counts = tensor_batch_counts(batch, g);
-    EXPECT_EQ(invalid_entries(counts), 0) << length;
     const std::vector<std::int64_t> cu = {0, length};
-    const batch_counts host = count_from_cu_seqlens(cu, 0, {}, g);
-    EXPECT_EQ(counts[3].item<double>(), static_cast<double>(host.causal_pairs)) << length;
+    EXPECT_GT(count_from_cu_seqlens(cu, 0, {}, g).causal_pairs, std::int64_t{1} << 53) << length;
+    // Counted, not refused; its interval's pairs are beyond the 2^53 a row carries exactly, so the interval is
+    // skipped by every rank, as on the host path.
+    const one_interval got = count_through_tensor_path(spec, {batch});
+    EXPECT_EQ(got.health.bad_microbatches, 0u) << length;
+    EXPECT_EQ(got.health.skipped_intervals, 1u) << length;
   }
   EXPECT_EQ(count_from_cu_seqlens(std::vector<std::int64_t>{0, 3037000500}, 0, {}, g).causal_pairs,
             4611686020018625250);
   tensor_microbatch too_long;
   too_long.cu_seqlens = dev_longs({0, std::int64_t{1} << 32});
-  EXPECT_EQ(invalid_entries(tensor_batch_counts(too_long, g)), 1);
+  EXPECT_EQ(count_through_tensor_path(spec, {too_long}).health.bad_microbatches, 1u);
   EXPECT_THROW(count_from_cu_seqlens(std::vector<std::int64_t>{0, std::int64_t{1} << 32}, 0, {}, g), error);
 }
 
-TEST(tensor_path, malformed_tensors_are_flagged_on_the_device) {
-  const vision_geometry g = geometry_of(small_vlm());
+// Each malformed batch is one refused micro-batch (health().bad_microbatches), whether its fault is in the
+// tensors' values (found when counted) or in what the host knows (refused before any copy).
+TEST(tensor_path, malformed_tensors_are_refused_and_counted) {
+  const model_spec spec = small_vlm();
   tensor_microbatch decreasing;
   decreasing.cu_seqlens = dev_longs({0, 5, 4});
-  EXPECT_EQ(invalid_entries(tensor_batch_counts(decreasing, g)), 1);
   tensor_microbatch not_from_zero;
   not_from_zero.cu_seqlens = dev_longs({2, 5});
-  EXPECT_EQ(invalid_entries(tensor_batch_counts(not_from_zero, g)), 1);
   tensor_microbatch jumping;
   jumping.positions = dev_longs({0, 1, 3, 0, 2});  // 3 and 2 break their runs
-  EXPECT_EQ(invalid_entries(tensor_batch_counts(jumping, g)), 2);
   tensor_microbatch bad_grids;
   bad_grids.grid_thw = dev_grids({{1, 0, 2}, {1, 3, 2}, {1, 2, 2}, {1000000, 1000000, 1000000}});
-  EXPECT_EQ(invalid_entries(tensor_batch_counts(bad_grids, g)), 3);  // zero, odd h, too many patches
-  // Host-known shape errors throw at once.
   tensor_microbatch both;
   both.cu_seqlens = dev_longs({0, 2});
   both.positions = dev_longs({0, 1});
-  EXPECT_THROW(tensor_batch_counts(both, g), error);
+  tensor_microbatch good;
+  good.cu_seqlens = dev_longs({0, 7});
+  for (const tensor_microbatch& bad : {decreasing, not_from_zero, jumping, bad_grids, both}) {
+    const one_interval got = count_through_tensor_path(spec, {good, bad});
+    EXPECT_EQ(got.health.bad_microbatches, 1u);
+    EXPECT_EQ(got.tokens_seen, 7.0);  // the good batch's only
+  }
   tensor_microbatch text_only_with_grid;
   text_only_with_grid.grid_thw = dev_grids({{1, 2, 2}});
-  EXPECT_THROW(tensor_batch_counts(text_only_with_grid, vision_geometry{}), error);
+  model_spec text_model = spec;
+  text_model.vision.reset();
+  EXPECT_EQ(count_through_tensor_path(text_model, {text_only_with_grid}).health.bad_microbatches, 1u);
 }
 
 struct rank_run {
@@ -355,11 +371,10 @@ TEST(tensor_path, bit_identical_flops_to_the_host_path) {
     // Real tokens: rank 0 has (100 + 28) + 4000 + (7 + 7 + 1) = 4143, rank 1 (101 + 28) + 4000 + (7 + 7 + 8)
     // = 4151; 8294 over 2 s.
     EXPECT_DOUBLE_EQ(*t.find("perf/tokens_per_second"), 4147.0);
-    // train/flops_seen: the tensor path forms the FLOPs of its device counts on the device and adds them to the
-    // row's limbs (accounting/flops_seen.h, "Device FLOPs"), so both paths give the exact total (small_vlm,
-    // small_models.h). Per micro-batch the items (2, 4, 6) and (1, 2, 2) are 48 + 4 = 52 patches, 12 + 1 = 13
-    // merged tokens, 2 x 24^2 + 4^2 = 1168 pairs per frame: 768 x 52 + 48 x 1168 + 64 x 52 + 2304 x 13 =
-    // 129,280 vision FLOPs; the text is 7392 per device token (real + 3 padding) and 192 per causal pair:
+    // train/flops_seen: the tensor path counts with the host counter, so both paths give the exact total
+    // (small_vlm, small_models.h). Per micro-batch the items (2, 4, 6) and (1, 2, 2) are 48 + 4 = 52 patches,
+    // 12 + 1 = 13 merged tokens, 2 x 24^2 + 4^2 = 1168 pairs per frame: 768 x 52 + 48 x 1168 + 64 x 52 +
+    // 2304 x 13 = 129,280 vision FLOPs; the text is 7392 per device token (real + 3 padding) and 192 per causal pair:
     //   rank 0: 4143 + 9 = 4152 device tokens; pairs 5050 + 406 + 8,002,000 + 28 + 28 + 1 = 8,007,513;
     //   rank 1: 4151 + 9 = 4160 device tokens; pairs 5151 + 406 + 8,002,000 + 28 + 28 + 36 = 8,007,649;
     //   7392 x (4152 + 4160) + 192 x (8,007,513 + 8,007,649) + 6 x 129,280 = 61,442,304 + 3,074,911,104 +
@@ -371,15 +386,15 @@ TEST(tensor_path, bit_identical_flops_to_the_host_path) {
 }
 
 // train/flops_seen past 2^53 on the tensor path, with host and device micro-batches in one rank's row, in a full
-// training and a frozen-decoder regime (whose micro-batches without images take the itemless counts' negative
-// weights on the device). Two Gloo ranks, three intervals. Rank 0 runs one tensor document of L = 100,000,001
+// training and a frozen-decoder regime (whose micro-batches without images take the itemless counts'
+// coefficients). Two Gloo ranks, three intervals. Rank 0 runs one tensor document of L = 100,000,001
 // tokens per interval; rank 1 one of L + 2 tokens, described on the host in intervals 1 and 3 and as a tensor in
-// interval 2, so from interval 2 on its row adds a host total and a device total. Per document of n tokens
+// interval 2. Per document of n tokens
 // (small_vlm, no images; small_models.h and test_flop_model's regime tests):
 //   full training: F(n) = 7392 n + 192 n(n+1)/2: F(L) + F(L+2) = 960,000,768,000,007,584 +
 //   960,000,806,400,023,328 = 1,920,001,574,400,030,912;
-//   decoder frozen: G(n) = 2464 n + 64 n(n+1)/2 (the coefficients of a micro-batch without images; the device
-//   forms them as 4928 n + 192 pairs - 2464 n - 128 pairs): G(L) + G(L+2) = 640,000,524,800,010,304.
+//   decoder frozen: G(n) = 2464 n + 64 n(n+1)/2 (the coefficients of a micro-batch without images):
+//   G(L) + G(L+2) = 640,000,524,800,010,304.
 // After interval k the figure is k x that sum, rounded once to double (spacing 256 there): full 1,920,001,574,
 // 400,030,976, 3,840,003,148,800,061,952, 5,760,004,723,200,093,184; frozen 640,000,524,800,010,240,
 // 1,280,001,049,600,020,480, 1,920,001,574,400,030,976.
@@ -440,9 +455,8 @@ TEST(tensor_path, flops_seen_is_exact_past_two_to_the_53_for_device_and_host_mic
 // 2 s). The collectives pair as: (1, 1); (step 2, step 3): out of step, discarded on both; rank 0, behind,
 // starts none at step 3 while it gets back in step; (4, 4), (5, 5), (6, 6). Records: steps 1, 4, 5, 6.
 // Rank 0's step-3 interval had no collective: it still ends there, so step 4's record covers step 4 alone,
-// 10 + 10 tokens in 1 s = 20 tokens/s (before, the tensor path kept step 3's device counts and reported 30),
-// and its tokens join the running totals: tokens_seen 40 + 40 = 80 at step 4 and 120 at step 6 (every token
-// fed; before: 40 and 80, the emitted intervals only). The host path must give the same records, bit for bit.
+// 10 + 10 tokens in 1 s = 20 tokens/s, and its tokens join the running totals: tokens_seen 40 + 40 = 80 at
+// step 4 and 120 at step 6 (every token fed). The host path must give the same records, bit for bit.
 std::vector<rank_run> run_two_ranks_one_missing_a_log(bool tensors) {
   std::vector<rank_run> out(2);
   flopmeter_test::run_gloo_ranks(2, [&](int rank, c10::intrusive_ptr<c10d::ProcessGroup> group) {
@@ -516,11 +530,13 @@ TEST(tensor_path, a_malformed_tensor_batch_is_excluded_and_counted_one_log_later
   }
 }
 
-TEST(tensor_path, counters_must_live_where_the_group_reduces) {
+// The counters are on the host whatever the tensors' device, so any group that spans the job serves: a Gloo group
+// with tensors declared on a CUDA device is accepted (no device is touched until a CUDA tensor comes).
+TEST(tensor_path, any_group_serves_whatever_the_tensors_device) {
   flopmeter_test::run_gloo_ranks(1, [](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
     throughput_options o;
     o.model = small_vlm();
-    EXPECT_THROW(tensor_throughput::create(o, group, c10::Device(c10::kCUDA, 0)), error);
+    EXPECT_NO_THROW(tensor_throughput::create(o, group, c10::Device(c10::kCUDA, 0)));
   });
 }
 
@@ -619,7 +635,7 @@ class calling_back_sink : public capture_sink {
   }
 };
 
-// The running total of label tokens (train/assistant_tokens_seen) is kept on the device, like tokens_seen: 3
+// The running total of label tokens (train/assistant_tokens_seen) of tensor micro-batches, like tokens_seen: 3
 // label tokens per batch, two batches before log 1 and one before log 2: 6, then 9.
 TEST(tensor_path, label_tokens_join_their_running_total_on_the_device) {
   flopmeter_test::run_gloo_ranks(1, [&](int, c10::intrusive_ptr<c10d::ProcessGroup> group) {
@@ -675,9 +691,9 @@ TEST(tensor_path, a_sink_calling_back_into_the_tensor_plugin_is_answered_not_dea
 }
 
 TEST(tensor_path, a_rejected_batch_adds_no_loss_labels_or_samples) {
-  // Per rank: one good batch (loss 10 over 3 labels, 2 samples), one rejected on the device (cu_seqlens
-  // decreasing) and one rejected on the host (float cu_seqlens), each claiming a large loss and labels, and one
-  // valid description whose 9 label tokens exceed its 4 real tokens (masked on the device).
+  // Per rank: one good batch (loss 10 over 3 labels, 2 samples), one refused for its values (cu_seqlens
+  // decreasing) and one for what the host knows at once (float cu_seqlens), each claiming a large loss and
+  // labels, and one valid description whose 9 label tokens exceed its 4 real tokens (refused likewise).
   // By hand: train/loss = (10 + 10) / (3 + 3) = 3.333...; samples 2 + 2 = 4; tokens 128 + 129 = 257.
   // Counting the rejected ones would give (20 + 2 * (1000 + 500)) / (6 + 2 * (7 + 5)) = 101; counting only the
   // one with too many labels (20 + 2 * 300) / (6 + 2 * 9) = 25.83, tokens 257 + 2 * 4 = 265.
@@ -739,30 +755,27 @@ TEST(tensor_path, rejection_warnings_are_rate_limited_like_the_host_path) {
 }
 
 TEST(tensor_path, floating_point_and_bool_tensors_are_rejected) {
-  const vision_geometry g = geometry_of(small_vlm());
+  const model_spec spec = small_vlm();
   tensor_microbatch float_cu;
   float_cu.cu_seqlens = at::tensor(std::vector<double>{0, 2.5, 5});  // would count as [0, 2, 5]
-  EXPECT_THROW(tensor_batch_counts(float_cu, g), error);
   tensor_microbatch float_positions;
   float_positions.positions = at::tensor(std::vector<float>{0, 1, 2});
-  EXPECT_THROW(tensor_batch_counts(float_positions, g), error);
   tensor_microbatch bool_positions;
   bool_positions.positions = at::tensor(std::vector<std::int64_t>{0, 1}).to(at::kBool);
-  EXPECT_THROW(tensor_batch_counts(bool_positions, g), error);
   tensor_microbatch float_grid;
   float_grid.grid_thw = grids({{1, 2, 2}}).to(at::kFloat);
-  EXPECT_THROW(tensor_batch_counts(float_grid, g), error);
-  try {
-    tensor_batch_counts(float_cu, g);
-  } catch (const error& e) {
-    EXPECT_NE(std::string(e.what()).find("cu_seqlens must have an integer dtype (got Double)"), std::string::npos)
-        << e.what();
+  for (const tensor_microbatch& bad : {float_cu, float_positions, bool_positions, float_grid}) {
+    EXPECT_EQ(count_through_tensor_path(spec, {bad}).health.bad_microbatches, 1u);
   }
-  // Integer dtypes of every width stay accepted (int32 as flash-attention gives them, uint8, int16).
+  const std::string logged = capture_stderr([&] { count_through_tensor_path(spec, {float_cu}); });
+  EXPECT_NE(logged.find("cu_seqlens must have an integer dtype (got Double)"), std::string::npos) << logged;
+  // Integer dtypes of every width stay accepted (int32 as flash-attention gives them, uint8, int16): 5 tokens.
   for (const at::ScalarType type : {at::kInt, at::kShort, at::kByte, at::kLong}) {
     tensor_microbatch ok;
     ok.cu_seqlens = longs({0, 3, 5}).to(type);
-    EXPECT_EQ(invalid_entries(tensor_batch_counts(ok, g)), 0) << c10::toString(type);
+    const one_interval got = count_through_tensor_path(spec, {ok});
+    EXPECT_EQ(got.health.bad_microbatches, 0u) << c10::toString(type);
+    EXPECT_EQ(got.tokens_seen, 5.0) << c10::toString(type);
   }
 }
 

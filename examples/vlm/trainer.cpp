@@ -267,7 +267,7 @@ void attach_flopmeter(trainer_run& r) {
 }
 
 // Hands one micro-batch to flopmeter: host lengths and grids through the C ABI, or the batch's own
-// description tensors (already on the device with the batch: no host copy) through the tensor path.
+// description tensors (on the device with the batch: the tensor path copies them to the host asynchronously).
 void report_microbatch(trainer_run& r, const vlm::packed_row& row, const vlm::model_batch& batch,
                        const microbatch_result& result, std::vector<flopmeter_grid>& grids) {
   if (r.meter) {

@@ -285,60 +285,6 @@ FLOPMETER_EXPORT flopmeter_plugin* flopmeter_create_from_text(const char* toml_t
                                                               const flopmeter_comm* comm, char* error,
                                                               size_t error_size);
 
-/* Where a rank's interval counts sit in the per-rank table (world_size rows of row_doubles doubles; this
- * rank's row starts at rank * row_doubles). A layer that accumulates a micro-batch's counts where they were
- * computed (a CUDA device) adds them into its own row inside start_allreduce_sum, before the reduction,
- * as the C++ tensor path does: the counts then travel in the table and are never read back on the
- * micro-batch path (such a layer needs the table at every log: [logging] topk_interval_logs = 1). Such micro-batches are reported to on_microbatch without documents (so that they
- * count as run) and their counts, samples, loss and rejections are added here. Every value is a double,
- * exact below 2^53. Offsets are indices into the row. */
-typedef struct flopmeter_row_layout {
-  uint32_t struct_size;
-  uint32_t row_doubles; /* doubles per rank in this library version */
-  uint32_t counts;      /* the counts of flopmeter_counts, in its field order, from here */
-  uint32_t loss_sum;
-  uint32_t label_tokens;
-  uint32_t device_rejected;   /* micro-batches rejected where they were counted: health's bad_microbatches */
-  uint32_t tokens_seen;       /* this rank's running total of real tokens, this interval included */
-  uint32_t samples_seen;      /* this rank's running total of samples, this interval included */
-  uint32_t label_tokens_seen; /* this rank's running total of label tokens: train/assistant_tokens_seen */
-  uint32_t num_counts;        /* how many counts start at `counts`: those of flopmeter_counts, then the
-                             * device tokens, causal pairs and window pairs of the micro-batches without images
-                             * (which a regime with a frozen decoder bills with other coefficients); named by
-                             * flopmeter_count_field */
-  uint32_t megatron_flops;    /* what the Megatron constant bills for the interval's micro-batches: for each
-                             * micro-batch of S device tokens and P patches, text_linear * S +
-                             * text_attention_slope * S^2 + vision_linear * P + vision_attention_slope * S * P,
-                             * with the four factors below, in that order of operations */
-  double megatron_text_linear;
-  double megatron_text_attention_slope;
-  double megatron_vision_linear;
-  double megatron_vision_attention_slope;
-  /* Added in 0.3 (a caller's struct_size without it still works; then it is not written). The first of the
-   * three doubles of this rank's running total of exact model FLOPs since it started, every interval included
-   * (train/flops_seen: 32-bit limbs, least significant first, each a whole number in [0, 2^32); -1 in all three
-   * once the total reached 2^96). A layer that adds device counts must also add their FLOPs to this total: its
-   * own running total of sum(count x flopmeter_row_flops_weight) over every interval it counted, added to the
-   * three limbs and carried so that each stays in [0, 2^32) (a carry out of the third: -1 in all three), all
-   * in integers, as the Python package's _device.py does on the device. A layer that cannot writes -2 into
-   * the first limb instead, which leaves train/flops_seen out of the record with a warning. */
-  uint32_t flops_seen;
-} flopmeter_row_layout;
-
-/* FLOPMETER_OK, FLOPMETER_E_NULL_ARGUMENT, FLOPMETER_E_STRUCT_SIZE or FLOPMETER_E_INVALID_HANDLE. */
-FLOPMETER_EXPORT int flopmeter_get_row_layout(const flopmeter_plugin* plugin, flopmeter_row_layout* out);
-
-/* Added in 0.3. The model FLOPs one unit of count `index` (flopmeter_count_field's order, below
- * flopmeter_row_layout.num_counts) adds to train/flops_seen in the plugin's training regime and scope, written
- * into out[0..size) as a signed decimal integer with a NUL (at most FLOPMETER_FLOPS_WEIGHT_CHARS bytes).
- * FLOPs are linear in the counts: those of an interval are the sum of count x weight over its counts. A count
- * of the micro-batches without images (itemless_*) is billed within its total by one coefficient set and here
- * by the difference to the other, so its weight may be negative; every weight is below 2^66 in magnitude.
- * FLOPMETER_OK; FLOPMETER_E_REJECTED past the last count or for size < FLOPMETER_FLOPS_WEIGHT_CHARS;
- * FLOPMETER_E_NULL_ARGUMENT; FLOPMETER_E_INVALID_HANDLE. */
-#define FLOPMETER_FLOPS_WEIGHT_CHARS 48
-FLOPMETER_EXPORT int flopmeter_row_flops_weight(const flopmeter_plugin* plugin, uint32_t index, char* out, size_t size);
-
 /* Where the library's messages go: warnings (rate-limited ones included), errors, and the console sink's
  * records (info). By default every message is written to stderr. With a callback set, each message at or above
  * `min_level` (FLOPMETER_LOG_LEVEL_*) is handed to callback(user, level, message) instead (message: UTF-8,
@@ -371,7 +317,7 @@ FLOPMETER_EXPORT int flopmeter_set_log_callback(flopmeter_log_callback callback,
  * called from there, which also deadlocked, now returns FLOPMETER_OK with the counters.
  * Later in version 2, library 0.3 (additions only: every earlier call, struct and code is unchanged; check for
  * the new functions with dlsym when the library may be older): flopmeter_create_from_text,
- * flopmeter_get_row_layout, and the FLOP model alone (flopmeter_model_*: load, parse_json, count, flops, the
+ * and the FLOP model alone (flopmeter_model_*: load, parse_json, count, flops, the
  * coefficients and estimate reports; flopmeter_plugin_model).
  * Also in 0.3 (within struct_size): flopmeter_health_counters gained config_mismatch_intervals;
  * flopmeter_log gained peak_reserved_memory_bytes with FLOPMETER_LOG_PEAK_RESERVED_MEMORY. A FLOPMETER_LOG_*
@@ -380,8 +326,6 @@ FLOPMETER_EXPORT int flopmeter_set_log_callback(flopmeter_log_callback callback,
  * flopmeter_count_field names the counts, flopmeter_model_window gives the windows; the row's counts grew by
  * the window pairs (num_counts says how many).
  * Also in 0.3: flopmeter_set_log_callback (the library's messages to the trainer's logging instead of stderr).
- * Also in 0.3: flopmeter_row_flops_weight (the FLOPs per unit of each count, for a layer that adds the FLOPs
- * of its device counts to the row's flops_seen limbs).
  * Also in 0.3: flopmeter_model_with_options and flopmeter_model_options (the training regime of a model alone);
  * flopmeter_plugin_model's model is in the plugin's regime (before, full training whatever [training] said).
  * Also in 0.3: flopmeter_on_microbatch_ex (a refusal's reason); the typed configuration builder

@@ -48,15 +48,14 @@ typedef struct flopmeter_counts {
 } flopmeter_counts;
 
 /* The name of count `index` ("real_tokens", ...), in the order of the library's one count table: the fields of
- * this library's flopmeter_counts first, then the row's other counts (flopmeter_row_layout.num_counts in all);
+ * this library's flopmeter_counts first, then the counts of the micro-batches without images (itemless_*);
  * NULL past the last. *in_counts_struct (when not NULL) is set to 1 for a field of flopmeter_counts, else 0.
  * The returned string is static. For bindings that mirror the counts without a hand-kept list. */
 FLOPMETER_EXPORT const char* flopmeter_count_field(uint32_t index, int* in_counts_struct);
 
 /* The model's attention window `index` (window_pairs_<index> counts its pairs): FLOPMETER_OK with *kind set to
  * FLOPMETER_WINDOW_SLIDING or FLOPMETER_WINDOW_CHUNKED and *size (>= 1); FLOPMETER_E_REJECTED past the model's
- * last window (a model without windows has none); FLOPMETER_E_NULL_ARGUMENT, FLOPMETER_E_INVALID_HANDLE. For a
- * layer that counts on a device and needs the windows the library counts with. */
+ * last window (a model without windows has none); FLOPMETER_E_NULL_ARGUMENT, FLOPMETER_E_INVALID_HANDLE. */
 #define FLOPMETER_WINDOW_SLIDING 0
 #define FLOPMETER_WINDOW_CHUNKED 1
 FLOPMETER_EXPORT int flopmeter_model_window(const flopmeter_model* model, uint32_t index, int* kind, int64_t* size);

@@ -2,31 +2,21 @@
 //
 // What it is: `tensor_throughput` is a throughput plugin (a flopmeter::plugin, so it registers with `hooks`
 // like the host path) that also takes the batch tensors a trainer already has (cu_seqlens or positions,
-// grid_thw) wherever they live. Counts are computed with ATen ops on the tensors' device and accumulated
-// there; nothing is copied to the host and nothing synchronises on the micro-batch path. At each log the
-// accumulated counts are added into this rank's row of the per-rank table on that device, gathered at every log (the c10d
-// group's device: CPU for Gloo, the current CUDA device for NCCL), and the interval is read back after the
-// collective with a non-blocking copy and an event, one log later. On CPU tensors it is the same code path,
-// trivially complete. FLOPs are formed from the gathered integer counts on the host, so the tensor path and
-// the host path give bit-identical FLOPs for the same batch. train/flops_seen, the running total, cannot wait
-// for counts that stay on the device: at each log the device forms the exact FLOPs of its interval's counts
-// itself (integer arithmetic, no sync) and adds this rank's running total into its row, so the figure is the
-// host path's, exact, whichever intervals were lost.
+// grid_thw) wherever they live. They are counted on the host by the host path's own counter, so both paths give
+// the same counts, FLOPs and refusals for the same batch. CPU tensors are counted at once. Tensors on a device
+// (CUDA) are copied with non_blocking copies into pinned host memory on their current stream, with an event
+// recorded after them; nothing on the micro-batch path waits for the device. Each copy is counted when its
+// event has fired: at the next hook, and at on_log and flush for every copy of the interval that ends, which
+// waits for copies still in flight (polling their events) for at most 60 s; a copy that has not arrived by
+// then is given up, counted in health().bad_microbatches with a warning.
 //
-// Rejected batches: a malformed batch is not counted in any metric — tokens, FLOPs, samples, loss sum and
-// label tokens alike — exactly as on the host path; only the fact that a micro-batch ran (step time) stays.
-// - Known on the host, at once: both cu_seqlens and positions, a tensor of the wrong rank or shape, a
-//   floating-point or bool tensor (cu_seqlens, positions and grid_thw must have an integer dtype), negative
-//   padding, samples or label tokens, a non-finite loss sum, image grids for a model without a vision tower.
-//   One warning a minute per kind, as on the host path.
-// - Found on the device, by a mask (no sync): cu_seqlens not starting at 0 or decreasing, positions that do
-//   not restart at 0 or step by 1, a grid dimension < 1 or not divisible by the merge size, sizes beyond the
-//   overflow-safe bounds (documents <= 2^32 - 1 tokens as on the host path, t*h*w <= 2^31). The batch's
-//   counts, samples, loss and label tokens are multiplied by the mask on the device. Sums over documents,
-//   items and micro-batches are float64 on the device: exact below 2^53, never wrapping; an interval whose
-//   count reaches 2^53 is skipped by every rank, as on the host path.
-// Both reach health().bad_microbatches one log later (the count travels on the device, in the log's
-// collective).
+// Rejected batches: a malformed batch is not counted in any metric (tokens, FLOPs, samples, loss sum and label
+// tokens alike), exactly as on the host path; only the fact that a micro-batch ran (step time) stays. What is
+// known without reading the tensors (both cu_seqlens and positions, a tensor of the wrong rank or shape, a
+// floating-point or bool tensor, negative padding or samples, image grids for a model without a vision tower)
+// is refused at once; what needs their values (cu_seqlens not starting at 0, positions that do not restart at 0,
+// a bad grid, label tokens above the real tokens) when they are counted. Both reach health().bad_microbatches
+// and one warning a minute per kind, as on the host path.
 //
 // Only in builds with LibTorch, against the same LibTorch as the trainer.
 // Which group: one over every rank of the job (flopmeter/c10d.h, "WHICH GROUP"), all-reducing where the
@@ -34,7 +24,7 @@
 // or c10d_options) is refused. If that group is also the trainer's, every rank must fire every on_log (c10d.h,
 // "THE RECOMMENDED PATH", says why). With CPU tensors the tensor path gains nothing: use the host path over a
 // Gloo group of flopmeter's own (make_gloo_communicator) instead.
-// Ownership: shares the process group (intrusive_ptr) and owns the plugin and its device accumulators.
+// Ownership: shares the process group (intrusive_ptr) and owns the plugin and the host copies in flight.
 // Thread-safety: all hooks take one internal mutex; tensors must not be written by the trainer while a hook
 // reads them (ATen's own rule).
 // Re-entry: as for throughput_plugin (throughput.h, "Re-entry"): from inside this plugin's own sinks, logger or
@@ -76,23 +66,12 @@ struct tensor_microbatch {
   std::optional<std::int64_t> label_tokens;
 };
 
-// The counts of one micro-batch on its tensors' device, without a sync: a float64 tensor of the batch_counts
-// fields in the order of the count table (the per-log row's), followed by the number of invalid entries found
-// (0 = valid).
-// Each document's and item's count is exact in int64; their sums are float64, exact below 2^53 and never
-// wrapping (a larger sum stays >= 2^53, which the plugin refuses as beyond what a row carries exactly).
-// Throws flopmeter::error for what is known on the host (see "Rejected batches" above).
-at::Tensor tensor_batch_counts(const tensor_microbatch& batch, const vision_geometry& geometry);
-
-// Reads such a tensor back (synchronises: for tests and tools, not for the training loop). Throws
-// flopmeter::error when a count is not an exact integer below 2^53.
-batch_counts to_batch_counts(const at::Tensor& counts);
-
 class tensor_throughput final : public plugin {
  public:
   // `options` as for throughput_plugin::create (its `sinks` are the sinks used); the plugin's collective runs
-  // over `group`, which must span the job (checked against `checks.job_world_size`, else WORLD_SIZE). The
-  // counters live on `device`, which must be where `group` all-reduces (CPU for Gloo, CUDA for NCCL).
+  // over `group`, which must span the job (checked against `checks.job_world_size`, else WORLD_SIZE).
+  // `device` is where the batch tensors live, which must be where `group` all-reduces (CPU for Gloo, CUDA
+  // for NCCL).
   // Throws flopmeter::error.
   static std::shared_ptr<tensor_throughput> create(throughput_options options,
                                                    c10::intrusive_ptr<c10d::ProcessGroup> group, c10::Device device,
@@ -115,7 +94,7 @@ class tensor_throughput final : public plugin {
 
 // The tensor path from a plugin TOML in one call, as create_throughput_plugin is for the host path: loads the
 // file, builds the sinks its [sinks] table names (console through `logger`, JSONL with "{rank}" replaced by
-// the rank in `group`), appends `extra_sinks` and creates the plugin over `group` with counters on `device`.
+// the rank in `group`), appends `extra_sinks` and creates the plugin over `group` for batch tensors on `device`.
 // Throws flopmeter::error naming the file on any configuration problem.
 std::shared_ptr<tensor_throughput> create_tensor_throughput(const std::string& config_path,
                                                             c10::intrusive_ptr<c10d::ProcessGroup> group,

@@ -40,11 +40,9 @@
 #include "abi/abi_logger.h"
 #include "accounting/derive.h"
 #include "accounting/plugin_factory.h"
-#include "accounting/row_layout.h"
 #include "accounting/throughput_calls.h"
 #include "accounting/throughput_config.h"
 #include "core/count_fields.h"
-#include "core/exact_flops.h"
 #include "comm/c_callback_communicator.h"
 #include "output/json_line.h"
 #include "output/logging.h"
@@ -116,8 +114,6 @@ using flopmeter::detail::throughput_calls;
 // The smallest struct_size accepted for each struct: the end of its last field in its first version.
 constexpr std::size_t kLogV1Size = offsetof(flopmeter_log, peak_memory_bytes) + sizeof(int64_t);
 constexpr std::size_t kLogReservedMemorySize = offsetof(flopmeter_log, peak_reserved_memory_bytes) + sizeof(int64_t);
-constexpr std::size_t kRowLayoutV1Size =
-    offsetof(flopmeter_row_layout, megatron_vision_attention_slope) + sizeof(double);
 constexpr std::size_t kHealthV2Size = offsetof(flopmeter_health_counters, rejected_logs) + sizeof(uint64_t);
 
 // What one handle names: the plugin, its callback slot, the logger they share, and the C ABI's own counters
@@ -415,60 +411,6 @@ flopmeter_plugin* flopmeter_create_from_text(const char* toml_text, size_t lengt
                                              base_dir != nullptr ? base_dir : ""),
         comm);
   });
-}
-
-int flopmeter_get_row_layout(const flopmeter_plugin* plugin, flopmeter_row_layout* out) {
-  if (plugin == nullptr || out == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
-  const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
-  if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  if (out->struct_size < kRowLayoutV1Size) return FLOPMETER_E_STRUCT_SIZE;
-  namespace d = flopmeter::detail;
-  out->row_doubles = static_cast<uint32_t>(d::kRowFields);
-  out->counts = static_cast<uint32_t>(d::row_real_tokens);
-  out->loss_sum = static_cast<uint32_t>(d::row_loss_sum);
-  out->label_tokens = static_cast<uint32_t>(d::row_label_tokens);
-  out->device_rejected = static_cast<uint32_t>(d::row_device_rejected);
-  out->tokens_seen = static_cast<uint32_t>(d::row_tokens_seen);
-  out->samples_seen = static_cast<uint32_t>(d::row_samples_seen);
-  out->label_tokens_seen = static_cast<uint32_t>(d::row_label_tokens_seen);
-  out->num_counts = static_cast<uint32_t>(d::kRowCountFields);
-  out->megatron_flops = static_cast<uint32_t>(d::row_megatron_flops);
-  const d::megatron_billing billing = d::megatron_billing::of(state->plugin->model(), state->plugin->scope());
-  out->megatron_text_linear = billing.text_linear;
-  out->megatron_text_attention_slope = billing.text_attention_slope;
-  out->megatron_vision_linear = billing.vision_linear;
-  out->megatron_vision_attention_slope = billing.vision_attention_slope;
-  if (out->struct_size >= offsetof(flopmeter_row_layout, flops_seen) + sizeof(uint32_t)) {
-    out->flops_seen = static_cast<uint32_t>(d::row_flops_seen_0);
-  }
-  return FLOPMETER_OK;
-}
-
-int flopmeter_row_flops_weight(const flopmeter_plugin* plugin, uint32_t index, char* out, size_t size) {
-  if (plugin == nullptr || out == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
-  const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
-  if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  namespace d = flopmeter::detail;
-  if (index >= d::kCountFieldCount || size < FLOPMETER_FLOPS_WEIGHT_CHARS) return FLOPMETER_E_REJECTED;
-  try {
-    // The plugin's regime was checked when it was created: compute_coefficients does not throw here.
-    const flopmeter::throughput_plugin& p = *state->plugin;
-    const d::int128 weight =
-        d::model_flop_weights(flopmeter::compute_coefficients(p.model(), p.training()), p.scope())[index];
-    // Decimal digits of |weight| (below 2^66: at most 20), least significant first, then the sign.
-    std::string text;
-    d::uint128 magnitude = static_cast<d::uint128>(weight < 0 ? -weight : weight);
-    do {
-      text.push_back(static_cast<char>('0' + static_cast<int>(magnitude % 10)));
-      magnitude /= 10;
-    } while (magnitude != 0);
-    if (weight < 0) text.push_back('-');
-    std::copy(text.rbegin(), text.rend(), out);
-    out[text.size()] = '\0';
-    return FLOPMETER_OK;
-  } catch (...) {
-    return FLOPMETER_E_REJECTED;
-  }
 }
 
 flopmeter_model* flopmeter_plugin_model(const flopmeter_plugin* plugin, char* error, size_t error_size) {

@@ -131,7 +131,10 @@ class throughput_plugin::impl {
   }
 
   // `why` (may be NULL) receives the reason of a rejection: the counting's own message, as logged.
-  microbatch_result on_microbatch(const microbatch_event& event, std::string* why = nullptr) noexcept {
+  // `refused`, when set, is why a layer above refused the micro-batch before it reached here (the tensor path):
+  // it ran, and is counted and warned about like an invalid description.
+  microbatch_result on_microbatch(const microbatch_event& event, std::string* why = nullptr,
+                                  const char* refused = nullptr) noexcept {
     if (refused_as_reentrant("on_microbatch")) return microbatch_result::reentrant;
     const owned_lock lock(mutex_);
     if (flushed_) {
@@ -140,10 +143,15 @@ class throughput_plugin::impl {
     }
     current_.microbatches += 1;
     try {
+      if (refused != nullptr) throw error(refused);
       add_microbatch(current_, event, geometry_, count_plan_);
     } catch (const std::exception& e) {
       ++health_.bad_microbatches;
-      warn_rate_limited(last_batch_warning_, "flopmeter: micro-batch not counted: {}", e.what());
+      if (refused != nullptr) {
+        warn_rate_limited(last_batch_warning_, "flopmeter: tensor micro-batch not counted: {}", e.what());
+      } else {
+        warn_rate_limited(last_batch_warning_, "flopmeter: micro-batch not counted: {}", e.what());
+      }
       if (why != nullptr) {
         try {
           *why = e.what();
@@ -464,6 +472,9 @@ std::optional<double> throughput_plugin::peak_tflops_per_gpu() const { return im
 microbatch_result throughput_calls::record_microbatch(throughput_plugin& plugin, const microbatch_event& event,
                                                       std::string* why) noexcept {
   return plugin.impl_->on_microbatch(event, why);
+}
+microbatch_result throughput_calls::record_refused_microbatch(throughput_plugin& plugin, const char* why) noexcept {
+  return plugin.impl_->on_microbatch(microbatch_event{}, nullptr, why);
 }
 hook_result throughput_calls::record_log(throughput_plugin& plugin, const log_event& event) noexcept {
   return plugin.impl_->on_log(event);

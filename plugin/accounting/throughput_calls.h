@@ -35,6 +35,9 @@ struct FLOPMETER_NO_EXPORT throughput_calls {
   // `why` (may be NULL) receives the reason when the result is `rejected` (the message the plugin logs).
   static microbatch_result record_microbatch(throughput_plugin& plugin, const microbatch_event& event,
                                              std::string* why = nullptr) noexcept;
+  // A micro-batch that ran but that a layer above refused before it could be counted (the tensor path: a
+  // tensor of the wrong dtype or shape, a copy that never arrived): counted, warned and returned as rejected.
+  static microbatch_result record_refused_microbatch(throughput_plugin& plugin, const char* why) noexcept;
   static hook_result record_log(throughput_plugin& plugin, const log_event& event) noexcept;
   // `caller` names the call in the warning logged when it is refused as re-entrant ("flush",
   // "flopmeter_destroy").

@@ -127,10 +127,8 @@ class c10d_pending final : public pending_collective {
 
 class c10d_communicator final : public communicator {
  public:
-  explicit c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group,
-                             detail::device_contribution contribute = nullptr)
+  explicit c10d_communicator(c10::intrusive_ptr<c10d::ProcessGroup> group)
       : group_(std::move(group)),
-        contribute_(std::move(contribute)),
         backend_(group_->getBackendName()),
         name_("c10d:" + backend_),
         is_nccl_(backend_ == "nccl"),
@@ -160,8 +158,7 @@ class c10d_communicator final : public communicator {
     return start_allreduce(values, count, c10d::ReduceOp::SUM, "start_allreduce_sum");
   }
 
-  // c10d's MAX all-reduce (Gloo and NCCL have one): count doubles each way, whatever the world. The device
-  // contribution belongs to the table's rows only: not called here.
+  // c10d's MAX all-reduce (Gloo and NCCL have one): count doubles each way, whatever the world.
   std::unique_ptr<pending_collective> start_allreduce_max(double* values, std::size_t count) override {
     return start_allreduce(values, count, c10d::ReduceOp::MAX, "start_allreduce_max");
   }
@@ -175,7 +172,6 @@ class c10d_communicator final : public communicator {
     if (count > static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max()) / sizeof(double)) {
       throw error(name_ + ": " + what + " count " + std::to_string(count) + " is too large");
     }
-    const bool contributes = contribute_ && op == c10d::ReduceOp::SUM;
     try {
       const auto n = static_cast<std::int64_t>(count);
       const auto host_options = at::TensorOptions().dtype(at::kDouble).pinned_memory(is_nccl_);
@@ -185,7 +181,6 @@ class c10d_communicator final : public communicator {
       c10d::AllreduceOptions options;
       options.reduceOp = op;
       if (!is_nccl_) {
-        if (contributes) contribute_(host);
         std::vector<at::Tensor> tensors{host};
         c10::intrusive_ptr<c10d::Work> work = group_->allreduce(tensors, options);
         last_work_ = work;
@@ -196,7 +191,6 @@ class c10d_communicator final : public communicator {
       // NCCL: host (pinned) -> current CUDA device on the current stream; ProcessGroupNCCL orders its own
       // stream after the current one.
       at::Tensor device = host.to(at::TensorOptions().device(at::kCUDA), /*non_blocking=*/true);
-      if (contributes) contribute_(device);
       std::vector<at::Tensor> tensors{device};
       c10::intrusive_ptr<c10d::Work> work = group_->allreduce(tensors, options);
       last_work_ = work;
@@ -218,10 +212,8 @@ class c10d_communicator final : public communicator {
 
   // c10d's all-gather: each rank's row crosses the network once (an all-reduce of the whole buffer moves it
   // about twice). Gloo takes one output tensor per rank (views into one buffer here); NCCL a flat output
-  // (_allgather_base). With a device contribution (the tensor path adds its device counts into this rank's
-  // row of the whole buffer) the default — an all-reduce of the buffer — is kept.
+  // (_allgather_base).
   std::unique_ptr<pending_collective> start_allgather(const double* send, std::size_t count, double* recv) override {
-    if (contribute_) return communicator::start_allgather(send, count, recv);
     if (count == 0) return std::make_unique<c10d_pending>(name_);
     if (send == nullptr || recv == nullptr) {
       throw error(name_ + ": start_allgather got a null buffer for " + std::to_string(count) + " values");
@@ -273,7 +265,6 @@ class c10d_communicator final : public communicator {
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   c10::intrusive_ptr<c10d::Work> last_work_;  // the latest collective started (see the destructor)
-  detail::device_contribution contribute_;
   std::string backend_;
   std::string name_;
   bool is_nccl_;
@@ -302,12 +293,6 @@ std::shared_ptr<communicator> detail::make_own_c10d_communicator(c10::intrusive_
   auto comm = std::make_shared<c10d_communicator>(group);
   if (!log_depth) return comm;
   return with_log_depth(std::move(comm), std::move(group), timeout);
-}
-
-std::shared_ptr<communicator> detail::make_c10d_communicator_with(c10::intrusive_ptr<c10d::ProcessGroup> group,
-                                                                  device_contribution contribute) {
-  if (!group) throw error("make_c10d_communicator: the process group is null");
-  return std::make_shared<c10d_communicator>(std::move(group), std::move(contribute));
 }
 
 }  // namespace flopmeter

@@ -1,5 +1,4 @@
-// Internal: the c10d communicator with a device-side contribution, for the tensor path (torch_path.cpp), and
-// what the c10d adapter, flopmeter's own Gloo groups and the tensor path share.
+// Internal: what the c10d adapter, flopmeter's own Gloo groups and the tensor path share.
 #pragma once
 
 #include <chrono>
@@ -18,14 +17,6 @@ class ProcessGroup;
 }  // namespace c10d
 
 namespace flopmeter::detail {
-
-// Called with the collective's buffer (world x kRowFields doubles) on the device the all-reduce runs on — the
-// CPU for Gloo, the current CUDA device for NCCL — after the host values were copied in and before the
-// all-reduce is enqueued; it may add device-resident values into this rank's row. It must not synchronise.
-using device_contribution = std::function<void(at::Tensor& buffer)>;
-
-std::shared_ptr<communicator> make_c10d_communicator_with(c10::intrusive_ptr<c10d::ProcessGroup> group,
-                                                          device_contribution contribute);
 
 // Whether a group's ordinary logs and table logs run by the log-depth collectives (c10d_log_depth.cpp):
 // `choice` as the caller gave it, `own_group` true for a group flopmeter built itself, `backend` the group's

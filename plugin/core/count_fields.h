@@ -1,9 +1,8 @@
 // plugin/core/count_fields.h — internal: the one table of batch_counts' fields (flopmeter/flop_model.h). Every
 // place that goes through the counts field by field reads it: their sums and comparison (batch_counts.cpp), the
-// per-log row (accounting/row_layout.h, whose count entries are the table's indexes), the tensor path's counts
-// (tensor/torch_path.cpp), `flopmeter estimate`'s counts (tools/cli_estimate.cpp), the C ABI's flopmeter_counts
-// (abi/c_api_model.cpp, checked against the table at compile time) and, through flopmeter_count_field, the
-// Python package's counts and device-path slots (python/flopmeter/_native.py, _device.py).
+// per-log row (accounting/row_layout.h, whose count entries are the table's indexes), `flopmeter estimate`'s
+// counts (tools/cli_estimate.cpp), the C ABI's flopmeter_counts (abi/c_api_model.cpp, checked against the table
+// at compile time) and, through flopmeter_count_field, the Python package's counts (python/flopmeter/_native.py).
 // Not installed. Thread-safety: an immutable table.
 #pragma once
 

@@ -4,7 +4,8 @@ A host array (a CPU tensor, a NumPy array, a list) is passed to the C library wh
 when it is already contiguous int64 (int32 positions too); other integer dtypes are widened once. Anything
 that is not integers (floats, bools), not 1-D (``[items, 3]`` for grids), or negative where a count belongs
 raises ``TypeError`` or ``ValueError`` naming the argument, before anything is counted. Tensors on an
-accelerator are not read here: ``device_tensor`` says so and ``Meter`` counts them on their device.
+accelerator are not read here: ``is_device_tensor`` says so and ``Meter`` copies them to the host first
+(_device_path.py).
 
 Thread-safety: pure functions; the arrays they return keep the data alive for the duration of one call.
 """

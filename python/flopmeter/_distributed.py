@@ -11,12 +11,10 @@ starts back to back on adjacent values, as one all-reduce by recursive halving a
 is held until the MAX's, and both handles wait on the one job); the table's SUM, which holds this rank's row
 and zeros elsewhere, as an all-gather of that row by recursive doubling.
 
-Counts accumulated on a device (``_device.DeviceCounts``) are added into this rank's row of the table on that
-device just before the reduction, which then runs on the device tensor: nothing is read back on the
-micro-batch path, and the read at the next log is the wait ``perf/log_wait_ms`` reports. They need the table
-at every log (``logging={"topk_interval_logs": 1}``, the default up to 256 ranks); a fixed-size reduction
-with device counts present is refused (the interval is lost, with a warning) rather than reported without
-them.
+Which SUM is the table's: the library starts an ordinary log's SUM and MAX back to back on adjacent values, and
+the table's SUM alone (its default start_allgather: the buffer zeroed but for this rank's row, in its slot). So
+a held SUM that no adjacent MAX joined is the table's, world_size rows of count / world_size doubles, and runs
+as the all-gather of this rank's row.
 
 The callbacks run on the thread that called on_log, flush or the destructor, while the library holds the
 plugin's lock. They never raise into C: a failure is a NULL handle (start) or -1 (wait), which the library
@@ -29,7 +27,6 @@ import ctypes
 import datetime
 import itertools
 import logging
-import threading
 from typing import Any, Dict, Optional
 
 from . import _log_depth, _native
@@ -51,61 +48,33 @@ def small_allreduce_choice(choice: Any) -> str:
 
 
 class _Pending:
-    __slots__ = ("work", "host", "device_buffer", "failed", "done", "result_slice")
+    __slots__ = ("work", "host", "failed", "result_slice")
 
-    def __init__(self, work: Any, host: Any, device_buffer: Any) -> None:
+    def __init__(self, work: Any, host: Any) -> None:
         self.work = work
         self.host = host
-        self.device_buffer = device_buffer
         self.failed = False
         self.result_slice: Optional[tuple] = None  # log-depth: this handle's part of the job's values
-        self.done: Optional[threading.Event] = None  # set once a CUDA collective's event has completed
 
 
 def _finished_within(pending: _Pending, timeout_ms: int) -> bool:
     """Whether the collective has finished, blocking at most `timeout_ms` without spinning.
 
-    A collective on CPU tensors (Gloo) is waited for with ``Work.wait(timeout)``, which blocks on the work's
+    The collectives run on host tensors, waited for with ``Work.wait(timeout)``, which blocks on the work's
     condition variable (torch 1.13 and 2.x); when the timeout passes it raises, and the work, still running,
-    is waited for again at a later call. A collective on CUDA tensors (NCCL) cannot be waited for that way:
-    its ``wait`` only orders the current stream. There a blocking-sync CUDA event, recorded after the
-    collective on the current stream, is synchronised on a helper thread, and the caller waits for that
-    thread's signal with a timeout: the host sleeps in the driver, not in a loop.
+    is waited for again at a later call.
     """
     work = pending.work
     if work.is_completed():
         return True
     if timeout_ms == 0:
         return False  # a poll: backing off, the library only asks
-    buffer = pending.device_buffer if pending.device_buffer is not None else pending.host
-    if getattr(buffer, "is_cuda", False):
-        if pending.done is None:
-            pending.done = _signal_when_done(work)
-        return pending.done.wait(timeout_ms / 1000.0)
     try:
         work.wait(timeout=datetime.timedelta(milliseconds=timeout_ms))
     except Exception:  # noqa: BLE001 - a timeout, or the collective failed: told apart below
         if not work.is_completed():
             return False  # still running: the library waits again at its next call
     return True  # finished (a failure raises again from the caller's work.wait())
-
-
-def _signal_when_done(work: Any) -> threading.Event:
-    import torch
-
-    work.wait()  # orders the current stream after the collective; does not block the host
-    event = torch.cuda.Event(blocking=True)  # cudaEventBlockingSync: synchronize() sleeps, never spins
-    event.record()
-    done = threading.Event()
-
-    def wait_on_device() -> None:
-        try:
-            event.synchronize()
-        finally:
-            done.set()
-
-    threading.Thread(target=wait_on_device, name="flopmeter-collective-wait", daemon=True).start()
-    return done
 
 
 class TorchCollective:
@@ -119,9 +88,6 @@ class TorchCollective:
         self.group = group
         self.rank = rank
         self.world_size = world_size
-        self.device_counts = None  # a _device.DeviceCounts once a device micro-batch was seen
-        self.layout: Optional[_native.RowLayout] = None
-        self.contributed = False  # set by start: did this on_log start a collective?
         self._pending: Dict[int, _Pending] = {}
         self._ids = itertools.count(1)
         self._warned = False
@@ -168,12 +134,22 @@ class TorchCollective:
             self._log_depth.stop()
 
     def _flush_staged(self) -> None:
-        """Sends a held SUM on its own (no MAX followed it): the same on every rank, as the calls are."""
+        """Sends a held SUM that no MAX joined: the table's (the module's "Which SUM is the table's"), as the
+        all-gather of this rank's row; the same on every rank, as the calls are."""
         if self._staged is None:
             return
         handle, address, count = self._staged
         self._staged = None
-        self._submit_log_depth([handle], address, count, count)
+        if count % self.world_size != 0:
+            self._submit_log_depth([handle], address, count, count)
+            return
+        import torch
+
+        host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
+        row = count // self.world_size
+        pending = self._pending[handle]
+        pending.work = self._log_depth.submit_allgather(host[self.rank * row:(self.rank + 1) * row])
+        pending.result_slice = (0, count)
 
     def _submit_log_depth(self, handles: list, address: int, count: int, sum_count: int) -> None:
         import torch
@@ -198,66 +174,37 @@ class TorchCollective:
     def _start_allreduce(self, user: Any, values: Any, count: int, op: str = "sum") -> Optional[int]:
         try:
             handle = next(self._ids)
-            table = self.layout is not None and count == self.world_size * self.layout.row_doubles
-            if self.device_counts is not None and not table:
-                # Not started, so not contributed: Meter.on_log ends the device interval (its tokens, samples and
-                # FLOPs join the running totals), as for any log without a collective.
-                raise RuntimeError(
-                    "counts on a device go into the per-rank table, which this log does not gather: set "
-                    "logging={'topk_interval_logs': 1} (the default up to 256 ranks) to gather it at every log")
-            self.contributed = True
-            if self._log_depth is not None and self.device_counts is None and table and op == "sum":
-                # The table: the library zeroed it and put this rank's row in its slot (the default
-                # start_allgather), so the SUM is the all-gather of that row, by recursive doubling.
-                import torch
-
-                self._flush_staged()
-                address = ctypes.cast(values, ctypes.c_void_p).value
-                host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
-                row = self.layout.row_doubles
-                pending = _Pending(self._log_depth.submit_allgather(host[self.rank * row:(self.rank + 1) * row]), host,
-                                   None)
-                pending.result_slice = (0, count)
-                self._pending[handle] = pending
-                return handle
-            if self._log_depth is not None and self.device_counts is None and not table:
+            if self._log_depth is not None:
                 import torch
 
                 address = ctypes.cast(values, ctypes.c_void_p).value
                 host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
                 if op == "sum":
                     self._flush_staged()
-                    self._pending[handle] = _Pending(None, host, None)
+                    self._pending[handle] = _Pending(None, host)
                     self._staged = (handle, address, count)
                     return handle
                 staged = self._staged
                 if staged is not None and staged[1] + 8 * staged[2] == address:
                     self._staged = None
-                    self._pending[handle] = _Pending(None, host, None)
+                    self._pending[handle] = _Pending(None, host)
                     self._submit_log_depth([staged[0], handle], staged[1], staged[2] + count, staged[2])
                     return handle
                 self._flush_staged()
             else:
                 self._flush_staged()
-            if self.group is None and self.device_counts is None:
-                # One process and nothing on a device: the sum over one rank is the buffer itself.
-                self._pending[handle] = _Pending(None, None, None)
+            if self.group is None:
+                # One process: the sum over one rank is the buffer itself.
+                self._pending[handle] = _Pending(None, None)
                 return handle
             import torch
+            import torch.distributed as dist
 
             address = ctypes.cast(values, ctypes.c_void_p).value
             host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
-            device_buffer = None
-            if self.device_counts is not None and self.layout is not None:
-                device_buffer = self.device_counts.contribute(host, self.rank, self.layout)
-            work = None
-            if self.group is not None:
-                import torch.distributed as dist
-
-                target = host if device_buffer is None else device_buffer
-                reduce_op = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
-                work = dist.all_reduce(target, op=reduce_op, group=self.group, async_op=True)
-            self._pending[handle] = _Pending(work, host, device_buffer)
+            reduce_op = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
+            work = dist.all_reduce(host, op=reduce_op, group=self.group, async_op=True)
+            self._pending[handle] = _Pending(work, host)
             return handle
         except Exception as e:  # noqa: BLE001 - nothing may cross into C
             self._warn(f"could not start the per-log {op.upper()} all-reduce: {e}")
@@ -278,10 +225,6 @@ class TorchCollective:
                 begin, end = pending.result_slice
                 pending.host.copy_(pending.work.values[begin:end])
                 pending.result_slice = None
-            if pending.device_buffer is not None:
-                # The deferred read: the reduction is done, so this copy waits for nothing else.
-                pending.host.copy_(pending.device_buffer.to("cpu"))
-                pending.device_buffer = None
             return 0
         except Exception as e:  # noqa: BLE001
             self._warn(f"the per-log all-reduce failed: {e}")

@@ -138,27 +138,6 @@ class HealthCounters(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32)] + [(name, ctypes.c_uint64) for name in HEALTH_FIELDS]
 
 
-class RowLayout(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_uint32),
-        ("row_doubles", ctypes.c_uint32),
-        ("counts", ctypes.c_uint32),
-        ("loss_sum", ctypes.c_uint32),
-        ("label_tokens", ctypes.c_uint32),
-        ("device_rejected", ctypes.c_uint32),
-        ("tokens_seen", ctypes.c_uint32),
-        ("samples_seen", ctypes.c_uint32),
-        ("label_tokens_seen", ctypes.c_uint32),
-        ("num_counts", ctypes.c_uint32),
-        ("megatron_flops", ctypes.c_uint32),
-        ("megatron_text_linear", ctypes.c_double),
-        ("megatron_text_attention_slope", ctypes.c_double),
-        ("megatron_vision_linear", ctypes.c_double),
-        ("megatron_vision_attention_slope", ctypes.c_double),
-        ("flops_seen", ctypes.c_uint32),
-    ]
-
-
 # The counts are not listed here: the library names them (flopmeter_count_field, in its one count table's order)
 # and the loaded library decides them. COUNT_FIELDS (flopmeter_counts' fields), ROW_COUNT_FIELDS (the per-log
 # row's counts: those, then the itemless ones) and the Counts mirror are set when the library is loaded, on
@@ -230,7 +209,6 @@ STRUCTS = {
     "flopmeter_comm": Comm,
     "flopmeter_gloo_options": GlooOptions,
     "flopmeter_health_counters": HealthCounters,
-    "flopmeter_row_layout": RowLayout,
     "flopmeter_flops": Flops,
     "flopmeter_model_options": ModelOptions,
 }  # and "flopmeter_counts": Counts, added once the library is loaded (structs_with_counts() has all)
@@ -275,8 +253,6 @@ _SIGNATURES = {
     "flopmeter_flush": (ctypes.c_int, [_P]),
     "flopmeter_destroy": (ctypes.c_int, [_P]),
     "flopmeter_health": (ctypes.c_int, [_P, ctypes.POINTER(HealthCounters)]),
-    "flopmeter_get_row_layout": (ctypes.c_int, [_P, ctypes.POINTER(RowLayout)]),
-    "flopmeter_row_flops_weight": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_plugin_model": (_P, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_model_load": (_P, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_model_parse_json": (_P, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p,
@@ -357,24 +333,6 @@ def model_windows(handle) -> tuple:
     while lib().flopmeter_model_window(handle, len(windows), ctypes.byref(kind), ctypes.byref(size)) == OK:
         windows.append((WINDOW_KINDS[kind.value], int(size.value)))
     return tuple(windows)
-
-
-FLOPS_WEIGHT_CHARS = 48  # FLOPMETER_FLOPS_WEIGHT_CHARS
-
-
-def row_flops_weights(handle) -> tuple:
-    """The model FLOPs one unit of each of the row's counts adds (ROW_COUNT_FIELDS' order), in a plugin's
-    training regime and scope, as Python ints (flopmeter_row_flops_weight): FLOPs are linear in the counts."""
-    loaded = lib()
-    buffer = ctypes.create_string_buffer(FLOPS_WEIGHT_CHARS)
-    weights = []
-    for index in range(len(ROW_COUNT_FIELDS)):
-        code = loaded.flopmeter_row_flops_weight(handle, index, buffer, len(buffer))
-        if code != OK:
-            raise RuntimeError(f"flopmeter: the FLOPs weight of count {ROW_COUNT_FIELDS[index]}: "
-                               f"{status_string(code)}")
-        weights.append(int(buffer.value.decode("ascii")))
-    return tuple(weights)
 
 
 def error_buffer() -> ctypes.Array:

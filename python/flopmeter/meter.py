@@ -17,14 +17,13 @@ from __future__ import annotations
 import ctypes
 import datetime
 import json
-import math
 import os
 import sys
 import threading
 import weakref
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from . import _batch, _config, _distributed, _native
+from . import _batch, _config, _device_path, _distributed, _native
 from .errors import ConfigError
 from .model import FlopModel, recompute_settings
 
@@ -92,32 +91,6 @@ def _recompute_keys(recompute: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
     return {names[key]: value for key, value in recompute_settings(recompute).items()}
 
 
-# Up to this many ranks the library gathers the per-rank table at every log by default (throughput.h,
-# kTableEveryLogMaxWorld); above it, ordinary logs reduce a fixed size, which counts kept on a CUDA device
-# cannot join.
-_TABLE_EVERY_LOG_MAX_WORLD = 256
-
-
-def _table_every_log_for_device_counts(tables: Dict[str, Any], world_size: int) -> None:
-    """Above 256 ranks on a machine with CUDA, gathers the per-rank table at every log unless the caller chose.
-
-    Counts of CUDA tensors are accumulated on the device and added into this rank's row of the table inside the
-    collective (nothing is read back on the micro-batch path), so they need the table at every log; a fixed-size
-    reduction with them present is refused. Whether CUDA tensors will come is not known here, so a job that may
-    pass them keeps the table (what every log gathered before 0.3); ``logging={"topk_interval_logs": N}`` decides
-    otherwise.
-    """
-    if world_size <= _TABLE_EVERY_LOG_MAX_WORLD:
-        return
-    logging_table = tables.get("logging")
-    if isinstance(logging_table, Mapping) and "topk_interval_logs" in logging_table:
-        return
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
-        return
-    tables["logging"] = dict(logging_table or {}, topk_interval_logs=1)
-
-
 def _configured_small_allreduce(config: Any, tables: Mapping[str, Any]) -> str:
     """``[logging] small_allreduce`` of the Meter's configuration (its tables laid over a dict config's, or its
     plugin TOML file), by the library's rule (``flopmeter_config_small_allreduce``), or "automatic". A value that
@@ -170,7 +143,7 @@ class Meter:
         self._handle = 0
         self._lock = threading.RLock()
         self._closed = False
-        self._device_counts = None
+        self._device: Optional[_device_path.DeviceMicrobatches] = None  # at the first device micro-batch
         tables: Dict[str, Any] = {"model": model, "peak": peak, "parallel": parallel, "logging": logging,
                                   "sinks": sinks, "training": training}
         if scope is not None:
@@ -204,7 +177,6 @@ class Meter:
         else:
             merged = _config.merge_tables(config or {}, given_tables)
             _resolve_auto_gpu(merged)
-            _table_every_log_for_device_counts(merged, 1 if group is None else group[2])
             if "model" not in merged or merged["model"] is None:
                 raise TypeError("Meter needs a model: Meter(model='qwen3_vl_2b', ...) or a plugin TOML path")
             self._source = "Meter(...)"
@@ -218,15 +190,11 @@ class Meter:
         self._handle = handle
         lib.flopmeter_set_metrics_callback(handle, self._box.callback, None)
         self._finalizer = weakref.finalize(self, _release_plugin, handle, (self._collective, self._box))
-        layout = _native.sized(_native.RowLayout)
-        if lib.flopmeter_get_row_layout(handle, ctypes.byref(layout)) == _native.OK:
-            self._collective.layout = layout
         model_error = _native.error_buffer()
         model_handle = lib.flopmeter_plugin_model(handle, model_error, len(model_error))
         if not model_handle:
             raise ConfigError(model_error.value.decode("utf-8", "replace"))
         self._model = FlopModel._from_handle(model_handle, self._source)
-        self._merge_size = math.isqrt(int(self._model.coefficients["patches_per_merged_token"]))
         self._mb = _native.sized(_native.Microbatch)
         self._mb_ref = ctypes.byref(self._mb)
         self._why = ctypes.create_string_buffer(_native.WHY_BUFFER_BYTES)  # a refusal's reason, under the lock
@@ -252,7 +220,8 @@ class Meter:
 
     @property
     def health(self) -> Dict[str, int]:
-        """The health counters (all 0 in a healthy run): ``bad_microbatches``, ``failed_collectives``, ..."""
+        """The health counters (all 0 in a healthy run): ``bad_microbatches``, ``failed_collectives``, ...,
+        ``lost_device_microbatches`` (device micro-batches whose copy to the host never arrived)."""
         with self._lock:
             if self._closed:
                 return dict(self._last_health or {})
@@ -264,6 +233,7 @@ class Meter:
         if code != _native.OK:
             return dict(self._last_health or {})
         self._last_health = {name: int(getattr(counters, name)) for name in _native.HEALTH_FIELDS}
+        self._last_health["lost_device_microbatches"] = 0 if self._device is None else self._device.lost
         return dict(self._last_health)
 
     # ---- hooks ----
@@ -278,9 +248,13 @@ class Meter:
         the SUM of its per-token losses over its label_tokens. ``image_grid_thw=``, grid_thw's name before 0.3,
         still works, with a FutureWarning.
 
-        Returns True when counted (on a device: queued, checked there), False after flush or close. Raises
-        TypeError or ValueError, naming the argument, for an argument that is not what it must be.
+        Returns True when counted (on a device: queued, counted on the host when its copy arrives, a refusal
+        then logged with its reason), False after flush or close. Raises TypeError or ValueError, naming the
+        argument, for an argument that is not what it must be.
         """
+        if self._device is not None and self._device.pending:
+            with self._lock:
+                self._device.poll()
         if image_grid_thw is not None:
             grid_thw = _batch.renamed_grid_thw(grid_thw, image_grid_thw)
         # The C fast path (flopmeter/_fastpath.c, where its rules for which arguments it takes are written), for
@@ -318,19 +292,27 @@ class Meter:
             loss = _batch.float_argument("loss_sum", loss_sum)
             labels = _batch.count_argument("label_tokens", label_tokens)
         with self._lock:
-            mb = self._mb
-            _batch.fill_microbatch(mb, fmt, batch, grids, padding)
-            mb.samples = samples
-            mb.has_loss = 1 if has_loss else 0
-            if has_loss:
-                mb.loss_sum = loss
-                mb.label_tokens = labels
-            why = self._why
-            code = _native.lib().flopmeter_on_microbatch_ex(self._handle, self._mb_ref, why, len(why)) \
-                if not self._closed else _native.E_INVALID_HANDLE
+            code, why = self._count_host(fmt, batch, grids, padding, samples, has_loss,
+                                         loss if has_loss else 0.0, labels if has_loss else 0)
             if code == _native.E_REJECTED:
-                raise ValueError(_rejected(why.value.decode("utf-8", "replace")))
+                raise ValueError(why)
         return code == _native.OK
+
+    def _count_host(self, fmt, batch, grids, padding, samples, has_loss, loss, labels) -> Tuple[int, str]:
+        """The library's one counter for a micro-batch in host memory (the caller holds the lock): its return
+        code, and the message of a refusal with the library's reason ("" otherwise)."""
+        mb = self._mb
+        _batch.fill_microbatch(mb, fmt, batch, grids, padding)
+        mb.samples = samples
+        mb.has_loss = 1 if has_loss else 0
+        if has_loss:
+            mb.loss_sum = loss
+            mb.label_tokens = labels
+        if self._closed:
+            return _native.E_INVALID_HANDLE, ""
+        why = self._why
+        code = _native.lib().flopmeter_on_microbatch_ex(self._handle, self._mb_ref, why, len(why))
+        return code, _rejected(why.value.decode("utf-8", "replace")) if code == _native.E_REJECTED else ""
 
     def _bind_native_fast_path(self) -> Any:
         """The C fast path's binding to this plugin, made once torch is imported (None before, or when closed)."""
@@ -348,72 +330,18 @@ class Meter:
 
     def _device_microbatch(self, fmt, value, grid_thw, padding_tokens, samples, loss_sum,
                            label_tokens) -> bool:
-        import torch
-
-        from . import _device
-
-        tensors = [("grid_thw", grid_thw)] if grid_thw is not None else []
-        if fmt is not None:
-            tensors.insert(0, (fmt, value))
-        devices = {}
-        for name, t in tensors:
-            if not _batch._is_torch_tensor(t):
-                raise TypeError(f"{name}: with tensors on a device, give every batch array as a tensor on it "
-                                f"(got {type(t).__name__})")
-            if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
-                raise TypeError(f"{name} must have an integer dtype, got {t.dtype}")
-            if t.layout != torch.strided:
-                raise TypeError(f"{name} must be a dense tensor, got layout {t.layout}")
-            if name == "grid_thw":
-                if t.dim() != 2 or t.shape[1] != 3:
-                    raise ValueError(f"{name} must have shape [items, 3], got shape {_batch._shape_text(t.shape)}")
-            elif t.dim() != 1:
-                raise ValueError(f"{name} must be 1-D, got shape {_batch._shape_text(t.shape)}")
-            devices[name] = t.device
-        padding = _batch.count_argument("padding_tokens", padding_tokens)
-        samples = _batch.count_argument("samples", samples)
-        if (loss_sum is None) != (label_tokens is None):
-            raise ValueError("give loss_sum and label_tokens together (the loss is their ratio)")
-        for name, scalar in (("loss_sum", loss_sum), ("label_tokens", label_tokens)):
-            if _batch._is_torch_tensor(scalar):
-                if scalar.numel() != 1:
-                    raise ValueError(f"{name} must be a scalar, got shape {_batch._shape_text(scalar.shape)}")
-                if name == "label_tokens" and (scalar.is_floating_point() or scalar.dtype == torch.bool):
-                    raise TypeError(f"label_tokens must be an integer, got a {scalar.dtype} tensor")
-                devices[name] = scalar.device
-            elif scalar is not None:
-                if name == "loss_sum":
-                    _batch.float_argument(name, scalar)
-                else:
-                    _batch.count_argument(name, scalar)
-        # The device of the batch arrays (a CPU tensor reaches here only in tests that run this path on the host).
-        device = next(iter(devices.values()))
-        for name, d in devices.items():
-            if d != device:
-                raise ValueError(f"{name} is on {d}, the batch's other tensors on {device}")
+        device, padding, samples = _device_path.check_device_batch(fmt, value, grid_thw, padding_tokens, samples,
+                                                                   loss_sum, label_tokens)
         if self._model.coefficients["vision_per_patch"] == 0 and grid_thw is not None and \
                 grid_thw.numel() > 0:
             raise ValueError("grid_thw: the model has no vision tower")
-        return self._count_on_device(torch, _device, device, fmt, value, grid_thw, padding, samples,
-                                     loss_sum, label_tokens)
-
-    def _count_on_device(self, torch, _device, device, fmt, value, grids, padding, samples, loss_sum,
-                         label_tokens) -> bool:
         with self._lock:
             if self._closed:
                 return False
-            if self._device_counts is None:
-                self._device_counts = _device.DeviceCounts(
-                    torch, device, _device.VisionGeometry.from_coefficients(self._model.coefficients),
-                    _native.row_flops_weights(self._handle), self._model.windows)
-                self._collective.device_counts = self._device_counts
-            elif self._device_counts.device != device:
-                raise ValueError(f"the batch is on {device}, this meter counts on {self._device_counts.device} "
-                                 "(one device per meter)")
-            code = _native.lib().flopmeter_on_microbatch(self._handle, self._empty_mb_ref)
-            if code == _native.OK:
-                self._device_counts.add(fmt, value, grids, padding, samples, loss_sum, label_tokens)
-        return code == _native.OK
+            if self._device is None:
+                self._device = _device_path.DeviceMicrobatches(device, self._count_host)
+            self._device.put(device, fmt, value, grid_thw, loss_sum, label_tokens, padding, samples)
+        return True
 
     def on_log(self, step: int, *, learning_rate: Optional[float] = None, grad_norm: Optional[float] = None,
                data_time: Any = None, forward_backward_time: Any = None,
@@ -452,11 +380,10 @@ class Meter:
         with self._lock:
             if self._closed:
                 return None
+            if self._device is not None:
+                self._device.drain()  # the interval's device micro-batches, before it ends
             self._box.record = None
-            self._collective.contributed = False
             _native.lib().flopmeter_on_log(self._handle, ctypes.byref(log))
-            if self._device_counts is not None and not self._collective.contributed:
-                self._device_counts.end_interval()
             record, self._box.record = self._box.record, None
         return record
 
@@ -465,6 +392,8 @@ class Meter:
         with self._lock:
             if self._closed:
                 return None
+            if self._device is not None:
+                self._device.drain()
             self._box.record = None
             _native.lib().flopmeter_flush(self._handle)
             record, self._box.record = self._box.record, None

@@ -1,5 +1,6 @@
-"""Meter fed CUDA tensors: no device sync on the micro-batch path, the same records as the CPU path, and the
-deferred read that perf/log_wait_ms reports.
+"""Meter fed CUDA tensors: no device sync on the micro-batch path (the index arrays are copied to pinned host
+memory with non_blocking copies and counted on the host when their event has fired), the same records as the
+CPU path, and the wait that perf/log_wait_ms reports.
 
 Skipped where torch has no CUDA device (CI, the development machine); scripts/gpu_check_python.sh runs it on a
 GPU machine. FLOPMETER_TEST_DEVICE_PATH_ON_CPU=1 runs the same assertions (except the sync check, which
@@ -23,7 +24,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import flopmeter  # noqa: E402
-from flopmeter import _device, _native  # noqa: E402  (the device counting, compared with the host's exact counts)
 from conftest import REPO  # noqa: E402
 
 ON_CPU = os.environ.get("FLOPMETER_TEST_DEVICE_PATH_ON_CPU") == "1"
@@ -123,25 +123,30 @@ def _run(meter, batches_for, device_batches, sync_check):
     return records
 
 
+def _one_interval(model, batch):
+    """The record of one interval of `batch` (on_microbatch keywords) in a Meter over `model`."""
+    with flopmeter.Meter(model=model, peak={"tflops_per_gpu": 1000.0}, sinks={"console": False}) as meter:
+        assert meter.on_microbatch(**batch) is True
+        meter.on_log(1)
+        record = meter.flush()
+        health = meter.health
+    return record, health
+
+
 def test_device_counts_are_the_host_counts_exactly(device_path):
-    """The counts formed on the device are the host path's exact counts (so the FLOPs are bit-identical:
-    the FLOP model is linear in them)."""
+    """The device path counts its copies with the host counter: the exact FLOPs (train/flops_seen, linear in
+    every count) and tokens of each batch are the host path's."""
     model = flopmeter.FlopModel("tiny_vlm")
-    merge = 2  # tiny_vlm's spatial_merge_size
-    slots = _device.Slots()
     for batch in BATCHES:
         d = _on_device(batch, device_path)
-        counts = _device.batch_counts(torch, "cu_seqlens", d["cu_seqlens"], d.get("grid_thw"),
-                                      batch["padding_tokens"], merge, device_path, slots)
-        on_device = dict(zip(_native.ROW_COUNT_FIELDS, [int(v) for v in counts.cpu().tolist()]))
+        record, health = _one_interval("tiny_vlm", d)
         host = model.counts(cu_seqlens=batch["cu_seqlens"], grid_thw=batch["grid_thw"],
                             padding_tokens=batch["padding_tokens"])
-        assert {k: on_device[k] for k in host} == host, batch
-        # The itemless counts: the batch's device tokens and causal pairs when it has no image, else 0.
-        itemless = batch["grid_thw"] is None
-        assert [on_device["itemless_device_tokens"], on_device["itemless_causal_pairs"]] == (
-            [host["real_tokens"] + host["padding_tokens"], host["causal_pairs"]] if itemless else [0, 0]), batch
-        assert int(counts[slots.invalid]) == 0  # no invalid entry
+        flops = model.flops(cu_seqlens=batch["cu_seqlens"], grid_thw=batch["grid_thw"],
+                            padding_tokens=batch["padding_tokens"])
+        assert record["train/flops_seen"] == float(flops), batch
+        assert record["train/tokens_seen"] == host["real_tokens"], batch
+        assert health["bad_microbatches"] == 0
     # Spot values derived by hand in the module docstring: A's causal pairs and merged tokens.
     a = model.counts(cu_seqlens=BATCHES[0]["cu_seqlens"], grid_thw=BATCHES[0]["grid_thw"])
     assert a["causal_pairs"] == 1950 and a["merged_tokens"] == 6 and a["patches"] == 24
@@ -159,24 +164,22 @@ VLM_BATCHES = [
 
 @pytest.mark.parametrize("config,grids", VLM_BATCHES)
 def test_vision_counts_of_the_new_families_are_the_host_counts(device_path, config, grids):
-    """Window pairs, CLS tokens and image-block pairs formed on the device equal the host's exact counts (with the
-    decoder's windows: Gemma 3 slides); a grid that is not a whole tile is invalid on the device as on the host."""
-    model = flopmeter.FlopModel(str(REPO / "tests" / "data" / "vlm" / config))
-    geometry = _device.VisionGeometry.from_coefficients(model.coefficients)
-    slots = _device.Slots()
+    """Window pairs, CLS tokens and image-block pairs of the device path equal the host's exact counts (with the
+    decoder's windows: Gemma 3 slides); a grid that is not a whole tile is refused as on the host."""
+    path = str(REPO / "tests" / "data" / "vlm" / config)
+    model = flopmeter.FlopModel(path)
     cu = torch.tensor([0, 700, 1000], dtype=torch.int64, device=device_path)
     thw = torch.tensor(grids, dtype=torch.int64, device=device_path)
-    counts = _device.batch_counts(torch, "cu_seqlens", cu, thw, 0, geometry, device_path, slots, model.windows)
-    on_device = dict(zip(_native.ROW_COUNT_FIELDS, [int(v) for v in counts.cpu().tolist()]))
+    record, health = _one_interval(path, {"cu_seqlens": cu, "grid_thw": thw})
     host = model.counts(cu_seqlens=[0, 700, 1000], grid_thw=grids)
-    assert {k: on_device[k] for k in host} == host
     assert host["vision_window_pairs"] + host["vision_cls_tokens"] + host["image_block_pairs"] > 0
-    assert int(counts[slots.invalid]) == 0
-    if geometry.segment_side > 0:
-        bad = torch.tensor([[1, geometry.segment_side, geometry.segment_side - 2]], dtype=torch.int64,
-                           device=device_path)
-        counts = _device.batch_counts(torch, "cu_seqlens", cu, bad, 0, geometry, device_path, slots, model.windows)
-        assert int(counts[slots.invalid]) == 1
+    assert record["train/flops_seen"] == float(model.flops(cu_seqlens=[0, 700, 1000], grid_thw=grids))
+    assert health["bad_microbatches"] == 0
+    side = int((model.coefficients.get("vision_geometry") or {}).get("segment_side", 0))
+    if side > 0:
+        bad = torch.tensor([[1, side, side - 2]], dtype=torch.int64, device=device_path)
+        _, health = _one_interval(path, {"cu_seqlens": cu, "grid_thw": bad})
+        assert health["bad_microbatches"] == 1
 
 
 def test_no_sync_on_the_microbatch_path_and_records_equal_the_cpu_path(device_path, capsys):
@@ -220,9 +223,9 @@ def test_no_sync_with_python_scalars_for_the_loss(device_path):
     assert [r["train/loss"] for r in records] == pytest.approx(EXPECTED_LOSS, rel=1e-12)
 
 
-def test_a_malformed_batch_is_masked_on_the_device(device_path):
+def test_a_malformed_batch_is_refused_when_it_arrives(device_path):
     """cu_seqlens not starting at 0 cannot be seen without reading the tensor: it is queued (True, no sync),
-    found on the device, counted as bad one log later, and contributes nothing."""
+    refused by the host counter when its copy arrives (at the log at the latest), and contributes nothing."""
     good = _on_device(BATCHES[0], device_path)
     bad = dict(good, cu_seqlens=torch.tensor([5, 30, 80, 100], dtype=torch.int32, device=device_path))
     with _meter() as meter:

@@ -57,7 +57,8 @@ def test_one_interval_by_hand():
 
 
 def force_the_device_path(monkeypatch):
-    """The torch-op counting that CUDA tensors take (_device.py), for every torch tensor, CPU ones included."""
+    """The path CUDA tensors take (copied to the host, counted when they arrive: _device_queue.py), for every
+    torch tensor, CPU ones included."""
     monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
     monkeypatch.setattr(_batch, "FAST_PATH", False)
 
@@ -68,11 +69,11 @@ def test_flops_seen_is_the_exact_running_total_past_2_53(monkeypatch, path):
     # make each interval's FLOPs F (FlopModel.flops, an exact int) pass 2^53 = 9.0e15. train/flops_seen after
     # interval k is k x F, exact as an integer and rounded once to the record's double: float(k * F). Summing
     # the interval figures as doubles would round at each addition instead.
-    # "device": the same document as a tensor counted on the device (_device.py, here on CPU tensors), whose
-    # FLOPs are formed there in integer digits and added to the row's limbs: the same exact figure.
+    # "device": the same document as a tensor through the device path (_device_queue.py, here on CPU tensors),
+    # counted by the same host counter: the same exact figure.
     # "mixed": each interval also runs a device micro-batch of M = 50,000,001 tokens (FLOPs F2) beside the host
-    # one of L: k x (F + F2), the host's and the device's totals carried into one set of limbs. (M, not L: the
-    # interval's causal pairs, 5.0e15 + 1.25e15, stay below the 2^53 a row's count carries.)
+    # one of L: k x (F + F2), both in the one running total. (M, not L: the interval's causal pairs, 5.0e15 +
+    # 1.25e15, stay below the 2^53 a row's count carries.)
     import torch
 
     length = 100_000_001
@@ -104,8 +105,7 @@ def test_a_lost_intervals_flops_count_in_flops_seen_like_its_tokens(monkeypatch,
     # Three intervals of one 1000-token document each; the collective of step 2 fails (its wait, the second,
     # reports a failure), so step 2 has no record. Its tokens and FLOPs still join the running totals, which
     # every row carries: the record of step 3 has tokens_seen 3 x 1000 and flops_seen 3 F (F = FlopModel.flops
-    # of the document), on the host path and on the device path alike (there, the FLOPs of the lost interval
-    # joined the device's total when its counts went into the failed collective).
+    # of the document), on the host path and on the device path alike (both count on the host).
     import torch
 
     original = _distributed.TorchCollective._wait_for
@@ -181,9 +181,9 @@ def test_cpu_tensor_numpy_and_list_inputs_give_identical_records():
 
 @pytest.mark.parametrize("frozen", [None, ["text"]])
 def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkeypatch, frozen, caplog):
-    """The torch-op counting that CUDA tensors take (_device.py), forced on CPU tensors: the same counts reach
-    the row inside the collective, so the records equal the host path's, the Megatron figures included; with
-    a frozen decoder the micro-batch without images is billed by its own coefficients on both paths."""
+    """The path CUDA tensors take (copied to the host, counted on arrival), forced on CPU tensors: the records
+    equal the host path's, the Megatron figures included; with a frozen decoder the micro-batch without images
+    is billed by its own coefficients on both paths."""
     import torch
 
     batches = [
@@ -197,9 +197,9 @@ def test_the_device_path_run_on_host_tensors_gives_the_host_paths_records(monkey
     with caplog.at_level(logging.WARNING, logger="flopmeter"):
         device_records, device_health = run(batches, **extra)
     assert len(device_records) == len(host_records) == 3
-    # train/flops_seen: the device forms the exact FLOPs of its counts (integer digits, _device.py) and adds them
-    # to the row's limbs, so every record carries the host path's exact figure, without a warning. With the
-    # decoder frozen, the micro-batch without images takes the negative weights of the itemless counts.
+    # train/flops_seen: the device path's micro-batches are counted by the host counter, so every record carries
+    # the host path's exact figure, without a warning. With the decoder frozen, the micro-batch without images
+    # takes the coefficients of the itemless counts.
     model = flopmeter.FlopModel("qwen3_vl_2b", **extra)
     per_interval = sum(model.flops(**{k: v for k, v in b.items() if k in ("cu_seqlens", "position_ids", "grid_thw",
                                                                            "padding_tokens")}) for b in batches)
@@ -222,10 +222,10 @@ def test_the_device_path_masks_a_malformed_batch_and_counts_it(monkeypatch):
     monkeypatch.setattr(_batch, "is_device_tensor", lambda value: _batch._is_torch_tensor(value))
     monkeypatch.setattr(_batch, "FAST_PATH", False)
     good = dict(cu_seqlens=torch.tensor([0, 100]), samples=1)
-    bad = dict(cu_seqlens=torch.tensor([0, 100, 50]), samples=5)  # decreasing: found on the device, not raised
+    bad = dict(cu_seqlens=torch.tensor([0, 100, 50]), samples=5)  # decreasing: found on arrival, not raised
     records, health = run([good, bad], steps=2)
-    # Only the good batch counts: 100 tokens and 1 sample per interval; the bad one reaches bad_microbatches
-    # in the log's collective (2 intervals -> 2).
+    # Only the good batch counts: 100 tokens and 1 sample per interval; the bad one is refused when it arrives,
+    # counted in bad_microbatches (2 intervals -> 2).
     assert [r["train/tokens_seen"] for r in records] == [100, 200]
     assert [r["train/num_samples"] for r in records] == [1, 2]
     assert health["bad_microbatches"] == 2
@@ -497,30 +497,6 @@ def test_peak_gpu_auto_reads_the_device_name_through_torch(monkeypatch):
         meter.on_log(1)
         record = meter.flush()
     assert record["perf/mfu"] == pytest.approx(record["perf/tflops_per_second"] / 989.4 * 100, rel=1e-12)
-
-
-def test_above_256_ranks_with_cuda_the_table_is_gathered_at_every_log_unless_chosen(monkeypatch):
-    # Counts of CUDA tensors travel in the per-rank table, so a job above 256 ranks (where the library would
-    # otherwise reduce a fixed size at most logs) that may pass them keeps the table at every log.
-    import types
-
-    from flopmeter import meter as meter_module
-
-    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: True))
-    monkeypatch.setitem(sys.modules, "torch", fake_torch)
-    tables = {"logging": {"topk": 3}}
-    meter_module._table_every_log_for_device_counts(tables, 257)
-    assert tables["logging"] == {"topk": 3, "topk_interval_logs": 1}
-    tables = {}
-    meter_module._table_every_log_for_device_counts(tables, 256)  # the library's default is every log already
-    assert tables == {}
-    tables = {"logging": {"topk_interval_logs": 50}}
-    meter_module._table_every_log_for_device_counts(tables, 4096)  # the caller chose
-    assert tables["logging"] == {"topk_interval_logs": 50}
-    fake_torch.cuda.is_available = lambda: False
-    tables = {}
-    meter_module._table_every_log_for_device_counts(tables, 4096)  # no CUDA tensors can come
-    assert tables == {}
 
 
 def test_the_librarys_warnings_are_records_of_the_flopmeter_logger(caplog):
