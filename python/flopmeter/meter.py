@@ -198,9 +198,7 @@ class Meter:
         self._mb = _native.sized(_native.Microbatch)
         self._mb_ref = ctypes.byref(self._mb)
         self._why = ctypes.create_string_buffer(_native.WHY_BUFFER_BYTES)  # a refusal's reason, under the lock
-        self._empty_mb = _native.sized(_native.Microbatch)
         self._binding: Any = None  # the C fast path's (flopmeter/_fastpath.c), made at the first call
-        self._empty_mb_ref = ctypes.byref(self._empty_mb)
         self._last_health: Optional[Dict[str, int]] = None
 
     # ---- properties ----
