@@ -78,7 +78,8 @@ def compile_and_run(compiler: str, source: str, suffix: str, include_dirs, std: 
 
 
 def c_structs(include_dirs, c_compiler: str):
-    header = (ROOT / "include" / "flopmeter" / "c_api.h").read_text()
+    # c_api.h and the headers it includes (c_api_*.h): every struct of the C ABI.
+    header = "\n".join(p.read_text() for p in sorted((ROOT / "include" / "flopmeter").glob("c_api*.h")))
     names = re.findall(r"typedef struct (flopmeter_\w+) \{", header)
     lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "flopmeter/c_api.h"', "int main(void) {"]
     for name in names:
@@ -92,7 +93,7 @@ def c_structs(include_dirs, c_compiler: str):
 
 def cxx_sizes(include_dirs, cxx_compiler: str):
     headers = sorted(p.name for p in (ROOT / "include" / "flopmeter").glob("*.h")
-                     if p.name not in ("c10d.h", "torch.h", "c_api.h", "nccl.h"))
+                     if p.name not in ("c10d.h", "torch.h", "nccl.h") and not p.name.startswith("c_api"))
     types = []
     for h in headers:
         text = (ROOT / "include" / "flopmeter" / h).read_text()

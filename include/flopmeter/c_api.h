@@ -183,7 +183,7 @@ typedef struct flopmeter_comm {
 
 /* Called with each emitted record as one JSON object (the JSONL line, no newline), on the thread that called
  * on_log, flush or destroy; `json` is valid during the call only. See "Re-entry" at the top for what it may
- * call on the same plugin. */
+ * call on the same plugin. Deprecated in 0.3: flopmeter_set_record_callback (c_api_values.h) hands the values. */
 typedef void (*flopmeter_metrics_callback)(void* user, int64_t step, const char* json);
 
 FLOPMETER_EXPORT uint32_t flopmeter_abi_version(void);
@@ -464,7 +464,9 @@ FLOPMETER_EXPORT int flopmeter_model_count(const flopmeter_model* model, const f
 /* The FLOPs of `counts` in `scope` (FLOPMETER_SCOPE_*); FLOPMETER_E_REJECTED for an unknown scope. */
 FLOPMETER_EXPORT int flopmeter_model_flops(const flopmeter_model* model, const flopmeter_counts* counts, int scope,
                                            flopmeter_flops* out);
-/* The JSON of `flopmeter coefficients --json` for this model, or of `flopmeter estimate --json` for `counts`
+/* Deprecated in 0.3: the same reports as values, flopmeter_model_coefficients and flopmeter_model_estimate
+ * (c_api_values.h).
+ * The JSON of `flopmeter coefficients --json` for this model, or of `flopmeter estimate --json` for `counts`
  * (seq_len 0: the row length is the batch's device tokens). Both write at most size - 1 bytes and a NUL and
  * return the JSON's full length (call again with a larger buffer when it is >= size), or a negative
  * FLOPMETER_E_* code. */
@@ -510,5 +512,7 @@ FLOPMETER_EXPORT int64_t flopmeter_model_check_json(const flopmeter_model* model
 #ifdef __cplusplus
 }
 #endif
+
+#include "flopmeter/c_api_values.h" /* records, coefficients and estimates as values */
 
 #endif /* FLOPMETER_C_API_H_ */

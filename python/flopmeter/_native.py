@@ -92,7 +92,6 @@ class Log(ctypes.Structure):
 START_ALLREDUCE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_double), ctypes.c_size_t)
 WAIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
-METRICS_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p)
 
 
 class Comm(ctypes.Structure):
@@ -218,6 +217,26 @@ class ModelOptions(ctypes.Structure):
     ]
 
 
+# flopmeter/c_api_values.h: a record as values, and a model report's values (_values.py reads them).
+class Record(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("step", ctypes.c_int64),
+        ("num_values", ctypes.c_size_t),
+        ("names", ctypes.POINTER(ctypes.c_uint32)),
+        ("values", ctypes.POINTER(ctypes.c_double)),
+        ("name_table", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_names", ctypes.c_size_t),
+    ]
+
+
+class ReportValue(ctypes.Structure):
+    _fields_ = [("integer", ctypes.c_int64), ("number", ctypes.c_double), ("text", ctypes.c_char_p)]
+
+
+RECORD_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(Record))
+
+
 # Every mirrored struct, by its C name: what the layout test compares.
 STRUCTS = {
     "flopmeter_grid": Grid,
@@ -229,6 +248,8 @@ STRUCTS = {
     "flopmeter_row_layout": RowLayout,
     "flopmeter_flops": Flops,
     "flopmeter_model_options": ModelOptions,
+    "flopmeter_record": Record,
+    "flopmeter_report_value": ReportValue,
 }  # and "flopmeter_counts": Counts, added once the library is loaded (structs_with_counts() has all)
 
 
@@ -252,7 +273,6 @@ _SIGNATURES = {
         [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(Comm), ctypes.c_char_p,
          ctypes.c_size_t],
     ),
-    "flopmeter_set_metrics_callback": (ctypes.c_int, [_P, METRICS_CALLBACK, _P]),
     "flopmeter_on_microbatch": (ctypes.c_int, [_P, ctypes.POINTER(Microbatch)]),
     "flopmeter_on_log": (ctypes.c_int, [_P, ctypes.POINTER(Log)]),
     "flopmeter_flush": (ctypes.c_int, [_P]),
@@ -272,9 +292,11 @@ _SIGNATURES = {
     "flopmeter_model_count": (ctypes.c_int, [_P, ctypes.POINTER(Microbatch), _COUNTS_P, ctypes.c_char_p,
                                              ctypes.c_size_t]),
     "flopmeter_model_flops": (ctypes.c_int, [_P, _COUNTS_P, ctypes.c_int, ctypes.POINTER(Flops)]),
-    "flopmeter_model_coefficients_json": (ctypes.c_int64, [_P, ctypes.c_char_p, ctypes.c_size_t]),
-    "flopmeter_model_estimate_json": (ctypes.c_int64, [_P, _COUNTS_P, ctypes.c_int, ctypes.c_int64,
-                                                       ctypes.c_char_p, ctypes.c_size_t]),
+    "flopmeter_set_record_callback": (ctypes.c_int, [_P, RECORD_CALLBACK, _P]),
+    "flopmeter_model_report_key": (ctypes.c_char_p, [_P, ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_int)]),
+    "flopmeter_model_coefficients": (ctypes.c_int64, [_P, ctypes.POINTER(ReportValue), ctypes.c_size_t]),
+    "flopmeter_model_estimate": (ctypes.c_int64, [_P, _COUNTS_P, ctypes.c_int, ctypes.c_int64,
+                                                  ctypes.POINTER(ReportValue), ctypes.c_size_t]),
     "flopmeter_model_check_json": (ctypes.c_int64, [_P, ctypes.c_int64, ctypes.c_char_p, ctypes.c_size_t,
                                                     ctypes.c_char_p, ctypes.c_size_t]),
 }
@@ -373,13 +395,3 @@ def sized(struct_type):
     value = struct_type()
     value.struct_size = ctypes.sizeof(struct_type)
     return value
-
-
-def read_json(function, *args) -> str:
-    """Calls one of the *_json functions: size it first, then fill a buffer of that size."""
-    needed = function(*args, None, 0)
-    if needed < 0:
-        raise RuntimeError(f"flopmeter: {function.__name__} failed: {status_string(int(needed))}")
-    buffer = ctypes.create_string_buffer(int(needed) + 1)
-    function(*args, buffer, len(buffer))
-    return buffer.value.decode("utf-8")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import datetime
-import json
 import math
 import os
 import sys
@@ -24,28 +23,12 @@ import threading
 import weakref
 from typing import Any, Dict, Mapping, Optional, Union
 
-from . import _batch, _config, _distributed, _native
+from . import _batch, _config, _distributed, _native, _values
 from .errors import ConfigError
 from .model import FlopModel, recompute_settings
 
 PathLike = Union[str, "os.PathLike[str]"]
 _INT64_MAX = 2**63 - 1
-
-
-class _RecordBox:
-    """Where the metrics callback leaves the record it was handed (no reference to the Meter)."""
-
-    __slots__ = ("record", "callback")
-
-    def __init__(self) -> None:
-        self.record: Optional[Dict[str, Any]] = None
-        self.callback = _native.METRICS_CALLBACK(self._deliver)
-
-    def _deliver(self, user: Any, step: int, text: bytes) -> None:
-        try:
-            self.record = json.loads(text.decode("utf-8"))
-        except Exception:  # noqa: BLE001 - nothing may cross into C
-            self.record = None
 
 
 def _release_plugin(handle: int, keep_alive: Any) -> None:
@@ -194,7 +177,7 @@ class Meter:
         else:
             self._collective = _distributed.TorchCollective(*group)
             self._collective.use_log_depth(algorithm, own_group=process_group is None)
-        self._box = _RecordBox()
+        self._box = _values.RecordReader()
         error = _native.error_buffer()
         comm = ctypes.byref(self._collective.comm)
         if config is not None and not isinstance(config, Mapping):
@@ -221,7 +204,7 @@ class Meter:
             raise ConfigError(message if config is not None and not isinstance(config, Mapping) else
                               _config.code_error(message, self._source))
         self._handle = handle
-        lib.flopmeter_set_metrics_callback(handle, self._box.callback, None)
+        lib.flopmeter_set_record_callback(handle, self._box.callback, None)
         self._finalizer = weakref.finalize(self, _release_plugin, handle, (self._collective, self._box))
         layout = _native.sized(_native.RowLayout)
         if lib.flopmeter_get_row_layout(handle, ctypes.byref(layout)) == _native.OK:
