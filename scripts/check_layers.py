@@ -32,6 +32,7 @@ PUBLIC = {
     "torch.h": "tensor",
     "c_api.h": "abi",
     "c_api_values.h": "abi",
+    "c_api_collectives.h": "abi",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

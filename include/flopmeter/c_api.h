@@ -168,6 +168,7 @@ typedef struct flopmeter_log {
  * than the group (two ranks summing into one row) or larger (a row nobody fills) comes back as rows no rank
  * sent: flopmeter discards that interval as a failed collective, names world_size and rank in the warning and
  * backs off after 3 in a row, instead of reporting a rate that is off by the factor. */
+struct flopmeter_collective; /* c_api_collectives.h */
 typedef struct flopmeter_comm {
   uint32_t struct_size;
   int rank;       /* in [0, world_size) */
@@ -179,6 +180,12 @@ typedef struct flopmeter_comm {
   void (*release)(void* user, void* handle);
   /* Added in 0.3; read only when struct_size covers it; may be NULL (see above). */
   void* (*start_allreduce_max)(void* user, double* values, size_t count);
+  /* Added in 0.3; read only when struct_size covers it; may be NULL. When set, every collective is one call
+   * of it (an ordinary log's SUM and MAX as one request, the per-rank table as an all-gather: see
+   * flopmeter_collective in c_api_collectives.h) and the two starts above are not called. A handle it returns
+   * is finished by the wait that returns 0 or -1, which also releases it; release is called only for a
+   * handle that was never waited for to its end. */
+  void* (*start)(void* user, const struct flopmeter_collective* request);
 } flopmeter_comm;
 
 /* Called with each emitted record as one JSON object (the JSONL line, no newline), on the thread that called
@@ -513,6 +520,7 @@ FLOPMETER_EXPORT int64_t flopmeter_model_check_json(const flopmeter_model* model
 }
 #endif
 
-#include "flopmeter/c_api_values.h" /* records, coefficients and estimates as values */
+#include "flopmeter/c_api_values.h"      /* records, coefficients and estimates as values */
+#include "flopmeter/c_api_collectives.h" /* the collectives asked of flopmeter_comm, their schedules */
 
 #endif /* FLOPMETER_C_API_H_ */

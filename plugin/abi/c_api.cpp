@@ -55,9 +55,10 @@ namespace {
 
 // The trainer's flopmeter_comm, checked for its version (struct_size) and copied into the comm floor's
 // callback_collective (the same callbacks; their types are checked to be flopmeter_comm's); NULL: one process.
-// flopmeter_comm in its first version (up to release) and with start_allreduce_max (0.3).
+// flopmeter_comm in its first version (up to release), with start_allreduce_max and with start (0.3).
 constexpr std::size_t kCommV1Size = offsetof(flopmeter_comm, release) + sizeof(void*);
 constexpr std::size_t kCommMaxSize = offsetof(flopmeter_comm, start_allreduce_max) + sizeof(void*);
+constexpr std::size_t kCommStartSize = offsetof(flopmeter_comm, start) + sizeof(void*);
 
 std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm* comm) {
   if (comm == nullptr) return flopmeter::make_local_communicator();
@@ -79,6 +80,19 @@ std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm*
   static_assert(std::is_same_v<decltype(callbacks.start_allreduce_max), decltype(comm->start_allreduce_max)>,
                 "callback_collective's callbacks are flopmeter_comm's");
   if (comm->struct_size >= kCommMaxSize) callbacks.start_allreduce_max = comm->start_allreduce_max;
+  if (comm->struct_size >= kCommStartSize && comm->start != nullptr) {
+    callbacks.start = [start = comm->start, user = comm->user](const flopmeter::detail::collective_request& r) {
+      flopmeter_collective request{};
+      request.struct_size = sizeof(request);
+      request.kind = r.what == flopmeter::detail::collective_request::kind::sum_max ? FLOPMETER_COLLECTIVE_SUM_MAX
+                                                                                    : FLOPMETER_COLLECTIVE_ALLGATHER;
+      request.values = r.values;
+      request.count = r.count;
+      request.sum_count = r.sum_count;
+      request.send = r.send;
+      return start(user, &request);
+    };
+  }
   return flopmeter::detail::make_callback_communicator(callbacks, "flopmeter_comm");
 }
 

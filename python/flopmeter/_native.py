@@ -94,6 +94,25 @@ WAIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c
 RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 
 
+# flopmeter/c_api_collectives.h: one collective the library asks flopmeter_comm.start for.
+COLLECTIVE_SUM_MAX = 0
+COLLECTIVE_ALLGATHER = 1
+
+
+class Collective(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("kind", ctypes.c_int32),
+        ("values", ctypes.POINTER(ctypes.c_double)),
+        ("count", ctypes.c_size_t),
+        ("sum_count", ctypes.c_size_t),
+        ("send", ctypes.POINTER(ctypes.c_double)),
+    ]
+
+
+START_COLLECTIVE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(Collective))
+
+
 class Comm(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -104,6 +123,7 @@ class Comm(ctypes.Structure):
         ("wait", WAIT),
         ("release", RELEASE),
         ("start_allreduce_max", START_ALLREDUCE),  # 0.3: the MAX of an ordinary log
+        ("start", START_COLLECTIVE),  # 0.3: every collective as one call
     ]
 
 
@@ -236,6 +256,20 @@ class ReportValue(ctypes.Structure):
 
 RECORD_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(Record))
 
+MAX_WORLD_SIZE = 1048576  # FLOPMETER_MAX_WORLD_SIZE
+
+
+# flopmeter/c_api_collectives.h: one round of a log-depth schedule (_log_depth.py executes them).
+class LogDepthStep(ctypes.Structure):
+    _fields_ = [
+        ("peer", ctypes.c_int32),
+        ("combine", ctypes.c_int32),
+        ("send_begin", ctypes.c_uint64),
+        ("send_end", ctypes.c_uint64),
+        ("receive_begin", ctypes.c_uint64),
+        ("receive_end", ctypes.c_uint64),
+    ]
+
 
 # Every mirrored struct, by its C name: what the layout test compares.
 STRUCTS = {
@@ -250,6 +284,8 @@ STRUCTS = {
     "flopmeter_model_options": ModelOptions,
     "flopmeter_record": Record,
     "flopmeter_report_value": ReportValue,
+    "flopmeter_log_depth_step": LogDepthStep,
+    "flopmeter_collective": Collective,
 }  # and "flopmeter_counts": Counts, added once the library is loaded (structs_with_counts() has all)
 
 
@@ -297,6 +333,9 @@ _SIGNATURES = {
     "flopmeter_model_coefficients": (ctypes.c_int64, [_P, ctypes.POINTER(ReportValue), ctypes.c_size_t]),
     "flopmeter_model_estimate": (ctypes.c_int64, [_P, _COUNTS_P, ctypes.c_int, ctypes.c_int64,
                                                   ctypes.POINTER(ReportValue), ctypes.c_size_t]),
+    "flopmeter_log_depth_schedule": (ctypes.c_int64, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_size_t,
+                                                      ctypes.POINTER(LogDepthStep), ctypes.c_size_t]),
+    "flopmeter_log_depth_min_ranks": (ctypes.c_int, []),
     "flopmeter_model_check_json": (ctypes.c_int64, [_P, ctypes.c_int64, ctypes.c_char_p, ctypes.c_size_t,
                                                     ctypes.c_char_p, ctypes.c_size_t]),
 }

@@ -598,3 +598,54 @@ def test_a_records_number_is_what_json_loads_gives_for_its_json_text(value, expe
 
     got = _values.json_number(value)
     assert type(got) is type(expected) and (got == expected or got is expected)
+
+
+def test_a_log_crosses_from_the_library_into_python_at_most_three_times(monkeypatch, caplog):
+    # Every call the library makes into Python is one of these (the collective's callbacks, the record callback,
+    # the log callback); each is counted, per on_log and flush. A log waits for the previous log's collective,
+    # hands its record and starts its own: 3 crossings, whether its collective is an ordinary log's SUM and MAX
+    # (one request) or the per-rank table's all-gather (every third log here). The first log only starts; the
+    # flush only waits and hands the last record.
+    from flopmeter import _distributed, _native, _values
+
+    calls = []
+    kinds = []
+
+    def counted(name, original):
+        def wrapper(self, *args):
+            calls.append(name)
+            return original(self, *args)
+        return wrapper
+
+    for cls, name in ((_distributed.TorchCollective, "_start_collective"),
+                      (_distributed.TorchCollective, "_start_allreduce"),
+                      (_distributed.TorchCollective, "_wait_for"),
+                      (_distributed.TorchCollective, "_release_handle"),
+                      (_values.RecordReader, "_deliver")):
+        monkeypatch.setattr(cls, name, counted(name, getattr(cls, name)))
+    original_start = _distributed.TorchCollective._start_collective
+
+    def start(self, user, request):
+        kinds.append(request.contents.kind)
+        return original_start(self, user, request)
+
+    monkeypatch.setattr(_distributed.TorchCollective, "_start_collective", start)
+    caplog.set_level(logging.DEBUG, logger="flopmeter")  # the log callback's crossings: each is a record here
+    per_call = []
+    with flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1.0}, sinks=QUIET,
+                         logging={"topk_interval_logs": 3}) as meter:
+        for step in range(1, 8):
+            meter.on_microbatch(cu_seqlens=[0, 4, 9], samples=2)
+            calls.clear()
+            assert (meter.on_log(step) is None) == (step == 1)
+            per_call.append(list(calls))
+        calls.clear()
+        assert meter.flush() is not None
+        per_call.append(list(calls))
+    assert per_call[0] == ["_start_collective"]
+    for crossings in per_call[1:-1]:
+        assert sorted(crossings) == ["_deliver", "_start_collective", "_wait_for"], per_call
+    assert sorted(per_call[-1]) == ["_deliver", "_wait_for"]
+    assert not caplog.records  # no message crossed either
+    # Both kinds of request came, each as one call: the table at some logs, the SUM and MAX at the others.
+    assert set(kinds) == {_native.COLLECTIVE_SUM_MAX, _native.COLLECTIVE_ALLGATHER}, kinds
