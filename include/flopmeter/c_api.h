@@ -181,10 +181,7 @@ typedef struct flopmeter_comm {
   /* Added in 0.3; read only when struct_size covers it; may be NULL (see above). */
   void* (*start_allreduce_max)(void* user, double* values, size_t count);
   /* Added in 0.3; read only when struct_size covers it; may be NULL. When set, every collective is one call
-   * of it (an ordinary log's SUM and MAX as one request, the per-rank table as an all-gather: see
-   * flopmeter_collective in c_api_collectives.h) and the two starts above are not called. A handle it returns
-   * is finished by the wait that returns 0 or -1, which also releases it; release is called only for a
-   * handle that was never waited for to its end. */
+   * of it and the two starts above are not called; its handles follow other rules (c_api_collectives.h). */
   void* (*start)(void* user, const struct flopmeter_collective* request);
 } flopmeter_comm;
 

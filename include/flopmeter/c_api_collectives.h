@@ -26,7 +26,9 @@ extern "C" {
 #endif
 
 /* One collective, handed to flopmeter_comm.start (the struct is valid during that call; the buffers it points
- * to until the handle is finished or released). Every rank asks for the same kinds and sizes in the same
+ * to until the handle is finished or released). An ordinary log's SUM and MAX are one request, the per-rank
+ * table another. A handle start returned is finished by the flopmeter_comm.wait that returns 0 or -1, which
+ * also releases it: release is called only for a handle never waited for to its end. Every rank asks for the same kinds and sizes in the same
  * order. The library sets struct_size (sizeof(flopmeter_collective) of its header). */
 #define FLOPMETER_COLLECTIVE_SUM_MAX \
   0 /* in place over values[0, count): the SUM of the first sum_count
