@@ -5,7 +5,7 @@ What is listed (for the library as built):
   c-symbol NAME                 every exported C function (nm -D: defined text symbols named flopmeter_*)
   c-struct NAME SIZE FIELD@OFFSET+SIZE ...
                                 every struct of flopmeter/c_api.h and the C ABI headers it includes
-                                (C_API_HEADERS), as a C compiler lays it out
+                                (flopmeter/c_api_*.h), as a C compiler lays it out
   cxx-symbol SIGNATURE          every exported C++ symbol in namespace flopmeter (demangled)
   cxx-size NAME SIZE            sizeof every struct and class of the public C++ headers (flopmeter/*.h except
                                 the LibTorch ones, c10d.h and torch.h)
@@ -34,8 +34,6 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# The C ABI: c_api.h and the headers it includes (one ABI, split for size).
-C_API_HEADERS = ("c_api.h", "c_api_config.h", "c_api_model.h")
 
 
 def c_symbols(library: Path):
@@ -81,7 +79,8 @@ def compile_and_run(compiler: str, source: str, suffix: str, include_dirs, std: 
 
 
 def c_structs(include_dirs, c_compiler: str):
-    header = "\n".join((ROOT / "include" / "flopmeter" / h).read_text() for h in C_API_HEADERS)
+    # c_api.h and the headers it includes (c_api_*.h): every struct of the C ABI.
+    header = "\n".join(p.read_text() for p in sorted((ROOT / "include" / "flopmeter").glob("c_api*.h")))
     names = re.findall(r"typedef struct (flopmeter_\w+) \{", header)
     lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "flopmeter/c_api.h"', "int main(void) {"]
     for name in names:
@@ -95,7 +94,7 @@ def c_structs(include_dirs, c_compiler: str):
 
 def cxx_sizes(include_dirs, cxx_compiler: str):
     headers = sorted(p.name for p in (ROOT / "include" / "flopmeter").glob("*.h")
-                     if p.name not in ("c10d.h", "torch.h", "nccl.h", *C_API_HEADERS))
+                     if p.name not in ("c10d.h", "torch.h", "nccl.h") and not p.name.startswith("c_api"))
     types = []
     for h in headers:
         text = (ROOT / "include" / "flopmeter" / h).read_text()

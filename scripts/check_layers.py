@@ -31,6 +31,7 @@ PUBLIC = {
     "c10d.h": "comm", "gloo_env.h": "comm", "nccl.h": "comm",
     "torch.h": "tensor",
     "c_api.h": "abi", "c_api_config.h": "abi", "c_api_model.h": "abi",
+    "c_api_values.h": "abi", "c_api_collectives.h": "abi",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

@@ -16,6 +16,7 @@
 
 #include "flopmeter/sinks.h"
 #include "output/json_writer.h"
+#include "output/model_report.h"
 
 namespace {
 
@@ -119,6 +120,37 @@ TEST(JsonWriter, ObjectsKeepKeyOrderAndSeparators) {
   compact.integer("step", 5).number("perf/mfu", 41.2);
   EXPECT_EQ(compact.str(), "{\"step\":5,\"perf/mfu\":41.2}");
   EXPECT_EQ(json_object().str(), "{}");
+}
+
+// A report's entries (model_report.h) render as nested objects and arrays: a path component that is an index
+// opens an array, consecutive entries under the same prefix share its container, an empty_list entry is [].
+TEST(JsonWriter, ReportEntriesRenderAsNestedObjectsAndArrays) {
+  using flopmeter::detail::report_entry;
+  using flopmeter::detail::report_kind;
+  const auto integer = [](const char* key, std::int64_t v) {
+    return report_entry{key, report_kind::integer, v, 0, ""};
+  };
+  const auto text = [](const char* key, const char* v) { return report_entry{key, report_kind::text, 0, 0, v}; };
+  const flopmeter::detail::report_entries entries = {
+      text("model", "m"),
+      report_entry{"frozen", report_kind::empty_list, 0, 0, ""},
+      integer("pairs/0", 2),
+      integer("pairs/1", 3),
+      text("windows/0/kind", "sliding"),
+      integer("windows/0/size", 128),
+      text("windows/1/kind", "chunked"),
+      integer("windows/1/size", 8192),
+      report_entry{"recompute/settings/vision", report_kind::boolean, 1, 0, ""},
+      report_entry{"recompute/total", report_kind::number, 0, 0.5, ""},
+      report_entry{"recompute/ratio", report_kind::number, 0, std::nan(""), ""},
+      integer("n", -1),
+  };
+  // Written out by hand with json_object's separators (", " and ": "); the NaN is null.
+  EXPECT_EQ(flopmeter::detail::report_json(entries),
+            "{\"model\": \"m\", \"frozen\": [], \"pairs\": [2, 3], \"windows\": [{\"kind\": \"sliding\", "
+            "\"size\": 128}, {\"kind\": \"chunked\", \"size\": 8192}], \"recompute\": {\"settings\": {\"vision\": "
+            "true}, \"total\": 0.5, \"ratio\": null}, \"n\": -1}");
+  EXPECT_EQ(flopmeter::detail::report_json({}), "{}");
 }
 
 // The JSONL sink writes through the writer: each line parses, in order, with the same values.

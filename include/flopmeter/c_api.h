@@ -169,6 +169,7 @@ typedef struct flopmeter_log {
  * than the group (two ranks summing into one row) or larger (a row nobody fills) comes back as rows no rank
  * sent: flopmeter discards that interval as a failed collective, names world_size and rank in the warning and
  * backs off after 3 in a row, instead of reporting a rate that is off by the factor. */
+struct flopmeter_collective; /* c_api_collectives.h */
 typedef struct flopmeter_comm {
   uint32_t struct_size;
   int rank;       /* in [0, world_size) */
@@ -180,11 +181,14 @@ typedef struct flopmeter_comm {
   void (*release)(void* user, void* handle);
   /* Added in 0.3; read only when struct_size covers it; may be NULL (see above). */
   void* (*start_allreduce_max)(void* user, double* values, size_t count);
+  /* Added in 0.3; read only when struct_size covers it; may be NULL. When set, every collective is one call
+   * of it and the two starts above are not called; its handles follow other rules (c_api_collectives.h). */
+  void* (*start)(void* user, const struct flopmeter_collective* request);
 } flopmeter_comm;
 
 /* Called with each emitted record as one JSON object (the JSONL line, no newline), on the thread that called
  * on_log, flush or destroy; `json` is valid during the call only. See "Re-entry" at the top for what it may
- * call on the same plugin. */
+ * call on the same plugin. Deprecated in 0.3: flopmeter_set_record_callback (c_api_values.h) hands the values. */
 typedef void (*flopmeter_metrics_callback)(void* user, int64_t step, const char* json);
 
 FLOPMETER_EXPORT uint32_t flopmeter_abi_version(void);
@@ -339,5 +343,7 @@ FLOPMETER_EXPORT int flopmeter_set_log_callback(flopmeter_log_callback callback,
 /* The rest of the C ABI, in headers of their own (each includes this one): */
 #include "flopmeter/c_api_config.h" /* the typed configuration builder: flopmeter_config_* */
 #include "flopmeter/c_api_model.h"  /* the FLOP model alone: flopmeter_model_*, flopmeter_counts, ... */
+#include "flopmeter/c_api_values.h"      /* records, coefficients and estimates as values */
+#include "flopmeter/c_api_collectives.h" /* the collectives asked of flopmeter_comm, their schedules */
 
 #endif /* FLOPMETER_C_API_H_ */

@@ -129,7 +129,9 @@ FLOPMETER_EXPORT int flopmeter_model_count(const flopmeter_model* model, const f
 /* The FLOPs of `counts` in `scope` (FLOPMETER_SCOPE_*); FLOPMETER_E_REJECTED for an unknown scope. */
 FLOPMETER_EXPORT int flopmeter_model_flops(const flopmeter_model* model, const flopmeter_counts* counts, int scope,
                                            flopmeter_flops* out);
-/* The JSON of `flopmeter coefficients --json` for this model, or of `flopmeter estimate --json` for `counts`
+/* Deprecated in 0.3: the same reports as values, flopmeter_model_coefficients and flopmeter_model_estimate
+ * (c_api_values.h).
+ * The JSON of `flopmeter coefficients --json` for this model, or of `flopmeter estimate --json` for `counts`
  * (seq_len 0: the row length is the batch's device tokens). Both write at most size - 1 bytes and a NUL and
  * return the JSON's full length (call again with a larger buffer when it is >= size), or a negative
  * FLOPMETER_E_* code. */

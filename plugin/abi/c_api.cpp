@@ -38,51 +38,25 @@
 #include "flopmeter/gloo_env.h"
 #include "abi/abi_common.h"
 #include "abi/abi_logger.h"
+#include "abi/record_slot.h"
 #include "accounting/derive.h"
 #include "accounting/plugin_factory.h"
 #include "accounting/throughput_calls.h"
 #include "accounting/throughput_config.h"
 #include "core/count_fields.h"
 #include "comm/c_callback_communicator.h"
-#include "output/json_line.h"
 #include "output/logging.h"
 
 static_assert(FLOPMETER_MAX_WORLD_SIZE == flopmeter::max_world_size, "c_api.h and communicator.h must agree");
 
 namespace {
 
-// The C callback, settable after create (the record sink holds the slot, the handle sets it).
-class callback_slot final : public flopmeter::sink {
- public:
-  void set(flopmeter_metrics_callback callback, void* user) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    callback_ = callback;
-    user_ = user;
-  }
-
- protected:
-  void write_(const flopmeter::metrics_record& record) override {
-    flopmeter_metrics_callback callback = nullptr;
-    void* user = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      callback = callback_;
-      user = user_;
-    }
-    if (callback != nullptr) callback(user, record.step, flopmeter::detail::to_json_line(record).c_str());
-  }
-
- private:
-  std::mutex mutex_;
-  flopmeter_metrics_callback callback_ = nullptr;
-  void* user_ = nullptr;
-};
-
 // The trainer's flopmeter_comm, checked for its version (struct_size) and copied into the comm floor's
 // callback_collective (the same callbacks; their types are checked to be flopmeter_comm's); NULL: one process.
-// flopmeter_comm in its first version (up to release) and with start_allreduce_max (0.3).
+// flopmeter_comm in its first version (up to release), with start_allreduce_max and with start (0.3).
 constexpr std::size_t kCommV1Size = offsetof(flopmeter_comm, release) + sizeof(void*);
 constexpr std::size_t kCommMaxSize = offsetof(flopmeter_comm, start_allreduce_max) + sizeof(void*);
+constexpr std::size_t kCommStartSize = offsetof(flopmeter_comm, start) + sizeof(void*);
 
 std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm* comm) {
   if (comm == nullptr) return flopmeter::make_local_communicator();
@@ -104,6 +78,19 @@ std::shared_ptr<flopmeter::communicator> communicator_from(const flopmeter_comm*
   static_assert(std::is_same_v<decltype(callbacks.start_allreduce_max), decltype(comm->start_allreduce_max)>,
                 "callback_collective's callbacks are flopmeter_comm's");
   if (comm->struct_size >= kCommMaxSize) callbacks.start_allreduce_max = comm->start_allreduce_max;
+  if (comm->struct_size >= kCommStartSize && comm->start != nullptr) {
+    callbacks.start = [start = comm->start, user = comm->user](const flopmeter::detail::collective_request& r) {
+      flopmeter_collective request{};
+      request.struct_size = sizeof(request);
+      request.kind = r.what == flopmeter::detail::collective_request::kind::sum_max ? FLOPMETER_COLLECTIVE_SUM_MAX
+                                                                                    : FLOPMETER_COLLECTIVE_ALLGATHER;
+      request.values = r.values;
+      request.count = r.count;
+      request.sum_count = r.sum_count;
+      request.send = r.send;
+      return start(user, &request);
+    };
+  }
   return flopmeter::detail::make_callback_communicator(callbacks, "flopmeter_comm");
 }
 
@@ -121,7 +108,7 @@ constexpr std::size_t kHealthV2Size = offsetof(flopmeter_health_counters, reject
 // the plugin decides and counts: throughput_calls).
 struct plugin_state {
   std::shared_ptr<flopmeter::throughput_plugin> plugin;
-  std::shared_ptr<callback_slot> callback;
+  std::shared_ptr<flopmeter::detail::record_slot> callback;
   std::shared_ptr<spdlog::logger> logger;
   std::atomic<std::uint64_t> refused_microbatches{0};
   std::atomic<std::uint64_t> refused_logs{0};
@@ -169,7 +156,7 @@ class handle_registry {
 template <class Create>
 flopmeter_plugin* register_plugin(const Create& create) {
   auto state = std::make_shared<plugin_state>();
-  state->callback = std::make_shared<callback_slot>();
+  state->callback = std::make_shared<flopmeter::detail::record_slot>();
   state->logger = flopmeter::detail::abi_logger();
   state->plugin = create(state->logger, state->callback);
   return handle_registry::instance().add(std::move(state));
@@ -299,7 +286,15 @@ int flopmeter_set_metrics_callback(flopmeter_plugin* plugin, flopmeter_metrics_c
   if (plugin == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
   const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
   if (!state) return FLOPMETER_E_INVALID_HANDLE;
-  state->callback->set(callback, user);
+  state->callback->set_metrics_callback(callback, user);
+  return FLOPMETER_OK;
+}
+
+int flopmeter_set_record_callback(flopmeter_plugin* plugin, flopmeter_record_callback callback, void* user) {
+  if (plugin == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const std::shared_ptr<plugin_state> state = handle_registry::instance().find(plugin);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  state->callback->set_record_callback(callback, user);
   return FLOPMETER_OK;
 }
 

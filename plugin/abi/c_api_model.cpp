@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "abi/abi_common.h"
+#include "abi/model_registry.h"
 #include "accounting/count_event.h"
 #include "core/count_fields.h"
 #include "flopmeter/c_api.h"
@@ -61,47 +62,6 @@ template <class T>
 bool array_given(const T* data, std::size_t count) {
   return data != nullptr || count == 0;
 }
-
-struct model_state {
-  model_spec spec;
-  training_regime regime;
-  regime_coefficients coeffs;
-  vision_geometry geometry;
-
-  // The coefficients of one micro-batch's counts: those of a batch without images or videos when it has none
-  // (they differ only for a frozen decoder under a training vision side; training_regime in flop_model.h).
-  const coefficients& of(const batch_counts& n) const {
-    return n.items == 0 ? coeffs.without_items : coeffs.with_items;
-  }
-};
-
-class model_registry {
- public:
-  static model_registry& instance() {
-    static model_registry* registry = new model_registry();  // never destroyed, as the plugin registry
-    return *registry;
-  }
-  flopmeter_model* add(std::shared_ptr<const model_state> state) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    next_ += 16;  // never 0 and never reused
-    live_.emplace(next_, std::move(state));
-    return reinterpret_cast<flopmeter_model*>(next_);
-  }
-  std::shared_ptr<const model_state> find(const flopmeter_model* handle) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = live_.find(reinterpret_cast<std::uintptr_t>(handle));
-    return it == live_.end() ? nullptr : it->second;
-  }
-  bool remove(const flopmeter_model* handle) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return live_.erase(reinterpret_cast<std::uintptr_t>(handle)) == 1;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::unordered_map<std::uintptr_t, std::shared_ptr<const model_state>> live_;
-  std::uintptr_t next_ = 0x2000;
-};
 
 // The scope of a FLOPMETER_SCOPE_* value, or false for any other.
 bool scope_from(int value, flop_scope& scope) {
@@ -241,12 +201,43 @@ flopmeter_model* register_model(model_spec spec, training_regime regime) {
   state->regime = std::move(regime);
   state->geometry = geometry_of(spec);
   state->spec = std::move(spec);
+  state->coefficients_report = coefficients_report(state->spec, state->coeffs, state->regime);
+  for (const flop_scope scope : {flop_scope::complete, flop_scope::seed}) {
+    state->estimate_reports[scope == flop_scope::seed ? FLOPMETER_SCOPE_SEED : FLOPMETER_SCOPE_COMPLETE] =
+        estimate_report(estimate_batch(state->spec, batch_counts{}, scope, 0, state->regime));
+  }
   return model_registry::instance().add(std::move(state));
 }
 
 }  // namespace flopmeter::detail
 
 using flopmeter::detail::model_registry;
+
+namespace {
+
+using flopmeter::detail::report_kind;
+static_assert(static_cast<int>(report_kind::integer) == FLOPMETER_VALUE_INTEGER &&
+                  static_cast<int>(report_kind::number) == FLOPMETER_VALUE_NUMBER &&
+                  static_cast<int>(report_kind::boolean) == FLOPMETER_VALUE_BOOLEAN &&
+                  static_cast<int>(report_kind::text) == FLOPMETER_VALUE_TEXT &&
+                  static_cast<int>(report_kind::empty_list) == FLOPMETER_VALUE_EMPTY_LIST,
+              "report_kind is FLOPMETER_VALUE_*'s order");
+
+// Writes the values of `entries` into out[0..size) (the texts from `texts`, the registered report with the same
+// keys, so that they live as long as the handle); returns the number of entries.
+int64_t write_values(const flopmeter::detail::report_entries& entries, const flopmeter::detail::report_entries& texts,
+                     flopmeter_report_value* out, size_t size) {
+  if (entries.size() != texts.size()) return FLOPMETER_E_REJECTED;  // cannot happen: the keys are the model's
+  for (std::size_t i = 0; i < entries.size() && out != nullptr && i < size; ++i) {
+    const flopmeter::detail::report_entry& e = entries[i];
+    out[i].integer = e.integer;
+    out[i].number = e.number;
+    out[i].text = e.kind == flopmeter::detail::report_kind::text ? texts[i].text.c_str() : nullptr;
+  }
+  return static_cast<int64_t>(entries.size());
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -432,6 +423,45 @@ int64_t flopmeter_model_estimate_json(const flopmeter_model* model, const flopme
     const flopmeter::detail::estimate_result r = flopmeter::detail::estimate_batch(
         state->spec, flopmeter::detail::counts_from(*counts), scope, seq_len, state->regime);
     return flopmeter::detail::write_text(flopmeter::detail::estimate_json(r), out, size);
+  } catch (...) {
+    return FLOPMETER_E_REJECTED;
+  }
+}
+
+const char* flopmeter_model_report_key(const flopmeter_model* model, int report, uint32_t index, int* kind) {
+  if (model == nullptr) return nullptr;
+  const auto state = model_registry::instance().find(model);
+  if (!state) return nullptr;
+  const flopmeter::detail::report_entries* entries =
+      report == FLOPMETER_REPORT_COEFFICIENTS ? &state->coefficients_report
+      : report == FLOPMETER_REPORT_ESTIMATE   ? &state->estimate_reports[FLOPMETER_SCOPE_COMPLETE]
+                                              : nullptr;
+  if (entries == nullptr || index >= entries->size()) return nullptr;
+  if (kind != nullptr) *kind = static_cast<int>((*entries)[index].kind);
+  return (*entries)[index].key.c_str();  // lives as long as the state, which the registry holds until destroy
+}
+
+int64_t flopmeter_model_coefficients(const flopmeter_model* model, flopmeter_report_value* out, size_t size) {
+  if (model == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const auto state = model_registry::instance().find(model);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  return write_values(state->coefficients_report, state->coefficients_report, out, size);
+}
+
+int64_t flopmeter_model_estimate(const flopmeter_model* model, const flopmeter_counts* counts, int scope_value,
+                                 int64_t seq_len, flopmeter_report_value* out, size_t size) {
+  if (model == nullptr || counts == nullptr) return FLOPMETER_E_NULL_ARGUMENT;
+  const auto state = model_registry::instance().find(model);
+  if (!state) return FLOPMETER_E_INVALID_HANDLE;
+  if (!flopmeter::detail::counts_size_ok(*counts, state->geometry)) return FLOPMETER_E_STRUCT_SIZE;
+  flopmeter::flop_scope scope{};
+  if (!flopmeter::detail::scope_from(scope_value, scope) || !flopmeter::detail::counts_valid(counts) || seq_len < 0) {
+    return FLOPMETER_E_REJECTED;
+  }
+  try {
+    const flopmeter::detail::estimate_result r = flopmeter::detail::estimate_batch(
+        state->spec, flopmeter::detail::counts_from(*counts), scope, seq_len, state->regime);
+    return write_values(flopmeter::detail::estimate_report(r), state->estimate_reports[scope_value], out, size);
   } catch (...) {
     return FLOPMETER_E_REJECTED;
   }

@@ -1,6 +1,7 @@
 // The communicator over a trainer's all-reduce callbacks (c_callback_communicator.h).
 #include "comm/c_callback_communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -11,19 +12,22 @@
 namespace flopmeter::detail {
 namespace {
 
-// One collective the trainer's start_allreduce_sum started: waits through its `wait`, releases the handle
-// through its `release` when destroyed (finished or not).
+// One collective the trainer's callbacks started: waits through its `wait`, releases the handle through its
+// `release` when destroyed (finished or not), unless the handle came from `start` and a wait finished it.
 class c_pending final : public pending_collective {
  public:
-  c_pending(const callback_collective& comm, void* handle) : comm_(comm), handle_(handle) {}
+  c_pending(const callback_collective& comm, void* handle, bool released_by_wait = false)
+      : comm_(comm), handle_(handle), released_by_wait_(released_by_wait) {}
   ~c_pending() override {
-    if (comm_.release != nullptr) comm_.release(comm_.user, handle_);
+    if (!finished_ && comm_.release != nullptr) comm_.release(comm_.user, handle_);
   }
   c_pending(const c_pending&) = delete;
   c_pending& operator=(const c_pending&) = delete;
 
   collective_status wait(std::chrono::milliseconds timeout) override {
+    if (finished_) return message_.empty() ? collective_status::done : collective_status::failed;
     const int status = comm_.wait(comm_.user, handle_, static_cast<int64_t>(timeout.count()));
+    finished_ = released_by_wait_ && status != 1;  // the trainer released the handle with this answer
     if (status == 0) return collective_status::done;
     if (status == 1) return collective_status::pending;
     message_ = "the trainer's all-reduce callback reported failure (" + std::to_string(status) + ")";
@@ -34,6 +38,8 @@ class c_pending final : public pending_collective {
  private:
   callback_collective comm_;
   void* handle_;
+  bool released_by_wait_;
+  bool finished_ = false;
   std::string message_;
 };
 
@@ -54,8 +60,36 @@ class c_communicator final : public communicator {
     if (handle == nullptr) throw error("the trainer's MAX all-reduce callback could not start the collective");
     return std::make_unique<c_pending>(comm_, handle);
   }
+  std::unique_ptr<pending_collective> start_allreduce_sum_max(double* values, std::size_t sum_count,
+                                                              std::size_t max_count) override {
+    if (!comm_.start) return communicator::start_allreduce_sum_max(values, sum_count, max_count);
+    collective_request request;
+    request.what = collective_request::kind::sum_max;
+    request.values = values;
+    request.count = sum_count + max_count;
+    request.sum_count = sum_count;
+    return start(request);
+  }
+  std::unique_ptr<pending_collective> start_allgather(const double* send, std::size_t count, double* recv) override {
+    if (!comm_.start) return communicator::start_allgather(send, count, recv);
+    const std::size_t world = static_cast<std::size_t>(comm_.world_size);
+    std::fill(recv, recv + world * count, 0.0);  // zeros but this rank's slot: a SUM of it is the gather too
+    std::copy(send, send + count, recv + static_cast<std::size_t>(comm_.rank) * count);
+    collective_request request;
+    request.what = collective_request::kind::allgather;
+    request.values = recv;
+    request.count = count;
+    request.send = send;
+    return start(request);
+  }
 
  private:
+  std::unique_ptr<pending_collective> start(const collective_request& request) {
+    void* handle = comm_.start(request);
+    if (handle == nullptr) throw error("the trainer's collective callback could not start the collective");
+    return std::make_unique<c_pending>(comm_, handle, /*released_by_wait=*/true);
+  }
+
   callback_collective comm_;
 };
 

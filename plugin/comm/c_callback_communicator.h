@@ -10,11 +10,22 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "flopmeter/communicator.h"
 
 namespace flopmeter::detail {
+
+// One collective as the C ABI's flopmeter_collective describes it (abi/c_api.cpp converts it).
+struct collective_request {
+  enum class kind { sum_max, allgather };
+  kind what = kind::sum_max;
+  double* values = nullptr;      // sum_max: count values, in place; allgather: the world x count table
+  std::size_t count = 0;         // sum_max: the elements; allgather: the elements per rank
+  std::size_t sum_count = 0;     // sum_max: the first sum_count elements add, the rest take the maximum
+  const double* send = nullptr;  // allgather: this rank's count values (already in its slot of values)
+};
 
 // An in-place SUM all-reduce of doubles provided by the trainer: start returns a non-NULL handle (NULL = could
 // not start); wait returns 0 done, 1 still pending after timeout_ms, anything else failed; release frees the
@@ -28,6 +39,10 @@ struct callback_collective {
   void (*release)(void* user, void* handle) = nullptr;
   // An in-place MAX all-reduce, optional: NULL runs the MAX over the SUM (communicator::start_allreduce_max).
   void* (*start_allreduce_max)(void* user, double* values, std::size_t count) = nullptr;
+  // Optional: every collective of an ordinary log and of the per-rank table as one call (the two starts above
+  // are then not used for them). A handle it returns is released by the wait that finishes it (done or
+  // failed); `release` is called only for one never waited for to its end.
+  std::function<void*(const collective_request&)> start;
 };
 
 // A communicator calling `callbacks`. Throws flopmeter::error naming `what` ("flopmeter_comm") for callbacks

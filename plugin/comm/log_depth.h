@@ -79,8 +79,9 @@
 //    of world - 1. Every rank ends with copies of each rank's block: the backend's all-gather, bit for bit.
 //
 // The schedules are pure functions, shared by the c10d adapter (c10d_log_depth.cpp, real sends over a Gloo
-// group), the simulator (bench/bench_collective_sim.cpp) and the tests; python/flopmeter/_log_depth.py is the
-// same schedule in Python. Thread-safety: pure functions.
+// group), the simulator (bench/bench_collective_sim.cpp), the tests, and through the C ABI
+// (flopmeter_log_depth_schedule) the Python package, whose transport executes them. Thread-safety: pure
+// functions.
 #pragma once
 
 #include <cstddef>

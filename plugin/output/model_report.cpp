@@ -1,6 +1,10 @@
 // The FLOP model's reports (model_report.h): what `flopmeter coefficients --json` and `estimate --json` print.
 #include "output/model_report.h"
 
+#include <string_view>
+#include <utility>
+#include <vector>
+
 #include "core/count_fields.h"
 #include "output/json_writer.h"
 
@@ -87,95 +91,165 @@ recompute_table recompute_entries(const coefficients& c) {
       }};
 }
 
-std::string recompute_settings_json(const training_regime& regime) {
-  const recompute_options& o = regime.recompute;
-  json_object object;
-  object.string("policy", to_string(o.policy))
-      .integer("layers", o.layers)
-      .integer("every", o.every)
-      .integer("pipeline_stages", o.pipeline_stages)
-      .raw("vision", o.vision ? "true" : "false");
-  return object.str();
+namespace {
+
+// Appends entries to a report; `prefix` is the path of the object they go into ("" for the top level).
+class report_writer {
+ public:
+  explicit report_writer(report_entries& out, std::string prefix = "") : out_(out), prefix_(std::move(prefix)) {}
+  report_writer in(std::string_view name) const { return report_writer(out_, prefix_ + std::string(name) + "/"); }
+  void integer(std::string_view name, std::int64_t value) const { add(name, report_kind::integer).integer = value; }
+  void number(std::string_view name, double value) const { add(name, report_kind::number).number = value; }
+  void boolean(std::string_view name, bool value) const { add(name, report_kind::boolean).integer = value ? 1 : 0; }
+  void text(std::string_view name, std::string_view value) const { add(name, report_kind::text).text = value; }
+  // An array of strings: one text entry per element, or one empty_list entry.
+  void texts(std::string_view name, const std::vector<const char*>& values) const {
+    if (values.empty()) add(name, report_kind::empty_list);
+    for (std::size_t i = 0; i < values.size(); ++i) in(name).text(std::to_string(i), values[i]);
+  }
+
+ private:
+  report_entry& add(std::string_view name, report_kind kind) const {
+    report_entry& e = out_.emplace_back();
+    e.key = prefix_;
+    e.key += name;
+    e.kind = kind;
+    return e;
+  }
+  report_entries& out_;
+  std::string prefix_;
+};
+
+std::vector<const char*> frozen_parts(const training_regime& regime) {
+  std::vector<const char*> parts;
+  if (regime.vision_frozen) parts.push_back("vision");
+  if (regime.merger_frozen) parts.push_back("merger");
+  if (regime.text_frozen) parts.push_back("text");
+  return parts;
 }
+
+void recompute_settings(const report_writer& w, const training_regime& regime) {
+  const recompute_options& o = regime.recompute;
+  w.text("policy", to_string(o.policy));
+  w.integer("layers", o.layers);
+  w.integer("every", o.every);
+  w.integer("pipeline_stages", o.pipeline_stages);
+  w.boolean("vision", o.vision);
+}
+
+bool is_index(std::string_view component) {
+  return !component.empty() && component.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+}  // namespace
 
 std::string frozen_json(const training_regime& regime) {
   std::string list = "[";
-  const auto add = [&list](bool frozen, const char* part) {
-    if (frozen) list += (list.size() > 1 ? ", " : "") + json_string(part);
+  for (const char* part : frozen_parts(regime)) list += (list.size() > 1 ? ", " : "") + json_string(part);
+  return list + "]";
+}
+
+std::string report_json(const report_entries& entries) {
+  struct container {
+    std::string_view name;
+    bool array = false;
+    bool empty = true;
   };
-  add(regime.vision_frozen, "vision");
-  add(regime.merger_frozen, "merger");
-  add(regime.text_frozen, "text");
-  return list + "]";
+  std::string out = "{";
+  std::vector<container> open{{"", false, true}};  // open[i + 1] holds path component i
+  std::vector<std::string_view> parts;
+  const auto member = [&out](container& parent, std::string_view name) {
+    if (!parent.empty) out += ", ";
+    parent.empty = false;
+    if (!parent.array) {
+      append_json_string(out, name);
+      out += ": ";
+    }
+  };
+  for (const report_entry& e : entries) {
+    parts.clear();
+    std::string_view key = e.key;
+    for (std::size_t slash; (slash = key.find('/')) != std::string_view::npos; key.remove_prefix(slash + 1)) {
+      parts.push_back(key.substr(0, slash));
+    }
+    parts.push_back(key);
+    std::size_t common = 0;
+    while (common + 1 < open.size() && common + 1 < parts.size() && open[common + 1].name == parts[common]) ++common;
+    for (; open.size() > common + 1; open.pop_back()) out += open.back().array ? "]" : "}";
+    for (std::size_t i = common; i + 1 < parts.size(); ++i) {
+      member(open.back(), parts[i]);
+      const bool array = is_index(parts[i + 1]);
+      out += array ? "[" : "{";
+      open.push_back({parts[i], array, true});
+    }
+    member(open.back(), parts.back());
+    switch (e.kind) {
+      case report_kind::integer: append_json_int(out, e.integer); break;
+      case report_kind::number: append_json_number(out, e.number); break;
+      case report_kind::boolean: out += e.integer != 0 ? "true" : "false"; break;
+      case report_kind::text: append_json_string(out, e.text); break;
+      case report_kind::empty_list: out += "[]"; break;
+    }
+  }
+  for (; open.size() > 1; open.pop_back()) out += open.back().array ? "]" : "}";
+  return out + "}";
 }
 
-std::string lora_targets_json(const training_regime& regime) {
-  std::string list = "[";
-  for (const lora_target target : regime.lora_targets)
-    list += (list.size() > 1 ? ", " : "") + json_string(to_string(target));
-  return list + "]";
-}
-
-std::string coefficients_json(const model_spec& spec, const regime_coefficients& rc, const training_regime& regime) {
+report_entries coefficients_report(const model_spec& spec, const regime_coefficients& rc,
+                                   const training_regime& regime) {
+  report_entries entries;
+  const report_writer w(entries);
   const coefficient_table table = coefficient_entries(rc.with_items);
-  json_object object;
-  object.string("model", spec.name);
-  if (!spec.source_path.empty()) object.string("file", spec.source_path);  // which file a name resolved to
-  object.raw("frozen", frozen_json(regime))
-      .integer("lora_rank", regime.lora_rank)
-      .raw("lora_targets", lora_targets_json(regime));
-  for (const coefficient_entry& e : table.entries) object.integer(e.key, e.value);
+  w.text("model", spec.name);
+  if (!spec.source_path.empty()) w.text("file", spec.source_path);  // which file a name resolved to
+  w.texts("frozen", frozen_parts(regime));
+  w.integer("lora_rank", regime.lora_rank);
+  std::vector<const char*> targets;
+  for (const lora_target target : regime.lora_targets) targets.push_back(to_string(target));
+  w.texts("lora_targets", targets);
+  for (const coefficient_entry& e : table.entries) w.integer(e.key, e.value);
   // A model with attention windows: their coefficients, per pair under window k, and the windows themselves.
   const vision_geometry geometry = geometry_of(spec);
-  if (geometry.window_count > 0) {
-    std::string pairs = "[", windows = "[";
-    for (std::int64_t k = 0; k < geometry.window_count; ++k) {
-      const attention_window& w = geometry.windows[k];
-      pairs += (k > 0 ? ", " : "") + std::to_string(rc.with_items.window_attn_pair[k]);
-      json_object window;
-      window.string("kind", window_kind_name(w.kind)).integer("size", w.size);
-      windows += (k > 0 ? ", " : "") + window.str();
-    }
-    object.raw("window_attn_pair", pairs + "]").raw("windows", windows + "]");
+  for (std::int64_t k = 0; k < geometry.window_count; ++k) {
+    w.in("window_attn_pair").integer(std::to_string(k), rc.with_items.window_attn_pair[k]);
   }
-  // A vision tower's segment layout (vision_geometry): what a counter outside the library (the Python package's
-  // device path) needs besides the merge size.
+  for (std::int64_t k = 0; k < geometry.window_count; ++k) {
+    const report_writer window = w.in("windows").in(std::to_string(k));
+    window.text("kind", window_kind_name(geometry.windows[k].kind));
+    window.integer("size", geometry.windows[k].size);
+  }
+  // A vision tower's segment layout (vision_geometry): what a counter outside the library needs besides the
+  // merge size.
   if (geometry.has_vision) {
-    json_object vision;
-    vision.integer("spatial_merge_size", geometry.spatial_merge_size)
-        .integer("vision_window", geometry.vision_window)
-        .integer("cls_tokens", geometry.cls_tokens)
-        .integer("segment_side", geometry.segment_side)
-        .boolean("image_block", geometry.image_block);
-    object.raw("vision_geometry", vision.str());
+    const report_writer vision = w.in("vision_geometry");
+    vision.integer("spatial_merge_size", geometry.spatial_merge_size);
+    vision.integer("vision_window", geometry.vision_window);
+    vision.integer("cls_tokens", geometry.cls_tokens);
+    vision.integer("segment_side", geometry.segment_side);
+    vision.boolean("image_block", geometry.image_block);
   }
-  json_object breakdown;
-  for (const coefficient_entry& e : table.dense_parts) breakdown.integer(e.key, e.value);
-  object.raw("dense_per_token_breakdown", breakdown.str());
+  for (const coefficient_entry& e : table.dense_parts) w.in("dense_per_token_breakdown").integer(e.key, e.value);
   // The recompute coefficients (hardware FLOPs only; all 0 with recompute "none"): the settings, the four
   // coefficients and text_per_token by GEMM family.
   const recompute_table recompute = recompute_entries(rc.with_items);
-  json_object recomputed;
-  recomputed.raw("settings", recompute_settings_json(regime));
+  const report_writer recomputed = w.in("recompute");
+  recompute_settings(recomputed.in("settings"), regime);
   for (const coefficient_entry& e : recompute.entries) recomputed.integer(e.key, e.value);
-  json_object recomputed_parts;
-  for (const coefficient_entry& e : recompute.dense_parts) recomputed_parts.integer(e.key, e.value);
-  recomputed.raw("text_per_token_breakdown", recomputed_parts.str());
-  if (geometry.window_count > 0) {  // a windowed model: the re-executed core per pair under each window
-    std::string pairs = "[";
-    for (std::int64_t k = 0; k < geometry.window_count; ++k) {
-      pairs += (k > 0 ? ", " : "") + std::to_string(rc.with_items.recompute.window_attn_pair[k]);
-    }
-    recomputed.raw("window_attn_pair", pairs + "]");
+  for (const coefficient_entry& e : recompute.dense_parts) {
+    recomputed.in("text_per_token_breakdown").integer(e.key, e.value);
   }
-  object.raw("recompute", recomputed.str());
+  for (std::int64_t k = 0; k < geometry.window_count; ++k) {  // the re-executed core per pair under each window
+    recomputed.in("window_attn_pair").integer(std::to_string(k), rc.with_items.recompute.window_attn_pair[k]);
+  }
   const itemless_table itemless = itemless_entries(rc);
   if (itemless.differs) {
-    json_object without;
-    for (const coefficient_entry& e : itemless.entries) without.integer(e.key, e.value);
-    object.raw("without_items", without.str());
+    for (const coefficient_entry& e : itemless.entries) w.in("without_items").integer(e.key, e.value);
   }
-  return object.str();
+  return entries;
+}
+
+std::string coefficients_json(const model_spec& spec, const regime_coefficients& rc, const training_regime& regime) {
+  return report_json(coefficients_report(spec, rc, regime));
 }
 
 estimate_result estimate_batch(const model_spec& spec, const batch_counts& counts, flop_scope scope,
@@ -203,51 +277,43 @@ estimate_result estimate_batch(const model_spec& spec, const batch_counts& count
   return r;
 }
 
-std::string counts_json(const batch_counts& n) {
-  json_object object;
-  for (std::size_t i = 0; i < kReportedCountFields; ++i)
-    object.integer(kCountFields[i].name, n.*kCountFields[i].member);
-  return object.str();
-}
-
-std::string recompute_flops_json(const estimate_result& r) {
-  const flop_breakdown::recompute_flops& f = r.f.recompute;
-  json_object object;
-  object.raw("settings", recompute_settings_json(r.regime))
-      .number("text_dense", f.text_dense)
-      .number("text_attention", f.text_attention)
-      .number("vision_dense", f.vision_dense)
-      .number("vision_attention", f.vision_attention)
-      .number("total", f.total());
-  return object.str();
-}
-
-std::string estimate_json(const estimate_result& r) {
+report_entries estimate_report(const estimate_result& r) {
   const flop_breakdown& f = r.f;
-  json_object object;
-  object.string("model", r.spec.name);
-  if (!r.spec.source_path.empty()) object.string("file", r.spec.source_path);  // which file a name resolved to
-  object.string("scope", to_string(r.scope))
-      .raw("frozen", frozen_json(r.regime))
-      .integer("lora_rank", r.regime.lora_rank)
-      .number("flops", r.exact)
-      .number("text_dense", f.text_dense)
-      .number("text_attention", f.text_attention)
-      .number("vision_dense", f.vision_dense)
-      .number("vision_attention", f.vision_attention)
-      .number("patch_embed", f.patch_embed)
-      .number("merger", f.merger)
-      .number("mtp", f.mtp)
-      .number("hardware_flops", f.hardware_total())
-      .raw("recompute", recompute_flops_json(r))
-      .raw("counts", counts_json(r.n))
-      .integer("row_length", r.row_length)
-      .number("megatron_text_per_token", r.constant ? r.constant->text_per_token() : r.megatron_flops)
-      .number("megatron_vision_per_token", r.constant ? r.constant->vision_per_token() : r.megatron_flops)
-      .number("megatron_flops", r.megatron_flops)
-      .number("megatron_over_exact", r.over_exact);
-  return object.str();
+  report_entries entries;
+  const report_writer w(entries);
+  w.text("model", r.spec.name);
+  if (!r.spec.source_path.empty()) w.text("file", r.spec.source_path);  // which file a name resolved to
+  w.text("scope", to_string(r.scope));
+  w.texts("frozen", frozen_parts(r.regime));
+  w.integer("lora_rank", r.regime.lora_rank);
+  w.number("flops", r.exact);
+  w.number("text_dense", f.text_dense);
+  w.number("text_attention", f.text_attention);
+  w.number("vision_dense", f.vision_dense);
+  w.number("vision_attention", f.vision_attention);
+  w.number("patch_embed", f.patch_embed);
+  w.number("merger", f.merger);
+  w.number("mtp", f.mtp);
+  w.number("hardware_flops", f.hardware_total());
+  const report_writer recompute = w.in("recompute");
+  recompute_settings(recompute.in("settings"), r.regime);
+  recompute.number("text_dense", f.recompute.text_dense);
+  recompute.number("text_attention", f.recompute.text_attention);
+  recompute.number("vision_dense", f.recompute.vision_dense);
+  recompute.number("vision_attention", f.recompute.vision_attention);
+  recompute.number("total", f.recompute.total());
+  for (std::size_t i = 0; i < kReportedCountFields; ++i) {
+    w.in("counts").integer(kCountFields[i].name, r.n.*kCountFields[i].member);
+  }
+  w.integer("row_length", r.row_length);
+  w.number("megatron_text_per_token", r.constant ? r.constant->text_per_token() : r.megatron_flops);
+  w.number("megatron_vision_per_token", r.constant ? r.constant->vision_per_token() : r.megatron_flops);
+  w.number("megatron_flops", r.megatron_flops);
+  w.number("megatron_over_exact", r.over_exact);
+  return entries;
 }
+
+std::string estimate_json(const estimate_result& r) { return report_json(estimate_report(r)); }
 
 std::string check_report_json(const check_report& report) {
   std::string rows = "[";

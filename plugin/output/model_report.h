@@ -8,12 +8,32 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "flopmeter/flop_model.h"
 #include "flopmeter/megatron.h"
 #include "flopmeter/model_spec.h"
 
 namespace flopmeter::detail {
+
+// A report as values: one entry per leaf of its JSON object, in the object's order. `key` is the path of the
+// leaf, its components joined by '/', an array element's component being its index ("windows/0/kind",
+// "frozen/1"); an empty array is one entry of kind empty_list at the array's path. The JSON text of a report
+// (report_json) and its values across the C ABI (flopmeter_model_coefficients, flopmeter_model_estimate) are
+// both made from these entries, so they cannot disagree.
+enum class report_kind { integer, number, boolean, text, empty_list };  // FLOPMETER_VALUE_*'s order
+struct report_entry {
+  std::string key;
+  report_kind kind = report_kind::integer;
+  std::int64_t integer = 0;  // integer; boolean as 0 or 1
+  double number = 0;         // number (non-finite: JSON null)
+  std::string text;          // text
+};
+using report_entries = std::vector<report_entry>;
+
+// The entries as one JSON object on one line ({"a": 1, "b": [2, 3], "c": {"d": true}}), numbers written by
+// the one JSON writer (output/json_writer.h).
+std::string report_json(const report_entries& entries);
 
 // One coefficient of `flopmeter coefficients`, with what it means (the text table prints the meaning).
 struct coefficient_entry {
@@ -34,6 +54,8 @@ coefficient_table coefficient_entries(const coefficients& c);
 // settings, the recompute coefficients and text_per_token_breakdown), and when a frozen decoder bills
 // micro-batches without images differently, without_items (their text coefficients).
 std::string coefficients_json(const model_spec& spec, const regime_coefficients& c, const training_regime& regime = {});
+report_entries coefficients_report(const model_spec& spec, const regime_coefficients& c,
+                                   const training_regime& regime = {});
 // The four text coefficients a micro-batch without images may be billed with (regime_coefficients).
 struct itemless_table {
   bool differs = false;  // from the with-items coefficients: only then are they reported
@@ -46,17 +68,10 @@ struct recompute_table {
   coefficient_entry dense_parts[8];
 };
 recompute_table recompute_entries(const coefficients& c);
-// The recompute settings as a JSON object: policy, layers, every, pipeline_stages, vision.
-std::string recompute_settings_json(const training_regime& regime);
-// The recomputed FLOPs of an estimate by term, and their total, with the settings.
-struct estimate_result;
-std::string recompute_flops_json(const estimate_result& r);
-// The frozen parts as a JSON array of strings (["vision", "merger"], [] when nothing is frozen) and the LoRA
-// targets likewise.
+// The frozen parts as a JSON array of strings (["vision", "merger"], [] when nothing is frozen).
 std::string frozen_json(const training_regime& regime);
 // "sliding" / "chunked".
 const char* window_kind_name(window_kind kind);
-std::string lora_targets_json(const training_regime& regime);
 
 // The exact count of one micro-batch and the Megatron constant's view of the same batch.
 struct estimate_result {
@@ -80,11 +95,9 @@ estimate_result estimate_batch(const model_spec& spec, const batch_counts& count
 
 // `flopmeter estimate MODEL ... --json`.
 std::string estimate_json(const estimate_result& r);
+report_entries estimate_report(const estimate_result& r);
 
 // One (model, S) report of `flopmeter check --json` (run_sanity_check): the constant's parts, then a row per term.
 std::string check_report_json(const check_report& report);
-
-// The nine counts as a JSON object, keys as batch_counts' fields.
-std::string counts_json(const batch_counts& n);
 
 }  // namespace flopmeter::detail

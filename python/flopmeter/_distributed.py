@@ -1,20 +1,15 @@
 """flopmeter's per-log collectives over torch.distributed, as the C ABI's flopmeter_comm callbacks.
 
-At each log the library asks for an in-place SUM and an in-place MAX all-reduce of a few dozen doubles (the
-same size whatever the job's), and every topk_interval_logs logs for a SUM of the per-rank table (world_size
-rows, this rank's filled); it waits for them at the next log. Here they are ``all_reduce(async_op=True)`` on a
-group of flopmeter's own (``new_group(backend="gloo")`` by default, made collectively when the Meter is made),
-so a rank that skips an ``on_log`` costs intervals of metrics, never a hang of the trainer's collectives. On
-that group from 4 ranks on (``small_allreduce="automatic"``) the collectives run instead in a number of rounds
-logarithmic in the job on a daemon thread (``_log_depth.py``): an ordinary log's SUM and MAX, which the library
-starts back to back on adjacent values, as one all-reduce by recursive halving and doubling (the SUM's start
-is held until the MAX's, and both handles wait on the one job); the table's SUM, which holds this rank's row
-and zeros elsewhere, as an all-gather of that row by recursive doubling.
-
-Which SUM is the table's: the library starts an ordinary log's SUM and MAX back to back on adjacent values, and
-the table's SUM alone (its default start_allgather: the buffer zeroed but for this rank's row, in its slot). So
-a held SUM that no adjacent MAX joined is the table's, world_size rows of count / world_size doubles, and runs
-as the all-gather of this rank's row.
+At each log the library asks for one collective (flopmeter_comm.start, one call per request): an ordinary log's
+in-place SUM of its first values and MAX of the rest (a few dozen doubles, the same size whatever the job's),
+and every topk_interval_logs logs the all-gather of the per-rank table (world_size rows, this rank's filled and
+the others zero); it waits for it at the next log, and that wait, once it answers done or failed, releases the
+handle. Here they run on a group of flopmeter's own (``new_group(backend="gloo")`` by default, made
+collectively when the Meter is made), so a rank that skips an ``on_log`` costs intervals of metrics, never a
+hang of the trainer's collectives: as ``all_reduce(async_op=True)`` (the SUM and the MAX on the two parts of the
+buffer; the table as a SUM, zero but in each rank's own row), or on that group from 4 ranks on
+(``small_allreduce="automatic"``) by the library's log-depth schedules (``_log_depth.py`` executes them on a
+daemon thread): the SUM and MAX as one all-reduce, the table as an all-gather of this rank's row.
 
 The callbacks run on the thread that called on_log, flush or the destructor, while the library holds the
 plugin's lock. They never raise into C: a failure is a NULL handle (start) or -1 (wait), which the library
@@ -33,9 +28,6 @@ from . import _log_depth, _native
 
 logger = logging.getLogger("flopmeter")
 
-# From this many ranks on, "automatic" runs the Meter's own Gloo group's collectives by the log-depth
-# algorithms (the C++ library's log_depth_min_ranks, flopmeter/communicator.h).
-LOG_DEPTH_MIN_RANKS = 4
 SMALL_ALLREDUCE_CHOICES = ("automatic", "backend", "log_depth")
 
 
@@ -77,6 +69,26 @@ def _finished_within(pending: _Pending, timeout_ms: int) -> bool:
     return True  # finished (a failure raises again from the caller's work.wait())
 
 
+class _Works:
+    """Two torch works waited for as one (an ordinary log's SUM and MAX over a backend's own all-reduces)."""
+
+    __slots__ = ("works",)
+
+    def __init__(self, works: list) -> None:
+        self.works = works
+
+    def is_completed(self) -> bool:
+        return all(work.is_completed() for work in self.works)
+
+    def wait(self, timeout: Optional[datetime.timedelta] = None) -> bool:
+        for work in self.works:
+            if timeout is None:
+                work.wait()
+            else:
+                work.wait(timeout=timeout)
+        return True
+
+
 class TorchCollective:
     """The flopmeter_comm of one Meter over a torch.distributed group.
 
@@ -92,21 +104,20 @@ class TorchCollective:
         self._ids = itertools.count(1)
         self._warned = False
         self._log_depth: Optional[_log_depth.LogDepthWorker] = None
-        # An ordinary log's SUM start, held until the MAX start that follows it on the adjacent values, so that
-        # both travel in one log-depth all-reduce (the library starts them back to back: start_allreduce_sum_max).
-        self._staged: Optional[tuple] = None  # (handle, address, count)
         self.comm = _native.sized(_native.Comm)
         self.comm.rank = rank
         self.comm.world_size = world_size
         self.comm.user = None
-        self._start = _native.START_ALLREDUCE(self._start_allreduce)
+        self._start_sum = _native.START_ALLREDUCE(self._start_allreduce)
         self._wait = _native.WAIT(self._wait_for)
         self._release = _native.RELEASE(self._release_handle)
         self._start_max = _native.START_ALLREDUCE(self._start_allreduce_max)
-        self.comm.start_allreduce_sum = self._start
+        self._start_one = _native.START_COLLECTIVE(self._start_collective)
+        self.comm.start_allreduce_sum = self._start_sum
         self.comm.wait = self._wait
         self.comm.release = self._release
         self.comm.start_allreduce_max = self._start_max
+        self.comm.start = self._start_one  # the library asks through this one: one call per collective
 
     def use_log_depth(self, choice: str, own_group: bool) -> None:
         """Runs the logs' collectives by the log-depth algorithms when `choice` (small_allreduce) says so for this
@@ -120,7 +131,7 @@ class TorchCollective:
             raise ValueError(f"small_allreduce='log_depth' needs a Gloo group; the group's backend is "
                              f"{backend!r}, whose own all-reduce is already logarithmic (pass 'backend')")
         if choice == "automatic" and not (own_group and backend == "gloo"
-                                          and self.world_size >= LOG_DEPTH_MIN_RANKS):
+                                          and self.world_size >= _native.lib().flopmeter_log_depth_min_ranks()):
             return
         self._log_depth = _log_depth.LogDepthWorker(self.group, self.rank, self.world_size)
 
@@ -133,36 +144,6 @@ class TorchCollective:
         if self._log_depth is not None:
             self._log_depth.stop()
 
-    def _flush_staged(self) -> None:
-        """Sends a held SUM that no MAX joined: the table's (the module's "Which SUM is the table's"), as the
-        all-gather of this rank's row; the same on every rank, as the calls are."""
-        if self._staged is None:
-            return
-        handle, address, count = self._staged
-        self._staged = None
-        if count % self.world_size != 0:
-            self._submit_log_depth([handle], address, count, count)
-            return
-        import torch
-
-        host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
-        row = count // self.world_size
-        pending = self._pending[handle]
-        pending.work = self._log_depth.submit_allgather(host[self.rank * row:(self.rank + 1) * row])
-        pending.result_slice = (0, count)
-
-    def _submit_log_depth(self, handles: list, address: int, count: int, sum_count: int) -> None:
-        import torch
-
-        host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
-        work = self._log_depth.submit(host, sum_count)  # a copy: the caller's values are written at the wait
-        offset = 0
-        for handle in handles:
-            pending = self._pending[handle]
-            pending.work = work
-            pending.result_slice = (offset, offset + pending.host.numel())
-            offset += pending.host.numel()
-
     def _warn(self, message: str) -> None:
         if not self._warned:  # once per Meter: the library counts every failure in its health counters
             self._warned = True
@@ -172,47 +153,69 @@ class TorchCollective:
         return self._start_allreduce(user, values, count, op="max")
 
     def _start_allreduce(self, user: Any, values: Any, count: int, op: str = "sum") -> Optional[int]:
+        """flopmeter_comm's start_allreduce_sum / start_allreduce_max: the library asks through ``start``
+        (``_start_collective``) instead; these serve a library that does not."""
+        address = ctypes.cast(values, ctypes.c_void_p).value
+        return self._start(address, count, count if op == "sum" else 0, None, f"{op.upper()} all-reduce")
+
+    def _start_collective(self, user: Any, request: Any) -> Optional[int]:
+        """flopmeter_comm's start: one call per collective the library needs (flopmeter_collective)."""
+        try:
+            r = request.contents
+            address = ctypes.cast(r.values, ctypes.c_void_p).value
+            if r.kind == _native.COLLECTIVE_ALLGATHER:
+                return self._start(address, self.world_size * r.count, None, r.count, "table all-gather")
+            return self._start(address, r.count, r.sum_count, None, "all-reduce")
+        except Exception as e:  # noqa: BLE001 - nothing may cross into C
+            self._warn(f"could not start the per-log collective: {e}")
+            return None
+
+    def _start(self, address: int, count: int, sum_count: Optional[int], row: Optional[int],
+               what: str) -> Optional[int]:
+        """Starts the SUM of values[0, sum_count) and the MAX of the rest (``row`` None), or the all-gather of
+        this rank's ``row`` values into the world x row table at ``address`` (zeros but this rank's row)."""
         try:
             handle = next(self._ids)
-            if self._log_depth is not None:
-                import torch
-
-                address = ctypes.cast(values, ctypes.c_void_p).value
-                host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
-                if op == "sum":
-                    self._flush_staged()
-                    self._pending[handle] = _Pending(None, host)
-                    self._staged = (handle, address, count)
-                    return handle
-                staged = self._staged
-                if staged is not None and staged[1] + 8 * staged[2] == address:
-                    self._staged = None
-                    self._pending[handle] = _Pending(None, host)
-                    self._submit_log_depth([staged[0], handle], staged[1], staged[2] + count, staged[2])
-                    return handle
-                self._flush_staged()
-            else:
-                self._flush_staged()
+            table = row is not None
             if self.group is None:
-                # One process: the sum over one rank is the buffer itself.
+                # One process: the reduction over one rank is the buffer itself.
                 self._pending[handle] = _Pending(None, None)
                 return handle
             import torch
+
+            host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
+            if self._log_depth is not None:
+                if table:
+                    work = self._log_depth.submit_allgather(host[self.rank * row:(self.rank + 1) * row])
+                else:
+                    work = self._log_depth.submit(host, sum_count)  # a copy: the values are written at the wait
+                pending = _Pending(work, host)
+                pending.result_slice = (0, count)
+                self._pending[handle] = pending
+                return handle
             import torch.distributed as dist
 
-            address = ctypes.cast(values, ctypes.c_void_p).value
-            host = torch.frombuffer((ctypes.c_double * count).from_address(address), dtype=torch.float64)
-            reduce_op = dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM
-            work = dist.all_reduce(host, op=reduce_op, group=self.group, async_op=True)
+            if table or sum_count == count:
+                work = dist.all_reduce(host, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+            else:
+                works = [dist.all_reduce(part, op=op, group=self.group, async_op=True)
+                         for part, op in ((host[:sum_count], dist.ReduceOp.SUM),
+                                          (host[sum_count:], dist.ReduceOp.MAX)) if part.numel()]
+                work = works[0] if len(works) == 1 else _Works(works)
             self._pending[handle] = _Pending(work, host)
             return handle
         except Exception as e:  # noqa: BLE001 - nothing may cross into C
-            self._warn(f"could not start the per-log {op.upper()} all-reduce: {e}")
+            self._warn(f"could not start the per-log {what}: {e}")
             return None
 
     def _wait_for(self, user: Any, handle: Any, timeout_ms: int) -> int:
-        self._flush_staged()
-        pending = self._pending.get(int(handle or 0))
+        status = self._wait_status(int(handle or 0), timeout_ms)
+        if status != 1:  # done or failed: the answer releases the handle (flopmeter_comm.start's contract)
+            self._pending.pop(int(handle or 0), None)
+        return status
+
+    def _wait_status(self, handle: int, timeout_ms: int) -> int:
+        pending = self._pending.get(handle)
         if pending is None:
             return -1
         try:
@@ -231,7 +234,6 @@ class TorchCollective:
             return -1
 
     def _release_handle(self, user: Any, handle: Any) -> None:
-        self._flush_staged()
         self._pending.pop(int(handle or 0), None)
 
 

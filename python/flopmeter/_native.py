@@ -96,7 +96,25 @@ class Log(ctypes.Structure):
 START_ALLREDUCE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_double), ctypes.c_size_t)
 WAIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 RELEASE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
-METRICS_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p)
+
+
+# flopmeter/c_api_collectives.h: one collective the library asks flopmeter_comm.start for.
+COLLECTIVE_SUM_MAX = 0
+COLLECTIVE_ALLGATHER = 1
+
+
+class Collective(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("kind", ctypes.c_int32),
+        ("values", ctypes.POINTER(ctypes.c_double)),
+        ("count", ctypes.c_size_t),
+        ("sum_count", ctypes.c_size_t),
+        ("send", ctypes.POINTER(ctypes.c_double)),
+    ]
+
+
+START_COLLECTIVE = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(Collective))
 
 
 class Comm(ctypes.Structure):
@@ -109,6 +127,7 @@ class Comm(ctypes.Structure):
         ("wait", WAIT),
         ("release", RELEASE),
         ("start_allreduce_max", START_ALLREDUCE),  # 0.3: the MAX of an ordinary log
+        ("start", START_COLLECTIVE),  # 0.3: every collective as one call
     ]
 
 
@@ -201,6 +220,40 @@ class ModelOptions(ctypes.Structure):
     ]
 
 
+# flopmeter/c_api_values.h: a record as values, and a model report's values (_values.py reads them).
+class Record(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("step", ctypes.c_int64),
+        ("num_values", ctypes.c_size_t),
+        ("names", ctypes.POINTER(ctypes.c_uint32)),
+        ("values", ctypes.POINTER(ctypes.c_double)),
+        ("name_table", ctypes.POINTER(ctypes.c_char_p)),
+        ("num_names", ctypes.c_size_t),
+    ]
+
+
+class ReportValue(ctypes.Structure):
+    _fields_ = [("integer", ctypes.c_int64), ("number", ctypes.c_double), ("text", ctypes.c_char_p)]
+
+
+RECORD_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(Record))
+
+MAX_WORLD_SIZE = 1048576  # FLOPMETER_MAX_WORLD_SIZE
+
+
+# flopmeter/c_api_collectives.h: one round of a log-depth schedule (_log_depth.py executes them).
+class LogDepthStep(ctypes.Structure):
+    _fields_ = [
+        ("peer", ctypes.c_int32),
+        ("combine", ctypes.c_int32),
+        ("send_begin", ctypes.c_uint64),
+        ("send_end", ctypes.c_uint64),
+        ("receive_begin", ctypes.c_uint64),
+        ("receive_end", ctypes.c_uint64),
+    ]
+
+
 # Every mirrored struct, by its C name: what the layout test compares.
 STRUCTS = {
     "flopmeter_grid": Grid,
@@ -211,6 +264,10 @@ STRUCTS = {
     "flopmeter_health_counters": HealthCounters,
     "flopmeter_flops": Flops,
     "flopmeter_model_options": ModelOptions,
+    "flopmeter_record": Record,
+    "flopmeter_report_value": ReportValue,
+    "flopmeter_log_depth_step": LogDepthStep,
+    "flopmeter_collective": Collective,
 }  # and "flopmeter_counts": Counts, added once the library is loaded (structs_with_counts() has all)
 
 
@@ -246,7 +303,6 @@ _SIGNATURES = {
     "flopmeter_config_small_allreduce": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p,
                                                         ctypes.c_size_t]),
     "flopmeter_create_from_config": (_P, [_P, ctypes.POINTER(Comm), ctypes.c_char_p, ctypes.c_size_t]),
-    "flopmeter_set_metrics_callback": (ctypes.c_int, [_P, METRICS_CALLBACK, _P]),
     "flopmeter_on_microbatch": (ctypes.c_int, [_P, ctypes.POINTER(Microbatch)]),
     "flopmeter_on_microbatch_ex": (ctypes.c_int, [_P, ctypes.POINTER(Microbatch), ctypes.c_char_p, ctypes.c_size_t]),
     "flopmeter_on_log": (ctypes.c_int, [_P, ctypes.POINTER(Log)]),
@@ -265,9 +321,14 @@ _SIGNATURES = {
     "flopmeter_model_count": (ctypes.c_int, [_P, ctypes.POINTER(Microbatch), _COUNTS_P, ctypes.c_char_p,
                                              ctypes.c_size_t]),
     "flopmeter_model_flops": (ctypes.c_int, [_P, _COUNTS_P, ctypes.c_int, ctypes.POINTER(Flops)]),
-    "flopmeter_model_coefficients_json": (ctypes.c_int64, [_P, ctypes.c_char_p, ctypes.c_size_t]),
-    "flopmeter_model_estimate_json": (ctypes.c_int64, [_P, _COUNTS_P, ctypes.c_int, ctypes.c_int64,
-                                                       ctypes.c_char_p, ctypes.c_size_t]),
+    "flopmeter_set_record_callback": (ctypes.c_int, [_P, RECORD_CALLBACK, _P]),
+    "flopmeter_model_report_key": (ctypes.c_char_p, [_P, ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_int)]),
+    "flopmeter_model_coefficients": (ctypes.c_int64, [_P, ctypes.POINTER(ReportValue), ctypes.c_size_t]),
+    "flopmeter_model_estimate": (ctypes.c_int64, [_P, _COUNTS_P, ctypes.c_int, ctypes.c_int64,
+                                                  ctypes.POINTER(ReportValue), ctypes.c_size_t]),
+    "flopmeter_log_depth_schedule": (ctypes.c_int64, [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_size_t,
+                                                      ctypes.POINTER(LogDepthStep), ctypes.c_size_t]),
+    "flopmeter_log_depth_min_ranks": (ctypes.c_int, []),
     "flopmeter_model_check_json": (ctypes.c_int64, [_P, ctypes.c_int64, ctypes.c_char_p, ctypes.c_size_t,
                                                     ctypes.c_char_p, ctypes.c_size_t]),
 }
@@ -348,13 +409,3 @@ def sized(struct_type):
     value = struct_type()
     value.struct_size = ctypes.sizeof(struct_type)
     return value
-
-
-def read_json(function, *args) -> str:
-    """Calls one of the *_json functions: size it first, then fill a buffer of that size."""
-    needed = function(*args, None, 0)
-    if needed < 0:
-        raise RuntimeError(f"flopmeter: {function.__name__} failed: {status_string(int(needed))}")
-    buffer = ctypes.create_string_buffer(int(needed) + 1)
-    function(*args, buffer, len(buffer))
-    return buffer.value.decode("utf-8")

@@ -16,35 +16,18 @@ from __future__ import annotations
 
 import ctypes
 import datetime
-import json
 import os
 import sys
 import threading
 import weakref
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from . import _batch, _config, _device_path, _distributed, _native
+from . import _batch, _config, _device_path, _distributed, _native, _values
 from .errors import ConfigError
 from .model import FlopModel, recompute_settings
 
 PathLike = Union[str, "os.PathLike[str]"]
 _INT64_MAX = 2**63 - 1
-
-
-class _RecordBox:
-    """Where the metrics callback leaves the record it was handed (no reference to the Meter)."""
-
-    __slots__ = ("record", "callback")
-
-    def __init__(self) -> None:
-        self.record: Optional[Dict[str, Any]] = None
-        self.callback = _native.METRICS_CALLBACK(self._deliver)
-
-    def _deliver(self, user: Any, step: int, text: bytes) -> None:
-        try:
-            self.record = json.loads(text.decode("utf-8"))
-        except Exception:  # noqa: BLE001 - nothing may cross into C
-            self.record = None
 
 
 def _rejected(reason: str) -> str:
@@ -165,7 +148,7 @@ class Meter:
         else:
             self._collective = _distributed.TorchCollective(*group)
             self._collective.use_log_depth(algorithm, own_group=process_group is None)
-        self._box = _RecordBox()
+        self._box = _values.RecordReader()
         if config is not None and not isinstance(config, Mapping):
             if given_tables:
                 raise TypeError("give a plugin TOML path or configuration tables, not both "
@@ -188,7 +171,7 @@ class Meter:
         if not handle:
             raise ConfigError(error.value.decode("utf-8", "replace"))
         self._handle = handle
-        lib.flopmeter_set_metrics_callback(handle, self._box.callback, None)
+        lib.flopmeter_set_record_callback(handle, self._box.callback, None)
         self._finalizer = weakref.finalize(self, _release_plugin, handle, (self._collective, self._box))
         model_error = _native.error_buffer()
         model_handle = lib.flopmeter_plugin_model(handle, model_error, len(model_error))

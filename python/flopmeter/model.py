@@ -7,6 +7,7 @@ Thread-safety: a FlopModel is immutable; any thread may use it at any time.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import json
 import os
@@ -14,7 +15,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import _batch, _native
+from . import _batch, _native, _values
 from .errors import ConfigError
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -182,7 +183,10 @@ class FlopModel:
     def _adopt(self, handle: int) -> None:
         self._handle = handle
         self._finalizer = weakref.finalize(self, _native.lib().flopmeter_model_destroy, handle)
-        self._coefficients = json.loads(_native.read_json(_native.lib().flopmeter_model_coefficients_json, handle))
+        lib = _native.lib()
+        self._coefficients = _values.ReportReader(handle, _values.REPORT_COEFFICIENTS).read(
+            lib.flopmeter_model_coefficients, handle)
+        self._estimate_report = _values.ReportReader(handle, _values.REPORT_ESTIMATE)
         self._counts = _native.sized(_native.Counts)
         self._flops = _native.sized(_native.Flops)
         self._mb = _native.sized(_native.Microbatch)
@@ -195,7 +199,7 @@ class FlopModel:
     @property
     def coefficients(self) -> Dict[str, Any]:
         """The keys of ``flopmeter coefficients --json``: FLOPs per token, pair, patch, merged token."""
-        return json.loads(json.dumps(self._coefficients))  # a copy: the model is immutable
+        return copy.deepcopy(self._coefficients)  # a copy: the model is immutable
 
     @property
     def windows(self) -> List[Tuple[str, int]]:
@@ -235,9 +239,8 @@ class FlopModel:
         scope_value = _scope_value(scope)
         row_length = 0 if seq_len is None else _batch.count_argument("seq_len", seq_len, minimum=1)
         counts = self._count(document_lengths, cu_seqlens, position_ids, grid_thw, padding_tokens, image_grid_thw)
-        report = json.loads(_native.read_json(_native.lib().flopmeter_model_estimate_json, self._handle,
-                                              ctypes.byref(counts), scope_value, row_length))
-        return report
+        return self._estimate_report.read(_native.lib().flopmeter_model_estimate, self._handle, ctypes.byref(counts),
+                                          scope_value, row_length)
 
     def _count(self, document_lengths: Any, cu_seqlens: Any, position_ids: Any, grid_thw: Any,
                padding_tokens: Any, image_grid_thw: Any = None) -> _native.Counts:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_distributed import run_job
 
-from flopmeter import _log_depth
+from flopmeter import _log_depth, _native
 from flopmeter._log_depth import IDLE, NONE, Step
 
 WORKER = Path(__file__).with_name("log_depth_worker.py")
@@ -209,3 +209,13 @@ def test_groups_of_one_to_nine_processes_match_the_plain_collectives(tmp_path):
 def test_groups_of_twelve_to_sixteen_processes_match_the_plain_collectives(tmp_path):
     sizes = [12, 15, 16]
     check_against_plain(run_job(tmp_path, ','.join(map(str, sizes)), 16, worker=WORKER, timeout=300), sizes)
+
+
+def test_the_schedules_are_the_librarys_and_a_rank_outside_the_world_is_refused():
+    # The schedules come from the library (flopmeter_log_depth_schedule); a rank outside [0, world) or a world
+    # below 1 has none.
+    for rank, world in ((4, 4), (-1, 4), (0, 0)):
+        with pytest.raises(ValueError, match="rank"):
+            _log_depth.allreduce_schedule(rank, world, 5)
+    assert _native.lib().flopmeter_log_depth_min_ranks() == 4  # flopmeter/communicator.h, log_depth_min_ranks
+    assert _native.lib().flopmeter_log_depth_schedule(2, 0, 4, 5, None, 0) == _native.E_REJECTED  # unknown kind

@@ -535,3 +535,93 @@ def test_an_unknown_small_allreduce_is_refused_naming_the_argument():
     # A single process has no group: any valid choice runs nothing over one.
     with flopmeter.Meter(model="tiny_vlm", small_allreduce="log_depth", sinks={"console": False}) as meter:
         assert meter._collective.algorithm == "backend"
+
+
+def test_records_are_the_jsonl_lines_keys_values_types_and_order(tmp_path):
+    # The record crosses from the library as numbers (flopmeter/c_api_values.h); the JSONL sink writes the same
+    # record as JSON. Parsed, each line must be the dict on_log / flush returned: same keys in the same order,
+    # same values, and the same Python types (an integral number is an int in both, as json.loads makes it).
+    # The second log adds train/lr and train/grad_norm: names the first record did not have.
+    path = tmp_path / "m.jsonl"
+    records = []
+    with flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1.0},
+                         sinks={"console": False, "jsonl": str(path)}) as meter:
+        for step in range(1, 4):
+            meter.on_microbatch(cu_seqlens=[0, 4, 9], samples=2)
+            extra = {"learning_rate": 1e-4, "grad_norm": 0.5} if step >= 2 else {}
+            record = meter.on_log(step, **extra)
+            if record is not None:
+                records.append(record)
+        records.append(meter.flush())
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(records) == len(lines) == 3
+    assert "train/lr" not in records[0] and records[1]["train/lr"] == 1e-4
+    for record, line in zip(records, lines):
+        assert list(record) == list(line)
+        assert record == line
+        assert [type(v) for v in record.values()] == [type(v) for v in line.values()]
+    assert isinstance(records[0]["train/tokens_seen"], int) and records[0]["train/tokens_seen"] == 9
+
+
+@pytest.mark.parametrize("value, expected", [
+    # The JSON writer's rules (plugin/output/json_writer.h), read back as json.loads reads them: integral below
+    # 1e21 in magnitude is written without a fraction (an int), -0 as 0, NaN and infinities as null.
+    (3.0, 3), (-0.0, 0), (2.0**60, 2**60), (0.25, 0.25), (1e21, 1e21), (-1e22, -1e22), (float("nan"), None),
+    (float("inf"), None), (float("-inf"), None),
+])
+def test_a_records_number_is_what_json_loads_gives_for_its_json_text(value, expected):
+    from flopmeter import _values
+
+    got = _values.json_number(value)
+    assert type(got) is type(expected) and (got == expected or got is expected)
+
+
+def test_a_log_crosses_from_the_library_into_python_at_most_three_times(monkeypatch, caplog):
+    # Every call the library makes into Python is one of these (the collective's callbacks, the record callback,
+    # the log callback); each is counted, per on_log and flush. A log waits for the previous log's collective,
+    # hands its record and starts its own: 3 crossings, whether its collective is an ordinary log's SUM and MAX
+    # (one request) or the per-rank table's all-gather (every third log here). The first log only starts; the
+    # flush only waits and hands the last record.
+    from flopmeter import _distributed, _native, _values
+
+    calls = []
+    kinds = []
+
+    def counted(name, original):
+        def wrapper(self, *args):
+            calls.append(name)
+            return original(self, *args)
+        return wrapper
+
+    for cls, name in ((_distributed.TorchCollective, "_start_collective"),
+                      (_distributed.TorchCollective, "_start_allreduce"),
+                      (_distributed.TorchCollective, "_wait_for"),
+                      (_distributed.TorchCollective, "_release_handle"),
+                      (_values.RecordReader, "_deliver")):
+        monkeypatch.setattr(cls, name, counted(name, getattr(cls, name)))
+    original_start = _distributed.TorchCollective._start_collective
+
+    def start(self, user, request):
+        kinds.append(request.contents.kind)
+        return original_start(self, user, request)
+
+    monkeypatch.setattr(_distributed.TorchCollective, "_start_collective", start)
+    caplog.set_level(logging.DEBUG, logger="flopmeter")  # the log callback's crossings: each is a record here
+    per_call = []
+    with flopmeter.Meter(model="tiny_vlm", peak={"tflops_per_gpu": 1.0}, sinks=QUIET,
+                         logging={"topk_interval_logs": 3}) as meter:
+        for step in range(1, 8):
+            meter.on_microbatch(cu_seqlens=[0, 4, 9], samples=2)
+            calls.clear()
+            assert (meter.on_log(step) is None) == (step == 1)
+            per_call.append(list(calls))
+        calls.clear()
+        assert meter.flush() is not None
+        per_call.append(list(calls))
+    assert per_call[0] == ["_start_collective"]
+    for crossings in per_call[1:-1]:
+        assert sorted(crossings) == ["_deliver", "_start_collective", "_wait_for"], per_call
+    assert sorted(per_call[-1]) == ["_deliver", "_wait_for"]
+    assert not caplog.records  # no message crossed either
+    # Both kinds of request came, each as one call: the table at some logs, the SUM and MAX at the others.
+    assert set(kinds) == {_native.COLLECTIVE_SUM_MAX, _native.COLLECTIVE_ALLGATHER}, kinds
