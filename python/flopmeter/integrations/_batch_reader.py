@@ -1,17 +1,22 @@
 """Reads a Hugging Face style batch dict into ``Meter.on_microbatch``'s keyword arguments.
 
-The batch is what a data collator returns: ``input_ids`` ``[rows, length]`` (or ``inputs_embeds``), and any of
-``cu_seq_lens_q``, ``position_ids`` (``[rows, length]``, or Qwen-VL's M-RoPE ``[3 or 4, rows, length]``),
-``text_position_ids``, ``attention_mask``, ``labels``, ``shift_labels``, ``image_grid_thw``, ``video_grid_thw``.
+The batch is what a data collator returns (or what a model's ``forward`` is called with): ``input_ids``
+``[rows, length]`` (or ``inputs_embeds``), and any of ``cu_seq_lens_q``, ``packed_seq_lengths``,
+``position_ids`` (``[rows, length]``, or Qwen-VL's M-RoPE ``[3 or 4, rows, length]``), ``text_position_ids``,
+``attention_mask``, ``labels``, ``shift_labels``, ``image_grid_thw``, ``video_grid_thw``.
 
 Every slot of ``rows x length`` runs through the model. A slot is a real token of a document or padding. The
 documents come from the first of these the batch has:
 
 1. ``cu_seq_lens_q``: the boundaries of the flattened row (a padding-free batch);
-2. ``text_position_ids``, else ``position_ids`` (the first row of an M-RoPE stack): a document starts where the
+2. ``packed_seq_lengths`` (Unsloth's padding-free and packed batches): the documents' lengths in order, filling
+   the rows one after the other (a row's real tokens are its non-zero ``attention_mask`` entries, all its slots
+   without one); a document never crosses a row;
+3. ``text_position_ids``, else ``position_ids`` (the first row of an M-RoPE stack): a document starts where the
    position is 0;
-3. ``attention_mask`` rows: each row is one document of its non-zero entries;
-4. whole rows.
+4. ``attention_mask`` rows: each row is one document of its non-zero entries, unless the mask holds document
+   ids (Axolotl's multipack: 1, 1, 2, 2, 2, 3, 0, 0), where a document starts wherever the id changes;
+5. whole rows.
 
 A new row always starts a new document. Slots where ``attention_mask`` is 0 are padding. So is the tail that a
 collator's ``pad_to_multiple_of`` appends to a flattened row: it shows as one-token documents (a boundary of its
@@ -77,6 +82,40 @@ def _position_row(batch: Mapping[str, Any], rows: int, length: int):
     return None
 
 
+def _packed_starts(lengths: Any, real: Any, starts: Any, rows: int, length: int) -> None:
+    """Marks in `starts` where the documents of ``packed_seq_lengths`` begin: they fill each row's real slots in
+    order (a row's real slots come first: a row is padded at its end), and slots past the documents are padding."""
+    lengths = [int(n) for n in lengths.reshape(-1).tolist()]
+    if any(n < 0 for n in lengths):
+        raise ValueError(f"batch['packed_seq_lengths'] must be >= 0, got {lengths[:8]}")
+    row_real = real.reshape(rows, length).sum(dim=1).tolist() if rows else []
+    row, used = 0, 0
+    for n in lengths:
+        if n == 0:
+            continue
+        while row < rows and used + n > row_real[row]:
+            real[row * length + used: (row + 1) * length] = False  # the rest of the row holds no document
+            row, used = row + 1, 0
+        if row == rows:
+            raise ValueError(f"batch['packed_seq_lengths'] hold {sum(lengths)} tokens in documents that do not "
+                             f"fit the batch's rows of {row_real} real tokens")
+        starts[row * length + used] = True
+        used += n
+    for r in range(row, rows):
+        real[r * length + (used if r == row else 0): (r + 1) * length] = False
+
+
+def pad_token_id(*owners: Any) -> Optional[int]:
+    """The first integer ``pad_token_id`` of `owners` (tokenizers, processors, configs; None entries skipped), the
+    text config of a config included."""
+    for owner in owners:
+        for candidate in (owner, getattr(owner, "tokenizer", None), getattr(owner, "text_config", None)):
+            value = getattr(candidate, "pad_token_id", None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None
+
+
 def describe_batch(batch: Mapping[str, Any], *, pad_token_id: Optional[int] = None) -> Optional[Dict[str, Any]]:
     """``Meter.on_microbatch``'s keyword arguments for one micro-batch (``cu_seqlens``, ``padding_tokens``,
     ``samples``, ``grid_thw``, and ``label_tokens`` when it has labels), or None when the batch holds no
@@ -104,13 +143,21 @@ def describe_batch(batch: Mapping[str, Any], *, pad_token_id: Optional[int] = No
         inner = cu[:-1][cu[:-1] < slots]
         starts[inner] = True
         real[int(cu[-1]):] = False  # slots past the last boundary belong to no document
-    else:
+    mask = batch.get("attention_mask")
+    mask_flat = None
+    if mask is not None and _host(mask).dim() == 2 and tuple(mask.shape) == (rows, length):
+        mask_flat = _host(mask).reshape(-1)
+        real &= mask_flat != 0
+    packed = batch.get("packed_seq_lengths") if cu is None else None
+    if packed is not None:
+        _packed_starts(_host(packed), real, starts, rows, length)
+    elif cu is None:
         positions = _position_row(batch, rows, length)
         if positions is not None:
             starts |= positions == 0
-    mask = batch.get("attention_mask")
-    if mask is not None and _host(mask).dim() == 2 and tuple(mask.shape) == (rows, length):
-        real &= _host(mask).reshape(-1) != 0
+        elif mask_flat is not None and slots and bool((mask_flat > 1).any()):
+            # Document ids (Axolotl's multipack): a document starts where the id changes within a row.
+            starts[1:] |= mask_flat[1:] != mask_flat[:-1]
     labels = batch.get("labels")
     labels_flat = None
     if labels is not None and _host(labels).dim() in (1, 2) and _host(labels).numel() == slots:
