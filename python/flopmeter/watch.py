@@ -91,7 +91,9 @@ class WatchedMeter(Meter):
         self._graph_task = getattr(torch._C, "_current_graph_task_id", None) if self._native else None
         self._backward = None if self._native else _hooks.BackwardWatch(torch)
         self._positional = _positional_names(model)
-        self._whole_rows: Dict[tuple, Any] = {}
+        self._rows_shape: Any = None  # the last whole-rows batch's shape, its boundaries and rows
+        self._rows_cu: Any = None
+        self._rows_samples = 0
         self._pending: List[tuple] = []  # (event, host batch) of device micro-batches not read yet
         param = next(iter(model.parameters()), None)
         self._clock = Clock(param is not None and param.device.type == "cuda" and torch.cuda.is_available())
@@ -183,15 +185,15 @@ class WatchedMeter(Meter):
         ids = batch.get("input_ids")
         if ids is None:
             ids = batch.get("inputs_embeds")
-        if ids is not None and not (_NOT_WHOLE_ROWS & batch.keys()):
+        if ids is not None and _NOT_WHOLE_ROWS.isdisjoint(batch):
             # Whole rows (no mask, positions or boundaries): every slot a token, each row a document. The
-            # boundaries depend on the shape only, so a cached tensor goes to the C fast path.
-            shape = tuple(ids.shape[:2]) if ids.dim() >= 2 else (1, int(ids.shape[0]))
-            cu = self._whole_rows.get(shape)
-            if cu is None:
-                cu = self._whole_rows[shape] = self._torch.arange(0, shape[0] * shape[1] + 1, max(1, shape[1]),
-                                                                  dtype=self._torch.int64)
-            self.on_microbatch(cu_seqlens=cu, samples=shape[0])
+            # boundaries depend on the shape only, so the last shape's tensor goes to the C fast path again.
+            shape = ids.shape
+            if shape != self._rows_shape:
+                rows, length = (int(shape[0]), int(shape[1])) if len(shape) >= 2 else (1, int(shape[0]))
+                self._rows_cu = self._torch.arange(0, rows * length + 1, max(1, length), dtype=self._torch.int64)
+                self._rows_samples, self._rows_shape = rows, shape
+            self.on_microbatch(cu_seqlens=self._rows_cu, samples=self._rows_samples)
             return
         if any(getattr(getattr(batch.get(k), "device", None), "type", "cpu") != "cpu" for k in _VALUE_KEYS):
             self._pending.append(self._copy_to_host(batch))
@@ -199,7 +201,7 @@ class WatchedMeter(Meter):
         self._count_host(batch)
 
     def _count_host(self, batch: Mapping[str, Any]) -> None:
-        described = _batch_reader.describe_batch(batch, pad_token_id=self._pad_token_id)
+        described = _batch_reader.describe_batch(batch, pad_token_id=self._pad_token_id, count_labels=False)
         if described is None:
             if "no batch" not in self._warned:
                 self._warned.add("no batch")
@@ -207,8 +209,7 @@ class WatchedMeter(Meter):
                             "(arguments: %s); pass watch(..., describe=...)", type(self._module).__name__,
                             ", ".join(sorted(batch)) or "none")
             return
-        described.pop("label_tokens", None)  # no loss: the loop's normalisation is its own
-        self.on_microbatch(**described)
+        self.on_microbatch(**described)  # no loss: the loop's loss normalisation is its own
 
     def _copy_to_host(self, batch: Mapping[str, Any]) -> tuple:
         """The batch's index arrays copied to pinned host memory behind an event; the token tensors by shape."""

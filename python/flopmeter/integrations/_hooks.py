@@ -17,7 +17,8 @@ from __future__ import annotations
 import functools
 import logging
 import types
-from typing import Any, Callable, List, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Callable, List, Optional
 
 LOG = logging.getLogger("flopmeter")
 
@@ -87,7 +88,8 @@ def _first_grad_tensor(torch: Any, output: Any) -> Optional[Any]:
     """A tensor of the forward's output that requires a gradient (the loss or the logits), or None."""
     if isinstance(output, torch.Tensor):
         return output if output.requires_grad else None
-    values = output.values() if isinstance(output, Mapping) else output if isinstance(output, (tuple, list)) else ()
+    values = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else \
+        output.values() if isinstance(output, Mapping) else ()
     for value in values:
         if isinstance(value, torch.Tensor) and value.requires_grad:
             return value
@@ -121,8 +123,10 @@ def install_forward(torch: Any, module: Any, before: Callable[[Any, Any], Any],
     """``before(args, kwargs)`` ahead of each forward of `module`; ``after(token, output)`` behind it, with what
     ``before`` returned (wrapped forwards only: torch's own hooks need no ``after``)."""
     if native:
-        handle = module.register_forward_pre_hook(lambda _m, args, kwargs: before(args, kwargs), with_kwargs=True)
-        handles.add(handle.remove)
+        def hook(_module: Any, args: Any, kwargs: Any) -> None:  # None: the arguments go on unchanged
+            before(args, kwargs)
+
+        handles.add(module.register_forward_pre_hook(hook, with_kwargs=True).remove)
         return
 
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
