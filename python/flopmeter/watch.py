@@ -356,6 +356,8 @@ def watch(model: Any, optimizer: Any = None, /, *, log_every: Optional[int] = 1,
     and `optimizer` are positional only, so ``model=`` is the Meter's).
 
     ``log_every``: steps per log (an int >= 1), or None to log only when the caller calls ``meter.on_log``.
+    Without an `optimizer` no step is seen: the caller logs (``meter.on_log(step)``), and the records carry no
+    accumulation and no goodput.
     ``on_record(record)``: called with each record. ``describe(args, kwargs)``: the forward's arguments to
     ``Meter.on_microbatch``'s keyword arguments (a dict, or None to count nothing), for a forward the batch reader
     does not know. ``wandb``: log each record to the active W&B run (if any). Returns the Meter; ``close()`` flushes
