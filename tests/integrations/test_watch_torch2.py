@@ -80,7 +80,11 @@ def test_hand_loop_with_checkpointing_accumulation_evaluation_and_generation():
 
 def test_accelerate_loop_counts_the_accumulation_at_the_step_that_runs():
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
 
+    # Accelerate keeps its state per process: a Trainer of an earlier test set it up without accumulation.
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
     accelerator = Accelerator(gradient_accumulation_steps=2, cpu=True)
     model, optimizer = accelerator.prepare(tiny.qwen3(), torch.optim.SGD(tiny.qwen3().parameters(), lr=0.0))
     optimizer = accelerator.prepare(torch.optim.SGD(model.parameters(), lr=1e-3))
