@@ -12,7 +12,7 @@ A padded batch (input_ids + attention_mask), which the batch reader reads with t
 for information.
 
 Each round times every variant over the same number of calls, in a rotating order, so a load spike on a shared
-machine hits all of them; the report is the median over rounds of the wall time per call. Timings depend on the
+machine hits all of them; the report is the median over rounds of the calling thread's CPU time per call. Timings depend on the
 machine and its load: reported here, never asserted in tests.
 
 Usage: python bench/watch_hook.py [--rounds 15] [--calls 2000] [--json FILE]
@@ -46,10 +46,11 @@ class Empty(torch.nn.Module):
 
 
 def timed(call: Callable[[], None], calls: int) -> float:
-    begin = time.perf_counter()
+    """The calling thread's CPU time per call, in us (a shared machine's load does not count against it)."""
+    begin = time.thread_time()
     for _ in range(calls):
         call()
-    return (time.perf_counter() - begin) / calls * 1e6
+    return (time.thread_time() - begin) / calls * 1e6
 
 
 def main() -> None:
