@@ -123,6 +123,8 @@ if "$py" -c 'import torch, flopmeter' 2>/dev/null; then
   "$py" "$root/bench/python_on_microbatch.py" --json "$out/python_on_microbatch.json"
   # The same after an untimed 32 MiB write before every call: the caches a hook meets in a training loop.
   "$py" "$root/bench/python_on_microbatch.py" --cold --calls 200 --json "$out/python_on_microbatch_cold.json"
+  # flopmeter.watch's forward pre-hook against a bare one (goal: <= 5 us over the C fast path).
+  "$py" "$root/bench/watch_hook.py" --json "$out/watch_hook.json"
 else
   echo "python on_microbatch: skipped ($py cannot import torch and flopmeter; Debian: apt-get install python3-torch)"
 fi

@@ -115,7 +115,7 @@ echo "gpu_check_python: flopmeter from $where"
 # ---- the CUDA test -------------------------------------------------------------------------------------------
 # From the work directory, so that pytest's and Hypothesis' caches land there and not in the tree.
 set +e
-(cd "$work" && PYTHONUNBUFFERED=1 "$py" -m pytest -v -rs -p no:cacheprovider "$root/tests/python/test_cuda.py" 2>&1) |
+(cd "$work" && PYTHONUNBUFFERED=1 "$py" -m pytest -v -rs -p no:cacheprovider "$root/tests/python/test_cuda.py" "$root/tests/python/test_watch_cuda.py" 2>&1) |
   tee "$work/test_cuda.log"
 rc=${PIPESTATUS[0]}
 set -e

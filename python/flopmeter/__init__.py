@@ -9,6 +9,8 @@
             meter.on_microbatch(cu_seqlens=cu, grid_thw=thw, samples=n)
             record = meter.on_log(step)    # the previous interval's record, or None
 
+    meter = flopmeter.watch(model, optimizer)   # any PyTorch loop, unchanged: exact FLOPs per micro-batch
+
 The core is the C++ library, loaded without LibTorch: ``import flopmeter`` and the FLOP model need no torch;
 ``Meter`` uses torch only when the trainer has it (torch.distributed for the per-log collectives, torch ops
 to count CUDA tensors where they are). See README.md, "From Python", and METRICS.md for what is counted.
@@ -20,6 +22,7 @@ from ._cli import check
 from .errors import ConfigError
 from .meter import Meter
 from .model import FlopModel, model_configs_dir, shipped_models
+from .watch import watch
 
 try:
     from importlib.metadata import version as _version
@@ -28,4 +31,4 @@ try:
 except Exception:  # noqa: BLE001 - not installed (a source tree on sys.path)
     __version__ = "0+unknown"
 
-__all__ = ["ConfigError", "FlopModel", "Meter", "check", "model_configs_dir", "shipped_models", "__version__"]
+__all__ = ["ConfigError", "FlopModel", "Meter", "check", "model_configs_dir", "shipped_models", "watch", "__version__"]

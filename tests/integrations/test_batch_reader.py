@@ -93,3 +93,31 @@ def test_a_batch_whose_positions_disagree_with_its_tokens_is_refused_with_the_ke
 def test_not_a_token_batch_gives_none():
     assert describe_batch({"pixel_values": torch.ones(2, 3)}) is None
     assert describe_batch([torch.ones(2)]) is None
+
+
+def test_axolotl_document_ids_in_the_attention_mask_are_documents():
+    # Axolotl's multipack: row 0 holds documents 1 (3 tokens) and 2 (2 tokens) then 1 padding slot; row 1 holds
+    # document 1 (4 tokens) and 2 padding slots. Without positions, the ids alone say where documents start.
+    mask = torch.tensor([[1, 1, 1, 2, 2, 0], [1, 1, 1, 1, 0, 0]])
+    d = describe_batch({"input_ids": torch.ones(2, 6, dtype=torch.int64), "attention_mask": mask})
+    assert cu(d) == [0, 3, 5, 9] and d["padding_tokens"] == 3 and d["samples"] == 3
+
+
+def test_unsloth_packed_seq_lengths_are_the_documents():
+    # Unsloth's padding-free batch: one flattened row of 10 slots, documents of 3, 4 and 2 tokens, one slot of
+    # padding after them (TRL pads the flattened row); no positions needed.
+    d = describe_batch({"input_ids": torch.ones(1, 10, dtype=torch.int64),
+                        "packed_seq_lengths": torch.tensor([3, 4, 2], dtype=torch.int32)})
+    assert cu(d) == [0, 3, 7, 9] and d["padding_tokens"] == 1 and d["samples"] == 3
+    # Packed rows (Unsloth's sample packing): the lengths fill row 0 (5 + 2 of 8 slots, one padding), then row 1
+    # (6 of 8 real slots by its mask; 2 padding).
+    mask = torch.tensor([[1] * 8, [1] * 6 + [0] * 2])
+    d = describe_batch({"input_ids": torch.ones(2, 8, dtype=torch.int64), "attention_mask": mask,
+                        "packed_seq_lengths": torch.tensor([5, 2, 6])})
+    assert cu(d) == [0, 5, 7, 13] and d["padding_tokens"] == 3
+
+
+def test_packed_seq_lengths_that_do_not_fit_are_refused_by_name():
+    with pytest.raises(ValueError, match="packed_seq_lengths"):
+        describe_batch({"input_ids": torch.ones(1, 4, dtype=torch.int64),
+                        "packed_seq_lengths": torch.tensor([3, 3])})

@@ -47,3 +47,24 @@ def test_the_lightning_snippet(tmp_path, monkeypatch):
     assert int(metrics["flopmeter/step"]) == 3
     assert int(metrics["train/tokens_seen"]) == sum(len(r["input_ids"]) for r in rows[:12])
     assert os.path.isdir(tmp_path / "lightning_logs")
+
+
+def test_the_watch_snippet():
+    import flopmeter
+
+    code = snippets()[2]
+    model = tiny.qwen3()
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    namespace = {"model": model, "optimizer": optimizer}
+    exec(compile(code, "README.md", "exec"), namespace)
+    rows = tiny.text_rows(4)
+    for row in rows:
+        ids = torch.tensor([row["input_ids"]])
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    last = namespace["meter"].close()
+    assert last["train/tokens_seen"] == sum(len(r["input_ids"]) for r in rows)
+    assert last["train/flops_seen"] == sum(flopmeter.FlopModel(model.config.to_dict()).flops(
+        document_lengths=[len(r["input_ids"])]) for r in rows)

@@ -164,18 +164,61 @@ def gradient_checkpointing(model: Any) -> bool:
     return False
 
 
-def make_meter(options: Dict[str, Any]) -> Any:
-    """``Meter(**options)``; a ``model`` that is a Hugging Face config dict (it has ``model_type``) is handed to
-    the library as the config.json it would be in a checkpoint."""
+def hf_config(module: Any) -> Optional[Dict[str, Any]]:
+    """The Hugging Face config of `module` as a dict (``config.to_dict()``): of the model under its wrappers, else of
+    its ``.model`` (a LightningModule that holds one); None when neither has a config with a ``model_type``."""
+    base = unwrap(module)
+    for owner in (base, getattr(base, "model", None)):
+        config = getattr(owner, "config", None)
+        if config is not None and hasattr(config, "to_dict") and getattr(config, "model_type", None):
+            return config.to_dict()
+    return None
+
+
+def parallel_sizes(configs: List[Any], tp_size: Any = None) -> Dict[str, int]:
+    """tp and cp of a job from accelerate-style parallelism configs (``tp_size``, ``cp_size``, ``sp_size``: context
+    and sequence parallel ranks share one micro-batch alike) and a plain `tp_size`; 1 where nothing says more."""
+    sizes = {"tp": 1, "cp": 1}
+    for config in configs:
+        if config is None:
+            continue
+        sizes["tp"] = max(sizes["tp"], int(getattr(config, "tp_size", 1) or 1))
+        sizes["cp"] = max(sizes["cp"], int(getattr(config, "cp_size", 1) or 1) * int(getattr(config, "sp_size", 1) or 1))
+    if isinstance(tp_size, int) and not isinstance(tp_size, bool) and tp_size > 1:
+        sizes["tp"] = max(sizes["tp"], tp_size)
+    return sizes
+
+
+def model_options(module: Any, options: Dict[str, Any], *, caller: str, micro_batches_per_step: int = 1,
+                  parallel: Optional[Dict[str, int]] = None, args: Any = None) -> Dict[str, Any]:
+    """The Meter's keyword arguments for training `module`: `options` as given, the model from its Hugging Face
+    config when `options` name none, and the rest learned (``learned_options``). A ``config`` given (a plugin
+    TOML or tables) is taken as it is. Raises TypeError, naming `caller`, when there is no model to meter."""
+    options = dict(options)
+    if options.get("config") is not None:
+        return options
+    if options.get("model") is None:
+        config = hf_config(module)
+        if config is None:
+            raise TypeError(f"{caller}: the model ({type(unwrap(module)).__name__}) has no Hugging Face config; "
+                            "pass model=... (a shipped name, a config.json, a dict)")
+        options["model"] = config
+    return learned_options(options, module, micro_batches_per_step, parallel, args)
+
+
+def make_meter(options: Dict[str, Any], cls: Any = None) -> Any:
+    """``cls(**options)`` (``Meter`` by default); a ``model`` that is a Hugging Face config dict (it has
+    ``model_type``) is handed to the library as the config.json it would be in a checkpoint."""
     import json
     import os
     import tempfile
 
     from ..meter import Meter
 
+    cls = Meter if cls is None else cls
     model = options.get("model")
     if not (isinstance(model, dict) and "model_type" in model):
-        return Meter(**options)
+        return cls(**options)
     # The model is named after its directory: the checkpoint's name where the config has one, else its type.
     name = os.path.basename(str(model.get("_name_or_path") or "").rstrip("/")) or str(model["model_type"])
     name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name).lstrip(".") or "model"
@@ -184,7 +227,7 @@ def make_meter(options: Dict[str, Any]) -> Any:
         path = os.path.join(directory, name, "config.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump(model, f, indent=1, default=str)
-        return Meter(**dict(options, model=path))
+        return cls(**dict(options, model=path))
 
 
 def learned_options(options: Dict[str, Any], model: Any, micro_batches_per_step: int,

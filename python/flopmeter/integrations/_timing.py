@@ -59,3 +59,31 @@ class SpanTimer:
         self._events = []
         self._timed = False
         return seconds
+
+
+class Clock:
+    """Points in time taken without a device synchronisation: a recorded CUDA event on the current stream when
+    `cuda` (the span between two is the device's time between the work queued before each), else
+    ``time.perf_counter()``. ``seconds(a, b)`` reads a span; on CUDA it waits for `b`, so a caller reads a span
+    one log after its end was marked, when the device has long passed it."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        if cuda:
+            import torch
+
+            self._event = torch.cuda.Event
+
+    def mark(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = self._event(enable_timing=True)
+        event.record()
+        return event
+
+    @staticmethod
+    def seconds(begin: Any, end: Any) -> float:
+        if isinstance(begin, float):
+            return end - begin
+        end.synchronize()
+        return begin.elapsed_time(end) / 1000.0

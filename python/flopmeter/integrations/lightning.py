@@ -45,14 +45,6 @@ def _callback_bases() -> Tuple[type, ...]:
     return tuple(bases)
 
 
-def _hf_config(pl_module: Any) -> Optional[Dict[str, Any]]:
-    for owner in (pl_module, getattr(pl_module, "model", None)):
-        config = getattr(owner, "config", None)
-        if config is not None and hasattr(config, "to_dict") and hasattr(config, "model_type"):
-            return config.to_dict()
-    return None
-
-
 class _FlopmeterCallback:
     """The callback's behaviour; ``FlopmeterCallback`` adds the Lightning base classes installed."""
 
@@ -76,16 +68,8 @@ class _FlopmeterCallback:
             LOG.warning("flopmeter: %s failed (%s: %s); its figures are left out", what, type(error).__name__, error)
 
     def _meter_options(self, trainer: Any, pl_module: Any) -> Dict[str, Any]:
-        options = dict(self.options)
-        if options.get("config") is None:
-            if options.get("model") is None:
-                config = _hf_config(pl_module)
-                if config is None:
-                    raise TypeError("FlopmeterCallback: the LightningModule has no Hugging Face config "
-                                    "(pl_module.config); pass model=... (a shipped name, a config.json, a dict)")
-                options["model"] = config
-            options = _regime.learned_options(options, pl_module, getattr(trainer, "accumulate_grad_batches", 1))
-        return options
+        return _regime.model_options(pl_module, self.options, caller="FlopmeterCallback",
+                                     micro_batches_per_step=getattr(trainer, "accumulate_grad_batches", 1))
 
     # ---- Lightning hooks ----
 

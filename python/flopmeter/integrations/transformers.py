@@ -81,50 +81,22 @@ class _DescribingCollator:
 
 
 def _pad_token_id(trainer: Any, model: Any) -> Optional[int]:
-    for owner in (getattr(trainer, "processing_class", None), getattr(trainer, "tokenizer", None),
-                  getattr(getattr(trainer, "processing_class", None), "tokenizer", None)):
-        value = getattr(owner, "pad_token_id", None)
-        if isinstance(value, int):
-            return value
-    config = getattr(model, "config", None)
-    for owner in (config, getattr(config, "text_config", None)):
-        value = getattr(owner, "pad_token_id", None)
-        if isinstance(value, int):
-            return value
-    return None
+    return _batch_reader.pad_token_id(getattr(trainer, "processing_class", None), getattr(trainer, "tokenizer", None),
+                                      getattr(model, "config", None))
 
 
 def _parallel(trainer: Any) -> Dict[str, int]:
-    """tp and cp (context and sequence parallel ranks share one micro-batch alike) from the trainer."""
-    sizes = {"tp": 1, "cp": 1}
-    configs = [getattr(trainer.args, "parallelism_config", None),
-               getattr(getattr(trainer, "accelerator", None), "parallelism_config", None)]
-    for config in configs:
-        if config is None:
-            continue
-        sizes["tp"] = max(sizes["tp"], int(getattr(config, "tp_size", 1) or 1))
-        sizes["cp"] = max(sizes["cp"], int(getattr(config, "cp_size", 1) or 1) * int(getattr(config, "sp_size", 1) or 1))
-    tp_size = getattr(trainer.args, "tp_size", None)
-    if isinstance(tp_size, int) and tp_size > 1:
-        sizes["tp"] = max(sizes["tp"], tp_size)
-    return sizes
+    """tp and cp from the trainer's args and accelerator."""
+    return _regime.parallel_sizes([getattr(trainer.args, "parallelism_config", None),
+                                   getattr(getattr(trainer, "accelerator", None), "parallelism_config", None)],
+                                  getattr(trainer.args, "tp_size", None))
 
 
 def meter_options(trainer: Any, options: Dict[str, Any]) -> Dict[str, Any]:
     """The Meter's keyword arguments: `options` as given, and what the trainer says for the rest."""
-    model = trainer.model
-    base = _regime.unwrap(model)
-    options = dict(options)
-    if options.get("config") is None:
-        if options.get("model") is None:
-            config = getattr(base, "config", None)
-            if config is None or not hasattr(config, "to_dict"):
-                raise TypeError("attach: trainer.model has no Hugging Face config; pass model=... "
-                                "(a shipped name, a config.json, a dict)")
-            options["model"] = config.to_dict()
-        options = _regime.learned_options(options, model, trainer.args.gradient_accumulation_steps,
-                                          _parallel(trainer), trainer.args)
-    return options
+    return _regime.model_options(trainer.model, options, caller="attach",
+                                 micro_batches_per_step=trainer.args.gradient_accumulation_steps,
+                                 parallel=_parallel(trainer), args=trainer.args)
 
 
 class _Attachment:
