@@ -130,8 +130,10 @@ class throughput_plugin::impl {
     interval_start_ = clock_();
   }
 
-  // `why` (may be NULL) receives the reason of a rejection: the counting's own message, as logged.
-  microbatch_result on_microbatch(const microbatch_event& event, std::string* why = nullptr) noexcept {
+  // `keep_reason(const char*)` is called with the reason of a rejection (the counting's own message, as
+  // logged). A template, so that the hooks' path (no reason kept) passes and keeps nothing more than before.
+  template <class KeepReason>
+  microbatch_result on_microbatch(const microbatch_event& event, const KeepReason& keep_reason) noexcept {
     if (refused_as_reentrant("on_microbatch")) return microbatch_result::reentrant;
     const owned_lock lock(mutex_);
     if (flushed_) {
@@ -144,12 +146,7 @@ class throughput_plugin::impl {
     } catch (const std::exception& e) {
       ++health_.bad_microbatches;
       warn_rate_limited(last_batch_warning_, "flopmeter: micro-batch not counted: {}", e.what());
-      if (why != nullptr) {
-        try {
-          *why = e.what();
-        } catch (...) {  // out of memory: the caller gets the code without its reason
-        }
-      }
+      keep_reason(e.what());
       return microbatch_result::rejected;
     }
     return microbatch_result::counted;
@@ -451,7 +448,9 @@ std::shared_ptr<throughput_plugin> throughput_plugin::create(throughput_options 
 throughput_plugin::throughput_plugin(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
 throughput_plugin::~throughput_plugin() = default;
 
-void throughput_plugin::on_microbatch(const microbatch_event& event) noexcept { (void)impl_->on_microbatch(event); }
+void throughput_plugin::on_microbatch(const microbatch_event& event) noexcept {
+  (void)impl_->on_microbatch(event, [](const char*) noexcept {});
+}
 void throughput_plugin::on_log(const log_event& event) noexcept { (void)impl_->on_log(event); }
 void throughput_plugin::flush() noexcept { (void)impl_->flush("flush"); }
 throughput_health throughput_plugin::health() const { return impl_->health(); }
@@ -463,7 +462,13 @@ std::optional<double> throughput_plugin::peak_tflops_per_gpu() const { return im
 
 microbatch_result throughput_calls::record_microbatch(throughput_plugin& plugin, const microbatch_event& event,
                                                       std::string* why) noexcept {
-  return plugin.impl_->on_microbatch(event, why);
+  return plugin.impl_->on_microbatch(event, [why](const char* reason) noexcept {
+    if (why == nullptr) return;
+    try {
+      *why = reason;
+    } catch (...) {  // out of memory: the caller gets the code without its reason
+    }
+  });
 }
 hook_result throughput_calls::record_log(throughput_plugin& plugin, const log_event& event) noexcept {
   return plugin.impl_->on_log(event);
