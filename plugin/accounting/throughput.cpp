@@ -130,11 +130,10 @@ class throughput_plugin::impl {
     interval_start_ = clock_();
   }
 
-  // `why` (may be NULL) receives the reason of a rejection: the counting's own message, as logged.
-  // `refused`, when set, is why a layer above refused the micro-batch before it reached here (the tensor path):
-  // it ran, and is counted and warned about like an invalid description.
-  microbatch_result on_microbatch(const microbatch_event& event, std::string* why = nullptr,
-                                  const char* refused = nullptr) noexcept {
+  // `keep_reason(const char*)` is called with the reason of a rejection (the counting's own message, as
+  // logged). A template, so that the hooks' path (no reason kept) passes and keeps nothing more than before.
+  template <class KeepReason>
+  microbatch_result on_microbatch(const microbatch_event& event, const KeepReason& keep_reason) noexcept {
     if (refused_as_reentrant("on_microbatch")) return microbatch_result::reentrant;
     const owned_lock lock(mutex_);
     if (flushed_) {
@@ -143,24 +142,29 @@ class throughput_plugin::impl {
     }
     current_.microbatches += 1;
     try {
-      if (refused != nullptr) throw error(refused);
       add_microbatch(current_, event, geometry_, count_plan_);
     } catch (const std::exception& e) {
       ++health_.bad_microbatches;
-      if (refused != nullptr) {
-        warn_rate_limited(last_batch_warning_, "flopmeter: tensor micro-batch not counted: {}", e.what());
-      } else {
-        warn_rate_limited(last_batch_warning_, "flopmeter: micro-batch not counted: {}", e.what());
-      }
-      if (why != nullptr) {
-        try {
-          *why = e.what();
-        } catch (...) {  // out of memory: the caller gets the code without its reason
-        }
-      }
+      warn_rate_limited(last_batch_warning_, "flopmeter: micro-batch not counted: {}", e.what());
+      keep_reason(e.what());
       return microbatch_result::rejected;
     }
     return microbatch_result::counted;
+  }
+
+  // A micro-batch that ran but that a layer above refused before it could be counted (the tensor path): counted
+  // and warned about like an invalid description, with the layer's reason.
+  microbatch_result on_refused_microbatch(const char* why) noexcept {
+    if (refused_as_reentrant("on_microbatch")) return microbatch_result::reentrant;
+    const owned_lock lock(mutex_);
+    if (flushed_) {
+      ++health_.events_after_flush;
+      return microbatch_result::after_flush;
+    }
+    current_.microbatches += 1;
+    ++health_.bad_microbatches;
+    warn_rate_limited(last_batch_warning_, "flopmeter: tensor micro-batch not counted: {}", why);
+    return microbatch_result::rejected;
   }
 
   // Destroyed without flush(): the last interval is flushed here, bounded like any on_log by the collective
@@ -459,7 +463,9 @@ std::shared_ptr<throughput_plugin> throughput_plugin::create(throughput_options 
 throughput_plugin::throughput_plugin(std::unique_ptr<impl> state) : impl_(std::move(state)) {}
 throughput_plugin::~throughput_plugin() = default;
 
-void throughput_plugin::on_microbatch(const microbatch_event& event) noexcept { (void)impl_->on_microbatch(event); }
+void throughput_plugin::on_microbatch(const microbatch_event& event) noexcept {
+  (void)impl_->on_microbatch(event, [](const char*) noexcept {});
+}
 void throughput_plugin::on_log(const log_event& event) noexcept { (void)impl_->on_log(event); }
 void throughput_plugin::flush() noexcept { (void)impl_->flush("flush"); }
 throughput_health throughput_plugin::health() const { return impl_->health(); }
@@ -471,10 +477,16 @@ std::optional<double> throughput_plugin::peak_tflops_per_gpu() const { return im
 
 microbatch_result throughput_calls::record_microbatch(throughput_plugin& plugin, const microbatch_event& event,
                                                       std::string* why) noexcept {
-  return plugin.impl_->on_microbatch(event, why);
+  return plugin.impl_->on_microbatch(event, [why](const char* reason) noexcept {
+    if (why == nullptr) return;
+    try {
+      *why = reason;
+    } catch (...) {  // out of memory: the caller gets the code without its reason
+    }
+  });
 }
 microbatch_result throughput_calls::record_refused_microbatch(throughput_plugin& plugin, const char* why) noexcept {
-  return plugin.impl_->on_microbatch(microbatch_event{}, nullptr, why);
+  return plugin.impl_->on_refused_microbatch(why);
 }
 hook_result throughput_calls::record_log(throughput_plugin& plugin, const log_event& event) noexcept {
   return plugin.impl_->on_log(event);
