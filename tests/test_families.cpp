@@ -1,4 +1,4 @@
-// Tests of the decoder families beyond Qwen3 (core/families.cpp): one small config.json per family with its
+// Tests of the decoder families beyond Qwen3 (families/families.cpp): one small config.json per family with its
 // coefficients derived by hand below, exact FLOPs of a packed batch with sliding windows, the TOML that
 // `import` writes giving the same spec, the shipped configs loading and passing `check`, and a config that
 // contradicts itself refused with FILE:LINE:COL, the key and the reason.
@@ -18,8 +18,8 @@
 
 #include <unistd.h>
 
-#include "core/families.h"
-#include "core/gemm_walk.h"
+#include "families/families.h"
+#include "arch/gemm_walk.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/megatron.h"

@@ -241,7 +241,7 @@ const hostile_edit kTomlEdits[] = {
 
 INSTANTIATE_TEST_SUITE_P(hostile_toml, hostile_edits, ::testing::ValuesIn(kTomlEdits), testing::row_name<hostile_edit>);
 
-// The family rules (core/families.cpp), one row per rule: the field and the reason at FILE:LINE:COL.
+// The family rules (families/families.cpp), one row per rule: the field and the reason at FILE:LINE:COL.
 const hostile_edit kFamilyEdits[] = {
     {document::mla_toml, "first_k_dense_replace_beyond_the_layers", "first_k_dense_replace = 1",
      "first_k_dense_replace = 4",

@@ -1,4 +1,4 @@
-// Tests for the model TOML loader (plugin/core/model_toml.cpp): the shipped configs against the reference table
+// Tests for the model TOML loader (plugin/config/model_toml.cpp): the shipped configs against the reference table
 // (/work/shared/reference/qwen-configs.md), the resolved layer layout, and one test per kind of bad input,
 // each pinning the whole message: file name, exact line:col, key path and what is wrong.
 

@@ -3,7 +3,7 @@
 //
 // The total outgrows a double's exact integers (2^53 = 9e15 FLOPs) within the first steps of any real run, and
 // a double summed step by step or rank by rank rounds at every addition. So each rank keeps its total as an
-// unsigned 128-bit integer (core/exact_flops.h) and writes it into its row as three limbs of 32 bits (row_layout.h,
+// unsigned 128-bit integer (count/exact_flops.h) and writes it into its row as three limbs of 32 bits (row_layout.h,
 // row_flops_seen_0..2): whole numbers below 2^32, which a SUM all-reduce adds exactly in any order for up to
 // 2^21 ranks (2^21 x 2^32 = 2^53). The three DP sums are recombined in 128 bits, Σ0 + 2^32 Σ1 + 2^64 Σ2, and
 // rounded once to the record's double: the figure is the exact integer to 1 part in 2^53 (its nearest
@@ -18,7 +18,7 @@
 // not their FLOPs writes kFlopsSeenOnDevice into the first limb, and the figure is left out with a warning.
 //
 // Device FLOPs. A device adds and multiplies exactly in int64 as long as nothing passes 2^63, so the 128-bit
-// product of a count and its weight (core/exact_flops.h, model_flop_weights: FLOPs are linear in the counts) is
+// product of a count and its weight (count/exact_flops.h, model_flop_weights: FLOPs are linear in the counts) is
 // formed from digits of 16 bits:
 //   - an interval's count c (a whole float64 below 2^53) has kCountDigits digits a_i = floor(c / 2^16i) mod 2^16;
 //   - a weight W (|W| < 2^66) has kWeightDigits digits w_j of |W| and W's sign s;
@@ -48,8 +48,8 @@
 
 #include "flopmeter/error.h"
 #include "accounting/row_layout.h"
-#include "core/count_fields.h"
-#include "core/flop_terms.h"
+#include "count/count_fields.h"
+#include "arch/flop_terms.h"
 
 namespace flopmeter::detail {
 

@@ -33,8 +33,8 @@
 #include "flopmeter/throughput.h"
 #include "accounting/sanitize_options.h"
 #include "accounting/throughput_config.h"
-#include "core/spec_rules.h"
-#include "core/toml_reader.h"
+#include "families/spec_rules.h"
+#include "config/toml_reader.h"
 
 namespace flopmeter {
 namespace {

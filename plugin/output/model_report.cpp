@@ -1,7 +1,7 @@
 // The FLOP model's reports (model_report.h): what `flopmeter coefficients --json` and `estimate --json` print.
 #include "output/model_report.h"
 
-#include "core/count_fields.h"
+#include "count/count_fields.h"
 #include "output/json_writer.h"
 
 namespace flopmeter::detail {

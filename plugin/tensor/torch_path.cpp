@@ -27,8 +27,8 @@
 #include "accounting/plugin_factory.h"  // check_layout_fits, make_emitting_sinks
 #include "accounting/row_layout.h"
 #include "accounting/throughput_calls.h"
-#include "core/exact_double.h"
-#include "core/exact_flops.h"
+#include "util/exact_double.h"
+#include "count/exact_flops.h"
 #include "tensor/torch_path_log.h"  // spdlog stays out of this file: see there
 
 namespace flopmeter {
@@ -197,7 +197,7 @@ at::Tensor tensor_batch_counts(const tensor_microbatch& b, const vision_geometry
     merged = sum_exact(at::div(item_patches, m * m, "floor") * ok);
     per_frame = sum_exact(ts * (frame + c) * (frame + c) * ok);
     whole = sum_exact(item_patches * item_patches * ok);
-    // The closed forms of the host path (core/batch_counts.cpp add_vision_extras), per segment times t; each is at
+    // The closed forms of the host path (count/batch_counts.cpp add_vision_extras), per segment times t; each is at
     // most the per-segment pairs, so the int64 products stay below 2^62.
     if (g.vision_window > 0) {
       const std::int64_t v = g.vision_window;

@@ -1,0 +1,526 @@
+// plugin/families/vlm_families.cpp — the vision-language families (vlm_families.h): their vision field tables in the
+// config.json's names, the build steps that follow transformers' modeling code, and the rules of their towers.
+//
+// What each build step reads (transformers' modeling files; METRICS.md says the same for users):
+//   qwen3_vl    Qwen3VLVisionModel (and Qwen3.5's, which deletes the DeepStack mergers): blocks LayerNorm +
+//               attention + LayerNorm + a plain GELU MLP of intermediate_size; every block attends per frame; the
+//               patch merger to out_hidden_size, plus one DeepStack merger per deepstack_visual_indexes entry.
+//   qwen2_vl    Qwen2VisionTransformerPretrainedModel: embed_dim is the ViT's width and hidden_size the merger's
+//               OUTPUT width; blocks LayerNorm + attention + LayerNorm + fc1 embed_dim -> embed_dim * mlp_ratio,
+//               QuickGELU, fc2; every block attends per temporal frame; PatchMerger (no DeepStack).
+//   qwen2_5_vl  Qwen2_5_VisionTransformerPretrainedModel: hidden_size is the ViT's width; RMSNorm and a gated SiLU
+//               MLP of intermediate_size (gate, up, down); blocks in fullatt_block_indexes attend per frame, the
+//               others inside windows of window_size / patch_size / spatial_merge_size merged tokens a side
+//               (get_window_index); the same patch merger to out_hidden_size.
+//   internvl    InternVLVisionModel: a CLS token prepended to the (image_size / patch_size)^2 patches of every
+//               448-pixel tile, LayerNorm, attention, LayerNorm, fc1, GELU, fc2; the CLS token is dropped after the
+//               tower, pixel shuffle by downsample_ratio (1 / downsample_ratio patches a side per token), then
+//               the projector LayerNorm, Linear(4 hv -> text hidden), GELU, Linear(text hidden -> text hidden).
+//   gemma3      SiglipVisionModel over each image_size image (one bidirectional sequence of (image_size /
+//               patch_size)^2 patches), AvgPool2d to mm_tokens_per_image tokens, RMSNorm, one projection
+//               hv -> text hidden; in the decoder each image's tokens attend to each other (token_type_ids).
+
+#include "families/vlm_families.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "util/printable_text.h"
+#include "families/qwen_families.h"
+#include "flopmeter/error.h"
+
+namespace flopmeter::detail {
+namespace {
+
+using T = vlm_field_type;
+std::string n(std::int64_t v) { return std::to_string(v); }
+
+constexpr std::string_view kQwen2Vl = "qwen2_vl";
+constexpr std::string_view kQwen25Vl = "qwen2_5_vl";
+constexpr std::string_view kInternVl = "internvl";
+constexpr std::string_view kGemma3 = "gemma3";
+
+// The Qwen3-VL vision tower (Qwen3-VL and Qwen3.5, dense and MoE): every field required, SCHEMA.md's order.
+// Qwen3-VL merges DeepStack features from the ViT blocks deepstack_visual_indexes names: one merger each, the
+// largest vision term after the blocks. Reading an absent list as [] undercounts it (4x for the usual three);
+// transformers itself would fill in its class default, [8, 16, 24], which a config.json saved with only its
+// differences from the defaults leaves out. Neither guess is safe: the file must say which. Qwen3.5 has no
+// DeepStack: an absent list is [] (its checkpoints write [] or leave it out).
+std::vector<vlm_field> qwen3_vision_fields(bool deepstack) {
+  return {
+      {"vision_config.depth", T::integer, true, 0, "ViT blocks"},
+      {"vision_config.hidden_size", T::integer, true, 0, "the ViT's width"},
+      {"vision_config.num_heads", T::integer, true, 0, "ViT attention heads (divide hidden_size)"},
+      {"vision_config.intermediate_size", T::integer, true, 0, "plain GELU MLP width (not gated)"},
+      {"vision_config.out_hidden_size", T::integer, true, 0, "the patch merger's output width (= decoder width)"},
+      {"vision_config.deepstack_visual_indexes", T::index_list, deepstack, 0,
+       "ViT blocks with a DeepStack merger each (Qwen3-VL; Qwen3.5: [])",
+       deepstack ? ": Qwen3-VL adds one merger per listed ViT block (transformers' default is [8, 16, 24]; write [] "
+                   "for none)"
+                 : ""},
+      {"vision_config.patch_size", T::integer, true, 0, "patch edge in pixels"},
+      {"vision_config.temporal_patch_size", T::integer, true, 0, "frames per temporal patch"},
+      {"vision_config.spatial_merge_size", T::integer, true, 0, "patches a side per merged token"},
+      {"vision_config.in_channels", T::integer, true, 0, "image channels"},
+  };
+}
+
+const std::vector<const vlm_family*>& registry() {
+  static const vlm_family qwen3_vl{"qwen3_vl", "Qwen3-VL", "qwen3_vl", false, qwen3_vision_fields(true), true};
+  static const vlm_family qwen3_5{"qwen3_5", "Qwen3.5", "qwen3_5", false, qwen3_vision_fields(false), true};
+  static const vlm_family qwen3_vl_moe{
+      "qwen3_vl_moe", "Qwen3-VL", "qwen3_vl_moe", false, qwen3_vision_fields(true), true};
+  static const vlm_family qwen3_5_moe{"qwen3_5_moe", "Qwen3.5", "qwen3_5_moe", false, qwen3_vision_fields(false), true};
+  static const vlm_family qwen2_vl{
+      kQwen2Vl,
+      "Qwen2-VL",
+      "qwen2",
+      true,
+      {
+          {"vision_config.depth", T::integer, true, 0, "ViT blocks"},
+          {"vision_config.embed_dim", T::integer, true, 0, "the ViT's width"},
+          {"vision_config.num_heads", T::integer, true, 0, "ViT attention heads (divide embed_dim)"},
+          {"vision_config.mlp_ratio", T::number, false, 4, "MLP width = embed_dim * mlp_ratio (fc1, QuickGELU, fc2)"},
+          {"vision_config.hidden_size", T::integer, true, 0,
+           "the patch merger's OUTPUT width (= the decoder's hidden_size), not the ViT's width"},
+          {"vision_config.patch_size", T::integer, false, 14, "patch edge in pixels"},
+          {"vision_config.temporal_patch_size", T::integer, false, 2, "frames per temporal patch"},
+          {"vision_config.spatial_merge_size", T::integer, false, 2, "patches a side per merged token"},
+          {"vision_config.in_chans", T::integer, false, 3, "image channels (transformers also reads in_channels)"},
+      }};
+  static const vlm_family qwen2_5_vl{
+      kQwen25Vl,
+      "Qwen2.5-VL",
+      "qwen2",
+      true,
+      {
+          {"vision_config.depth", T::integer, true, 0, "ViT blocks"},
+          {"vision_config.hidden_size", T::integer, true, 0, "the ViT's width"},
+          {"vision_config.num_heads", T::integer, true, 0, "ViT attention heads (divide hidden_size)"},
+          {"vision_config.intermediate_size", T::integer, true, 0, "gated SiLU MLP width (gate, up, down)"},
+          {"vision_config.out_hidden_size", T::integer, true, 0, "the patch merger's output width (= decoder width)"},
+          {"vision_config.patch_size", T::integer, false, 14, "patch edge in pixels"},
+          {"vision_config.temporal_patch_size", T::integer, false, 2, "frames per temporal patch"},
+          {"vision_config.spatial_merge_size", T::integer, false, 2, "patches a side per merged token"},
+          {"vision_config.in_chans", T::integer, false, 3, "image channels (transformers also reads in_channels)"},
+          {"vision_config.window_size", T::integer, false, 112,
+           "window edge in pixels (a multiple of patch_size * spatial_merge_size)"},
+          {"vision_config.fullatt_block_indexes", T::index_list, true, 0,
+           "blocks that attend to the whole frame; the others attend inside windows"},
+      }};
+  static const vlm_family internvl{
+      kInternVl,
+      "InternVL",
+      "",
+      false,
+      {
+          {"vision_config.num_hidden_layers", T::integer, true, 0, "InternViT blocks"},
+          {"vision_config.hidden_size", T::integer, true, 0, "InternViT's width"},
+          {"vision_config.num_attention_heads", T::integer, true, 0, "InternViT attention heads"},
+          {"vision_config.intermediate_size", T::integer, true, 0, "MLP width (fc1, GELU, fc2)"},
+          {"vision_config.image_size", T::side, false, 448, "tile edge in pixels (448 or [448, 448])"},
+          {"vision_config.patch_size", T::side, false, 14, "patch edge in pixels (14 or [14, 14])"},
+          {"vision_config.num_channels", T::integer, false, 3, "image channels"},
+          {"downsample_ratio", T::ratio, false, 0.5,
+           "pixel shuffle: 1 / downsample_ratio patches a side form one decoder token"},
+      }};
+  static const vlm_family gemma3{
+      kGemma3,
+      "Gemma 3",
+      "gemma3_text",
+      false,
+      {
+          {"vision_config.num_hidden_layers", T::integer, true, 0, "SigLIP blocks"},
+          {"vision_config.hidden_size", T::integer, true, 0, "SigLIP's width"},
+          {"vision_config.num_attention_heads", T::integer, true, 0, "SigLIP attention heads"},
+          {"vision_config.intermediate_size", T::integer, true, 0, "MLP width (fc1, GELU, fc2)"},
+          {"vision_config.image_size", T::integer, true, 0, "image edge in pixels (896)"},
+          {"vision_config.patch_size", T::integer, true, 0, "patch edge in pixels (14)"},
+          {"vision_config.num_channels", T::integer, false, 3, "image channels"},
+          {"mm_tokens_per_image", T::integer, false, 256,
+           "decoder tokens per image after average pooling (a square number)"},
+      }};
+  static const std::vector<const vlm_family*> all = {&qwen3_vl, &qwen3_5,    &qwen3_vl_moe, &qwen3_5_moe,
+                                                     &qwen2_vl, &qwen2_5_vl, &internvl,     &gemma3};
+  return all;
+}
+
+// The values a document gives (or the defaults), by path.
+struct vlm_values {
+  const vlm_family* family = nullptr;
+  std::vector<vlm_value> values;
+  const vlm_value& operator[](std::string_view path) const {
+    for (std::size_t i = 0; i < family->fields.size(); ++i) {
+      if (family->fields[i].path == path) return values[i];
+    }
+    static const vlm_value absent{};
+    return absent;
+  }
+  std::int64_t integer(std::string_view path) const { return static_cast<std::int64_t>((*this)[path].number); }
+};
+
+// The decoder adapter of a document of `family`.
+const family_adapter& decoder_of(const field_reader& reader, const vlm_family& family) {
+  std::string type(family.decoder);
+  if (type.empty()) {
+    if (!reader.has("text_config.model_type")) {
+      throw error(reader.where_missing("text_config"),
+                  "required key 'text_config.model_type' is missing: " + std::string(family.family) +
+                      " names its decoder's family there (\"qwen2\" for InternVL3)");
+    }
+    type = reader.string("text_config.model_type");
+  } else if (!family.flat && reader.has("text_config.model_type") && reader.string("text_config.model_type") != type &&
+             (find_decoder(type) == nullptr || find_decoder(type)->field("model_type") == nullptr)) {
+    // (A decoder whose table has model_type checks it itself: Qwen3-VL's is "qwen3_vl_text".)
+    reader.fail("text_config.model_type", "must be " + quoted(type) + " for model_type " +
+                                              quoted(std::string(family.model_type)) + " (got " +
+                                              quoted(reader.string("text_config.model_type")) + ")");
+  }
+  const family_adapter* adapter = family.decoder.empty() ? find_family(type) : find_decoder(type);
+  // InternVL's decoders are the families of families.cpp; a Qwen3 decoder there is not modelled (not yet tested).
+  if (adapter != nullptr && family.decoder.empty() && adapter->check != nullptr) adapter = nullptr;
+  if (adapter == nullptr) {
+    reader.fail("text_config.model_type", "unsupported decoder " + quoted(type) + " for " + std::string(family.family) +
+                                              " (flopmeter models the decoder families " +
+                                              supported_model_types_text() + ")");
+  }
+  return *adapter;  // gemma3_text's table carries Gemma3TextConfig's defaults itself (families.cpp)
+}
+
+vlm_value read_value(const field_reader& reader, const vlm_field& f) {
+  vlm_value v;
+  v.present = reader.has(f.path);
+  const std::string at(f.path);
+  if (!v.present) {
+    if (f.required) {
+      const std::size_t dot = at.rfind('.');
+      throw error(reader.where_missing(dot == std::string::npos ? "" : at.substr(0, dot)),
+                  "required key '" + at + "' is missing" + std::string(f.missing_note));
+    }
+    v.number = f.default_value;
+    return v;
+  }
+  switch (f.type) {
+    case T::integer: {
+      const std::int64_t i = reader.integer(at);
+      if (i < 1) reader.fail(at, "must be > 0 (got " + n(i) + ")");
+      if (i > kMaxSize) reader.fail(at, "too large: must be <= 2^31 = " + n(kMaxSize) + " (got " + n(i) + ")");
+      v.number = static_cast<double>(i);
+      break;
+    }
+    case T::side: {
+      std::int64_t side = 0;
+      if (reader.is_array(at)) {
+        if (reader.array_size(at) != 2) reader.fail(at, "must be one integer or a list [height, width] of two");
+        const std::int64_t h = reader.integer(at + "[0]"), w = reader.integer(at + "[1]");
+        if (h != w) {
+          reader.fail(at, "must be square (got [" + n(h) + ", " + n(w) + "]): flopmeter bills square tiles");
+        }
+        side = h;
+      } else {
+        side = reader.integer(at);
+      }
+      if (side < 1 || side > kMaxSize) reader.fail(at, "must be in [1, 2^31] (got " + n(side) + ")");
+      v.number = static_cast<double>(side);
+      break;
+    }
+    case T::ratio:
+    case T::number: {
+      const double x = reader.number(at);
+      if (!(x > 0) || (f.type == T::ratio && x > 1) || !(x <= static_cast<double>(kMaxSize))) {
+        reader.fail(at, f.type == T::ratio ? "must be in (0, 1]" : "must be > 0 and <= 2^31");
+      }
+      v.number = x;
+      break;
+    }
+    case T::index_list: {
+      const std::size_t count = reader.array_size(at);
+      for (std::size_t i = 0; i < count && i <= static_cast<std::size_t>(kMaxSize); ++i) {
+        v.indexes.push_back(reader.integer(at + "[" + std::to_string(i) + "]"));
+      }
+      break;
+    }
+  }
+  return v;
+}
+
+// The vision_spec of each family from its values; `text` is the decoder already built.
+std::optional<spec_violation> build_vision(const vlm_values& v, const text_spec& text, const std::string& type,
+                                           vision_spec& out) {
+  const auto whole = [](double x) { return std::floor(x) == x; };
+  if (has_qwen3_vision_tower(type)) {
+    out.depth = v.integer("vision_config.depth");
+    out.hidden_size = v.integer("vision_config.hidden_size");
+    out.num_heads = v.integer("vision_config.num_heads");
+    out.intermediate_size = v.integer("vision_config.intermediate_size");
+    out.out_hidden_size = v.integer("vision_config.out_hidden_size");
+    out.deepstack_visual_indexes = v["vision_config.deepstack_visual_indexes"].indexes;
+    out.patch_size = v.integer("vision_config.patch_size");
+    out.temporal_patch_size = v.integer("vision_config.temporal_patch_size");
+    out.spatial_merge_size = v.integer("vision_config.spatial_merge_size");
+    out.in_channels = v.integer("vision_config.in_channels");
+    return std::nullopt;
+  }
+  if (type == kQwen2Vl) {
+    out.depth = v.integer("vision_config.depth");
+    out.hidden_size = v.integer("vision_config.embed_dim");
+    out.num_heads = v.integer("vision_config.num_heads");
+    const double width = static_cast<double>(out.hidden_size) * v["vision_config.mlp_ratio"].number;
+    if (!whole(width) || width > static_cast<double>(kMaxSize)) {
+      return spec_violation{"vision_config.mlp_ratio",
+                            "embed_dim * mlp_ratio must be a whole number of at most 2^31 (the MLP's width)"};
+    }
+    out.intermediate_size = static_cast<std::int64_t>(width);
+    out.out_hidden_size = v.integer("vision_config.hidden_size");
+    out.patch_size = v.integer("vision_config.patch_size");
+    out.temporal_patch_size = v.integer("vision_config.temporal_patch_size");
+    out.spatial_merge_size = v.integer("vision_config.spatial_merge_size");
+    out.in_channels = v.integer("vision_config.in_chans");
+    return std::nullopt;
+  }
+  if (type == kQwen25Vl) {
+    out.depth = v.integer("vision_config.depth");
+    out.hidden_size = v.integer("vision_config.hidden_size");
+    out.num_heads = v.integer("vision_config.num_heads");
+    out.intermediate_size = v.integer("vision_config.intermediate_size");
+    out.out_hidden_size = v.integer("vision_config.out_hidden_size");
+    out.patch_size = v.integer("vision_config.patch_size");
+    out.temporal_patch_size = v.integer("vision_config.temporal_patch_size");
+    out.spatial_merge_size = v.integer("vision_config.spatial_merge_size");
+    out.in_channels = v.integer("vision_config.in_chans");
+    out.mlp = vision_mlp_kind::gated;
+    out.window_size = v.integer("vision_config.window_size");
+    out.fullatt_block_indexes = v["vision_config.fullatt_block_indexes"].indexes;
+    return std::nullopt;
+  }
+  // InternVL and Gemma 3: 2-D patches of square images, the projector to the decoder's width.
+  out.depth = v.integer("vision_config.num_hidden_layers");
+  out.hidden_size = v.integer("vision_config.hidden_size");
+  out.num_heads = v.integer("vision_config.num_attention_heads");
+  out.intermediate_size = v.integer("vision_config.intermediate_size");
+  out.image_size = v.integer("vision_config.image_size");
+  out.patch_size = v.integer("vision_config.patch_size");
+  out.in_channels = v.integer("vision_config.num_channels");
+  out.temporal_patch_size = 1;
+  out.out_hidden_size = text.hidden_size;
+  if (out.image_size % out.patch_size != 0) {
+    return spec_violation{"vision_config.image_size", "must be a multiple of patch_size = " + n(out.patch_size) +
+                                                          " (got " + n(out.image_size) + ")"};
+  }
+  const std::int64_t side = out.image_size / out.patch_size;
+  if (type == kInternVl) {
+    // Pixel shuffle by r merges 1/r x 1/r patches into one token: 1/r must be a whole number.
+    const double inverse = 1.0 / v["downsample_ratio"].number;
+    const double rounded = std::round(inverse);
+    if (std::fabs(inverse - rounded) > 1e-9 || rounded < 1) {
+      return spec_violation{"downsample_ratio",
+                            "1 / downsample_ratio must be a whole number of patches a side (0.5: 2 x 2 patches per "
+                            "token)"};
+    }
+    out.spatial_merge_size = static_cast<std::int64_t>(rounded);
+    out.cls_token = true;
+    out.projector = vision_projector_kind::pixel_shuffle_mlp;
+    return std::nullopt;
+  }
+  // Gemma 3: AvgPool2d of kernel (image_size / patch_size) / sqrt(mm_tokens_per_image).
+  const std::int64_t tokens = v.integer("mm_tokens_per_image");
+  const auto per_side = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(tokens))));
+  if (per_side * per_side != tokens || side % per_side != 0) {
+    return spec_violation{
+        "mm_tokens_per_image",
+        "must be a square k^2 whose side k divides image_size / patch_size = " + n(side) + " (got " + n(tokens) + ")"};
+  }
+  out.spatial_merge_size = side / per_side;
+  out.projector = vision_projector_kind::avgpool_linear;
+  out.bidirectional_image = true;
+  return std::nullopt;
+}
+
+// config.json names of the vision_spec members on `type`.
+std::string key_of(const std::string& type, std::string_view member) {
+  if (has_qwen3_vision_tower(type)) return "vision_config." + std::string(member);
+  const bool qwen2 = type == kQwen2Vl, qwen = qwen2 || type == kQwen25Vl;
+  if (member == "depth") return qwen ? "vision_config.depth" : "vision_config.num_hidden_layers";
+  if (member == "hidden_size") return qwen2 ? "vision_config.embed_dim" : "vision_config.hidden_size";
+  if (member == "num_heads") return qwen ? "vision_config.num_heads" : "vision_config.num_attention_heads";
+  if (member == "intermediate_size") return qwen2 ? "vision_config.mlp_ratio" : "vision_config.intermediate_size";
+  if (member == "out_hidden_size") {
+    return qwen2 ? "vision_config.hidden_size" : qwen ? "vision_config.out_hidden_size" : "text_config.hidden_size";
+  }
+  if (member == "in_channels") return qwen ? "vision_config.in_chans" : "vision_config.num_channels";
+  if (member == "spatial_merge_size") {
+    return qwen ? "vision_config.spatial_merge_size" : type == kInternVl ? "downsample_ratio" : "mm_tokens_per_image";
+  }
+  return "vision_config." + std::string(member);
+}
+
+std::optional<spec_violation> check_vision(const model_spec& spec) {
+  const std::string& type = spec.model_type;
+  const vlm_family* family = find_vlm_family(type);
+  if (!spec.vision && family != nullptr && family->vision_optional) return std::nullopt;
+  if (!spec.vision) return spec_violation{"vision_config", "required for model_type " + quoted(type)};
+  if (has_qwen3_vision_tower(type)) return check_qwen3_vision(spec);
+  const vision_spec& v = *spec.vision;
+  const std::pair<std::string_view, std::int64_t> sizes[] = {{"depth", v.depth},
+                                                             {"hidden_size", v.hidden_size},
+                                                             {"num_heads", v.num_heads},
+                                                             {"intermediate_size", v.intermediate_size},
+                                                             {"out_hidden_size", v.out_hidden_size},
+                                                             {"patch_size", v.patch_size},
+                                                             {"temporal_patch_size", v.temporal_patch_size},
+                                                             {"spatial_merge_size", v.spatial_merge_size},
+                                                             {"in_channels", v.in_channels}};
+  for (const auto& [member, value] : sizes) {
+    if (value < 1 || value > kMaxSize) {
+      return spec_violation{key_of(type, member), "must be in [1, 2^31] (got " + n(value) + ")"};
+    }
+  }
+  if (v.hidden_size % v.num_heads != 0) {
+    return spec_violation{key_of(type, "num_heads"),
+                          "must divide the ViT's width " + n(v.hidden_size) + " (got " + n(v.num_heads) + ")"};
+  }
+  if (v.out_hidden_size != spec.text.hidden_size) {
+    return spec_violation{key_of(type, "out_hidden_size"),
+                          "must equal the decoder's hidden_size = " + n(spec.text.hidden_size) +
+                              " (the projector writes its tokens into the decoder's embeddings; got " +
+                              n(v.out_hidden_size) + ")"};
+  }
+  if (!v.deepstack_visual_indexes.empty()) {
+    return spec_violation{"vision_config.deepstack_visual_indexes",
+                          "not allowed for model_type " + quoted(type) + ", which has no DeepStack mergers"};
+  }
+  // Windows (Qwen2.5-VL).
+  const bool windowed = type == kQwen25Vl;
+  if (!windowed && (v.window_size != 0 || !v.fullatt_block_indexes.empty())) {
+    return spec_violation{"vision_config.window_size",
+                          "not allowed for model_type " + quoted(type) + ", whose ViT has no window attention"};
+  }
+  if (windowed) {
+    const std::int64_t unit = v.patch_size * v.spatial_merge_size;  // <= 2^62
+    if (v.window_size < 1 || v.window_size > kMaxSize || v.window_size % unit != 0) {
+      return spec_violation{"vision_config.window_size",
+                            "must be a positive multiple of patch_size * spatial_merge_size = " + n(unit) +
+                                " (windows are whole merged tokens; got " + n(v.window_size) + ")"};
+    }
+    std::set<std::int64_t> seen;
+    for (std::size_t i = 0; i < v.fullatt_block_indexes.size(); ++i) {
+      const std::int64_t index = v.fullatt_block_indexes[i];
+      const std::string at = "vision_config.fullatt_block_indexes[" + n(static_cast<std::int64_t>(i)) + "]";
+      if (index < 0 || index >= v.depth) {
+        return spec_violation{
+            at, "block index " + n(index) + " is outside the depth: must be in [0, depth = " + n(v.depth) + ")"};
+      }
+      if (!seen.insert(index).second) return spec_violation{at, "block index " + n(index) + " is listed twice"};
+    }
+  }
+  // MLP, CLS token, tiles and projector: what the family's tower is.
+  const bool gated = type == kQwen25Vl, cls = type == kInternVl, tiled = type == kInternVl || type == kGemma3;
+  const vision_projector_kind projector = type == kInternVl ? vision_projector_kind::pixel_shuffle_mlp
+                                          : type == kGemma3 ? vision_projector_kind::avgpool_linear
+                                                            : vision_projector_kind::patch_merger;
+  if ((v.mlp == vision_mlp_kind::gated) != gated || v.cls_token != cls || v.projector != projector ||
+      v.bidirectional_image != (type == kGemma3)) {
+    return spec_violation{"vision_config", "the vision tower's MLP, CLS token, projector or image block is not what " +
+                                               quoted(type) + " builds"};
+  }
+  if (tiled) {
+    if (v.image_size < 1 || v.image_size > kMaxSize || v.image_size % v.patch_size != 0 ||
+        (v.image_size / v.patch_size) % v.spatial_merge_size != 0) {
+      return spec_violation{"vision_config.image_size", "must be a multiple of patch_size = " + n(v.patch_size) +
+                                                            " whose patch grid (image_size / "
+                                                            "patch_size a side) is a multiple of " +
+                                                            key_of(type, "spatial_merge_size") + "'s " +
+                                                            n(v.spatial_merge_size) + " (got " + n(v.image_size) + ")"};
+    }
+    if (v.temporal_patch_size != 1) {
+      return spec_violation{"vision_config.patch_size", "a 2-D patch embedding has temporal_patch_size 1"};
+    }
+  } else if (v.image_size != 0) {
+    return spec_violation{"vision_config.image_size",
+                          "not allowed for model_type " + quoted(type) + " (Qwen's grids have any size)"};
+  }
+  // Gemma 3: the sliding layers' window must hold an image, so that its block adds n(n-1)/2 pairs in every layer.
+  if (type == kGemma3 && spec.text.sliding_window > 0) {
+    const std::int64_t side = v.image_size / v.patch_size / v.spatial_merge_size;
+    if (side * side > spec.text.sliding_window) {
+      return spec_violation{"mm_tokens_per_image",
+                            "must be <= text_config.sliding_window = " + n(spec.text.sliding_window) +
+                                " (an image must fit the sliding window; got " + n(side * side) + ")"};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const vlm_field* vlm_family::field(std::string_view path) const {
+  for (const vlm_field& f : fields) {
+    if (f.path == path) return &f;
+  }
+  return nullptr;
+}
+
+const vlm_family* find_vlm_family(std::string_view model_type) {
+  for (const vlm_family* f : registry()) {
+    if (f->model_type == model_type) return f;
+  }
+  return nullptr;
+}
+
+const std::vector<const vlm_family*>& all_vlm_families() { return registry(); }
+
+std::optional<spec_violation> check_vlm_spec(const model_spec& spec) {
+  model_spec decoder = spec;
+  decoder.vision.reset();
+  if (auto bad = check_family_spec(decoder)) return bad;
+  return check_vision(spec);
+}
+
+model_spec read_vlm_spec(const field_reader& reader, const vlm_family& family) {
+  const bool vision = reader.has_table("vision_config");
+  if (!vision && !family.vision_optional) {
+    throw error(reader.where_missing(""), "required table 'vision_config' is missing: model_type " +
+                                              quoted(std::string(family.model_type)) + " has a vision tower");
+  }
+  if (!reader.has_table("text_config")) reader.fail("", "required table [text_config] is missing");
+  const family_adapter& decoder = decoder_of(reader, family);
+  model_spec spec = read_family_decoder(reader, decoder);
+  spec.model_type = std::string(family.model_type);
+  if (vision) {
+    vlm_values values;
+    values.family = &family;
+    for (const vlm_field& f : family.fields) values.values.push_back(read_value(reader, f));
+    vision_spec& v = spec.vision.emplace();
+    if (auto bad = build_vision(values, spec.text, spec.model_type, v)) reader.fail(bad->field, bad->what);
+    if (auto bad = check_vision(spec)) reader.fail(bad->field, bad->what);
+  }
+  if (auto bad = check_coefficients(spec)) {
+    // The FLOP model names vision_spec members ("vision_config.X"): in this family's config.json names. Qwen3-VL's
+    // is cited where the document sets the first of the fields (a field left at its default is not in it).
+    const auto in_keys = [&spec](const std::string& field) {
+      return field.rfind("vision_config.", 0) == 0 ? key_of(spec.model_type, field.substr(14)) : field;
+    };
+    std::string at = in_keys(bad->field);
+    if (has_qwen3_vision_tower(spec.model_type)) {
+      for (const std::string& other : bad->also) {
+        if (reader.has(at)) break;
+        at = in_keys(other);
+      }
+      if (!reader.has(at)) at = bad->field;
+    } else if (!reader.has(at)) {
+      at = "vision_config";
+    }
+    reader.fail(at, bad->what);
+  }
+  return spec;
+}
+
+}  // namespace flopmeter::detail
