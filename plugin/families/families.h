@@ -1,12 +1,14 @@
-// plugin/families/families.h — internal: one adapter per Hugging Face model_type of a decoder family (qwen3,
-// qwen3_moe, qwen3_next in qwen_families.cpp; llama, qwen2, qwen2_moe, mistral, mixtral, gemma3_text, gpt_oss,
-// deepseek_v3, kimi_k2, glm4_moe here), and the decoders of the vision-language types (vlm_families.h).
+// plugin/families/families.h — internal: the one field-table dialect of the model families, and the registry of the
+// decoder families. One file per family (a Hugging Face model_type or a family of them): qwen_families.cpp (qwen3,
+// qwen3_moe, qwen3_next and the Qwen3-VL / Qwen3.5 decoders), llama.cpp, qwen2.cpp (qwen2, qwen2_moe), mistral.cpp
+// (mistral, mixtral), gemma3.cpp (gemma3_text), gpt_oss.cpp, deepseek.cpp (deepseek_v3, kimi_k2, glm4_moe); the
+// vision-language types in vlm_families.h. registry.cpp lists the files.
 //
 // An adapter is a field table (the config.json name, its type, its default, its lower bound, what it means) and a
 // pure build step (the values -> a model_spec, with the family's own rules, e.g. which layers slide). The table
 // drives the TOML reader (the keys [text_config] allows), the config.json reader, `flopmeter import` (the lines it
 // writes) and the error messages (every rule names the config.json key); SCHEMA.md's family tables list the same
-// fields. A family is one adapter here, a TOML per checkpoint and a test row.
+// fields. A family is one file here (decoder_kit.h holds what they share), a TOML per checkpoint and a test row.
 // Not installed. Thread-safety: immutable tables and pure functions.
 #pragma once
 
@@ -103,6 +105,14 @@ class family_adapter {
 
   const family_field* field(std::string_view key) const;
 };
+
+// The family files' adapters, each file's model types in the order messages list them (registry.cpp).
+const std::vector<const family_adapter*>& llama_adapters();     // llama.cpp
+const std::vector<const family_adapter*>& qwen2_adapters();     // qwen2.cpp
+const std::vector<const family_adapter*>& mistral_adapters();   // mistral.cpp
+const std::vector<const family_adapter*>& gemma3_adapters();    // gemma3.cpp
+const std::vector<const family_adapter*>& gpt_oss_adapters();   // gpt_oss.cpp
+const std::vector<const family_adapter*>& deepseek_adapters();  // deepseek.cpp
 
 // The adapter of a model type, nullptr for another.
 const family_adapter* find_family(std::string_view model_type);
