@@ -1,8 +1,7 @@
 // plugin/families/families.h — internal: the one field-table dialect of the model families, and the registry of the
-// decoder families. One file per family (a Hugging Face model_type or a family of them): qwen_families.cpp (qwen3,
-// qwen3_moe, qwen3_next and the Qwen3-VL / Qwen3.5 decoders), llama.cpp, qwen2.cpp (qwen2, qwen2_moe), mistral.cpp
-// (mistral, mixtral), gemma3.cpp (gemma3_text), gpt_oss.cpp, deepseek.cpp (deepseek_v3, kimi_k2, glm4_moe); the
-// vision-language types in vlm_families.h. registry.cpp lists the files.
+// decoder families. One file per family (a Hugging Face model_type or a family of them: llama.cpp, deepseek.cpp for
+// deepseek_v3, kimi_k2 and glm4_moe, qwen_families.cpp for the Qwen3 types, ...), each with one function that
+// returns its adapters; registry.cpp lists those functions. The vision-language types are in vlm_families.h.
 //
 // An adapter is a field table (the config.json name, its type, its default, its lower bound, what it means) and a
 // pure build step (the values -> a model_spec, with the family's own rules, e.g. which layers slide). The table
@@ -105,14 +104,6 @@ class family_adapter {
 
   const family_field* field(std::string_view key) const;
 };
-
-// The family files' adapters, each file's model types in the order messages list them (registry.cpp).
-const std::vector<const family_adapter*>& llama_adapters();     // llama.cpp
-const std::vector<const family_adapter*>& qwen2_adapters();     // qwen2.cpp
-const std::vector<const family_adapter*>& mistral_adapters();   // mistral.cpp
-const std::vector<const family_adapter*>& gemma3_adapters();    // gemma3.cpp
-const std::vector<const family_adapter*>& gpt_oss_adapters();   // gpt_oss.cpp
-const std::vector<const family_adapter*>& deepseek_adapters();  // deepseek.cpp
 
 // The adapter of a model type, nullptr for another.
 const family_adapter* find_family(std::string_view model_type);

@@ -10,6 +10,14 @@
 
 namespace flopmeter::detail {
 
+// Each family file's one function: its adapters, its model types in the order messages list them.
+const std::vector<const family_adapter*>& llama_adapters();     // llama.cpp
+const std::vector<const family_adapter*>& qwen2_adapters();     // qwen2.cpp
+const std::vector<const family_adapter*>& mistral_adapters();   // mistral.cpp
+const std::vector<const family_adapter*>& gemma3_adapters();    // gemma3.cpp
+const std::vector<const family_adapter*>& gpt_oss_adapters();   // gpt_oss.cpp
+const std::vector<const family_adapter*>& deepseek_adapters();  // deepseek.cpp
+
 const std::vector<const family_adapter*>& all_families() {
   using list = const std::vector<const family_adapter*>& (*)();
   static constexpr list kFamilyFiles[] = {
