@@ -17,6 +17,8 @@ const std::vector<const family_adapter*>& mistral_adapters();   // mistral.cpp
 const std::vector<const family_adapter*>& gemma3_adapters();    // gemma3.cpp
 const std::vector<const family_adapter*>& gpt_oss_adapters();   // gpt_oss.cpp
 const std::vector<const family_adapter*>& deepseek_adapters();  // deepseek.cpp
+const std::vector<const family_adapter*>& olmo3_adapters();     // olmo3.cpp
+const std::vector<const family_adapter*>& seed_oss_adapters();  // seed_oss.cpp
 
 const std::vector<const family_adapter*>& all_families() {
   using list = const std::vector<const family_adapter*>& (*)();
@@ -28,6 +30,8 @@ const std::vector<const family_adapter*>& all_families() {
       gemma3_adapters,     // gemma3.cpp: gemma3_text
       gpt_oss_adapters,    // gpt_oss.cpp
       deepseek_adapters,   // deepseek.cpp: deepseek_v3, kimi_k2, glm4_moe
+      olmo3_adapters,      // olmo3.cpp
+      seed_oss_adapters,   // seed_oss.cpp
   };
   static const std::vector<const family_adapter*> all = [] {
     std::vector<const family_adapter*> adapters;
