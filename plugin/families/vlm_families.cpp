@@ -43,25 +43,6 @@ namespace {
 using T = vlm_field_type;
 std::string n(std::int64_t v) { return std::to_string(v); }
 
-constexpr std::string_view kQwen2Vl = "qwen2_vl";
-constexpr std::string_view kQwen25Vl = "qwen2_5_vl";
-constexpr std::string_view kInternVl = "internvl";
-constexpr std::string_view kGemma3 = "gemma3";
-
-// The values a document gives (or the defaults), by path.
-struct vlm_values {
-  const vlm_family* family = nullptr;
-  std::vector<vlm_value> values;
-  const vlm_value& operator[](std::string_view path) const {
-    for (std::size_t i = 0; i < family->fields.size(); ++i) {
-      if (family->fields[i].path == path) return values[i];
-    }
-    static const vlm_value absent{};
-    return absent;
-  }
-  std::int64_t integer(std::string_view path) const { return static_cast<std::int64_t>((*this)[path].number); }
-};
-
 // The decoder adapter of a document of `family`.
 const family_adapter& decoder_of(const field_reader& reader, const vlm_family& family) {
   std::string type(family.decoder);
@@ -147,122 +128,16 @@ vlm_value read_value(const field_reader& reader, const vlm_field& f) {
   return v;
 }
 
-// The vision_spec of each family from its values; `text` is the decoder already built.
-std::optional<spec_violation> build_vision(const vlm_values& v, const text_spec& text, const std::string& type,
-                                           vision_spec& out) {
-  const auto whole = [](double x) { return std::floor(x) == x; };
-  if (has_qwen3_vision_tower(type)) {
-    out.depth = v.integer("vision_config.depth");
-    out.hidden_size = v.integer("vision_config.hidden_size");
-    out.num_heads = v.integer("vision_config.num_heads");
-    out.intermediate_size = v.integer("vision_config.intermediate_size");
-    out.out_hidden_size = v.integer("vision_config.out_hidden_size");
-    out.deepstack_visual_indexes = v["vision_config.deepstack_visual_indexes"].indexes;
-    out.patch_size = v.integer("vision_config.patch_size");
-    out.temporal_patch_size = v.integer("vision_config.temporal_patch_size");
-    out.spatial_merge_size = v.integer("vision_config.spatial_merge_size");
-    out.in_channels = v.integer("vision_config.in_channels");
-    return std::nullopt;
-  }
-  if (type == kQwen2Vl) {
-    out.depth = v.integer("vision_config.depth");
-    out.hidden_size = v.integer("vision_config.embed_dim");
-    out.num_heads = v.integer("vision_config.num_heads");
-    const double width = static_cast<double>(out.hidden_size) * v["vision_config.mlp_ratio"].number;
-    if (!whole(width) || width > static_cast<double>(kMaxSize)) {
-      return spec_violation{"vision_config.mlp_ratio",
-                            "embed_dim * mlp_ratio must be a whole number of at most 2^31 (the MLP's width)"};
-    }
-    out.intermediate_size = static_cast<std::int64_t>(width);
-    out.out_hidden_size = v.integer("vision_config.hidden_size");
-    out.patch_size = v.integer("vision_config.patch_size");
-    out.temporal_patch_size = v.integer("vision_config.temporal_patch_size");
-    out.spatial_merge_size = v.integer("vision_config.spatial_merge_size");
-    out.in_channels = v.integer("vision_config.in_chans");
-    return std::nullopt;
-  }
-  if (type == kQwen25Vl) {
-    out.depth = v.integer("vision_config.depth");
-    out.hidden_size = v.integer("vision_config.hidden_size");
-    out.num_heads = v.integer("vision_config.num_heads");
-    out.intermediate_size = v.integer("vision_config.intermediate_size");
-    out.out_hidden_size = v.integer("vision_config.out_hidden_size");
-    out.patch_size = v.integer("vision_config.patch_size");
-    out.temporal_patch_size = v.integer("vision_config.temporal_patch_size");
-    out.spatial_merge_size = v.integer("vision_config.spatial_merge_size");
-    out.in_channels = v.integer("vision_config.in_chans");
-    out.mlp = vision_mlp_kind::gated;
-    out.window_size = v.integer("vision_config.window_size");
-    out.fullatt_block_indexes = v["vision_config.fullatt_block_indexes"].indexes;
-    return std::nullopt;
-  }
-  // InternVL and Gemma 3: 2-D patches of square images, the projector to the decoder's width.
-  out.depth = v.integer("vision_config.num_hidden_layers");
-  out.hidden_size = v.integer("vision_config.hidden_size");
-  out.num_heads = v.integer("vision_config.num_attention_heads");
-  out.intermediate_size = v.integer("vision_config.intermediate_size");
-  out.image_size = v.integer("vision_config.image_size");
-  out.patch_size = v.integer("vision_config.patch_size");
-  out.in_channels = v.integer("vision_config.num_channels");
-  out.temporal_patch_size = 1;
-  out.out_hidden_size = text.hidden_size;
-  if (out.image_size % out.patch_size != 0) {
-    return spec_violation{"vision_config.image_size", "must be a multiple of patch_size = " + n(out.patch_size) +
-                                                          " (got " + n(out.image_size) + ")"};
-  }
-  const std::int64_t side = out.image_size / out.patch_size;
-  if (type == kInternVl) {
-    // Pixel shuffle by r merges 1/r x 1/r patches into one token: 1/r must be a whole number.
-    const double inverse = 1.0 / v["downsample_ratio"].number;
-    const double rounded = std::round(inverse);
-    if (std::fabs(inverse - rounded) > 1e-9 || rounded < 1) {
-      return spec_violation{"downsample_ratio",
-                            "1 / downsample_ratio must be a whole number of patches a side (0.5: 2 x 2 patches per "
-                            "token)"};
-    }
-    out.spatial_merge_size = static_cast<std::int64_t>(rounded);
-    out.cls_token = true;
-    out.projector = vision_projector_kind::pixel_shuffle_mlp;
-    return std::nullopt;
-  }
-  // Gemma 3: AvgPool2d of kernel (image_size / patch_size) / sqrt(mm_tokens_per_image).
-  const std::int64_t tokens = v.integer("mm_tokens_per_image");
-  const auto per_side = static_cast<std::int64_t>(std::llround(std::sqrt(static_cast<double>(tokens))));
-  if (per_side * per_side != tokens || side % per_side != 0) {
-    return spec_violation{
-        "mm_tokens_per_image",
-        "must be a square k^2 whose side k divides image_size / patch_size = " + n(side) + " (got " + n(tokens) + ")"};
-  }
-  out.spatial_merge_size = side / per_side;
-  out.projector = vision_projector_kind::avgpool_linear;
-  out.bidirectional_image = true;
-  return std::nullopt;
-}
-
-// config.json names of the vision_spec members on `type`.
-std::string key_of(const std::string& type, std::string_view member) {
-  if (has_qwen3_vision_tower(type)) return "vision_config." + std::string(member);
-  const bool qwen2 = type == kQwen2Vl, qwen = qwen2 || type == kQwen25Vl;
-  if (member == "depth") return qwen ? "vision_config.depth" : "vision_config.num_hidden_layers";
-  if (member == "hidden_size") return qwen2 ? "vision_config.embed_dim" : "vision_config.hidden_size";
-  if (member == "num_heads") return qwen ? "vision_config.num_heads" : "vision_config.num_attention_heads";
-  if (member == "intermediate_size") return qwen2 ? "vision_config.mlp_ratio" : "vision_config.intermediate_size";
-  if (member == "out_hidden_size") {
-    return qwen2 ? "vision_config.hidden_size" : qwen ? "vision_config.out_hidden_size" : "text_config.hidden_size";
-  }
-  if (member == "in_channels") return qwen ? "vision_config.in_chans" : "vision_config.num_channels";
-  if (member == "spatial_merge_size") {
-    return qwen ? "vision_config.spatial_merge_size" : type == kInternVl ? "downsample_ratio" : "mm_tokens_per_image";
-  }
-  return "vision_config." + std::string(member);
-}
-
 std::optional<spec_violation> check_vision(const model_spec& spec) {
   const std::string& type = spec.model_type;
   const vlm_family* family = find_vlm_family(type);
   if (!spec.vision && family != nullptr && family->vision_optional) return std::nullopt;
   if (!spec.vision) return spec_violation{"vision_config", "required for model_type " + quoted(type)};
-  if (has_qwen3_vision_tower(type)) return check_qwen3_vision(spec);
+  const vision_tower_kind tower = family != nullptr ? family->tower : vision_tower_kind{};
+  const auto key_of = [family](std::string_view member) {
+    return family != nullptr ? family->key_of(member) : "vision_config." + std::string(member);
+  };
+  if (tower.qwen3) return check_qwen3_vision(spec);
   const vision_spec& v = *spec.vision;
   const std::pair<std::string_view, std::int64_t> sizes[] = {{"depth", v.depth},
                                                              {"hidden_size", v.hidden_size},
@@ -275,15 +150,15 @@ std::optional<spec_violation> check_vision(const model_spec& spec) {
                                                              {"in_channels", v.in_channels}};
   for (const auto& [member, value] : sizes) {
     if (value < 1 || value > kMaxSize) {
-      return spec_violation{key_of(type, member), "must be in [1, 2^31] (got " + n(value) + ")"};
+      return spec_violation{key_of(member), "must be in [1, 2^31] (got " + n(value) + ")"};
     }
   }
   if (v.hidden_size % v.num_heads != 0) {
-    return spec_violation{key_of(type, "num_heads"),
+    return spec_violation{key_of("num_heads"),
                           "must divide the ViT's width " + n(v.hidden_size) + " (got " + n(v.num_heads) + ")"};
   }
   if (v.out_hidden_size != spec.text.hidden_size) {
-    return spec_violation{key_of(type, "out_hidden_size"),
+    return spec_violation{key_of("out_hidden_size"),
                           "must equal the decoder's hidden_size = " + n(spec.text.hidden_size) +
                               " (the projector writes its tokens into the decoder's embeddings; got " +
                               n(v.out_hidden_size) + ")"};
@@ -293,7 +168,7 @@ std::optional<spec_violation> check_vision(const model_spec& spec) {
                           "not allowed for model_type " + quoted(type) + ", which has no DeepStack mergers"};
   }
   // Windows (Qwen2.5-VL).
-  const bool windowed = type == kQwen25Vl;
+  const bool windowed = tower.windowed;
   if (!windowed && (v.window_size != 0 || !v.fullatt_block_indexes.empty())) {
     return spec_violation{"vision_config.window_size",
                           "not allowed for model_type " + quoted(type) + ", whose ViT has no window attention"};
@@ -317,12 +192,9 @@ std::optional<spec_violation> check_vision(const model_spec& spec) {
     }
   }
   // MLP, CLS token, tiles and projector: what the family's tower is.
-  const bool gated = type == kQwen25Vl, cls = type == kInternVl, tiled = type == kInternVl || type == kGemma3;
-  const vision_projector_kind projector = type == kInternVl ? vision_projector_kind::pixel_shuffle_mlp
-                                          : type == kGemma3 ? vision_projector_kind::avgpool_linear
-                                                            : vision_projector_kind::patch_merger;
-  if ((v.mlp == vision_mlp_kind::gated) != gated || v.cls_token != cls || v.projector != projector ||
-      v.bidirectional_image != (type == kGemma3)) {
+  const bool tiled = tower.tiled;
+  if ((v.mlp == vision_mlp_kind::gated) != tower.gated || v.cls_token != tower.cls || v.projector != tower.projector ||
+      v.bidirectional_image != tower.image_block) {
     return spec_violation{"vision_config", "the vision tower's MLP, CLS token, projector or image block is not what " +
                                                quoted(type) + " builds"};
   }
@@ -332,7 +204,7 @@ std::optional<spec_violation> check_vision(const model_spec& spec) {
       return spec_violation{"vision_config.image_size", "must be a multiple of patch_size = " + n(v.patch_size) +
                                                             " whose patch grid (image_size / "
                                                             "patch_size a side) is a multiple of " +
-                                                            key_of(type, "spatial_merge_size") + "'s " +
+                                                            key_of("spatial_merge_size") + "'s " +
                                                             n(v.spatial_merge_size) + " (got " + n(v.image_size) + ")"};
     }
     if (v.temporal_patch_size != 1) {
@@ -342,8 +214,9 @@ std::optional<spec_violation> check_vision(const model_spec& spec) {
     return spec_violation{"vision_config.image_size",
                           "not allowed for model_type " + quoted(type) + " (Qwen's grids have any size)"};
   }
-  // Gemma 3: the sliding layers' window must hold an image, so that its block adds n(n-1)/2 pairs in every layer.
-  if (type == kGemma3 && spec.text.sliding_window > 0) {
+  // Image blocks (Gemma 3): the sliding layers' window must hold an image, so that its block adds n(n-1)/2 pairs
+  // in every layer.
+  if (tower.image_block && spec.text.sliding_window > 0) {
     const std::int64_t side = v.image_size / v.patch_size / v.spatial_merge_size;
     if (side * side > spec.text.sliding_window) {
       return spec_violation{"mm_tokens_per_image",
@@ -361,6 +234,13 @@ const vlm_field* vlm_family::field(std::string_view path) const {
     if (f.path == path) return &f;
   }
   return nullptr;
+}
+
+std::string vlm_family::key_of(std::string_view member) const {
+  for (const vlm_member_key& k : keys) {
+    if (k.member == member) return std::string(k.key);
+  }
+  return "vision_config." + std::string(member);
 }
 
 const vlm_family* find_vlm_family(std::string_view model_type) {
@@ -392,17 +272,17 @@ model_spec read_vlm_spec(const field_reader& reader, const vlm_family& family) {
     values.family = &family;
     for (const vlm_field& f : family.fields) values.values.push_back(read_value(reader, f));
     vision_spec& v = spec.vision.emplace();
-    if (auto bad = build_vision(values, spec.text, spec.model_type, v)) reader.fail(bad->field, bad->what);
+    if (auto bad = family.build(values, spec.text, v)) reader.fail(bad->field, bad->what);
     if (auto bad = check_vision(spec)) reader.fail(bad->field, bad->what);
   }
   if (auto bad = check_coefficients(spec)) {
     // The FLOP model names vision_spec members ("vision_config.X"): in this family's config.json names. Qwen3-VL's
     // is cited where the document sets the first of the fields (a field left at its default is not in it).
-    const auto in_keys = [&spec](const std::string& field) {
-      return field.rfind("vision_config.", 0) == 0 ? key_of(spec.model_type, field.substr(14)) : field;
+    const auto in_keys = [&family](const std::string& field) {
+      return field.rfind("vision_config.", 0) == 0 ? family.key_of(field.substr(14)) : field;
     };
     std::string at = in_keys(bad->field);
-    if (has_qwen3_vision_tower(spec.model_type)) {
+    if (family.tower.qwen3) {
       for (const std::string& other : bad->also) {
         if (reader.has(at)) break;
         at = in_keys(other);
