@@ -388,7 +388,7 @@ TEST(family_coefficients, olmo3_three_sliding_layers_to_one_full) {
 // Seed-OSS: head_dim 32 written, so 4 heads x 32 = 128 > h = 64. Projections q 64*128 + k 64*64 + v 64*64 +
 // o 128*64 = 24,576 per layer, SwiGLU 3*64*96 = 18,432, LM head 6,400: 6 * (2*(24,576 + 18,432) + 6,400) =
 // 6 * 92,416 = 554,496. Pair 4*(32 + 32) = 256 per layer, full on both: 6 * 2 * 256 = 3,072. head_dim is required
-// (SeedOssConfig's sizes are not the checkpoint's, so none is taken from the class).
+// (SeedOssConfig's sizes are not the checkpoint's, so none is taken from the class), and so is num_key_value_heads.
 TEST(family_coefficients, seed_oss_heads_wider_than_the_residual_stream) {
   const coefficients c = compute_coefficients(from_json(json("seed_oss", R"("num_hidden_layers": 2, "head_dim": 32)")));
   EXPECT_EQ(c.dense_per_token, 554496);
@@ -396,6 +396,10 @@ TEST(family_coefficients, seed_oss_heads_wider_than_the_residual_stream) {
   EXPECT_EQ(c.window_attn_pair[0], 0);
   EXPECT_NE(error_of(json("seed_oss", R"("num_hidden_layers": 2)")).find("required key 'head_dim' is missing"),
             std::string::npos);
+  // SeedOssConfig's num_key_value_heads defaults to 8, not to the query heads: an absent one is refused too.
+  std::string no_kv = json("seed_oss", R"("num_hidden_layers": 2, "head_dim": 32)");
+  no_kv.erase(no_kv.find(R"("num_key_value_heads": 2, )"), 26);
+  EXPECT_NE(error_of(no_kv).find("required key 'num_key_value_heads' is missing"), std::string::npos) << no_kv;
 }
 
 // ---- regimes on the new mixers -----------------------------------------------------------------------------
