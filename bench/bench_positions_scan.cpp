@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/positions_scan.h"
+#include "count/positions_scan.h"
 #include "flopmeter/flop_model.h"
 
 namespace {

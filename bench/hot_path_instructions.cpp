@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "bench_models.h"
-#include "core/positions_scan.h"
+#include "count/positions_scan.h"
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 #include "flopmeter/throughput.h"

@@ -41,8 +41,8 @@
 #include "flopmeter/flop_model.h"
 #include "flopmeter/hooks.h"
 #include "flopmeter/throughput.h"
-#include "core/count_fields.h"
-#include "core/positions_scan.h"
+#include "count/count_fields.h"
+#include "count/positions_scan.h"
 #include "fuzz_support.h"
 #include "support/small_models.h"
 

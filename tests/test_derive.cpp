@@ -18,7 +18,7 @@
 #include "flopmeter/metric_names.h"
 #include "accounting/flops_seen.h"
 #include "accounting/row_layout.h"
-#include "core/count_fields.h"
+#include "count/count_fields.h"
 #include "support/small_models.h"
 
 namespace flopmeter::detail {

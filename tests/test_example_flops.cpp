@@ -363,7 +363,7 @@ batch_facts flopmeter_view(const flopmeter::model_spec& spec, const vlm::packed_
 }
 
 // flopmeter folds the Gated DeltaNet core into dense_per_token with Megatron's approximation; this is that
-// part, per device token (plugin/core/flop_terms.cpp, gated_deltanet_macs: conv + 4*Hv*dk*dv, x6 for training).
+// part, per device token (plugin/arch/flop_terms.cpp, gated_deltanet_macs: conv + 4*Hv*dk*dv, x6 for training).
 struct gdn_core_billing {
   double conv = 0;
   double delta_rule = 0;

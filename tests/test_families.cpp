@@ -1,4 +1,4 @@
-// Tests of the decoder families beyond Qwen3 (core/families.cpp): one small config.json per family with its
+// Tests of the decoder families beyond Qwen3 (families/families.cpp): one small config.json per family with its
 // coefficients derived by hand below, exact FLOPs of a packed batch with sliding windows, the TOML that
 // `import` writes giving the same spec, the shipped configs loading and passing `check`, and a config that
 // contradicts itself refused with FILE:LINE:COL, the key and the reason.
@@ -18,8 +18,8 @@
 
 #include <unistd.h>
 
-#include "core/families.h"
-#include "core/gemm_walk.h"
+#include "families/families.h"
+#include "arch/gemm_walk.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/megatron.h"
@@ -359,6 +359,49 @@ TEST(family_coefficients, glm4_moe_dense_prefix_and_shared_experts) {
   EXPECT_EQ(compute_coefficients(spec).dense_per_token, 486912);
 }
 
+// OLMo 3 without layer_types: Olmo3Config's default makes layer i full iff (i+1) % 4 == 0, so of 8 layers 3 and 7
+// are full and the other 6 slide (window 16). The shared decoder (kDecoder): 6 * (8*(12,288 + 18,432) + 6,400) =
+// 6 * 252,160 = 1,512,960. Per pair and layer 4*(16 + 16) = 128: full 6 * 2 * 128 = 1,536, window 6 * 6 * 128 =
+// 4,608. Writing the same list out gives the same spec; the q/k norms are not billed.
+TEST(family_coefficients, olmo3_three_sliding_layers_to_one_full) {
+  const std::string text = json("olmo3", R"("num_hidden_layers": 8, "sliding_window": 16)");
+  const model_spec spec = from_json(text);
+  for (const std::int64_t layer : {0, 1, 2, 4, 5, 6}) {
+    EXPECT_EQ(spec.text.layer_type(layer), layer_kind::sliding_attention) << layer;
+  }
+  EXPECT_EQ(spec.text.layer_type(3), layer_kind::full_attention);
+  EXPECT_EQ(spec.text.layer_type(7), layer_kind::full_attention);
+  const coefficients c = compute_coefficients(spec);
+  EXPECT_EQ(c.dense_per_token, 1512960);
+  EXPECT_EQ(c.text_attn_pair, 1536);
+  EXPECT_EQ(c.window_attn_pair[0], 4608);
+  std::string listed = text;
+  listed.replace(listed.find(R"("sliding_window": 16)"), 20,
+                 R"("sliding_window": 16, "layer_types": ["sliding_attention", "sliding_attention", )"
+                 R"("sliding_attention", "full_attention", "sliding_attention", "sliding_attention", )"
+                 R"("sliding_attention", "full_attention"])");
+  const coefficients d = compute_coefficients(from_json(listed));
+  EXPECT_EQ(d.text_attn_pair, c.text_attn_pair);
+  EXPECT_EQ(d.window_attn_pair[0], c.window_attn_pair[0]);
+}
+
+// Seed-OSS: head_dim 32 written, so 4 heads x 32 = 128 > h = 64. Projections q 64*128 + k 64*64 + v 64*64 +
+// o 128*64 = 24,576 per layer, SwiGLU 3*64*96 = 18,432, LM head 6,400: 6 * (2*(24,576 + 18,432) + 6,400) =
+// 6 * 92,416 = 554,496. Pair 4*(32 + 32) = 256 per layer, full on both: 6 * 2 * 256 = 3,072. head_dim is required
+// (SeedOssConfig's sizes are not the checkpoint's, so none is taken from the class), and so is num_key_value_heads.
+TEST(family_coefficients, seed_oss_heads_wider_than_the_residual_stream) {
+  const coefficients c = compute_coefficients(from_json(json("seed_oss", R"("num_hidden_layers": 2, "head_dim": 32)")));
+  EXPECT_EQ(c.dense_per_token, 554496);
+  EXPECT_EQ(c.text_attn_pair, 3072);
+  EXPECT_EQ(c.window_attn_pair[0], 0);
+  EXPECT_NE(error_of(json("seed_oss", R"("num_hidden_layers": 2)")).find("required key 'head_dim' is missing"),
+            std::string::npos);
+  // SeedOssConfig's num_key_value_heads defaults to 8, not to the query heads: an absent one is refused too.
+  std::string no_kv = json("seed_oss", R"("num_hidden_layers": 2, "head_dim": 32)");
+  no_kv.erase(no_kv.find(R"("num_key_value_heads": 2, )"), 26);
+  EXPECT_NE(error_of(no_kv).find("required key 'num_key_value_heads' is missing"), std::string::npos) << no_kv;
+}
+
 // ---- regimes on the new mixers -----------------------------------------------------------------------------
 
 TEST(family_regimes, lora_on_sliding_layers_and_mla_refused) {
@@ -445,14 +488,17 @@ INSTANTIATE_TEST_SUITE_P(families, family_import,
                                            json("qwen2", R"("num_hidden_layers": 3, "use_sliding_window": true, )"
                                                          R"("sliding_window": 8, "max_window_layers": 1)"),
                                            json("mistral", R"("num_hidden_layers": 2, "sliding_window": null)"),
-                                           kMixtral, kGemma, kDeepSeek, lite_deepseek()));
+                                           kMixtral, kGemma, kDeepSeek, lite_deepseek(),
+                                           json("olmo3", R"("num_hidden_layers": 5, "sliding_window": 8)"),
+                                           json("seed_oss", R"("num_hidden_layers": 2, "head_dim": 32)")));
 
 TEST(family_shipped, every_family_config_loads_and_passes_check) {
   const char* const files[] = {"llama_3_1_8b.toml",     "llama_3_1_70b.toml", "llama_3_2_1b.toml",
                                "qwen2_5_7b.toml",       "qwen2_5_72b.toml",   "qwen2_57b_a14b.toml",
                                "mistral_7b_v0_1.toml",  "mixtral_8x7b.toml",  "gemma_3_4b_text.toml",
                                "gemma_3_27b_text.toml", "gpt_oss_20b.toml",   "gpt_oss_120b.toml",
-                               "deepseek_v3.toml",      "kimi_k2.toml",       "glm_4_5_air.toml"};
+                               "deepseek_v3.toml",      "kimi_k2.toml",       "glm_4_5_air.toml",
+                               "olmo3_7b.toml",         "seed_oss_36b.toml"};
   for (const char* file : files) {
     const model_spec spec = load_model_spec(config_path(file));
     EXPECT_TRUE(run_sanity_check(spec, 4096).pass) << file;
@@ -549,6 +595,26 @@ TEST(family_schema, schema_md_names_every_field_of_every_adapter) {
           << family->model_type << ": " << field.key;
     }
   }
+}
+
+// OLMo-3-7B by hand: 32 layers of q, k, v, o 4096*4096 each (32 kv heads) = 67,108,864 and a SwiGLU of
+// 3*4096*11,008 = 135,266,304, plus the LM head 4096*100,278 = 410,738,688: 6 * (32*202,375,168 + 410,738,688) =
+// 6 * 6,886,744,064 = 41,320,464,384. Per pair and layer 32*(128 + 128) = 8,192: the 8 full layers 6 * 8 * 8,192 =
+// 393,216, the 24 sliding ones (window 4096) 6 * 24 * 8,192 = 1,179,648.
+// Seed-OSS-36B by hand: q 5120*10,240 + k, v 5120*1,024 + o 10,240*5120 = 115,343,360 and a SwiGLU of
+// 3*5120*27,648 = 424,673,280 on 64 layers, plus the LM head 5120*155,136 = 794,296,320: 6 * (64*540,016,640 +
+// 794,296,320) = 6 * 35,355,361,280 = 212,132,167,680. Pairs 6 * 64 * 80*(128 + 128) = 7,864,320, no window.
+TEST(family_shipped, olmo3_7b_and_seed_oss_36b_by_hand) {
+  const model_spec olmo = load_model_spec(config_path("olmo3_7b.toml"));
+  const coefficients o = compute_coefficients(olmo);
+  EXPECT_EQ(o.dense_per_token, 41320464384);
+  EXPECT_EQ(o.text_attn_pair, 393216);
+  EXPECT_EQ(o.window_attn_pair[0], 1179648);
+  EXPECT_EQ(olmo.text.sliding_window, 4096);
+  const coefficients seed = compute_coefficients(load_model_spec(config_path("seed_oss_36b.toml")));
+  EXPECT_EQ(seed.dense_per_token, 212132167680);
+  EXPECT_EQ(seed.text_attn_pair, 7864320);
+  EXPECT_EQ(seed.window_attn_pair[0], 0);
 }
 
 // ---- bad input: the field and the reason, at FILE:LINE:COL ------------------------------------------------

@@ -26,6 +26,7 @@
 #include "flopmeter/throughput.h"
 #include "support/doc_edits.h"
 #include "support/error_message.h"
+#include "support/supported_types.h"
 
 namespace flopmeter {
 namespace {
@@ -82,6 +83,7 @@ const std::string kWindows =
 
 using testing::error_message_of;
 using testing::replace_once;
+using testing::with_supported_types;
 
 std::string toml_error(const std::string& text, const std::string& source = "h.toml") {
   return error_message_of([&] { (void)parse_model_spec(text, source); }, text);
@@ -118,11 +120,12 @@ class hostile_edits : public ::testing::TestWithParam<hostile_edit> {};
 
 TEST_P(hostile_edits, message_names_file_location_key_and_problem) {
   const hostile_edit& c = GetParam();
+  const std::string expected = with_supported_types(c.message);
   switch (c.base) {
-    case document::toml: EXPECT_EQ(toml_error(replace_once(kVl, c.from, c.to)), c.message); break;
-    case document::json: EXPECT_EQ(json_error(replace_once(kVlJson, c.from, c.to)), c.message); break;
-    case document::mla_toml: EXPECT_EQ(toml_error(replace_once(kMla, c.from, c.to)), c.message); break;
-    case document::window_toml: EXPECT_EQ(toml_error(replace_once(kWindows, c.from, c.to)), c.message); break;
+    case document::toml: EXPECT_EQ(toml_error(replace_once(kVl, c.from, c.to)), expected); break;
+    case document::json: EXPECT_EQ(json_error(replace_once(kVlJson, c.from, c.to)), expected); break;
+    case document::mla_toml: EXPECT_EQ(toml_error(replace_once(kMla, c.from, c.to)), expected); break;
+    case document::window_toml: EXPECT_EQ(toml_error(replace_once(kWindows, c.from, c.to)), expected); break;
   }
 }
 
@@ -241,7 +244,7 @@ const hostile_edit kTomlEdits[] = {
 
 INSTANTIATE_TEST_SUITE_P(hostile_toml, hostile_edits, ::testing::ValuesIn(kTomlEdits), testing::row_name<hostile_edit>);
 
-// The family rules (core/families.cpp), one row per rule: the field and the reason at FILE:LINE:COL.
+// The family rules (families/families.cpp), one row per rule: the field and the reason at FILE:LINE:COL.
 const hostile_edit kFamilyEdits[] = {
     {document::mla_toml, "first_k_dense_replace_beyond_the_layers", "first_k_dense_replace = 1",
      "first_k_dense_replace = 4",
@@ -486,10 +489,8 @@ const hostile_edit kJsonEdits[] = {
      "config.json:8:17: key 'text_config.head_dim': expected an integer, got string"},
     // "  \"model_type\": " + 16 -> 2:17.
     {document::json, "unsupported_model_type", "\"qwen3_vl\"", "\"falcon\"",
-     "config.json:2:17: key 'model_type': unsupported model type \"falcon\" (flopmeter models \"qwen3_vl\", "
-     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
-     "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
-     "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\", \"qwen2_vl\", \"qwen2_5_vl\", \"internvl\", \"gemma3\")"},
+     "config.json:2:17: key 'model_type': unsupported model type \"falcon\" (flopmeter "
+     "models " FLOPMETER_SUPPORTED_TYPES ")"},
     {document::json, "missing_model_type", "  \"model_type\": \"qwen3_vl\",\n", "",
      "config.json:1:1: required key 'model_type' is missing (a Hugging Face config.json names its model type at "
      "the top level)"},
@@ -516,10 +517,8 @@ const hostile_edit kJsonEdits[] = {
      "config.json:3:18: required key 'text_config.head_dim' is missing"},
     // An ESC sequence in the model type ("\u001b[2J" clears a terminal) is quoted as \u001b, never raw.
     {document::json, "control_characters_in_the_model_type_are_escaped", "\"qwen3_vl\"", "\"\\u001b[2J\"",
-     "config.json:2:17: key 'model_type': unsupported model type \"\\u001b[2J\" (flopmeter models \"qwen3_vl\", "
-     "\"qwen3_5\", \"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
-     "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
-     "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\", \"qwen2_vl\", \"qwen2_5_vl\", \"internvl\", \"gemma3\")"},
+     "config.json:2:17: key 'model_type': unsupported model type \"\\u001b[2J\" (flopmeter "
+     "models " FLOPMETER_SUPPORTED_TYPES ")"},
     // "    \"rope_theta\": 5000000" becomes "    \"layer_types\": [\"full_attention\", \"sliding\", ...]": entry 1
     // starts at 4 + 15 + 1 + 16 + 2 = 38 (+1 = column 39).
     {document::json, "layer_type_of_an_unknown_kind_is_cited_at_the_entry", "\"rope_theta\": 5000000",

@@ -1,4 +1,4 @@
-// Tests for the mixture-of-experts fields of the model TOML loader (plugin/core/model_toml.cpp): the fields
+// Tests for the mixture-of-experts fields of the model TOML loader (plugin/config/model_toml.cpp): the fields
 // read into text_spec, the MoE layer count (arithmetic, from decoder_sparse_step and mlp_only_layers), and one
 // test per kind of bad input, each pinning the whole message: file, line:col, key path and what is wrong.
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device_name.h"
+#include "hardware/device_name.h"
 #include "flopmeter/communicator.h"
 #include "flopmeter/peak_table.h"
 #include "flopmeter/throughput.h"

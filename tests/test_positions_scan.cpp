@@ -1,4 +1,4 @@
-// The positions scan (plugin/core/positions_scan.cpp): every kernel this CPU has gives exactly what the scalar
+// The positions scan (plugin/count/positions_scan.cpp): every kernel this CPU has gives exactly what the scalar
 // reference gives — the same totals for a valid array, the same error (naming the first bad index) otherwise
 // — over hand-derived cases, every bad-entry position in arrays long enough to cover the vector loop and its
 // tail, entries whose low 32 bits look valid but whose high bits do not, and random arrays.
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/count_plan.h"
-#include "core/positions_scan.h"
+#include "count/count_plan.h"
+#include "count/positions_scan.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
 

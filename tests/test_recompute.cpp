@@ -1,7 +1,7 @@
 // Activation recomputation (training_regime::recompute): the re-executed forward each policy bills, derived by
 // hand on one dense and one mixture-of-experts model, the layer selections (recompute_layers per pipeline
 // stage, recompute_every), the autograd rule (a layer no gradient crosses recomputes nothing), hardware FLOPs
-// beside model FLOPs, and the refused settings. The policies and the rule: plugin/core/training_regime.cpp.
+// beside model FLOPs, and the refused settings. The policies and the rule: plugin/arch/training_regime.cpp.
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -20,6 +20,7 @@
 #include "accounting/throughput_config.h"  // plugin/: parse_throughput_options, the loader on text
 #include "support/doc_edits.h"
 #include "support/error_message.h"
+#include "support/supported_types.h"
 
 namespace flopmeter {
 namespace {
@@ -450,11 +451,8 @@ TEST_F(throughput_config, model_file_errors_propagate_unchanged) {
   const std::string model = write("bad_model.toml", "[model]\nmodel_type = \"falcon\"\n[text_config]\n");
   // The model loader's own message: "model_type = " is 13 characters -> 2:14 in the model file.
   EXPECT_EQ(error_of("[model]\nconfig = \"bad_model.toml\"\n"),
-            model +
-                ":2:14: key 'model.model_type': unknown model type \"falcon\" (supported: \"qwen3_vl\", \"qwen3_5\", "
-                "\"qwen3_vl_moe\", \"qwen3_5_moe\", \"qwen3\", \"qwen3_moe\", \"qwen3_next\", "
-                "\"llama\", \"qwen2\", \"qwen2_moe\", \"mistral\", \"mixtral\", \"gemma3_text\", \"gpt_oss\", "
-                "\"deepseek_v3\", \"kimi_k2\", \"glm4_moe\", \"qwen2_vl\", \"qwen2_5_vl\", \"internvl\", \"gemma3\")");
+            model + ":2:14: key 'model.model_type': unknown model type \"falcon\" (supported: " +
+                detail::supported_model_types_text() + ")");
 }
 
 TEST_F(throughput_config, text_form_names_its_source_and_resolves_the_model_against_base_dir) {

@@ -1,5 +1,5 @@
-// Tests of the vision-language families beyond Qwen3-VL (core/vlm_families.cpp, the vision tower of
-// core/architecture.cpp, the vision counts of core/batch_counts.cpp): one small config.json per family with its
+// Tests of the vision-language families beyond Qwen3-VL (families/vlm_families.cpp, the vision tower of
+// arch/architecture.cpp, the vision counts of count/batch_counts.cpp): one small config.json per family with its
 // coefficients and a batch's FLOPs derived by hand below, Qwen2.5-VL's window pairs against a brute-force
 // replica of transformers' get_window_index, frozen parts and LoRA on the new towers, the real config.json files
 // through every entry point, and each bad input refused with the field and the reason.

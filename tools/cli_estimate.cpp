@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cli.h"
-#include "core/count_fields.h"
+#include "count/count_fields.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
 #include "flopmeter/megatron.h"

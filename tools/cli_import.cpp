@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cli.h"
-#include "core/config_files.h"
+#include "config/config_files.h"
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 

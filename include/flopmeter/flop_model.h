@@ -4,7 +4,7 @@
 // (query, key) pair, per patch, ...) and a micro-batch description into exact integer counts of those units.
 // FLOPs = sum over terms of coefficient x count. Training = forward + backward = 3x the forward matmul work;
 // one multiply-add = 2 FLOPs; only matmul work is counted (norms, activations, softmax, RoPE are not).
-// The derivation of every coefficient is next to its code (plugin/core/flop_terms.cpp per GEMM family,
+// The derivation of every coefficient is next to its code (plugin/arch/flop_terms.cpp per GEMM family,
 // flop_model.cpp and training_regime.cpp per coefficient) and, for users, in METRICS.md.
 //
 // Numeric types (chosen so 1M-token rows, 100k-patch items and 100k documents stay exact):
@@ -241,7 +241,7 @@ std::string exact_total_flops(const coefficients& coeffs, const batch_counts& co
 // trainable lies upstream of it), + weight gradient 2 when its weight trains. A weightless product (attention
 // core, Gated DeltaNet delta rule) costs forward 2 + backward 4 when a gradient flows through it, forward 2
 // otherwise. With everything trainable that is the 6 of compute_coefficients(spec) (4 for the patch embedding,
-// whose input is pixels). The derivation per GEMM is in plugin/core/training_regime.cpp; METRICS.md has the table.
+// whose input is pixels). The derivation per GEMM is in plugin/arch/training_regime.cpp; METRICS.md has the table.
 
 // The decoder projections a LoRA adapter can sit on, named as Hugging Face and PEFT name them. in_proj_qkv,
 // in_proj_z and out_proj are Gated DeltaNet projections; gate_proj, up_proj, down_proj the dense SwiGLU's;
@@ -275,7 +275,7 @@ lora_target parse_lora_target(const std::string& name, const std::string& where)
 // backward runs (its output needs a gradient), each product the policy names runs once more forward, 2 FLOPs
 // per multiply-add. A layer no gradient crosses (a frozen vision tower, the decoder layers below the first
 // LoRA adapter of a text-only LoRA run) runs no backward and recomputes nothing, whatever the policy. Which
-// products each policy names, per layer kind: plugin/core/training_regime.cpp and METRICS.md.
+// products each policy names, per layer kind: plugin/arch/training_regime.cpp and METRICS.md.
 enum class recompute_policy : unsigned {
   none,             // nothing is recomputed (the default)
   full,             // the whole layer: Megatron's "full", torch's reentrant checkpoint

@@ -43,7 +43,7 @@
 #include "accounting/plugin_factory.h"
 #include "accounting/throughput_calls.h"
 #include "accounting/throughput_config.h"
-#include "core/count_fields.h"
+#include "count/count_fields.h"
 #include "comm/c_callback_communicator.h"
 #include "output/logging.h"
 

@@ -20,8 +20,8 @@
 #include "abi/abi_common.h"
 #include "accounting/plugin_document.h"
 #include "accounting/throughput_config.h"
-#include "core/config_files.h"
-#include "core/toml_reader.h"
+#include "config/config_files.h"
+#include "config/toml_reader.h"
 
 // What a flopmeter_config* points to (an object the caller owns, not a registered handle).
 struct flopmeter_config {

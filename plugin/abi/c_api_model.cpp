@@ -18,7 +18,7 @@
 #include "abi/abi_common.h"
 #include "abi/model_registry.h"
 #include "accounting/count_event.h"
-#include "core/count_fields.h"
+#include "count/count_fields.h"
 #include "flopmeter/c_api.h"
 #include "flopmeter/error.h"
 #include "flopmeter/flop_model.h"
@@ -96,7 +96,7 @@ constexpr std::pair<int64_t flopmeter_counts::*, std::int64_t batch_counts::*> k
 // struct_size covers them.
 constexpr std::size_t kCountsV1Size = offsetof(flopmeter_counts, window_pairs_0);
 
-// flopmeter_counts holds the counts reports show, in the order of the one field table (core/count_fields.h).
+// flopmeter_counts holds the counts reports show, in the order of the one field table (count/count_fields.h).
 constexpr bool in_table_order() {
   if (std::size(kAbiCountFields) != detail::kReportedCountFields) return false;
   for (std::size_t i = 0; i < std::size(kAbiCountFields); ++i) {
@@ -104,7 +104,7 @@ constexpr bool in_table_order() {
   }
   return true;
 }
-static_assert(in_table_order(), "flopmeter_counts' fields are core/count_fields.h's reported counts, in order");
+static_assert(in_table_order(), "flopmeter_counts' fields are count/count_fields.h's reported counts, in order");
 
 // Whether a struct of `struct_size` bytes holds `field` (a caller built against an older header has less).
 bool covers(std::uint32_t struct_size, int64_t flopmeter_counts::*field) {

@@ -4,7 +4,7 @@
 // Thread-safety: pure.
 #pragma once
 
-#include "core/count_plan.h"
+#include "count/count_plan.h"
 #include "flopmeter/events.h"
 #include "flopmeter/flop_model.h"
 

@@ -14,7 +14,7 @@
 #include "flopmeter/megatron.h"
 #include "flopmeter/metric_names.h"
 #include "accounting/row_layout.h"
-#include "core/exact_double.h"
+#include "util/exact_double.h"
 
 namespace flopmeter::detail {
 namespace {

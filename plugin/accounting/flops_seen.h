@@ -3,7 +3,7 @@
 //
 // The total outgrows a double's exact integers (2^53 = 9e15 FLOPs) within the first steps of any real run, and
 // a double summed step by step or rank by rank rounds at every addition. So each rank keeps its total as an
-// unsigned 128-bit integer (core/exact_flops.h) and writes it into its row as three limbs of 32 bits (row_layout.h,
+// unsigned 128-bit integer (count/exact_flops.h) and writes it into its row as three limbs of 32 bits (row_layout.h,
 // row_flops_seen_0..2): whole numbers below 2^32, which a SUM all-reduce adds exactly in any order for up to
 // 2^21 ranks (2^21 x 2^32 = 2^53). The three DP sums are recombined in 128 bits, Σ0 + 2^32 Σ1 + 2^64 Σ2, and
 // rounded once to the record's double: the figure is the exact integer to 1 part in 2^53 (its nearest
@@ -11,7 +11,7 @@
 // three limbs: its row carries kFlopsSeenBeyondRow and the figure is left out with a warning, never rounded.
 //
 // Every micro-batch is counted on the host (a device's index arrays are copied there first), so the rank's
-// total is formed in one place, exact_model_flops of its counts (core/exact_flops.h).
+// total is formed in one place, exact_model_flops of its counts (count/exact_flops.h).
 // Thread-safety: pure functions.
 #pragma once
 
@@ -21,7 +21,7 @@
 #include <string>
 
 #include "accounting/row_layout.h"
-#include "core/flop_terms.h"
+#include "arch/flop_terms.h"
 
 namespace flopmeter::detail {
 

@@ -19,7 +19,7 @@
 #include "flopmeter/flop_model.h"
 #include "accounting/count_event.h"
 #include "accounting/derive.h"
-#include "core/flop_terms.h"
+#include "arch/flop_terms.h"
 
 namespace flopmeter::detail {
 
@@ -51,7 +51,7 @@ struct running_totals {
     samples_seen += static_cast<double>(interval.samples);
     label_tokens_seen += static_cast<double>(interval.label_tokens);
   }
-  // The interval's exact model FLOPs (core/exact_flops.h), likewise whatever becomes of its collective.
+  // The interval's exact model FLOPs (count/exact_flops.h), likewise whatever becomes of its collective.
   void add_flops(const std::optional<uint128>& interval_flops) {
     if (!flops_seen || !interval_flops || *flops_seen + *interval_flops < *flops_seen) {
       flops_seen.reset();

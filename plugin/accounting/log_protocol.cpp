@@ -9,7 +9,7 @@
 
 #include "accounting/log_reduction.h"
 #include "accounting/row_layout.h"
-#include "core/exact_double.h"
+#include "util/exact_double.h"
 
 namespace flopmeter::detail {
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "accounting/config_fingerprint.h"
-#include "core/exact_double.h"
+#include "util/exact_double.h"
 
 namespace flopmeter::detail {
 namespace {

@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/count_fields.h"
+#include "count/count_fields.h"
 #include "flopmeter/flop_model.h"
 
 namespace flopmeter::detail {
@@ -21,7 +21,7 @@ namespace flopmeter::detail {
 constexpr double kNotReported = -1.0;
 
 enum row_field : std::size_t {
-  // batch_counts: entry i is kCountFields[i] (core/count_fields.h), named here for the code that reads one
+  // batch_counts: entry i is kCountFields[i] (count/count_fields.h), named here for the code that reads one
   row_real_tokens = count_field_index(&batch_counts::real_tokens),
   row_padding_tokens = count_field_index(&batch_counts::padding_tokens),
   row_documents = count_field_index(&batch_counts::documents),

@@ -40,8 +40,8 @@
 #include "accounting/sanitize_options.h"
 #include "accounting/thread_annotations.h"
 #include "accounting/throughput_calls.h"
-#include "core/exact_flops.h"
-#include "core/device_name.h"
+#include "count/exact_flops.h"
+#include "hardware/device_name.h"
 #include "output/logging.h"
 
 namespace flopmeter {

@@ -34,8 +34,8 @@
 #include "accounting/sanitize_options.h"
 #include "accounting/plugin_document.h"
 #include "accounting/throughput_config.h"
-#include "core/spec_rules.h"
-#include "core/toml_reader.h"
+#include "families/spec_rules.h"
+#include "config/toml_reader.h"
 
 namespace flopmeter {
 namespace {

@@ -1,7 +1,7 @@
 // flopmeter's JSON writer (see json_writer.h for the rules).
 #include "output/json_writer.h"
 
-#include "core/utf8.h"
+#include "util/utf8.h"
 
 #include <charconv>
 #include <cmath>

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/count_fields.h"
+#include "count/count_fields.h"
 #include "output/json_writer.h"
 
 namespace flopmeter::detail {

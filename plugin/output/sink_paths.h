@@ -14,7 +14,7 @@
 #include <string_view>
 #include <system_error>
 
-#include "core/printable_text.h"
+#include "util/printable_text.h"
 
 namespace flopmeter::detail {
 

@@ -24,7 +24,7 @@
 #include <utility>
 
 #include "flopmeter/error.h"
-#include "core/printable_text.h"
+#include "util/printable_text.h"
 #include "output/json_writer.h"
 #include "flopmeter/metric_names.h"
 #include "flopmeter/tensorboard.h"

@@ -21,7 +21,7 @@
 #include <utility>
 
 #include "flopmeter/error.h"
-#include "core/printable_text.h"
+#include "util/printable_text.h"
 #include "output/logging.h"
 #include "output/sink_paths.h"
 #include "output/sink_report.h"

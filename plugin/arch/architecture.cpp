@@ -1,0 +1,291 @@
+// plugin/arch/architecture.cpp — the layer groups of a model_spec (architecture.h): which token mixer and which
+// MLP each decoder layer has, counted arithmetically over a range of layers.
+//
+// The layout of layer i (0-based):
+//   mixer  layer_runs non-empty: the kind of the run that holds i (sliding and chunked attention take
+//          text_spec's sliding_window / attention_chunk_size); else full attention when full_attention_interval
+//          is 0 or (i+1) % full_attention_interval == 0 and Gated DeltaNet otherwise. Softmax attention is MLA on
+//          an MLA model (kv_lora_rank > 0).
+//   MLP    an MoE block when the model has experts, i >= first_k_dense_replace, (i+1) % decoder_sparse_step == 0
+//          and i is not in mlp_only_layers; a SwiGLU of intermediate_size otherwise.
+// Counting j = i+1 over (from, to]: multiples of k number to/k - from/k, so every count below is a few
+// divisions plus one pass over mlp_only_layers (which the file lists explicitly) and layer_runs.
+
+#include "arch/architecture.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <vector>
+
+namespace flopmeter::detail {
+namespace {
+
+// Multiples of k (>= 1) in (from, to]: the 1-based layer numbers j = i+1 of layers i in [from, to).
+std::int64_t multiples(std::int64_t k, std::int64_t from, std::int64_t to) {
+  if (to <= from) return 0;
+  return to / k - from / k;
+}
+
+std::int64_t gcd(std::int64_t a, std::int64_t b) {
+  while (b != 0) {
+    const std::int64_t r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
+// lcm(a, b) capped at `cap` + 1 (a larger period has no multiple in range anyway).
+std::int64_t capped_lcm(std::int64_t a, std::int64_t b, std::int64_t cap) {
+  const int128 l = static_cast<int128>(a / gcd(a, b)) * b;
+  return l > cap ? cap + 1 : static_cast<std::int64_t>(l);
+}
+
+std::set<std::int64_t> forced_dense(const text_spec& t) {
+  return std::set<std::int64_t>(t.mlp_only_layers.begin(), t.mlp_only_layers.end());
+}
+
+bool step_moe(const text_spec& t, std::int64_t i) {
+  return t.is_moe() && t.decoder_sparse_step >= 1 && i >= t.first_k_dense_replace &&
+         (i + 1) % t.decoder_sparse_step == 0;
+}
+
+// MoE layers among [from, to) whose number i+1 is a multiple of `k` (k = 1: all of them).
+std::int64_t moe_among(const text_spec& t, std::int64_t k, std::int64_t from, std::int64_t to) {
+  if (!t.is_moe() || t.decoder_sparse_step < 1) return 0;
+  const std::int64_t lo = std::max(from, t.first_k_dense_replace);
+  if (lo >= to) return 0;
+  std::int64_t count = multiples(capped_lcm(k, t.decoder_sparse_step, to), lo, to);
+  for (const std::int64_t e : forced_dense(t)) {
+    if (e >= lo && e < to && (e + 1) % k == 0 && step_moe(t, e)) --count;
+  }
+  return count;
+}
+
+// Layers of one mixer kind in [from, to), with how many of them are MoE.
+struct kind_count {
+  layer_kind kind;
+  std::int64_t layers = 0;
+  std::int64_t moe = 0;
+};
+
+// Only layers whose number i+1 is a multiple of `every` (1: all of them) are counted.
+std::vector<kind_count> kinds_in(const text_spec& t, std::int64_t from, std::int64_t to, std::int64_t every = 1) {
+  std::vector<kind_count> out;
+  const auto add = [&out](layer_kind kind, std::int64_t layers, std::int64_t moe) {
+    if (layers <= 0) return;
+    for (kind_count& k : out) {
+      if (k.kind == kind) {
+        k.layers += layers;
+        k.moe += moe;
+        return;
+      }
+    }
+    out.push_back({kind, layers, moe});
+  };
+  if (to <= from) return out;
+  if (!t.layer_runs.empty()) {
+    std::int64_t start = 0;
+    for (const layer_run& run : t.layer_runs) {
+      const std::int64_t a = std::max(from, start), b = std::min(to, start + run.count);
+      if (a < b) add(run.kind, multiples(every, a, b), moe_among(t, every, a, b));
+      start += run.count;
+      if (start >= to) break;
+    }
+    return out;
+  }
+  if (t.full_attention_interval <= 0) {
+    add(layer_kind::full_attention, multiples(every, from, to), moe_among(t, every, from, to));
+    return out;
+  }
+  const std::int64_t k = capped_lcm(t.full_attention_interval, every, to);
+  const std::int64_t full = multiples(k, from, to);
+  const std::int64_t full_moe = moe_among(t, k, from, to);
+  // Layer `from` decides which kind is used first.
+  const bool first_full = (from + 1) % t.full_attention_interval == 0;
+  const std::int64_t linear = multiples(every, from, to) - full, linear_moe = moe_among(t, every, from, to) - full_moe;
+  if (first_full) add(layer_kind::full_attention, full, full_moe);
+  add(layer_kind::linear_attention, linear, linear_moe);
+  if (!first_full) add(layer_kind::full_attention, full, full_moe);
+  return out;
+}
+
+factor f(std::int64_t value, const char* field) { return {value, field}; }
+
+token_mixer mixer_of(const model_spec& spec, layer_kind kind) {
+  const text_spec& t = spec.text;
+  token_mixer m;
+  if (kind == layer_kind::linear_attention) {
+    m.kind = mixer_kind::gated_deltanet;
+    m.deltanet = {f(t.linear_num_key_heads, "text.linear_num_key_heads"),
+                  f(t.linear_num_value_heads, "text.linear_num_value_heads"),
+                  f(t.linear_key_head_dim, "text.linear_key_head_dim"),
+                  f(t.linear_value_head_dim, "text.linear_value_head_dim"),
+                  f(t.linear_conv_kernel_dim, "text.linear_conv_kernel_dim")};
+    return m;
+  }
+  if (t.is_mla()) {
+    m.kind = mixer_kind::mla;
+    m.mla = {f(t.num_attention_heads, "text.num_attention_heads"),
+             f(t.q_lora_rank, "text.q_lora_rank"),
+             f(t.kv_lora_rank, "text.kv_lora_rank"),
+             f(t.qk_nope_head_dim, "text.qk_nope_head_dim"),
+             f(t.qk_rope_head_dim, "text.qk_rope_head_dim"),
+             f(t.v_head_dim, "text.v_head_dim")};
+    return m;
+  }
+  m.kind = mixer_kind::attention;
+  attention_mixer& a = m.attention;
+  a.heads = f(t.num_attention_heads, "text.num_attention_heads");
+  a.kv_heads = f(t.num_key_value_heads, "text.num_key_value_heads");
+  a.qk_head_dim = f(t.head_dim, "text.head_dim");
+  a.v_head_dim = f(t.head_dim, "text.head_dim");
+  a.output_gate = t.attn_output_gate;
+  if (kind == layer_kind::sliding_attention) {
+    a.window = window_kind::sliding;
+    a.window_size = t.sliding_window;
+  } else if (kind == layer_kind::chunked_attention) {
+    a.window = window_kind::chunked;
+    a.window_size = t.attention_chunk_size;
+  }
+  return m;
+}
+
+mlp_block mlp_of(const text_spec& t, bool moe) {
+  mlp_block b;
+  if (!moe) {
+    b.kind = mlp_kind::gated;
+    b.width = f(t.intermediate_size, "text.intermediate_size");
+    return b;
+  }
+  b.kind = mlp_kind::moe;
+  b.experts = f(t.num_experts, "text.num_experts");
+  b.top_k = f(t.num_experts_per_tok, "text.num_experts_per_tok");
+  b.expert_width = f(t.moe_intermediate_size, "text.moe_intermediate_size");
+  if (t.shared_expert_intermediate_size > 0) {
+    b.shared_width = product({{t.shared_expert_intermediate_size, "text.shared_expert_intermediate_size"}});
+    b.shared_gate = true;
+  } else if (t.n_shared_experts > 0) {
+    b.shared_width = product(
+        {{t.n_shared_experts, "text.n_shared_experts"}, {t.moe_intermediate_size, "text.moe_intermediate_size"}});
+  }
+  return b;
+}
+
+}  // namespace
+
+std::int64_t count_layers_of_kind(const text_spec& t, layer_kind kind, std::int64_t from, std::int64_t to) {
+  std::int64_t n = 0;
+  for (const kind_count& k : kinds_in(t, from, to)) {
+    if (k.kind == kind) n += k.layers;
+  }
+  return n;
+}
+
+std::int64_t count_moe_layers(const text_spec& t, std::int64_t from, std::int64_t to) {
+  return moe_among(t, 1, from, std::min(to, t.num_hidden_layers));
+}
+
+bool is_moe_layer(const text_spec& t, std::int64_t index) { return count_moe_layers(t, index, index + 1) == 1; }
+
+std::int64_t first_attention_layer(const text_spec& t) {
+  if (!t.layer_runs.empty()) {
+    std::int64_t start = 0;
+    for (const layer_run& run : t.layer_runs) {
+      if (run.kind != layer_kind::linear_attention) return start;
+      start += run.count;
+    }
+    return t.num_hidden_layers;
+  }
+  if (t.full_attention_interval <= 0) return 0;
+  return t.full_attention_interval <= t.num_hidden_layers ? t.full_attention_interval - 1 : t.num_hidden_layers;
+}
+
+std::vector<layer_group> layer_groups(const model_spec& spec, std::int64_t from, std::int64_t to, std::int64_t every) {
+  std::vector<layer_group> groups;
+  for (const kind_count& k : kinds_in(spec.text, from, to, every)) {
+    const token_mixer mixer = mixer_of(spec, k.kind);
+    if (k.layers - k.moe > 0) groups.push_back({k.layers - k.moe, mixer, mlp_of(spec.text, false)});
+    if (k.moe > 0) groups.push_back({k.moe, mixer, mlp_of(spec.text, true)});
+  }
+  return groups;
+}
+
+layer_group layer_at(const model_spec& spec, std::int64_t index) {
+  return {1, mixer_of(spec, spec.text.layer_type(index)), mlp_of(spec.text, is_moe_layer(spec.text, index))};
+}
+
+layer_group mtp_group(const model_spec& spec) {
+  return {spec.text.mtp_num_hidden_layers, mixer_of(spec, layer_kind::full_attention),
+          mlp_of(spec.text, spec.text.is_moe())};
+}
+
+std::vector<attention_window> attention_windows(const model_spec& spec) {
+  std::vector<attention_window> out;
+  const text_spec& t = spec.text;
+  if (t.is_mla()) return out;
+  for (const layer_run& run : t.layer_runs) {
+    attention_window w;
+    if (run.kind == layer_kind::sliding_attention) {
+      w = {window_kind::sliding, t.sliding_window};
+    } else if (run.kind == layer_kind::chunked_attention) {
+      w = {window_kind::chunked, t.attention_chunk_size};
+    } else {
+      continue;
+    }
+    const bool seen = std::any_of(out.begin(), out.end(),
+                                  [&w](const attention_window& o) { return o.kind == w.kind && o.size == w.size; });
+    if (!seen) out.push_back(w);
+  }
+  return out;
+}
+
+int window_index(const model_spec& spec, const attention_mixer& mixer) {
+  if (mixer.window_size == 0) return -1;
+  const std::vector<attention_window> windows = attention_windows(spec);
+  for (std::size_t i = 0; i < windows.size(); ++i) {
+    if (windows[i].kind == mixer.window && windows[i].size == mixer.window_size) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// The vision tower (architecture.h). Sizes per patch (merged token) of one block (projector):
+//   patch embedding  a Conv3d/Conv2d with stride = kernel: in_channels * temporal_patch_size * patch_size^2 -> hv
+//   blocks           qkv hv -> 3hv, proj hv -> hv; MLP plain (fc1 hv -> I, fc2 I -> hv) or gated (gate, up hv -> I,
+//                    down I -> hv); the attention core 2*hv per (query, key) pair. Blocks listed in
+//                    fullatt_block_indexes attend per segment, the others inside windows (when window_size > 0).
+//   projector        patch_merger: m^2 hv -> m^2 hv, m^2 hv -> out (x num_mergers with DeepStack);
+//                    pixel_shuffle_mlp: m^2 hv -> out, out -> out; avgpool_linear: hv -> out.
+vision_tower vision_tower_of(const vision_spec& v) {
+  vision_tower t;
+  t.width = f(v.hidden_size, "vision.hidden_size");
+  t.mlp_width = f(v.intermediate_size, "vision.intermediate_size");
+  t.mlp = v.mlp;
+  t.patch_inputs = product({{v.in_channels, "vision.in_channels"},
+                            {v.temporal_patch_size, "vision.temporal_patch_size"},
+                            {v.patch_size, "vision.patch_size"},
+                            {v.patch_size, "vision.patch_size"}});
+  const std::int64_t windowed = v.num_window_blocks();
+  if (v.depth - windowed > 0) t.groups.push_back({v.depth - windowed, vision_attention_kind::per_segment});
+  if (windowed > 0) t.groups.push_back({windowed, vision_attention_kind::windowed});
+  const term merged = product({{v.spatial_merge_size, "vision.spatial_merge_size"},
+                               {v.spatial_merge_size, "vision.spatial_merge_size"},
+                               {v.hidden_size, "vision.hidden_size"}});
+  const term out = product({{v.out_hidden_size, "vision.out_hidden_size"}});
+  switch (v.projector) {
+    case vision_projector_kind::patch_merger:
+      t.projector = {{"merger_fc1", merged, merged}, {"merger_fc2", merged, out}};
+      t.projectors = f(v.num_mergers(), "vision.deepstack_visual_indexes");
+      break;
+    case vision_projector_kind::pixel_shuffle_mlp:
+      t.projector = {{"linear_1", merged, out}, {"linear_2", out, out}};
+      break;
+    case vision_projector_kind::avgpool_linear:
+      t.projector = {{"mm_input_projection", product({{v.hidden_size, "vision.hidden_size"}}), out}};
+      break;
+  }
+  return t;
+}
+
+}  // namespace flopmeter::detail

@@ -1,0 +1,435 @@
+// plugin/arch/gemm_walk.cpp — every GEMM of a model with what its backward computes (gemm_walk.h).
+//
+// The rule, per GEMM y = x W (x: [tokens x d_in], W: [d_in x d_out]), in multiply-adds of the forward:
+//   forward                1 pass   (always)
+//   input gradient dx      1 pass   when x needs a gradient: something trainable lies upstream of x
+//   weight gradient dW     1 pass   when W trains
+// and a weightless product (attention core QK^T and PV, the delta rule's products) runs its backward, 2 passes
+// (the gradients of both of its operands), when a gradient flows through it, i.e. when any of its inputs needs
+// one. A pass is 2 FLOPs per multiply-add. Autograd computes exactly these: a gradient is formed only for a
+// tensor that requires one (measured in tests/test_example_flops.cpp, every regime, forward and backward).
+// With everything trainable every GEMM runs 3 passes (6 FLOPs per multiply-add), the patch embedding 2 (its
+// input is pixels): full training is the regime where everything trains, not a second derivation.
+//
+// Which inputs need a gradient follows the data flow, part by part (V, M, T: vision, merger, text trains):
+//   patch embedding  input pixels: never. 1 + V.
+//   ViT blocks       their LayerNorms train with V, so every GEMM's input needs a gradient iff V: 1 + 2V;
+//                    ViT attention core: 1 + 2V.
+//   merger           its input (the ViT's output) needs a gradient iff V; its LayerNorm's weight trains with M, so
+//                    its first GEMM's input needs one iff V or M: 1 + (V or M) + M for both of its GEMMs.
+//   decoder          its input (the embeddings with the merged vision tokens written in) needs a gradient iff T
+//                    (trainable embeddings and norms), or V or M and the micro-batch has an image or video. Then
+//                    every decoder GEMM runs 1 + 1 + T, its attention core and delta rule 3, and the LM head
+//                    1 + 1 + T. A micro-batch without items under a frozen decoder (T = 0) and no LoRA has no
+//                    trainable parameter upstream of its loss: forward only, 1 for everything.
+//   LoRA             base weights frozen (T = 0). An adapted projection d_in -> d_out adds x A (d_in x r) and
+//                    (x A) B (r x d_out): A runs forward + weight gradient + input gradient when x needs one;
+//                    B's input x A always needs one (A trains): 3 passes. The base projection runs forward + input
+//                    gradient when x needs one. The first decoder layer's input needs no gradient unless the
+//                    vision side trains and the micro-batch has items: in a text-only LoRA run that layer's base
+//                    input projections run forward only, and so does every layer before the first adapted one.
+//                    After the first adapted layer every input needs a gradient (the residual stream carries it).
+//
+// Inside one decoder layer (x: the layer's input, g: x needs a gradient, T: base weights train):
+//   softmax attention  q, k, v: base 1 + g + T, their outputs need a gradient iff g, T or adapted; the core runs
+//                    its backward iff any of q, k, v needs one; o_proj's input needs one iff the core's output
+//                    does. Adapters on only some of q, k, v still bill the whole core backward (a fused
+//                    attention kernel computes dq, dk and dv together). A window changes the pairs the core
+//                    visits (its coefficient is per pair under that window), not the rule.
+//   MLA              q_a (or q), kv_a: base 1 + g + T; q_b's input needs a gradient iff q_a's output does (g, T
+//                    or q_a adapted), kv_b's iff kv_a's does; the core runs its backward iff q (q_b or q_proj),
+//                    kv_b or kv_a (its shared rope key) needs one; o_proj's input iff the core's output does.
+//                    LoRA adapters sit on any of them by their PEFT names (the same rule as every projection).
+//   Gated DeltaNet   in_proj_qkv, in_proj_z, in_proj_a, in_proj_b: base 1 + g + T; the conv's input (the qkv
+//                    output) needs a gradient iff qkv's does, its weight trains with T; the delta rule runs its
+//                    backward iff the conv's output needs a gradient; out_proj's input (norm(core) * silu(z))
+//                    needs one iff the core's or z's does.
+//   gated MLP        gate, up: base 1 + g' + T (g': the layer's hidden after the mixer needs a gradient); down's
+//                    input needs one iff g', T or gate or up adapted.
+//   MoE block        router, experts, shared expert, gate: 1 + g' + T (no adapters: refused).
+// MTP layers are decoder layers (their eh_proj input is the decoder's output) with the same rule.
+//
+// The multiply-adds of each GEMM, per token (pair, patch, merged token) of one layer; a matmul [n x k] @ [k x m]
+// is n*k*m multiply-adds. Only matmul work counts: norms, activations, softmax, RoPE, biases, attention sinks,
+// residual adds, routing's top-k and the loss are element-wise and left out, as in Megatron and the reference.
+
+#include "arch/gemm_walk.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "arch/architecture.h"
+
+namespace flopmeter::detail {
+namespace {
+
+factor as_factor(const term& width) { return {width.value, width.fields.empty() ? nullptr : width.fields.front()}; }
+
+class walker {
+ public:
+  walker(const model_spec& spec, const training_regime& regime, const gemm_visitor& visit)
+      : spec_(spec),
+        t_(spec.text),
+        regime_(regime),
+        visit_(visit),
+        weights_train_(!regime.text_frozen && regime.lora_rank == 0) {}
+
+  // The decoder, the LM head and the MTP layers; `input_gradient`: the first layer's input needs a gradient.
+  void text(bool input_gradient) {
+    part_ = model_part::text;
+    const std::int64_t n = t_.num_hidden_layers;
+    bool out = true;
+    if (input_gradient || weights_train_) {
+      groups(0, n, true);
+    } else {
+      const std::int64_t f = first_adapted_layer(spec_, regime_);
+      groups(0, f, false);  // nothing trainable upstream: forward only
+      if (f >= n) {
+        out = false;
+      } else {
+        layer(layer_at(spec_, f), false, factor{1, nullptr});
+        ++group_;
+        groups(f + 1, n, true);
+      }
+    }
+    // The LM head h -> vocab (tied or not, the matmul runs).
+    group_ = 0;
+    order_ = 0;
+    gemm("lm_head", h(), {t_.vocab_size, "text.vocab_size"}, out, factor{1, nullptr}, coefficient_slot::logits);
+    if (!spec_.train_mtp_layers || t_.mtp_num_hidden_layers <= 0) return;
+    // Each MTP layer: eh_proj over [embedding; the decoder's output] (2h -> h), one decoder layer of full
+    // attention with the model's MLP, and its own pass through the shared LM head.
+    part_ = model_part::mtp;
+    const layer_group mtp = mtp_group(spec_);
+    const factor layers{t_.mtp_num_hidden_layers, "text.mtp_num_hidden_layers"};
+    const bool g = out || weights_train_;
+    order_ = 0;
+    visit(gemm_of("eh_proj", product({{2, nullptr}, h(), h()}), g, weights_train_, layers,
+                  coefficient_slot::mtp_per_token));
+    const bool hidden = layer(mtp, g, layers);
+    gemm("lm_head", h(), {t_.vocab_size, "text.vocab_size"}, hidden, layers, coefficient_slot::mtp_per_token);
+  }
+
+  // The decoder layers [from, to) with (i+1) % every == 0, input gradient g (walk_decoder_layers).
+  void decoder_layers(std::int64_t from, std::int64_t to, std::int64_t every, bool g) {
+    part_ = model_part::text;
+    group_ = 0;
+    groups(from, to, g, every);
+  }
+
+  // The vision tower (architecture.h vision_tower_of), part by part.
+  void vision() {
+    if (!spec_.vision) return;
+    const vision_tower tower = vision_tower_of(*spec_.vision);
+    const bool V = !regime_.vision_frozen, M = !regime_.merger_frozen;
+    const factor hv = tower.width;
+    part_ = model_part::vision;
+    group_ = 0;
+    order_ = 0;
+    // The patch embedding, once per patch (not per CLS token). Its input is pixels: no input gradient.
+    visit(gemm_of("patch_embed", tower.patch_inputs * hv, false, V, factor{1, nullptr},
+                  coefficient_slot::patch_embed_per_patch));
+    // ViT blocks, per token (patch or CLS): qkv hv -> 3hv, proj hv -> hv, the MLP; attention per (query, key)
+    // pair: QK^T and AV over num_heads heads of hv/num_heads each, 2*hv. ViT attention is bidirectional inside a
+    // segment (or a window of it): the counts say how many pairs (the reference bills the whole item (t*h*w)^2).
+    const factor iv = tower.mlp_width;
+    const coefficient_slot block = coefficient_slot::vision_per_patch;
+    for (const vision_block_group& g : tower.groups) {
+      const factor depth{g.count, "vision.depth"};
+      order_ = 0;
+      matmul_ = 0;
+      visit_matmul(gemm_of("qkv", product({{3, nullptr}, hv, hv}), V, V, depth, block), false);
+      gemm_visit core =
+          gemm_of("attention_core", product({{2, nullptr}, hv}), V, false, depth,
+                  g.attention == vision_attention_kind::windowed ? coefficient_slot::vision_window_attn_pair
+                                                                 : coefficient_slot::vision_attn_pair);
+      core.weightless = true;
+      visit(core);
+      visit_matmul(gemm_of("proj", product({hv, hv}), V, V, depth, block), false);
+      if (tower.mlp == vision_mlp_kind::gated) {
+        visit_matmul(gemm_of("gate_proj", product({hv, iv}), V, V, depth, block), false);
+        visit_matmul(gemm_of("up_proj", product({hv, iv}), V, V, depth, block), false);
+        visit_matmul(gemm_of("down_proj", product({iv, hv}), V, V, depth, block), true);
+      } else {
+        visit_matmul(gemm_of("fc1", product({hv, iv}), V, V, depth, block), false);
+        visit_matmul(gemm_of("fc2", product({iv, hv}), V, V, depth, block), true);
+      }
+      ++group_;
+    }
+    // The projector per merged token (each of tower.projectors of them): its input (the ViT's output) needs a
+    // gradient iff V; its norm's weight trains with M, so every GEMM's input needs one iff V or M.
+    part_ = model_part::merger;
+    group_ = 0;
+    order_ = 0;
+    for (const projector_gemm& g : tower.projector) {
+      visit(gemm_of(g.name, g.d_in * g.d_out, V || M, M, tower.projectors, coefficient_slot::merger_per_merged_token));
+    }
+  }
+
+ private:
+  factor h() const { return {t_.hidden_size, "text.hidden_size"}; }
+
+  gemm_visit gemm_of(const char* name, term macs, bool input_gradient, bool weight_trains, const factor& layers,
+                     coefficient_slot slot) {
+    gemm_visit v;
+    v.part = part_;
+    v.group = group_;
+    v.layers = layers;
+    v.order = order_++;
+    v.matmul = 0;
+    v.name = name;
+    v.input_gradient = input_gradient;
+    v.weight_trains = weight_trains;
+    v.macs = std::move(macs);
+    v.slot = slot;
+    return v;
+  }
+  void visit(const gemm_visit& v) const { visit_(v); }
+
+  coefficient_slot dense(coefficient_slot slot) const {
+    return part_ == model_part::mtp ? coefficient_slot::mtp_per_token : slot;
+  }
+
+  // One weight GEMM d_in -> d_out into `slot`, with its LoRA adapter when `target` is adapted. Returns whether its
+  // output needs a gradient.
+  // `last`: the block's final GEMM (with an adapter, its B is: PEFT adds B's output last).
+  bool gemm(const char* name, const factor& d_in, const factor& d_out, bool g, const factor& layers,
+            coefficient_slot slot, std::optional<lora_target> target = std::nullopt, bool last = false) {
+    const bool adapted = target && regime_.adapts(*target);
+    visit_matmul(gemm_of(name, product({d_in, d_out}), g, weights_train_, layers, dense(slot)), last && !adapted);
+    if (adapted) {
+      const factor rank{regime_.lora_rank, "training.lora_rank"};
+      const coefficient_slot lora = dense(coefficient_slot::lora_adapters);
+      visit_matmul(gemm_of("lora_A", product({d_in, rank}), g, true, layers, lora), false);
+      visit_matmul(gemm_of("lora_B", product({rank, d_out}), true, true, layers, lora), last);
+    }
+    return g || weights_train_ || adapted;
+  }
+  void visit_matmul(gemm_visit v, bool last) {
+    v.matmul = ++matmul_;
+    v.last = last;
+    visit(v);
+  }
+
+  void core(const char* name, term macs, bool g, const factor& layers, coefficient_slot slot) {
+    gemm_visit v = gemm_of(name, std::move(macs), g, false, layers, slot);
+    v.weightless = true;
+    visit(v);
+  }
+
+  coefficient_slot pair_slot(const attention_mixer& a) const {
+    if (part_ == model_part::mtp) return coefficient_slot::mtp_attn_pair;
+    const int k = window_index(spec_, a);
+    if (k == 0) return coefficient_slot::window_attn_pair_0;
+    if (k == 1) return coefficient_slot::window_attn_pair_1;
+    return coefficient_slot::text_attn_pair;
+  }
+
+  // Softmax attention: q_proj h -> heads*qk (doubled by the output gate: the same projection emits it), k_proj
+  // h -> kv_heads*qk, v_proj h -> kv_heads*v, o_proj heads*v -> h. Per (query, key) pair QK^T is heads*qk
+  // multiply-adds and the probabilities times V heads*v: 2*heads*head_dim when qk = v.
+  bool attention(const attention_mixer& a, bool g, const factor& layers) {
+    const coefficient_slot slot = coefficient_slot::attention_projections;
+    const term q_width = product({a.heads, a.qk_head_dim, {a.output_gate ? 2 : 1, nullptr}});
+    const term k_width = product({a.kv_heads, a.qk_head_dim});
+    const term v_width = product({a.kv_heads, a.v_head_dim});
+    const term o_width = product({a.heads, a.v_head_dim});
+    const bool q = gemm("q_proj", h(), as_factor(q_width), g, layers, slot, lora_target::q_proj);
+    const bool k = gemm("k_proj", h(), as_factor(k_width), g, layers, slot, lora_target::k_proj);
+    const bool v = gemm("v_proj", h(), as_factor(v_width), g, layers, slot, lora_target::v_proj);
+    const bool flows = q || k || v;
+    const term pair = a.qk_head_dim.value == a.v_head_dim.value
+                          ? product({{2, nullptr}, a.heads, a.qk_head_dim})
+                          : product({a.heads, a.qk_head_dim}) + product({a.heads, a.v_head_dim});
+    core("attention_core", pair, flows, layers, pair_slot(a));
+    // Gemma 3: an image's tokens also attend to the later tokens of the same image (its bidirectional block), in
+    // every attention layer: the same per-pair work over image_block_pairs (the window holds the image: the
+    // rules require mm_tokens_per_image <= sliding_window).
+    if (part_ == model_part::text && spec_.vision && spec_.vision->bidirectional_image) {
+      core("image_block_core", pair, flows, layers, coefficient_slot::image_block_pair);
+    }
+    const bool o = gemm("o_proj", as_factor(o_width), h(), flows, layers, slot, lora_target::o_proj);
+    return g || o;
+  }
+
+  // MLA (DeepSeek-V3): q_a_proj h -> q_lora_rank and q_b_proj q_lora_rank -> heads*(nope + rope), or one q_proj
+  // h -> heads*(nope + rope) without q_lora_rank; kv_a_proj_with_mqa h -> kv_lora_rank + rope (the latent and
+  // the shared rope key); kv_b_proj kv_lora_rank -> heads*(nope + v); o_proj heads*v -> h. The norms on the
+  // latents are element-wise. Per (query, key) pair: QK^T heads*(nope + rope), PV heads*v.
+  bool mla(const mla_mixer& m, bool g, const factor& layers) {
+    const coefficient_slot slot = coefficient_slot::attention_projections;
+    const term qk = product({m.heads, m.qk_nope_head_dim}) + product({m.heads, m.qk_rope_head_dim});
+    bool q = false;
+    if (m.q_lora_rank.value > 0) {
+      const bool latent = gemm("q_a_proj", h(), m.q_lora_rank, g, layers, slot, lora_target::q_a_proj);
+      q = gemm("q_b_proj", m.q_lora_rank, as_factor(qk), latent, layers, slot, lora_target::q_b_proj);
+    } else {
+      q = gemm("q_proj", h(), as_factor(qk), g, layers, slot, lora_target::q_proj);
+    }
+    const term kv_a = product({m.kv_lora_rank}) + product({m.qk_rope_head_dim});
+    const bool latent =
+        gemm("kv_a_proj_with_mqa", h(), as_factor(kv_a), g, layers, slot, lora_target::kv_a_proj_with_mqa);
+    const term kv_b = product({m.heads, m.qk_nope_head_dim}) + product({m.heads, m.v_head_dim});
+    const bool kv = gemm("kv_b_proj", m.kv_lora_rank, as_factor(kv_b), latent, layers, slot, lora_target::kv_b_proj);
+    const bool flows = q || kv || latent;
+    core("attention_core", qk + product({m.heads, m.v_head_dim}), flows, layers,
+         part_ == model_part::mtp ? coefficient_slot::mtp_attn_pair : coefficient_slot::text_attn_pair);
+    const bool o =
+        gemm("o_proj", as_factor(product({m.heads, m.v_head_dim})), h(), flows, layers, slot, lora_target::o_proj);
+    return g || o;
+  }
+
+  // Gated DeltaNet, with Megatron-LM's approximation for the delta rule:
+  //   in_proj_qkv h -> 2*Hk*dk + Hv*dv;  in_proj_z h -> Hv*dv;  in_proj_a, in_proj_b h -> Hv each
+  //   depthwise causal conv1d: kernel multiply-adds per channel over the 2*Hk*dk + Hv*dv qkv channels
+  //   chunked delta rule: 4 matmul-like products per value head of size dk x dv per token (K K^T, V K^T, the
+  //     state update S(a(I - b K K^T)), and S Q)
+  //   out_proj Hv*dv -> h
+  bool deltanet(const deltanet_mixer& d, bool g, const factor& layers) {
+    const coefficient_slot slot = coefficient_slot::linear_attention;
+    const term qk = product({d.key_heads, d.key_head_dim});
+    const term v = product({d.value_heads, d.value_head_dim});
+    const term qkv = qk * factor{2, nullptr} + v;
+    const bool qkv_gradient = gemm("in_proj_qkv", h(), as_factor(qkv), g, layers, slot, lora_target::in_proj_qkv);
+    const bool z_gradient = gemm("in_proj_z", h(), as_factor(v), g, layers, slot, lora_target::in_proj_z);
+    gemm("in_proj_a", h(), d.value_heads, g, layers, slot);
+    gemm("in_proj_b", h(), d.value_heads, g, layers, slot);
+    // The depthwise conv over the qkv channels: a GEMM-like product with a weight.
+    visit(gemm_of("conv1d", qkv * d.conv_kernel, qkv_gradient, weights_train_, layers, dense(slot)));
+    gemm_visit rule = gemm_of("delta_rule", product({{4, nullptr}, d.value_heads, d.key_head_dim, d.value_head_dim}),
+                              qkv_gradient, false, layers, dense(slot));
+    rule.weightless = true;
+    visit(rule);
+    const bool out =
+        gemm("out_proj", as_factor(v), h(), qkv_gradient || z_gradient, layers, slot, lora_target::out_proj);
+    return g || out;
+  }
+
+  // Gated MLP (SwiGLU): gate and up h -> I, down I -> h. A plain MLP: up and down.
+  bool mlp(const mlp_block& b, bool g, const factor& layers) {
+    if (b.kind == mlp_kind::moe) return moe(b, g, layers);
+    const coefficient_slot slot = coefficient_slot::dense_mlp;
+    bool gate = false;
+    if (b.kind == mlp_kind::gated) gate = gemm("gate_proj", h(), b.width, g, layers, slot, lora_target::gate_proj);
+    const bool up = gemm("up_proj", h(), b.width, g, layers, slot, lora_target::up_proj);
+    const bool down = gemm("down_proj", b.width, h(), gate || up, layers, slot, lora_target::down_proj, true);
+    return g || down;
+  }
+
+  // An MoE block, per token (dropless: every token visits exactly top_k experts, none is dropped for capacity):
+  //   router         h -> experts logits (softmax/sigmoid, top-k, renormalisation: element-wise, not counted)
+  //   routed experts top_k gated experts of expert_width: top_k * 3*h*I (gpt-oss's fused gate_up_proj h -> 2I
+  //                  and down_proj I -> h are the same 3*h*I)
+  //   shared expert  a gated MLP of the shared width on every token (Qwen: shared_expert_intermediate_size;
+  //                  DeepSeek/GLM: n_shared_experts x moe_intermediate_size), and Qwen's sigmoid gate h -> 1
+  // Weighting the expert outputs by the router probabilities and summing them is element-wise, not counted.
+  bool moe(const mlp_block& b, bool g, const factor& layers) {
+    // The experts' scaled outputs are a saved product, so no GEMM of an MoE block is `last`.
+    visit_matmul(
+        gemm_of("router", product({h(), b.experts}), g, weights_train_, layers, dense(coefficient_slot::moe_router)),
+        false);
+    // The routed experts' gate, up and down (each a grouped matmul over the top_k experts of every token).
+    const char* const parts[] = {"experts.gate_proj", "experts.up_proj", "experts.down_proj"};
+    for (const char* part : parts) {
+      visit_matmul(gemm_of(part, product({h(), b.expert_width}) * b.top_k, g, weights_train_, layers,
+                           dense(coefficient_slot::moe_routed_experts)),
+                   false);
+    }
+    if (b.shared_width.value > 0) {
+      const char* const shared[] = {"shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj"};
+      for (const char* part : shared) {
+        visit_matmul(gemm_of(part, product({h()}) * b.shared_width, g, weights_train_, layers,
+                             dense(coefficient_slot::moe_shared_expert)),
+                     false);
+      }
+      if (b.shared_gate) {
+        visit_matmul(gemm_of("shared_expert_gate", product({h()}), g, weights_train_, layers,
+                             dense(coefficient_slot::moe_shared_expert_gate)),
+                     false);
+      }
+    }
+    return g || weights_train_;
+  }
+
+  bool layer(const layer_group& group, bool g, const factor& layers) {
+    order_ = 0;
+    matmul_ = 0;
+    bool hidden = false;
+    switch (group.mixer.kind) {
+      case mixer_kind::attention: hidden = attention(group.mixer.attention, g, layers); break;
+      case mixer_kind::mla: hidden = mla(group.mixer.mla, g, layers); break;
+      case mixer_kind::gated_deltanet: hidden = deltanet(group.mixer.deltanet, g, layers); break;
+    }
+    return mlp(group.mlp, hidden, layers);
+  }
+
+  void groups(std::int64_t from, std::int64_t to, bool g, std::int64_t every = 1) {
+    if (to <= from) return;
+    for (const layer_group& group : layer_groups(spec_, from, to, every)) {
+      layer(group, g, factor{group.count, "text.num_hidden_layers"});
+      ++group_;
+    }
+  }
+
+  const model_spec& spec_;
+  const text_spec& t_;
+  const training_regime& regime_;
+  const gemm_visitor& visit_;
+  const bool weights_train_;
+  model_part part_ = model_part::text;
+  std::size_t group_ = 0;
+  int order_ = 0;
+  int matmul_ = 0;
+};
+
+bool adapts_any(const training_regime& r, std::initializer_list<lora_target> targets) {
+  for (const lora_target target : targets) {
+    if (r.adapts(target)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::int64_t first_adapted_layer(const model_spec& spec, const training_regime& r) {
+  const text_spec& t = spec.text;
+  std::int64_t first = t.num_hidden_layers;
+  if (adapts_any(r, {lora_target::gate_proj, lora_target::up_proj, lora_target::down_proj})) return 0;
+  const bool attention =
+      adapts_any(r, {lora_target::q_proj, lora_target::k_proj, lora_target::v_proj, lora_target::o_proj});
+  const bool linear = adapts_any(r, {lora_target::in_proj_qkv, lora_target::in_proj_z, lora_target::out_proj});
+  if (attention && !t.is_mla()) first = std::min(first, first_attention_layer(t));
+  // MLA: q_proj only without q_lora_rank, q_a_proj and q_b_proj only with it; kv_a, kv_b and o_proj always.
+  const bool latent = adapts_any(r, {lora_target::kv_a_proj_with_mqa, lora_target::kv_b_proj, lora_target::o_proj}) ||
+                      (t.q_lora_rank > 0 ? adapts_any(r, {lora_target::q_a_proj, lora_target::q_b_proj})
+                                         : adapts_any(r, {lora_target::q_proj}));
+  if (latent && t.is_mla()) first = std::min(first, first_attention_layer(t));
+  if (linear && t.num_linear_attention_layers() > 0) {
+    // The first Gated DeltaNet layer: layer 0 under the interval layout; the first linear run otherwise.
+    std::int64_t start = 0;
+    for (const layer_run& run : t.layer_runs) {
+      if (run.kind == layer_kind::linear_attention) break;
+      start += run.count;
+    }
+    first = std::min(first, start);
+  }
+  return first;
+}
+
+void walk_decoder_layers(const model_spec& spec, const training_regime& regime, std::int64_t from, std::int64_t to,
+                         std::int64_t every, bool g, const gemm_visitor& visit) {
+  walker w(spec, regime, visit);
+  w.decoder_layers(from, to, every < 1 ? 1 : every, g);
+}
+
+void walk_gemms(const model_spec& spec, const training_regime& regime, bool items, const gemm_visitor& visit) {
+  walker w(spec, regime, visit);
+  const bool vision_side_trains = spec.vision && (!regime.vision_frozen || !regime.merger_frozen);
+  const bool embeddings_train = !regime.text_frozen && regime.lora_rank == 0;
+  w.text(embeddings_train || (items && vision_side_trains));
+  w.vision();
+}
+
+}  // namespace flopmeter::detail
