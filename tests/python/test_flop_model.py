@@ -86,6 +86,23 @@ def test_gpt_oss_20b_windowed_batch_by_hand():
     assert m.flops(document_lengths=[1000, 3000]) == 21642854400 * 4000 + 589824 * 5002000 + 589824 * 495744
 
 
+def test_deepseek_v3_2_sparse_attention_by_hand():
+    # deepseek_v3_2_exp (model_configs/deepseek_v3_2_exp.toml, model type deepseek_v32): 61 MLA layers whose core
+    # (128 heads x (128 + 64 + 128) = 40,960 multiply-adds per pair, x6 x61 = 14,991,360) runs over the top 2048
+    # keys of each query: a sliding window of 2048. The indexer (64 heads of 128) scores every causal pair forward
+    # only: 2 x 61 x 64 x (128 + 1) = 1,007,232. Documents of 1000 (shorter than top-k) and 3000 tokens (longer):
+    # top-k pairs 500,500 + (2048*2049/2 + 952*2048) = 500,500 + 4,047,872 = 4,548,372; causal 500,500 +
+    # 4,501,500 = 5,002,000.
+    m = flopmeter.FlopModel("deepseek_v3_2_exp")
+    c = m.coefficients
+    assert c["text_attn_pair"] == 1007232 and c["window_attn_pair"] == [14991360]
+    assert c["windows"] == [{"kind": "sliding", "size": 2048}]
+    counts = m.counts(document_lengths=[1000, 3000])
+    assert counts["causal_pairs"] == 5002000 and counts["window_pairs_0"] == 4548372
+    assert m.flops(document_lengths=[1000, 3000]) == (
+        c["dense_per_token"] * 4000 + 1007232 * 5002000 + 14991360 * 4548372)
+
+
 def _python_counts(lengths, grids, merge):
     """The counts, computed here from their definitions (METRICS.md, section 1), independently of the library."""
     return {
