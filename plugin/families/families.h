@@ -113,6 +113,7 @@ const std::vector<const family_adapter*>& mistral_adapters();   // mistral.cpp
 const std::vector<const family_adapter*>& gemma3_adapters();    // gemma3.cpp
 const std::vector<const family_adapter*>& gpt_oss_adapters();   // gpt_oss.cpp
 const std::vector<const family_adapter*>& deepseek_adapters();  // deepseek.cpp
+const std::vector<const family_adapter*>& llama4_adapters();    // llama4.cpp
 
 // The adapter of a model type, nullptr for another.
 const family_adapter* find_family(std::string_view model_type);

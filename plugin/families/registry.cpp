@@ -19,7 +19,8 @@ const std::vector<const family_adapter*>& all_families() {
       mistral_adapters,    // mistral.cpp: mistral, mixtral
       gemma3_adapters,     // gemma3.cpp: gemma3_text
       gpt_oss_adapters,    // gpt_oss.cpp
-      deepseek_adapters,   // deepseek.cpp: deepseek_v3, kimi_k2, glm4_moe
+      deepseek_adapters,   // deepseek.cpp: deepseek_v3, kimi_k2, glm4_moe, deepseek_v32, glm_moe_dsa
+      llama4_adapters,     // llama4.cpp: llama4_text
   };
   static const std::vector<const family_adapter*> all = [] {
     std::vector<const family_adapter*> adapters;
