@@ -103,6 +103,22 @@ def test_deepseek_v3_2_sparse_attention_by_hand():
         c["dense_per_token"] * 4000 + 1007232 * 5002000 + 14991360 * 4548372)
 
 
+def test_llama4_scout_text_chunks_by_hand():
+    # llama_4_scout_17b_16e_text (model type llama4_text): 36 RoPE layers attend inside chunks of 8192 (chunks
+    # restart at each document), 12 NoPE layers fully; per pair and layer 6 * 40 * (128 + 128) = 61,440: chunked
+    # 36 x that = 2,211,840, full 12 x that = 737,280. Documents of 8192 (one chunk) and 10000 tokens (a chunk and
+    # 1808 more): chunk pairs 2 x 8192*8193/2 + 1808*1809/2 = 67,117,056 + 1,635,336 = 68,752,392; causal pairs
+    # 33,558,528 + 50,005,000 = 83,563,528.
+    m = flopmeter.FlopModel("llama_4_scout_17b_16e_text")
+    c = m.coefficients
+    assert c["text_attn_pair"] == 737280 and c["window_attn_pair"] == [2211840]
+    assert c["windows"] == [{"kind": "chunked", "size": 8192}]
+    counts = m.counts(document_lengths=[8192, 10000])
+    assert counts["causal_pairs"] == 83563528 and counts["window_pairs_0"] == 68752392
+    assert m.flops(document_lengths=[8192, 10000]) == (
+        c["dense_per_token"] * 18192 + 737280 * 83563528 + 2211840 * 68752392)
+
+
 def _python_counts(lengths, grids, merge):
     """The counts, computed here from their definitions (METRICS.md, section 1), independently of the library."""
     return {
