@@ -103,6 +103,19 @@ def test_deepseek_v3_2_sparse_attention_by_hand():
         c["dense_per_token"] * 4000 + 1007232 * 5002000 + 14991360 * 4548372)
 
 
+def test_meter_training_indexer_trains_bills_the_indexers_backward():
+    # deepseek_v3_2_exp: with [training] indexer_trains the indexer's projections add their weight gradient (2 more
+    # FLOPs per multiply-add: 2 x 61 x 13,959,168 = 1,703,018,496 per token) and its scores their backward (4 more:
+    # 4 x 61 x 64 x 129 = 2,014,464 per causal pair). Documents of 3 and 5 tokens: 8 tokens, 6 + 15 = 21 pairs.
+    def flops_seen(training):
+        with flopmeter.Meter(model="deepseek_v3_2_exp", training=training, peak={"tflops_per_gpu": 1.0},
+                             sinks={"console": False}) as meter:
+            meter.on_microbatch(document_lengths=[3, 5], samples=2)
+            meter.on_log(1)
+            return meter.flush()["train/flops_seen"]
+    assert flops_seen({"indexer_trains": True}) - flops_seen(None) == 1703018496 * 8 + 2014464 * 21
+
+
 def test_llama4_scout_text_chunks_by_hand():
     # llama_4_scout_17b_16e_text (model type llama4_text): 36 RoPE layers attend inside chunks of 8192 (chunks
     # restart at each document), 12 NoPE layers fully; per pair and layer 6 * 40 * (128 + 128) = 61,440: chunked
