@@ -613,6 +613,21 @@ TEST_F(throughput_config, training_table_sets_the_regime_and_refuses_what_does_n
              "of model 'tiny_vlm': nothing trains");
 }
 
+// [training] indexer_trains: read into the regime (false by default); a model without a sparse-attention indexer
+// refuses it at the table, naming the key.
+TEST_F(throughput_config, training_table_sets_indexer_trains) {
+  const std::string dsa =
+      "[model]\nconfig = \"" + std::string(FLOPMETER_SOURCE_DIR) + "/model_configs/deepseek_v3_2_exp.toml\"\n";
+  EXPECT_FALSE(load_plugin_config(write("d.toml", dsa)).options.training.indexer_trains);
+  EXPECT_TRUE(
+      load_plugin_config(write("i.toml", dsa + "[training]\nindexer_trains = true\n")).options.training.indexer_trains);
+  const std::string model = "[model]\nconfig = \"" + kTinyVlm + "\"\n";
+  const std::string refused = error_of(model + "[training]\nindexer_trains = true\n");
+  EXPECT_NE(refused.find(plugin_path() + ":3:1: table [training]: training.indexer_trains"), std::string::npos)
+      << refused;
+  EXPECT_NE(error_of(dsa + "[training]\nindexer_trains = 1\n").find("training.indexer_trains"), std::string::npos);
+}
+
 // [training] recompute keys: the policy by name, the layer selection, the ViT; recompute_layers counts per
 // pipeline stage, so [parallel] pp is carried into the regime. A bad name is refused at its key, a selection
 // that does not fit the model at the table.

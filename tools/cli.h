@@ -82,7 +82,8 @@ std::vector<image_grid> parse_grid_list(const std::string& command, const std::s
 flop_scope parse_scope_option(const std::string& command, const std::string& text);
 
 // --frozen vision,merger,text, --lora-rank R and --lora-targets q_proj,..., --recompute POLICY,
-// --recompute-layers N, --recompute-every K and --recompute-vision of `parsed` (each given at most once;
+// --recompute-layers N, --recompute-every K, --recompute-vision and --indexer-trains of `parsed` (each given at
+// most once;
 // absent: everything trains, nothing is recomputed; recompute_layers counts one pipeline stage). A bad part or target name is a usage_error; whether the regime fits the
 // model is checked when the coefficients are formed (flopmeter::error).
 training_regime parse_regime_options(const parsed_args& parsed);
@@ -101,7 +102,10 @@ std::vector<option_spec> with_regime_options(std::vector<option_spec> specs);
   "second matmul of a layer); METRICS.md, \"Activation recomputation\"\n"                              \
   "  --recompute-layers N, --recompute-every K\n" INDENT                                               \
   "checkpoint only the first N decoder layers, or every K-th (layer i when (i+1) % K == 0)\n"          \
-  "  --recompute-vision\n" INDENT "checkpoint the ViT blocks too\n"
+  "  --recompute-vision\n" INDENT                                                                      \
+  "checkpoint the ViT blocks too\n"                                                                    \
+  "  --indexer-trains\n" INDENT                                                                        \
+  "bill a sparse-attention indexer's backward too (default: forward only, as the reference runs it)\n"
 
 // ---- formatting (cli_format.cpp) ----
 

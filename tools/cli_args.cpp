@@ -211,10 +211,10 @@ flop_scope parse_scope_option(const std::string& command, const std::string& tex
 }
 
 std::vector<option_spec> with_regime_options(std::vector<option_spec> specs) {
-  for (const option_spec& spec :
-       {option_spec{"--frozen", true}, option_spec{"--lora-rank", true}, option_spec{"--lora-targets", true},
-        option_spec{"--recompute", true}, option_spec{"--recompute-layers", true},
-        option_spec{"--recompute-every", true}, option_spec{"--recompute-vision", false}}) {
+  for (const option_spec& spec : {option_spec{"--frozen", true}, option_spec{"--lora-rank", true},
+                                  option_spec{"--lora-targets", true}, option_spec{"--recompute", true},
+                                  option_spec{"--recompute-layers", true}, option_spec{"--recompute-every", true},
+                                  option_spec{"--recompute-vision", false}, option_spec{"--indexer-trains", false}}) {
     specs.push_back(spec);
   }
   return specs;
@@ -265,6 +265,7 @@ training_regime parse_regime_options(const parsed_args& parsed) {
     recompute.every = parse_positive_int(command, "--recompute-every", *every);
   }
   recompute.vision = parsed.has("--recompute-vision");
+  regime.indexer_trains = parsed.has("--indexer-trains");
   const bool selects = recompute.layers > 0 || recompute.every > 0 || recompute.vision;
   if (recompute.policy == recompute_policy::none && selects) {
     throw usage_error(command,

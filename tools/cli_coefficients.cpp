@@ -13,7 +13,7 @@ namespace flopmeter::cli {
 const char* const kCoefficientsUsage =
     "usage: flopmeter coefficients MODEL [--frozen PARTS] [--lora-rank R --lora-targets NAMES]\n"
     "                              [--recompute POLICY [--recompute-layers N | --recompute-every K]\n"
-    "                               [--recompute-vision]] [--json]\n"
+    "                               [--recompute-vision]] [--indexer-trains] [--json]\n"
     "\n"
     "Prints the exact training FLOPs (forward + backward) per unit of work of one model: FLOPs of a batch =\n"
     "sum of coefficient x count (see `flopmeter estimate`). With frozen parts or LoRA, the coefficients of\n"

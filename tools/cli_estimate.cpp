@@ -23,7 +23,7 @@ const char* const kEstimateUsage =
     "                          [--scope seed|complete] [--seq-len S] [--frozen PARTS]\n"
     "                          [--lora-rank R --lora-targets NAMES]\n"
     "                          [--recompute POLICY [--recompute-layers N | --recompute-every K]\n"
-    "                           [--recompute-vision]] [--json]\n"
+    "                           [--recompute-vision]] [--indexer-trains] [--json]\n"
     "\n"
     "Exact training FLOPs (forward + backward) of one packed micro-batch, term by term, and what the Megatron\n"
     "per-token constant at row length S would report for the same batch:\n"

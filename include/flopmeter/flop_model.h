@@ -308,6 +308,10 @@ struct training_regime {
   std::int64_t lora_rank = 0;
   std::vector<lora_target> lora_targets;
   recompute_options recompute;  // activation recomputation (hardware FLOPs only; model FLOPs unchanged)
+  // A sparse-attention indexer (model_spec's index_topk) runs forward only by default, as the reference runs it
+  // (without gradient). true: its weights train on detached inputs (DeepSeek-V3.2's indexer warm-up and sparse
+  // training): its projections' weight gradients and its scores' backward are billed too.
+  bool indexer_trains = false;
 
   // Model FLOPs only: recomputation does not change what full_training() means.
   bool full_training() const { return !vision_frozen && !merger_frozen && !text_frozen && lora_rank == 0; }

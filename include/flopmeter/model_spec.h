@@ -92,6 +92,17 @@ struct text_spec {
   std::int64_t v_head_dim = 0;
   bool is_mla() const { return kv_lora_rank > 0; }
 
+  // Indexer-selected sparse attention (DeepSeek-V3.2's and GLM-5's DSA; MLA models only; all 0 / empty without it).
+  // index_topk > 0: the main attention of query i (0-based in its document) attends min(i + 1, index_topk) keys, the
+  // pairs of a sliding window of index_topk, on every MLA layer. The lightning indexer (index_n_heads heads of
+  // index_head_dim) scores every causal pair of the document on each MLA layer not listed in indexer_shared_layers
+  // (GLM's "shared" indexer_types: those layers reuse the previous layer's indices and run no indexer).
+  std::int64_t index_topk = 0;
+  std::int64_t index_n_heads = 0;
+  std::int64_t index_head_dim = 0;
+  std::vector<std::int64_t> indexer_shared_layers;  // distinct, each in [1, num_hidden_layers)
+  bool has_indexer() const { return index_topk > 0; }
+
   layer_kind layer_type(std::int64_t index) const;  // index in [0, num_hidden_layers)
   std::int64_t num_full_attention_layers() const;   // full_attention layers (MLA layers on an MLA model)
   std::int64_t num_linear_attention_layers() const;  // Gated DeltaNet layers
@@ -160,7 +171,7 @@ struct model_spec {
                             // other vision-language models: "qwen2_vl", "qwen2_5_vl", "internvl", "gemma3";
                             // text only: "qwen3", "qwen3_moe", "qwen3_next", "llama", "qwen2", "qwen2_moe",
                             // "mistral", "mixtral", "gemma3_text", "gpt_oss", "deepseek_v3", "kimi_k2",
-                            // "glm4_moe" (no vision)
+                            // "glm4_moe", "deepseek_v32", "glm_moe_dsa" (no vision)
   std::string source_path;  // where it was loaded from ("" when built in code)
   text_spec text;
   std::optional<vision_spec> vision;  // absent for text-only models

@@ -43,8 +43,9 @@ namespace {
 // Keys of each table, in SCHEMA.md order.
 constexpr std::string_view kRootKeys[] = {"model", "training", "peak", "parallel", "logging", "sinks"};
 constexpr std::string_view kModelKeys[] = {"config", "scope", "sanity_check", "train_mtp_layers"};
-constexpr std::string_view kTrainingKeys[] = {"frozen",           "lora_rank",       "lora_targets",    "recompute",
-                                              "recompute_layers", "recompute_every", "recompute_vision"};
+constexpr std::string_view kTrainingKeys[] = {"frozen",           "lora_rank",        "lora_targets",
+                                              "recompute",        "recompute_layers", "recompute_every",
+                                              "recompute_vision", "indexer_trains"};
 constexpr std::string_view kPeakKeys[] = {"gpu", "tflops_per_gpu", "precision"};
 constexpr std::string_view kParallelKeys[] = {"tp", "cp", "pp", "order"};
 constexpr std::string_view kLoggingKeys[] = {"log_interval_steps",    "tpi_multiplier", "topk",
@@ -195,7 +196,7 @@ class options_loader : private detail::toml_reader {
   }
 
   // [training]: frozen = ["vision", "merger", "text"] (any subset), lora_rank, lora_targets, recompute (a
-  // policy name), recompute_layers, recompute_every, recompute_vision.
+  // policy name), recompute_layers, recompute_every, recompute_vision, indexer_trains.
   void read_training(const toml::table& training, training_regime& regime) const {
     const auto strings = [&](const char* key, const auto& each) {
       const toml::node* node = training.get(key);
@@ -247,6 +248,7 @@ class options_loader : private detail::toml_reader {
     recompute.layers = optional_int(training, "training", "recompute_layers", kLayers, 0);
     recompute.every = optional_int(training, "training", "recompute_every", kLayers, 0);
     recompute.vision = optional_bool(training, "training", "recompute_vision", false);
+    regime.indexer_trains = optional_bool(training, "training", "indexer_trains", false);
   }
 
   void read_peak(const toml::table& peak, throughput_options& options) const {

@@ -5,7 +5,8 @@
 //   mixer  layer_runs non-empty: the kind of the run that holds i (sliding and chunked attention take
 //          text_spec's sliding_window / attention_chunk_size); else full attention when full_attention_interval
 //          is 0 or (i+1) % full_attention_interval == 0 and Gated DeltaNet otherwise. Softmax attention is MLA on
-//          an MLA model (kv_lora_rank > 0).
+//          an MLA model (kv_lora_rank > 0); with DSA (index_topk > 0) MLA attends a sliding window of index_topk keys
+//          and runs the indexer unless i is in indexer_shared_layers.
 //   MLP    an MoE block when the model has experts, i >= first_k_dense_replace, (i+1) % decoder_sparse_step == 0
 //          and i is not in mlp_only_layers; a SwiGLU of intermediate_size otherwise.
 // Counting j = i+1 over (from, to]: multiples of k number to/k - from/k, so every count below is a few
@@ -133,6 +134,12 @@ token_mixer mixer_of(const model_spec& spec, layer_kind kind) {
              f(t.qk_nope_head_dim, "text.qk_nope_head_dim"),
              f(t.qk_rope_head_dim, "text.qk_rope_head_dim"),
              f(t.v_head_dim, "text.v_head_dim")};
+    if (t.has_indexer()) {
+      m.mla.window_size = t.index_topk;
+      m.mla.indexer = true;
+      m.mla.index_heads = f(t.index_n_heads, "text.index_n_heads");
+      m.mla.index_head_dim = f(t.index_head_dim, "text.index_head_dim");
+    }
     return m;
   }
   m.kind = mixer_kind::attention;
@@ -202,6 +209,20 @@ std::int64_t first_attention_layer(const text_spec& t) {
   return t.full_attention_interval <= t.num_hidden_layers ? t.full_attention_interval - 1 : t.num_hidden_layers;
 }
 
+std::int64_t count_indexer_layers(const text_spec& t, std::int64_t from, std::int64_t to) {
+  if (!t.has_indexer() || !t.is_mla()) return 0;
+  from = std::max<std::int64_t>(from, 0);
+  to = std::min(to, t.num_hidden_layers);
+  if (to <= from) return 0;
+  std::int64_t n = to - from;
+  for (const std::int64_t e : std::set<std::int64_t>(t.indexer_shared_layers.begin(), t.indexer_shared_layers.end())) {
+    if (e >= from && e < to) --n;
+  }
+  return n;
+}
+
+// The groups are per mixer kind and MLP; on a DSA model the layers that reuse indices (indexer_shared_layers, a
+// listed exception like mlp_only_layers) move from their group into one without the indexer.
 std::vector<layer_group> layer_groups(const model_spec& spec, std::int64_t from, std::int64_t to, std::int64_t every) {
   std::vector<layer_group> groups;
   for (const kind_count& k : kinds_in(spec.text, from, to, every)) {
@@ -209,22 +230,49 @@ std::vector<layer_group> layer_groups(const model_spec& spec, std::int64_t from,
     if (k.layers - k.moe > 0) groups.push_back({k.layers - k.moe, mixer, mlp_of(spec.text, false)});
     if (k.moe > 0) groups.push_back({k.moe, mixer, mlp_of(spec.text, true)});
   }
-  return groups;
+  const text_spec& t = spec.text;
+  if (!t.has_indexer() || !t.is_mla() || t.indexer_shared_layers.empty()) return groups;
+  std::int64_t shared[2] = {0, 0};  // dense MLP, MoE
+  for (const std::int64_t e : std::set<std::int64_t>(t.indexer_shared_layers.begin(), t.indexer_shared_layers.end())) {
+    if (e >= from && e < to && (e + 1) % every == 0) ++shared[is_moe_layer(t, e) ? 1 : 0];
+  }
+  std::vector<layer_group> out;
+  for (layer_group g : groups) {
+    const std::int64_t moved = g.mixer.kind == mixer_kind::mla ? shared[g.mlp.kind == mlp_kind::moe ? 1 : 0] : 0;
+    g.count -= moved;
+    if (g.count > 0) out.push_back(g);
+    if (moved > 0) {
+      g.count = moved;
+      g.mixer.mla.indexer = false;
+      out.push_back(g);
+    }
+  }
+  return out;
 }
 
 layer_group layer_at(const model_spec& spec, std::int64_t index) {
-  return {1, mixer_of(spec, spec.text.layer_type(index)), mlp_of(spec.text, is_moe_layer(spec.text, index))};
+  layer_group g{1, mixer_of(spec, spec.text.layer_type(index)), mlp_of(spec.text, is_moe_layer(spec.text, index))};
+  if (g.mixer.kind == mixer_kind::mla) g.mixer.mla.indexer = count_indexer_layers(spec.text, index, index + 1) == 1;
+  return g;
 }
 
+// MTP layers attend fully (dense MLA on a DSA model: transformers does not build them; flopmeter bills their
+// attention per causal pair, like every MTP layer).
 layer_group mtp_group(const model_spec& spec) {
-  return {spec.text.mtp_num_hidden_layers, mixer_of(spec, layer_kind::full_attention),
-          mlp_of(spec.text, spec.text.is_moe())};
+  layer_group g{spec.text.mtp_num_hidden_layers, mixer_of(spec, layer_kind::full_attention),
+                mlp_of(spec.text, spec.text.is_moe())};
+  g.mixer.mla.window_size = 0;
+  g.mixer.mla.indexer = false;
+  return g;
 }
 
 std::vector<attention_window> attention_windows(const model_spec& spec) {
   std::vector<attention_window> out;
   const text_spec& t = spec.text;
-  if (t.is_mla()) return out;
+  if (t.is_mla()) {
+    if (t.has_indexer()) out.push_back({window_kind::sliding, t.index_topk});  // the top-k keys
+    return out;
+  }
   for (const layer_run& run : t.layer_runs) {
     attention_window w;
     if (run.kind == layer_kind::sliding_attention) {
@@ -248,6 +296,14 @@ int window_index(const model_spec& spec, const attention_mixer& mixer) {
     if (windows[i].kind == mixer.window && windows[i].size == mixer.window_size) return static_cast<int>(i);
   }
   return -1;
+}
+
+int window_index(const model_spec& spec, const mla_mixer& mixer) {
+  if (mixer.window_size == 0) return -1;
+  attention_mixer as_window;
+  as_window.window = window_kind::sliding;
+  as_window.window_size = mixer.window_size;
+  return window_index(spec, as_window);
 }
 
 // The vision tower (architecture.h). Sizes per patch (merged token) of one block (projector):

@@ -3,7 +3,8 @@
 // A decoder is a list of layer groups. A group is every decoder layer with one token mixer and one MLP:
 //   token mixer  softmax attention (heads, kv heads, qk_head_dim, v_head_dim, output gate, attention window:
 //                none, sliding w or chunked c), MLA (q_lora_rank or none, kv_lora_rank, qk_nope_head_dim,
-//                qk_rope_head_dim, v_head_dim) or Gated DeltaNet (key/value heads and head dims, conv kernel)
+//                qk_rope_head_dim, v_head_dim; with DSA a sliding window of index_topk and whether the layer runs
+//                the indexer) or Gated DeltaNet (key/value heads and head dims, conv kernel)
 //   MLP          a gated (SwiGLU) or plain MLP of a width, or an MoE block (experts, top-k, expert width, shared
 //                expert width, whether a sigmoid gate scales the shared expert)
 // and its layer count. Groups are counted, never enumerated: a group's cost does not grow with its layer
@@ -44,6 +45,12 @@ struct attention_mixer {
 struct mla_mixer {
   factor heads{0, nullptr}, q_lora_rank{0, nullptr}, kv_lora_rank{0, nullptr}, qk_nope_head_dim{0, nullptr},
       qk_rope_head_dim{0, nullptr}, v_head_dim{0, nullptr};  // q_lora_rank 0: one q_proj
+  // Indexer-selected sparse attention (text_spec::index_topk): the main attention is a sliding window of
+  // window_size (0: dense MLA); `indexer`: this layer runs the indexer (index_heads x index_head_dim) over every
+  // causal pair (false on a layer that reuses the previous layer's indices, and without DSA).
+  std::int64_t window_size = 0;
+  bool indexer = false;
+  factor index_heads{0, nullptr}, index_head_dim{0, nullptr};
 };
 
 struct deltanet_mixer {
@@ -114,8 +121,11 @@ layer_group mtp_group(const model_spec& spec);
 // The distinct attention windows the decoder uses (full attention is none of them), in order of first use;
 // at most kMaxAttentionWindows (the rules refuse more).
 std::vector<attention_window> attention_windows(const model_spec& spec);
-// The index of a mixer's window in attention_windows(spec), or -1 for full attention (and MLA).
+// The index of a mixer's window in attention_windows(spec), or -1 for full attention (and dense MLA).
 int window_index(const model_spec& spec, const attention_mixer& mixer);
+int window_index(const model_spec& spec, const mla_mixer& mixer);
+// MLA layers in [from, to) that run a sparse-attention indexer (0 without DSA).
+std::int64_t count_indexer_layers(const text_spec& t, std::int64_t from, std::int64_t to);
 
 // Layer-layout arithmetic (model_spec.cpp's counts use it): layers of each kind and MoE layers in [from, to).
 std::int64_t count_layers_of_kind(const text_spec& t, layer_kind kind, std::int64_t from, std::int64_t to);

@@ -265,6 +265,7 @@ class walker {
     if (m.q_lora_rank.value > 0) {
       const bool latent = gemm("q_a_proj", h(), m.q_lora_rank, g, layers, slot, lora_target::q_a_proj);
       q = gemm("q_b_proj", m.q_lora_rank, as_factor(qk), latent, layers, slot, lora_target::q_b_proj);
+      if (m.indexer) indexer(m, layers);
     } else {
       q = gemm("q_proj", h(), as_factor(qk), g, layers, slot, lora_target::q_proj);
     }
@@ -274,11 +275,37 @@ class walker {
     const term kv_b = product({m.heads, m.qk_nope_head_dim}) + product({m.heads, m.v_head_dim});
     const bool kv = gemm("kv_b_proj", m.kv_lora_rank, as_factor(kv_b), latent, layers, slot, lora_target::kv_b_proj);
     const bool flows = q || kv || latent;
-    core("attention_core", qk + product({m.heads, m.v_head_dim}), flows, layers,
-         part_ == model_part::mtp ? coefficient_slot::mtp_attn_pair : coefficient_slot::text_attn_pair);
+    // With DSA the core runs over the top-k keys of each query: a sliding window of index_topk's pairs.
+    const int window = window_index(spec_, m);
+    const coefficient_slot pairs = part_ == model_part::mtp ? coefficient_slot::mtp_attn_pair
+                                   : window == 0            ? coefficient_slot::window_attn_pair_0
+                                   : window == 1            ? coefficient_slot::window_attn_pair_1
+                                                            : coefficient_slot::text_attn_pair;
+    core("attention_core", qk + product({m.heads, m.v_head_dim}), flows, layers, pairs);
     const bool o =
         gemm("o_proj", as_factor(product({m.heads, m.v_head_dim})), h(), flows, layers, slot, lora_target::o_proj);
     return g || o;
+  }
+
+  // DSA's lightning indexer (transformers' DeepseekV32Indexer), on the query latent (the normed q_a_proj output)
+  // and the layer input: wq_b q_lora_rank -> H_I*d_I, wk h -> d_I (one key head shared by the H_I heads; its
+  // LayerNorm is element-wise), weights_proj h -> H_I. Per causal (query, key) pair of the document the scores
+  // sum_h w_h * relu(q_h . k): the per-head products H_I*d_I and the weighting H_I multiply-adds, two matmuls in the
+  // reference (it forms the whole rectangle and masks after; flopmeter bills the causal pairs, as for attention).
+  // The top-k selection is not a matmul. The reference runs it under no_grad: forward only. With
+  // regime.indexer_trains its weights train on detached inputs (no input gradient into the decoder), so its
+  // projections add their weight-gradient GEMMs and its scores their backward (both operands' gradients).
+  void indexer(const mla_mixer& m, const factor& layers) {
+    const coefficient_slot slot = coefficient_slot::attention_projections;
+    const bool trains = regime_.indexer_trains && weights_train_;
+    visit_matmul(gemm_of("indexer.wq_b", product({m.q_lora_rank, m.index_heads, m.index_head_dim}), false, trains,
+                         layers, dense(slot)),
+                 false);
+    visit_matmul(gemm_of("indexer.wk", product({h(), m.index_head_dim}), false, trains, layers, dense(slot)), false);
+    visit_matmul(gemm_of("indexer.weights_proj", product({h(), m.index_heads}), false, trains, layers, dense(slot)),
+                 false);
+    const term scores = product({m.index_heads, m.index_head_dim}) + product({m.index_heads});
+    core("indexer_scores", scores, trains, layers, coefficient_slot::text_attn_pair);
   }
 
   // Gated DeltaNet, with Megatron-LM's approximation for the delta rule:

@@ -268,9 +268,31 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
         "; Megatron's MLA term bills 1 per latent rank (q_lora_rank + kv_lora_rank) per layer for the latent "
         "norms, flopmeter does not (element-wise)";
   }
+  // DSA's indexer has no Megatron term (Megatron-LM and slime bill DeepSeek-V3.2's attention as dense MLA). Written
+  // out here from the spec: per indexing layer, forward only (2 FLOPs per multiply-add), the projections wq_b
+  // q_lora_rank x H_I*d_I, wk h x d_I, weights_proj h x H_I per token, and the scores H_I*(d_I + 1) per causal pair.
+  const text_spec& t = spec.text;
+  const double indexer_layers = static_cast<double>(detail::count_indexer_layers(t, 0, t.num_hidden_layers));
+  const double index_heads = static_cast<double>(t.index_n_heads), index_dim = static_cast<double>(t.index_head_dim);
+  const double indexer_per_token = kFma * indexer_layers *
+                                   (static_cast<double>(t.q_lora_rank) * index_heads * index_dim +
+                                    static_cast<double>(t.hidden_size) * (index_dim + index_heads));
+  const double indexer_per_pair = kFma * indexer_layers * index_heads * (index_dim + 1);
+  const bool dsa = t.has_indexer();
+  if (dsa) {
+    linear_why += "; Megatron-LM has no indexer term: flopmeter bills the indexer's projections forward only";
+  }
+  const double linear_ratio_dsa = linear_ratio + indexer_per_token / k.text_linear_per_token;
   report.rows.push_back(make_row("text dense_per_token (+MTP) = constant's token-linear part",
                                  static_cast<double>(c.dense_per_token) + static_cast<double>(c.mtp_per_token),
-                                 k.text_linear_per_token, linear_ratio, tolerance, linear_why));
+                                 k.text_linear_per_token, linear_ratio_dsa, tolerance, linear_why));
+  if (dsa) {
+    report.rows.push_back(
+        make_row("indexer scores per causal pair = the documented difference (no Megatron term)",
+                 static_cast<double>(c.text_attn_pair), indexer_per_pair, 1.0, tolerance,
+                 "Megatron-LM has no indexer: flopmeter bills its scores over every causal pair, index_n_heads x "
+                 "(index_head_dim + 1) multiply-adds per indexing layer, forward only (2 x that)"));
+  }
   if (mla) {
     report.rows.push_back(make_row(
         "MLA latent norms = the documented difference (in the constant, not billed)",
@@ -310,15 +332,20 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
   // Per pair, every softmax layer: the full layers' coefficient plus each window's (a windowed layer costs the
   // same per pair; the window changes how many pairs it has).
   const geometry_windows windows = windows_of(spec, seq_len);
+  // The indexer's scores are no attention layer's pairs: left out of the per-pair comparison (their own row above).
   const double pair_coefficients =
-      static_cast<double>(c.text_attn_pair + c.mtp_attn_pair + c.window_attn_pair[0] + c.window_attn_pair[1]);
-  report.rows.push_back(make_row(windows.count > 0
+      static_cast<double>(c.text_attn_pair + c.mtp_attn_pair + c.window_attn_pair[0] + c.window_attn_pair[1]) -
+      indexer_per_pair;
+  report.rows.push_back(make_row(dsa ? "attention per pair (MLA over the top-k keys) x S/2 = constant's attention part"
+                                 : windows.count > 0
                                      ? "attention per pair (full + windowed layers) x S/2 = constant's attention part"
                                      : "text_attn_pair x S/2 = constant's attention part",
                                  pair_coefficients * s / 2, k.text_attention_per_token, 1.0, tolerance,
-                                 windows.count > 0 ? "Megatron lets every token attend to S/2 keys in every softmax "
-                                                     "layer: it has no window, so windowed layers are billed as full"
-                                                   : "Megatron lets every token attend to S/2 keys"));
+                                 dsa ? "Megatron bills DSA's sparse attention as dense MLA: every token attends to "
+                                       "S/2 keys; flopmeter bills min(i + 1, index_topk) keys (a sliding window)"
+                                 : windows.count > 0 ? "Megatron lets every token attend to S/2 keys in every softmax "
+                                                       "layer: it has no window, so windowed layers are billed as full"
+                                                     : "Megatron lets every token attend to S/2 keys"));
 
   // 2. The whole-row case the constant assumes: one document of S tokens.
   const vision_geometry text_only = geometry_of(spec);
@@ -333,27 +360,34 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
   // The expected ratio from the pair counts written out here (not the count code): full layers S(S+1)/2 pairs, a
   // sliding window w: S(S+1)/2 when S <= w, else w(w+1)/2 + (S - w) w; chunks of c: full chunks c(c+1)/2 each
   // and the rest r(r+1)/2. The constant bills S*S/2 per layer.
-  double expected_pairs = static_cast<double>(c.text_attn_pair + c.mtp_attn_pair) * s * (s + 1) / 2;
+  double expected_pairs =
+      (static_cast<double>(c.text_attn_pair + c.mtp_attn_pair) - indexer_per_pair) * s * (s + 1) / 2;
   for (int w = 0; w < windows.count; ++w) {
     expected_pairs += static_cast<double>(c.window_attn_pair[w]) * windows.pairs[w];
   }
   const double attention_ratio = pair_coefficients > 0 ? expected_pairs / (pair_coefficients * s * s / 2) : (s + 1) / s;
+  // The indexer's scores (S(S+1)/2 pairs) are on top of the constant's attention part.
+  const double indexer_share = indexer_per_pair * s * (s + 1) / 2 / (k.text_attention_per_token * s);
   report.rows.push_back(make_row("one S-token document: attention vs constant x S", text_attention_exact,
-                                 k.text_attention_per_token * s, attention_ratio, tolerance,
-                                 windows.count > 0
+                                 k.text_attention_per_token * s, attention_ratio + indexer_share, tolerance,
+                                 dsa ? "MLA over min(i + 1, index_topk) keys: the pairs of a sliding window of "
+                                       "index_topk, plus the indexer's scores over the S(S+1)/2 causal pairs (no "
+                                       "Megatron term); the constant bills S*S/2 dense MLA pairs"
+                                 : windows.count > 0
                                      ? "full layers: S(S+1)/2 causal pairs; windowed layers: the pairs inside the "
                                        "window; the constant bills S*S/2 in every layer"
                                      : "causal pairs are S(S+1)/2, the constant bills S*S/2: ratio (S+1)/S"));
   const double text_linear = k.text_linear_per_token, text_attention = k.text_attention_per_token;
-  report.rows.push_back(make_row(
-      "one S-token document: total vs constant x S", text_flops.text_dense + text_flops.mtp + text_flops.text_attention,
-      k.text_per_token() * s,
-      (text_linear + k.text_moe_unbilled_per_token - k.text_mla_norms_per_token + text_attention * attention_ratio) /
-          (text_linear + text_attention),
-      tolerance,
-      moe ? "token-linear parts differ by the router and shared-expert gate, the attention "
-            "part by (S+1)/S"
-          : "token-linear parts equal; only the attention part differs, by (S+1)/S"));
+  report.rows.push_back(make_row("one S-token document: total vs constant x S",
+                                 text_flops.text_dense + text_flops.mtp + text_flops.text_attention,
+                                 k.text_per_token() * s,
+                                 (text_linear + k.text_moe_unbilled_per_token - k.text_mla_norms_per_token +
+                                  indexer_per_token + text_attention * (attention_ratio + indexer_share)) /
+                                     (text_linear + text_attention),
+                                 tolerance,
+                                 moe ? "token-linear parts differ by the router and shared-expert gate, the attention "
+                                       "part by (S+1)/S"
+                                     : "token-linear parts equal; only the attention part differs, by (S+1)/S"));
 
   if (spec.vision) {
     const vision_spec& v = *spec.vision;

@@ -393,6 +393,10 @@ void validate_training_regime(const model_spec& spec, const training_regime& reg
                 "only in multi-head latent attention (MLA, with q_proj when q_lora_rank is none, and o_proj; MLA "
                 "has no k_proj and v_proj)");
   }
+  if (regime.indexer_trains && !t.has_indexer()) {
+    throw error("training.indexer_trains: model '" + spec.name +
+                "' has no sparse-attention indexer (only DSA models, index_topk > 0, have one)");
+  }
   const bool vision_side_trains = spec.vision && (!regime.vision_frozen || !regime.merger_frozen);
   if (regime.text_frozen && regime.lora_rank == 0 && !vision_side_trains) {
     throw error("training.frozen = [\"" + quoted_parts(regime) + "\"] freezes every part of model '" + spec.name +

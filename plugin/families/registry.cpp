@@ -19,6 +19,7 @@ const std::vector<const family_adapter*>& gpt_oss_adapters();   // gpt_oss.cpp
 const std::vector<const family_adapter*>& deepseek_adapters();  // deepseek.cpp
 const std::vector<const family_adapter*>& olmo3_adapters();     // olmo3.cpp
 const std::vector<const family_adapter*>& seed_oss_adapters();  // seed_oss.cpp
+const std::vector<const family_adapter*>& llama4_adapters();    // llama4.cpp
 
 const std::vector<const family_adapter*>& all_families() {
   using list = const std::vector<const family_adapter*>& (*)();
@@ -29,9 +30,10 @@ const std::vector<const family_adapter*>& all_families() {
       mistral_adapters,    // mistral.cpp: mistral, mixtral
       gemma3_adapters,     // gemma3.cpp: gemma3_text
       gpt_oss_adapters,    // gpt_oss.cpp
-      deepseek_adapters,   // deepseek.cpp: deepseek_v3, kimi_k2, glm4_moe
+      deepseek_adapters,   // deepseek.cpp: deepseek_v3, kimi_k2, glm4_moe, deepseek_v32, glm_moe_dsa
       olmo3_adapters,      // olmo3.cpp
       seed_oss_adapters,   // seed_oss.cpp
+      llama4_adapters,     // llama4.cpp: llama4_text
   };
   static const std::vector<const family_adapter*> all = [] {
     std::vector<const family_adapter*> adapters;

@@ -86,6 +86,52 @@ def test_gpt_oss_20b_windowed_batch_by_hand():
     assert m.flops(document_lengths=[1000, 3000]) == 21642854400 * 4000 + 589824 * 5002000 + 589824 * 495744
 
 
+def test_deepseek_v3_2_sparse_attention_by_hand():
+    # deepseek_v3_2_exp (model_configs/deepseek_v3_2_exp.toml, model type deepseek_v32): 61 MLA layers whose core
+    # (128 heads x (128 + 64 + 128) = 40,960 multiply-adds per pair, x6 x61 = 14,991,360) runs over the top 2048
+    # keys of each query: a sliding window of 2048. The indexer (64 heads of 128) scores every causal pair forward
+    # only: 2 x 61 x 64 x (128 + 1) = 1,007,232. Documents of 1000 (shorter than top-k) and 3000 tokens (longer):
+    # top-k pairs 500,500 + (2048*2049/2 + 952*2048) = 500,500 + 4,047,872 = 4,548,372; causal 500,500 +
+    # 4,501,500 = 5,002,000.
+    m = flopmeter.FlopModel("deepseek_v3_2_exp")
+    c = m.coefficients
+    assert c["text_attn_pair"] == 1007232 and c["window_attn_pair"] == [14991360]
+    assert c["windows"] == [{"kind": "sliding", "size": 2048}]
+    counts = m.counts(document_lengths=[1000, 3000])
+    assert counts["causal_pairs"] == 5002000 and counts["window_pairs_0"] == 4548372
+    assert m.flops(document_lengths=[1000, 3000]) == (
+        c["dense_per_token"] * 4000 + 1007232 * 5002000 + 14991360 * 4548372)
+
+
+def test_meter_training_indexer_trains_bills_the_indexers_backward():
+    # deepseek_v3_2_exp: with [training] indexer_trains the indexer's projections add their weight gradient (2 more
+    # FLOPs per multiply-add: 2 x 61 x 13,959,168 = 1,703,018,496 per token) and its scores their backward (4 more:
+    # 4 x 61 x 64 x 129 = 2,014,464 per causal pair). Documents of 3 and 5 tokens: 8 tokens, 6 + 15 = 21 pairs.
+    def flops_seen(training):
+        with flopmeter.Meter(model="deepseek_v3_2_exp", training=training, peak={"tflops_per_gpu": 1.0},
+                             sinks={"console": False}) as meter:
+            meter.on_microbatch(document_lengths=[3, 5], samples=2)
+            meter.on_log(1)
+            return meter.flush()["train/flops_seen"]
+    assert flops_seen({"indexer_trains": True}) - flops_seen(None) == 1703018496 * 8 + 2014464 * 21
+
+
+def test_llama4_scout_text_chunks_by_hand():
+    # llama_4_scout_17b_16e_text (model type llama4_text): 36 RoPE layers attend inside chunks of 8192 (chunks
+    # restart at each document), 12 NoPE layers fully; per pair and layer 6 * 40 * (128 + 128) = 61,440: chunked
+    # 36 x that = 2,211,840, full 12 x that = 737,280. Documents of 8192 (one chunk) and 10000 tokens (a chunk and
+    # 1808 more): chunk pairs 2 x 8192*8193/2 + 1808*1809/2 = 67,117,056 + 1,635,336 = 68,752,392; causal pairs
+    # 33,558,528 + 50,005,000 = 83,563,528.
+    m = flopmeter.FlopModel("llama_4_scout_17b_16e_text")
+    c = m.coefficients
+    assert c["text_attn_pair"] == 737280 and c["window_attn_pair"] == [2211840]
+    assert c["windows"] == [{"kind": "chunked", "size": 8192}]
+    counts = m.counts(document_lengths=[8192, 10000])
+    assert counts["causal_pairs"] == 83563528 and counts["window_pairs_0"] == 68752392
+    assert m.flops(document_lengths=[8192, 10000]) == (
+        c["dense_per_token"] * 18192 + 737280 * 83563528 + 2211840 * 68752392)
+
+
 def _python_counts(lengths, grids, merge):
     """The counts, computed here from their definitions (METRICS.md, section 1), independently of the library."""
     return {
