@@ -41,6 +41,8 @@ struct text_spec {
   bool tie_word_embeddings = false;       // no FLOP effect: the logits matmul runs either way
   bool attn_output_gate = false;          // Qwen3.5: q_proj also produces a sigmoid gate (2x its width); the
                                           // Qwen3.5 types require true (their attention always has it), others false
+  bool plain_mlp = false;                 // the dense MLP has 2 matrices: up hidden->I, an activation, down
+                                          // I->hidden (Apertus' xIELU); false: the SwiGLU of intermediate_size
   // Layer layout. For Qwen3.5 layer i is full attention when (i+1) % full_attention_interval == 0 and Gated
   // DeltaNet otherwise; 0 means every layer is full attention (Qwen3-VL). Nothing is stored per layer:
   // layer_type(i) and the counts below are arithmetic, so a spec's size and cost do not grow with the layer count.
@@ -160,7 +162,8 @@ struct model_spec {
                             // other vision-language models: "qwen2_vl", "qwen2_5_vl", "internvl", "gemma3";
                             // text only: "qwen3", "qwen3_moe", "qwen3_next", "llama", "qwen2", "qwen2_moe",
                             // "mistral", "mixtral", "gemma3_text", "gpt_oss", "deepseek_v3", "kimi_k2",
-                            // "glm4_moe" (no vision)
+                            // "glm4_moe", "smollm3", "apertus", "ernie4_5", "ernie4_5_moe", "minimax_m2"
+                            // (no vision)
   std::string source_path;  // where it was loaded from ("" when built in code)
   text_spec text;
   std::optional<vision_spec> vision;  // absent for text-only models

@@ -7,7 +7,8 @@
 //          is 0 or (i+1) % full_attention_interval == 0 and Gated DeltaNet otherwise. Softmax attention is MLA on
 //          an MLA model (kv_lora_rank > 0).
 //   MLP    an MoE block when the model has experts, i >= first_k_dense_replace, (i+1) % decoder_sparse_step == 0
-//          and i is not in mlp_only_layers; a SwiGLU of intermediate_size otherwise.
+//          and i is not in mlp_only_layers; a SwiGLU of intermediate_size otherwise (a 2-matrix MLP of it when
+//          plain_mlp: Apertus).
 // Counting j = i+1 over (from, to]: multiples of k number to/k - from/k, so every count below is a few
 // divisions plus one pass over mlp_only_layers (which the file lists explicitly) and layer_runs.
 
@@ -155,7 +156,7 @@ token_mixer mixer_of(const model_spec& spec, layer_kind kind) {
 mlp_block mlp_of(const text_spec& t, bool moe) {
   mlp_block b;
   if (!moe) {
-    b.kind = mlp_kind::gated;
+    b.kind = t.plain_mlp ? mlp_kind::plain : mlp_kind::gated;
     b.width = f(t.intermediate_size, "text.intermediate_size");
     return b;
   }

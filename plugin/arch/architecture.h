@@ -4,7 +4,7 @@
 //   token mixer  softmax attention (heads, kv heads, qk_head_dim, v_head_dim, output gate, attention window:
 //                none, sliding w or chunked c), MLA (q_lora_rank or none, kv_lora_rank, qk_nope_head_dim,
 //                qk_rope_head_dim, v_head_dim) or Gated DeltaNet (key/value heads and head dims, conv kernel)
-//   MLP          a gated (SwiGLU) or plain MLP of a width, or an MoE block (experts, top-k, expert width, shared
+//   MLP          a gated (SwiGLU) or plain (up, down: text_spec::plain_mlp) MLP of a width, or an MoE block (experts, top-k, expert width, shared
 //                expert width, whether a sigmoid gate scales the shared expert)
 // and its layer count. Groups are counted, never enumerated: a group's cost does not grow with its layer
 // count, and a range of layers [from, to) splits into at most a few groups whatever its length (arithmetic over

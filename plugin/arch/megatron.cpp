@@ -85,9 +85,11 @@ void text_constant(const text_spec& t, bool train_mtp, double s, megatron_consta
   }
 
   const double ffn_expansion = 3.0;  // SwiGLU: h->2*ffn_h and ffn_h->h
+  // A 2-matrix dense MLP (plain_mlp) is Megatron without --swiglu: h->ffn_h and ffn_h->h.
+  const double dense_expansion = t.plain_mlp ? 2.0 : ffn_expansion;
   // Megatron's MLP term: dense layers (ffn_hidden_size), routed experts (moe_ffn_hidden_size x
   // num_experts_routed_to = top-k) and the shared expert (moe_shared_expert_intermediate_size), per MoE layer.
-  const double dense_mlp = kForwardBackward * kFma * h * (static_cast<double>(t.intermediate_size) * ffn_expansion) * dense_layers;
+  const double dense_mlp = kForwardBackward * kFma * h * (static_cast<double>(t.intermediate_size) * dense_expansion) * dense_layers;
   out.text_moe_routed_per_token = kForwardBackward * kFma * h *
                                   (static_cast<double>(t.moe_intermediate_size) *
                                    static_cast<double>(t.num_experts_per_tok) * ffn_expansion) * moe_layers;

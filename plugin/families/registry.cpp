@@ -20,6 +20,10 @@ const std::vector<const family_adapter*>& all_families() {
       gemma3_adapters,     // gemma3.cpp: gemma3_text
       gpt_oss_adapters,    // gpt_oss.cpp
       deepseek_adapters,   // deepseek.cpp: deepseek_v3, kimi_k2, glm4_moe
+      smollm3_adapters,    // smollm3.cpp
+      apertus_adapters,    // apertus.cpp
+      ernie4_5_adapters,   // ernie4_5.cpp: ernie4_5, ernie4_5_moe
+      minimax_m2_adapters, // minimax_m2.cpp
   };
   static const std::vector<const family_adapter*> all = [] {
     std::vector<const family_adapter*> adapters;
