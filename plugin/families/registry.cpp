@@ -24,6 +24,9 @@ const std::vector<const family_adapter*>& all_families() {
       apertus_adapters,    // apertus.cpp
       ernie4_5_adapters,   // ernie4_5.cpp: ernie4_5, ernie4_5_moe
       minimax_m2_adapters, // minimax_m2.cpp
+      nemotron_h_adapters,        // nemotron_h.cpp
+      granitemoehybrid_adapters,  // granitemoehybrid.cpp
+      falcon_h1_adapters,         // falcon_h1.cpp
   };
   static const std::vector<const family_adapter*> all = [] {
     std::vector<const family_adapter*> adapters;
