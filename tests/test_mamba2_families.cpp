@@ -10,8 +10,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "arch/gemm_walk.h"
 #include "flopmeter/error.h"
@@ -189,6 +193,27 @@ TEST(mamba2, falcon_h1_attention_and_mamba_in_one_layer) {
                                   "mamba_n_heads x mamba_d_head = 32; they must agree"),
             std::string::npos)
       << error_of(absent);
+}
+
+// `flopmeter import` writes the pattern (its '*' kept) and Falcon-H1's null attn_layer_indices as "none": the TOML
+// gives the config.json's coefficients.
+TEST(mamba2, import_round_trip) {
+  const std::string falcon =
+      "{\"model_type\": \"falcon_h1\", " + kDecoder +
+      R"("num_hidden_layers": 2, "intermediate_size": 96, "mamba_d_ssm": 32, "mamba_n_heads": 4, )"
+      R"("mamba_d_head": 8, "mamba_n_groups": 2, "mamba_d_state": 4, "attn_layer_indices": null})";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("flopmeter_mamba2_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  for (const std::string& config : {kNemotron, falcon}) {
+    const std::filesystem::path file = dir / "config.json";
+    std::ofstream(file) << config;
+    const std::string toml = import_hf_config(file.string());
+    EXPECT_EQ(compute_coefficients(load_model_spec(file.string())).dense_per_token,
+              compute_coefficients(parse_model_spec(toml, "imported.toml")).dense_per_token)
+        << toml;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // ---- shipped configs by hand -------------------------------------------------------------------------------
