@@ -10,7 +10,8 @@
 //                                layer slides), two_windows (gpt_oss_20b's layers as sliding 128, chunked 2048
 //                                and full: two window counts), vlm (qwen3_vl_2b with the row's 8 images), dsa
 //                                (deepseek_v3_2_exp: MLA over a top-2048 sliding window + the indexer's causal
-//                                pairs) or llama4 (llama_4_scout_17b_16e_text: chunks of 8192 + full)
+//                                pairs), llama4 (llama_4_scout_17b_16e_text: chunks of 8192 + full) or mamba
+//                                (nemotron_nano_9b_v2: a Mamba-2 hybrid)
 //   count:GEOMETRY               count_from_cu_seqlens of the row with its 8 images and the sum into an
 //                                interval (bench_on_microbatch's BM_count_cu_seqlens), GEOMETRY = full |
 //                                two_windows (sliding 4096 + chunked 8192)
@@ -69,6 +70,7 @@ model_spec model_named(const std::string& name) {
   if (name == "gemma") return bench::shipped_model("gemma_3_4b_text.toml");
   if (name == "sliding") return bench::shipped_model("mistral_7b_v0_1.toml");
   if (name == "vlm") return bench::shipped_model("qwen3_vl_2b.toml");
+  if (name == "mamba") return bench::shipped_model("nemotron_nano_9b_v2.toml");
   if (name == "two_windows") return bench::gpt_oss_20b_with_two_windows();
   if (name == "dsa") return bench::shipped_model("deepseek_v3_2_exp.toml");
   if (name == "llama4") return bench::shipped_model("llama_4_scout_17b_16e_text.toml");

@@ -21,6 +21,9 @@ enum class layer_kind {
   linear_attention,   // Qwen3.5 Gated DeltaNet
   sliding_attention,  // softmax attention over the last text_spec::sliding_window keys (i - w < j <= i)
   chunked_attention,  // softmax attention inside chunks of text_spec::attention_chunk_size tokens, causal
+  mamba,              // a Mamba-2 mixer (text_spec's mamba_* sizes)
+  mlp_only,           // no token mixer, a dense MLP only (Nemotron-H's "-" block; text_spec::block_layers)
+  moe_only,           // no token mixer, an MoE block only (Nemotron-H's "E" block; text_spec::block_layers)
 };
 
 // A run of consecutive decoder layers of one kind (the layer_types list of a config.json, run-length encoded).
@@ -41,6 +44,15 @@ struct text_spec {
   bool tie_word_embeddings = false;       // no FLOP effect: the logits matmul runs either way
   bool attn_output_gate = false;          // Qwen3.5: q_proj also produces a sigmoid gate (2x its width); the
                                           // Qwen3.5 types require true (their attention always has it), others false
+  bool plain_mlp = false;                 // every MLP (dense, routed and shared experts) has 2 matrices: up
+                                          // hidden->I, an activation, down I->hidden (Apertus' xIELU, Nemotron-H's
+                                          // squared ReLU); false: SwiGLUs (gate, up, down)
+  bool block_layers = false;              // Nemotron-H: a layer is one block, a token mixer (attention, Mamba) with
+                                          // no MLP or an MLP / MoE (mlp_only, moe_only) with no mixer
+  bool mamba_beside_attention = false;    // Falcon-H1: every attention layer also runs the Mamba-2 mixer on the
+                                          // same input
+  bool shared_expert_ungated = false;     // shared_expert_intermediate_size's shared expert has no sigmoid gate
+                                          // (Nemotron-H, Granite 4.0-H); false: Qwen's gate hidden->1
   // Layer layout. For Qwen3.5 layer i is full attention when (i+1) % full_attention_interval == 0 and Gated
   // DeltaNet otherwise; 0 means every layer is full attention (Qwen3-VL). Nothing is stored per layer:
   // layer_type(i) and the counts below are arithmetic, so a spec's size and cost do not grow with the layer count.
@@ -102,16 +114,27 @@ struct text_spec {
   std::int64_t index_head_dim = 0;
   std::vector<std::int64_t> indexer_shared_layers;  // distinct, each in [1, num_hidden_layers)
   bool has_indexer() const { return index_topk > 0; }
+  // Mamba-2 mixer (nemotron_h, granitemoehybrid, falcon_h1); every field 0 when no layer has one. Inner width
+  // d_in = mamba_num_heads x mamba_head_dim; in_proj hidden -> 2 d_in + 2 n_groups state + heads, a depthwise conv
+  // of mamba_conv_kernel over d_in + 2 n_groups state channels, the scan (Megatron's 3.5 d_in state multiply-adds
+  // per token), out_proj d_in -> hidden. mamba_n_groups divides mamba_num_heads.
+  std::int64_t mamba_num_heads = 0;
+  std::int64_t mamba_head_dim = 0;
+  std::int64_t mamba_n_groups = 0;
+  std::int64_t mamba_state_size = 0;
+  std::int64_t mamba_conv_kernel = 0;
 
   layer_kind layer_type(std::int64_t index) const;  // index in [0, num_hidden_layers)
   std::int64_t num_full_attention_layers() const;   // full_attention layers (MLA layers on an MLA model)
   std::int64_t num_linear_attention_layers() const;  // Gated DeltaNet layers
-  // Softmax attention layers of any window: full, sliding and chunked.
-  std::int64_t num_attention_layers() const { return num_hidden_layers - num_linear_attention_layers(); }
+  // Softmax attention layers of any window: full, sliding and chunked (not Gated DeltaNet, Mamba or mixer-less).
+  std::int64_t num_attention_layers() const;
+  std::int64_t num_mamba_layers() const;  // layers that run a Mamba-2 mixer (Falcon-H1: the attention layers too)
   bool is_moe() const { return num_experts > 0; }
   // Decoder layers whose MLP is an MoE block / a dense SwiGLU (they add up to num_hidden_layers).
   std::int64_t num_moe_layers() const;
-  std::int64_t num_dense_mlp_layers() const { return num_hidden_layers - num_moe_layers(); }
+  // (block_layers: the mlp_only layers; mixer layers have no MLP.)
+  std::int64_t num_dense_mlp_layers() const;
 };
 
 // How a ViT block's MLP is built: plain (fc1 hidden->I, activation, fc2 I->hidden: Qwen2-VL's QuickGELU, Qwen3-VL's
@@ -171,7 +194,8 @@ struct model_spec {
                             // other vision-language models: "qwen2_vl", "qwen2_5_vl", "internvl", "gemma3";
                             // text only: "qwen3", "qwen3_moe", "qwen3_next", "llama", "qwen2", "qwen2_moe",
                             // "mistral", "mixtral", "gemma3_text", "gpt_oss", "deepseek_v3", "kimi_k2",
-                            // "glm4_moe", "deepseek_v32", "glm_moe_dsa" (no vision)
+                            // "glm4_moe", "deepseek_v32", "glm_moe_dsa", "smollm3", "apertus", "ernie4_5",
+                            // "ernie4_5_moe", "minimax_m2", "nemotron_h", "granitemoehybrid", "falcon_h1" (no vision)
   std::string source_path;  // where it was loaded from ("" when built in code)
   text_spec text;
   std::optional<vision_spec> vision;  // absent for text-only models

@@ -6,9 +6,13 @@
 //          text_spec's sliding_window / attention_chunk_size); else full attention when full_attention_interval
 //          is 0 or (i+1) % full_attention_interval == 0 and Gated DeltaNet otherwise. Softmax attention is MLA on
 //          an MLA model (kv_lora_rank > 0); with DSA (index_topk > 0) MLA attends a sliding window of index_topk keys
-//          and runs the indexer unless i is in indexer_shared_layers.
+//          and runs the indexer unless i is in indexer_shared_layers. A mamba layer runs the Mamba-2 mixer (and so
+//          does every attention layer when mamba_beside_attention: Falcon-H1); mlp_only / moe_only layers have no
+//          mixer.
 //   MLP    an MoE block when the model has experts, i >= first_k_dense_replace, (i+1) % decoder_sparse_step == 0
-//          and i is not in mlp_only_layers; a SwiGLU of intermediate_size otherwise.
+//          and i is not in mlp_only_layers; a SwiGLU of intermediate_size otherwise (a 2-matrix MLP of it when
+//          plain_mlp: Apertus). block_layers (Nemotron-H): a mixer layer has no MLP, a moe_only layer is the MoE
+//          block, an mlp_only layer the dense MLP.
 // Counting j = i+1 over (from, to]: multiples of k number to/k - from/k, so every count below is a few
 // divisions plus one pass over mlp_only_layers (which the file lists explicitly) and layer_runs.
 
@@ -90,7 +94,11 @@ std::vector<kind_count> kinds_in(const text_spec& t, std::int64_t from, std::int
     std::int64_t start = 0;
     for (const layer_run& run : t.layer_runs) {
       const std::int64_t a = std::max(from, start), b = std::min(to, start + run.count);
-      if (a < b) add(run.kind, multiples(every, a, b), moe_among(t, every, a, b));
+      if (a < b) {
+        // Nemotron-H's blocks: the moe_only layers are its MoE layers, whatever the step rule says.
+        const std::int64_t n = multiples(every, a, b);
+        add(run.kind, n, t.block_layers ? (run.kind == layer_kind::moe_only ? n : 0) : moe_among(t, every, a, b));
+      }
       start += run.count;
       if (start >= to) break;
     }
@@ -114,9 +122,24 @@ std::vector<kind_count> kinds_in(const text_spec& t, std::int64_t from, std::int
 
 factor f(std::int64_t value, const char* field) { return {value, field}; }
 
+mamba_mixer mamba_of(const text_spec& t) {
+  return {f(t.mamba_num_heads, "text.mamba_num_heads"), f(t.mamba_head_dim, "text.mamba_head_dim"),
+          f(t.mamba_n_groups, "text.mamba_n_groups"), f(t.mamba_state_size, "text.mamba_state_size"),
+          f(t.mamba_conv_kernel, "text.mamba_conv_kernel")};
+}
+
 token_mixer mixer_of(const model_spec& spec, layer_kind kind) {
   const text_spec& t = spec.text;
   token_mixer m;
+  if (kind == layer_kind::mamba) {
+    m.kind = mixer_kind::mamba;
+    m.mamba = mamba_of(t);
+    return m;
+  }
+  if (kind == layer_kind::mlp_only || kind == layer_kind::moe_only) {
+    m.kind = mixer_kind::none;
+    return m;
+  }
   if (kind == layer_kind::linear_attention) {
     m.kind = mixer_kind::gated_deltanet;
     m.deltanet = {f(t.linear_num_key_heads, "text.linear_num_key_heads"),
@@ -143,6 +166,10 @@ token_mixer mixer_of(const model_spec& spec, layer_kind kind) {
     return m;
   }
   m.kind = mixer_kind::attention;
+  if (t.mamba_beside_attention) {
+    m.with_mamba = true;
+    m.mamba = mamba_of(t);
+  }
   attention_mixer& a = m.attention;
   a.heads = f(t.num_attention_heads, "text.num_attention_heads");
   a.kv_heads = f(t.num_key_value_heads, "text.num_key_value_heads");
@@ -159,20 +186,26 @@ token_mixer mixer_of(const model_spec& spec, layer_kind kind) {
   return m;
 }
 
-mlp_block mlp_of(const text_spec& t, bool moe) {
+mlp_block mlp_of(const text_spec& t, bool moe, layer_kind kind) {
   mlp_block b;
+  // Nemotron-H's mixer blocks carry no MLP.
+  if (t.block_layers && kind != layer_kind::mlp_only && kind != layer_kind::moe_only) {
+    b.kind = mlp_kind::none;
+    return b;
+  }
   if (!moe) {
-    b.kind = mlp_kind::gated;
+    b.kind = t.plain_mlp ? mlp_kind::plain : mlp_kind::gated;
     b.width = f(t.intermediate_size, "text.intermediate_size");
     return b;
   }
   b.kind = mlp_kind::moe;
+  b.plain_experts = t.plain_mlp;
   b.experts = f(t.num_experts, "text.num_experts");
   b.top_k = f(t.num_experts_per_tok, "text.num_experts_per_tok");
   b.expert_width = f(t.moe_intermediate_size, "text.moe_intermediate_size");
   if (t.shared_expert_intermediate_size > 0) {
     b.shared_width = product({{t.shared_expert_intermediate_size, "text.shared_expert_intermediate_size"}});
-    b.shared_gate = true;
+    b.shared_gate = !t.shared_expert_ungated;
   } else if (t.n_shared_experts > 0) {
     b.shared_width = product(
         {{t.n_shared_experts, "text.n_shared_experts"}, {t.moe_intermediate_size, "text.moe_intermediate_size"}});
@@ -191,6 +224,7 @@ std::int64_t count_layers_of_kind(const text_spec& t, layer_kind kind, std::int6
 }
 
 std::int64_t count_moe_layers(const text_spec& t, std::int64_t from, std::int64_t to) {
+  if (t.block_layers) return count_layers_of_kind(t, layer_kind::moe_only, from, std::min(to, t.num_hidden_layers));
   return moe_among(t, 1, from, std::min(to, t.num_hidden_layers));
 }
 
@@ -200,7 +234,10 @@ std::int64_t first_attention_layer(const text_spec& t) {
   if (!t.layer_runs.empty()) {
     std::int64_t start = 0;
     for (const layer_run& run : t.layer_runs) {
-      if (run.kind != layer_kind::linear_attention) return start;
+      if (run.kind == layer_kind::full_attention || run.kind == layer_kind::sliding_attention ||
+          run.kind == layer_kind::chunked_attention) {
+        return start;
+      }
       start += run.count;
     }
     return t.num_hidden_layers;
@@ -227,8 +264,8 @@ std::vector<layer_group> layer_groups(const model_spec& spec, std::int64_t from,
   std::vector<layer_group> groups;
   for (const kind_count& k : kinds_in(spec.text, from, to, every)) {
     const token_mixer mixer = mixer_of(spec, k.kind);
-    if (k.layers - k.moe > 0) groups.push_back({k.layers - k.moe, mixer, mlp_of(spec.text, false)});
-    if (k.moe > 0) groups.push_back({k.moe, mixer, mlp_of(spec.text, true)});
+    if (k.layers - k.moe > 0) groups.push_back({k.layers - k.moe, mixer, mlp_of(spec.text, false, k.kind)});
+    if (k.moe > 0) groups.push_back({k.moe, mixer, mlp_of(spec.text, true, k.kind)});
   }
   const text_spec& t = spec.text;
   if (!t.has_indexer() || !t.is_mla() || t.indexer_shared_layers.empty()) return groups;
@@ -251,7 +288,8 @@ std::vector<layer_group> layer_groups(const model_spec& spec, std::int64_t from,
 }
 
 layer_group layer_at(const model_spec& spec, std::int64_t index) {
-  layer_group g{1, mixer_of(spec, spec.text.layer_type(index)), mlp_of(spec.text, is_moe_layer(spec.text, index))};
+  const layer_kind kind = spec.text.layer_type(index);
+  layer_group g{1, mixer_of(spec, kind), mlp_of(spec.text, is_moe_layer(spec.text, index), kind)};
   if (g.mixer.kind == mixer_kind::mla) g.mixer.mla.indexer = count_indexer_layers(spec.text, index, index + 1) == 1;
   return g;
 }
@@ -260,7 +298,7 @@ layer_group layer_at(const model_spec& spec, std::int64_t index) {
 // attention per causal pair, like every MTP layer).
 layer_group mtp_group(const model_spec& spec) {
   layer_group g{spec.text.mtp_num_hidden_layers, mixer_of(spec, layer_kind::full_attention),
-                mlp_of(spec.text, spec.text.is_moe())};
+                mlp_of(spec.text, spec.text.is_moe(), layer_kind::mlp_only)};
   g.mixer.mla.window_size = 0;
   g.mixer.mla.indexer = false;
   return g;

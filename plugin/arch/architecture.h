@@ -4,9 +4,12 @@
 //   token mixer  softmax attention (heads, kv heads, qk_head_dim, v_head_dim, output gate, attention window:
 //                none, sliding w or chunked c), MLA (q_lora_rank or none, kv_lora_rank, qk_nope_head_dim,
 //                qk_rope_head_dim, v_head_dim; with DSA a sliding window of index_topk and whether the layer runs
-//                the indexer) or Gated DeltaNet (key/value heads and head dims, conv kernel)
-//   MLP          a gated (SwiGLU) or plain MLP of a width, or an MoE block (experts, top-k, expert width, shared
-//                expert width, whether a sigmoid gate scales the shared expert)
+//                the indexer), Gated DeltaNet (key/value heads and head dims, conv kernel), Mamba-2 (heads, head
+//                dim, groups, state, conv kernel; Falcon-H1 runs it beside attention) or none (Nemotron-H's
+//                MLP-only blocks)
+//   MLP          a gated (SwiGLU) or plain (up, down: text_spec::plain_mlp) MLP of a width, or an MoE block (experts,
+//                top-k, expert width, shared expert width, whether a sigmoid gate scales the shared expert, 2-matrix
+//                experts), or none (Nemotron-H's mixer-only blocks)
 // and its layer count. Groups are counted, never enumerated: a group's cost does not grow with its layer
 // count, and a range of layers [from, to) splits into at most a few groups whatever its length (arithmetic over
 // the spec's periodic layouts, run-length layer_runs and the listed exceptions). The LM head (hidden -> vocab)
@@ -32,7 +35,13 @@
 
 namespace flopmeter::detail {
 
-enum class mixer_kind { attention, mla, gated_deltanet };
+enum class mixer_kind { attention, mla, gated_deltanet, mamba, none };
+
+// Mamba-2 (text_spec's mamba_* sizes): d_in = heads x head_dim.
+struct mamba_mixer {
+  factor heads{0, nullptr}, head_dim{0, nullptr}, n_groups{0, nullptr}, state_size{0, nullptr},
+      conv_kernel{0, nullptr};
+};
 
 struct attention_mixer {
   factor heads{0, nullptr}, kv_heads{0, nullptr}, qk_head_dim{0, nullptr}, v_head_dim{0, nullptr};
@@ -63,9 +72,11 @@ struct token_mixer {
   attention_mixer attention;
   mla_mixer mla;
   deltanet_mixer deltanet;
+  mamba_mixer mamba;  // kind mamba; or beside an attention mixer when with_mamba (Falcon-H1)
+  bool with_mamba = false;
 };
 
-enum class mlp_kind { gated, plain, moe };
+enum class mlp_kind { gated, plain, moe, none };
 
 struct mlp_block {
   mlp_kind kind = mlp_kind::gated;
@@ -73,6 +84,7 @@ struct mlp_block {
   factor experts{0, nullptr}, top_k{0, nullptr}, expert_width{0, nullptr};
   term shared_width;         // 0: no shared expert
   bool shared_gate = false;  // a sigmoid gate h -> 1 scales the shared expert (Qwen)
+  bool plain_experts = false;  // the routed and shared experts have 2 matrices (up, down; Nemotron-H)
 };
 
 struct layer_group {

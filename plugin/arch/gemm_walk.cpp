@@ -44,6 +44,10 @@
 //                    output) needs a gradient iff qkv's does, its weight trains with T; the delta rule runs its
 //                    backward iff the conv's output needs a gradient; out_proj's input (norm(core) * silu(z))
 //                    needs one iff the core's or z's does.
+//   Mamba-2          in_proj: base 1 + g + T; the conv's input needs a gradient iff in_proj's output does, its
+//                    weight trains with T; the scan runs its backward iff the conv's output needs a gradient;
+//                    out_proj's input iff in_proj's output does. Falcon-H1 runs it beside the attention on the
+//                    layer's input; the layer's output needs a gradient iff either's does.
 //   gated MLP        gate, up: base 1 + g' + T (g': the layer's hidden after the mixer needs a gradient); down's
 //                    input needs one iff g', T or gate or up adapted.
 //   MoE block        router, experts, shared expert, gate: 1 + g' + T (no adapters: refused).
@@ -334,8 +338,41 @@ class walker {
     return g || out;
   }
 
+  // Mamba-2 (NemotronHMamba2Mixer, GraniteMoeHybridMambaLayer, FalconH1Mixer), d_in = heads x head_dim, G groups,
+  // N the state size, K the conv kernel:
+  //   in_proj h -> 2 d_in + 2 G N + heads (z, x, B, C, dt)
+  //   depthwise causal conv1d: K multiply-adds per channel over the d_in + 2 G N channels of x, B and C
+  //   the scan: Megatron-LM's per-token constant, 7 d_in N FLOPs forward = 3.5 d_in N multiply-adds (as the delta
+  //     rule above; the chunked kernel's extra intra-chunk work is not model FLOPs)
+  //   out_proj d_in -> h (after the gated norm: element-wise)
+  // The conv's input needs a gradient iff in_proj's output does; the scan runs its backward iff the conv's
+  // output does; out_proj's input (norm(scan) * silu(z)) iff in_proj's output does.
+  bool mamba(const mamba_mixer& m, bool g, const factor& layers) {
+    const coefficient_slot slot = coefficient_slot::linear_attention;
+    const term d_in = product({m.heads, m.head_dim});
+    const term groups = product({{2, nullptr}, m.n_groups, m.state_size});
+    const term in_width = d_in * factor{2, nullptr} + groups + product({m.heads});
+    const bool in = gemm("in_proj", h(), as_factor(in_width), g, layers, slot);
+    visit(gemm_of("conv1d", (d_in + groups) * m.conv_kernel, in, weights_train_, layers, dense(slot)));
+    // 3.5 d_in N, halving whichever of N, head_dim, heads is even (the rules require d_in N to be even).
+    term scan;
+    if (m.state_size.value % 2 == 0) {
+      scan = product({{7, nullptr}, m.heads, m.head_dim, {m.state_size.value / 2, m.state_size.field}});
+    } else if (m.head_dim.value % 2 == 0) {
+      scan = product({{7, nullptr}, m.heads, {m.head_dim.value / 2, m.head_dim.field}, m.state_size});
+    } else {
+      scan = product({{7, nullptr}, {m.heads.value / 2, m.heads.field}, m.head_dim, m.state_size});
+    }
+    gemm_visit rule = gemm_of("ssm_scan", std::move(scan), in, false, layers, dense(slot));
+    rule.weightless = true;
+    visit(rule);
+    const bool out = gemm("out_proj", as_factor(d_in), h(), in, layers, slot, lora_target::out_proj);
+    return g || out;
+  }
+
   // Gated MLP (SwiGLU): gate and up h -> I, down I -> h. A plain MLP: up and down.
   bool mlp(const mlp_block& b, bool g, const factor& layers) {
+    if (b.kind == mlp_kind::none) return g;
     if (b.kind == mlp_kind::moe) return moe(b, g, layers);
     const coefficient_slot slot = coefficient_slot::dense_mlp;
     bool gate = false;
@@ -358,14 +395,23 @@ class walker {
         gemm_of("router", product({h(), b.experts}), g, weights_train_, layers, dense(coefficient_slot::moe_router)),
         false);
     // The routed experts' gate, up and down (each a grouped matmul over the top_k experts of every token).
-    const char* const parts[] = {"experts.gate_proj", "experts.up_proj", "experts.down_proj"};
+    // Nemotron-H's experts (and its shared expert) have no gate: up and down only.
+    const char* const gated_parts[] = {"experts.gate_proj", "experts.up_proj", "experts.down_proj"};
+    const char* const plain_parts[] = {"experts.up_proj", "experts.down_proj"};
+    const std::vector<const char*> parts = b.plain_experts ? std::vector<const char*>(plain_parts, plain_parts + 2)
+                                                           : std::vector<const char*>(gated_parts, gated_parts + 3);
     for (const char* part : parts) {
       visit_matmul(gemm_of(part, product({h(), b.expert_width}) * b.top_k, g, weights_train_, layers,
                            dense(coefficient_slot::moe_routed_experts)),
                    false);
     }
     if (b.shared_width.value > 0) {
-      const char* const shared[] = {"shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj"};
+      const char* const gated_shared[] = {"shared_expert.gate_proj", "shared_expert.up_proj",
+                                          "shared_expert.down_proj"};
+      const char* const plain_shared[] = {"shared_expert.up_proj", "shared_expert.down_proj"};
+      const std::vector<const char*> shared = b.plain_experts
+                                                  ? std::vector<const char*>(plain_shared, plain_shared + 2)
+                                                  : std::vector<const char*>(gated_shared, gated_shared + 3);
       for (const char* part : shared) {
         visit_matmul(gemm_of(part, product({h()}) * b.shared_width, g, weights_train_, layers,
                              dense(coefficient_slot::moe_shared_expert)),
@@ -388,7 +434,11 @@ class walker {
       case mixer_kind::attention: hidden = attention(group.mixer.attention, g, layers); break;
       case mixer_kind::mla: hidden = mla(group.mixer.mla, g, layers); break;
       case mixer_kind::gated_deltanet: hidden = deltanet(group.mixer.deltanet, g, layers); break;
+      case mixer_kind::mamba: hidden = mamba(group.mixer.mamba, g, layers); break;
+      case mixer_kind::none: hidden = g; break;
     }
+    // Falcon-H1: the Mamba-2 mixer beside the attention, on the same input.
+    if (group.mixer.with_mamba) hidden = mamba(group.mixer.mamba, g, layers) || hidden;
     return mlp(group.mlp, hidden, layers);
   }
 
@@ -423,7 +473,15 @@ bool adapts_any(const training_regime& r, std::initializer_list<lora_target> tar
 std::int64_t first_adapted_layer(const model_spec& spec, const training_regime& r) {
   const text_spec& t = spec.text;
   std::int64_t first = t.num_hidden_layers;
-  if (adapts_any(r, {lora_target::gate_proj, lora_target::up_proj, lora_target::down_proj})) return 0;
+  if (adapts_any(r, {lora_target::gate_proj, lora_target::up_proj, lora_target::down_proj})) {
+    if (!t.block_layers) return 0;
+    // Nemotron-H: the first mlp_only block.
+    std::int64_t start = 0;
+    for (const layer_run& run : t.layer_runs) {
+      if (run.kind == layer_kind::mlp_only) return start;
+      start += run.count;
+    }
+  }
   const bool attention =
       adapts_any(r, {lora_target::q_proj, lora_target::k_proj, lora_target::v_proj, lora_target::o_proj});
   const bool linear = adapts_any(r, {lora_target::in_proj_qkv, lora_target::in_proj_z, lora_target::out_proj});
@@ -433,6 +491,15 @@ std::int64_t first_adapted_layer(const model_spec& spec, const training_regime& 
                       (t.q_lora_rank > 0 ? adapts_any(r, {lora_target::q_a_proj, lora_target::q_b_proj})
                                          : adapts_any(r, {lora_target::q_proj}));
   if (latent && t.is_mla()) first = std::min(first, first_attention_layer(t));
+  if (adapts_any(r, {lora_target::out_proj}) && t.num_mamba_layers() > 0) {
+    // Mamba-2's out_proj: the first Mamba layer (Falcon-H1: the first attention layer, which runs it too).
+    std::int64_t start = 0;
+    for (const layer_run& run : t.layer_runs) {
+      if (run.kind == layer_kind::mamba || (t.mamba_beside_attention && run.kind == layer_kind::full_attention)) break;
+      start += run.count;
+    }
+    first = std::min(first, t.layer_runs.empty() ? first_attention_layer(t) : start);
+  }
   if (linear && t.num_linear_attention_layers() > 0) {
     // The first Gated DeltaNet layer: layer 0 under the interval layout; the first linear run otherwise.
     std::int64_t start = 0;

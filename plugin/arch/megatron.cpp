@@ -22,6 +22,32 @@ namespace {
 constexpr double kForwardBackward = 3.0;
 constexpr double kFma = 2.0;
 
+// Megatron-LM's Mamba-2 layer term (mamba_layer_flops in num_floating_point_operations), per token, training:
+//   3 x [2 h (2 d_in + 2 G N + heads) (in_proj) + 7 d_in N (the scan) + 2 d_in h (out_proj)]
+// with d_in = 2 x hidden whatever the config says (Megatron-LM and Megatron-Bridge), and no depthwise conv term.
+double megatron_mamba_per_token(const text_spec& t) {
+  const double layers = static_cast<double>(t.num_mamba_layers());
+  if (layers == 0) return 0.0;
+  const double h = static_cast<double>(t.hidden_size), d_in = 2 * h;
+  const double groups_state = static_cast<double>(t.mamba_n_groups * t.mamba_state_size);
+  const double heads = static_cast<double>(t.mamba_num_heads), n = static_cast<double>(t.mamba_state_size);
+  return kForwardBackward * (kFma * h * (2 * d_in + 2 * groups_state + heads) + 7 * d_in * n + kFma * d_in * h) *
+         layers;
+}
+
+// flopmeter's Mamba-2 layers per token, written out here from the config (d_in = heads x head_dim, the conv over
+// d_in + 2 G N channels of K taps): 6 x [h (2 d_in + 2 G N + heads) + K (d_in + 2 G N) + 3.5 d_in N + d_in h].
+double exact_mamba_per_token(const text_spec& t) {
+  const double h = static_cast<double>(t.hidden_size);
+  const double d_in = static_cast<double>(t.mamba_num_heads * t.mamba_head_dim);
+  const double groups_state = static_cast<double>(t.mamba_n_groups * t.mamba_state_size);
+  const double heads = static_cast<double>(t.mamba_num_heads), n = static_cast<double>(t.mamba_state_size);
+  const double k = static_cast<double>(t.mamba_conv_kernel);
+  return kForwardBackward * kFma *
+         (h * (2 * d_in + 2 * groups_state + heads) + k * (d_in + 2 * groups_state) + 3.5 * d_in * n + d_in * h) *
+         static_cast<double>(t.num_mamba_layers());
+}
+
 // Text decoder, per token at row length S (Megatron's "transformer_flops" with the gated-attention and
 // gated-delta-net extensions, divided by batch_size * seq_length).
 void text_constant(const text_spec& t, bool train_mtp, double s, megatron_constant& out) {
@@ -84,13 +110,18 @@ void text_constant(const text_spec& t, bool train_mtp, double s, megatron_consta
                    num_v_heads * (v_head_dim * v_head_dim) * 4 + h * v_dim);
   }
 
-  const double ffn_expansion = 3.0;  // SwiGLU: h->2*ffn_h and ffn_h->h
+  // SwiGLU: h->2*ffn_h and ffn_h->h; 2-matrix MLPs (plain_mlp: Apertus, Nemotron-H's squared ReLU, its experts
+  // too) are Megatron without --swiglu: h->ffn_h and ffn_h->h.
+  const double ffn_expansion = t.plain_mlp ? 2.0 : 3.0;
+  const double dense_expansion = ffn_expansion;
   // Megatron's MLP term: dense layers (ffn_hidden_size), routed experts (moe_ffn_hidden_size x
   // num_experts_routed_to = top-k) and the shared expert (moe_shared_expert_intermediate_size), per MoE layer.
-  const double dense_mlp = kForwardBackward * kFma * h * (static_cast<double>(t.intermediate_size) * ffn_expansion) * dense_layers;
-  out.text_moe_routed_per_token = kForwardBackward * kFma * h *
-                                  (static_cast<double>(t.moe_intermediate_size) *
-                                   static_cast<double>(t.num_experts_per_tok) * ffn_expansion) * moe_layers;
+  const double dense_mlp =
+      kForwardBackward * kFma * h * (static_cast<double>(t.intermediate_size) * dense_expansion) * dense_layers;
+  out.text_moe_routed_per_token =
+      kForwardBackward * kFma * h *
+      (static_cast<double>(t.moe_intermediate_size) * static_cast<double>(t.num_experts_per_tok) * ffn_expansion) *
+      moe_layers;
   // The shared expert: Qwen's shared_expert_intermediate_size, or DeepSeek's n_shared_experts x moe_ffn_hidden_size
   // (Megatron's moe_shared_expert_intermediate_size).
   const double shared_width = t.shared_expert_intermediate_size > 0
@@ -99,13 +130,14 @@ void text_constant(const text_spec& t, bool train_mtp, double s, megatron_consta
   out.text_moe_shared_per_token = kForwardBackward * kFma * h * (shared_width * ffn_expansion) * moe_layers;
   const double mlp = dense_mlp + out.text_moe_routed_per_token + out.text_moe_shared_per_token;
   // Not in Megatron: the router (h x num_experts) and, with a shared expert, its sigmoid gate (h x 1).
-  const double shared_gate = t.shared_expert_intermediate_size > 0 ? 1.0 : 0.0;
+  const double shared_gate = t.shared_expert_intermediate_size > 0 && !t.shared_expert_ungated ? 1.0 : 0.0;
   out.text_moe_unbilled_per_token =
       kForwardBackward * kFma * h * (static_cast<double>(t.num_experts) + shared_gate) * moe_layers;
   const double mtp_proj = kForwardBackward * kFma * mtp_layers * (2 * h * h);
   const double logits = kForwardBackward * kFma * h * static_cast<double>(t.vocab_size) * (mtp_layers + 1);
 
-  out.text_linear_per_token = mlp + standard_projection * standard_layers + linear_term * linear_layers + mtp_proj + logits;
+  out.text_linear_per_token = mlp + standard_projection * standard_layers + linear_term * linear_layers + mtp_proj +
+                              logits + megatron_mamba_per_token(t);
   out.text_attention_per_token = standard_core * standard_layers;
 }
 
@@ -257,8 +289,12 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
   // the expected ratio is (constant + that documented difference) / constant.
   const bool moe = spec.text.is_moe();
   const bool mla = spec.text.is_mla();
+  // Mamba-2: Megatron bills d_in = 2 x hidden and no conv; the difference from flopmeter's term, documented.
+  const double mamba_exact = exact_mamba_per_token(spec.text), mamba_megatron = megatron_mamba_per_token(spec.text);
+  const double mamba_difference = mamba_exact - mamba_megatron;
   const double linear_ratio =
-      (k.text_linear_per_token + k.text_moe_unbilled_per_token - k.text_mla_norms_per_token) / k.text_linear_per_token;
+      (k.text_linear_per_token + k.text_moe_unbilled_per_token - k.text_mla_norms_per_token + mamba_difference) /
+      k.text_linear_per_token;
   std::string linear_why = moe ? "same projections, experts and logits; Megatron-LM bills no router (hidden x "
                                  "num_experts) and no shared-expert gate (hidden x 1) per MoE layer, flopmeter does: "
                                  "ratio 1 + that / constant"
@@ -283,6 +319,19 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
     linear_why += "; Megatron-LM has no indexer term: flopmeter bills the indexer's projections forward only";
   }
   const double linear_ratio_dsa = linear_ratio + indexer_per_token / k.text_linear_per_token;
+  if (spec.text.num_mamba_layers() > 0) {
+    linear_why += "; Megatron bills the Mamba inner width as 2 x hidden (" + std::to_string(2 * t.hidden_size) +
+                  ", the config's heads x head_dim is " + std::to_string(t.mamba_num_heads * t.mamba_head_dim) +
+                  ") and no depthwise conv";
+    report.rows.push_back(
+        make_row("Mamba-2 layers = constant's Mamba term + the documented difference",
+                 static_cast<double>(compute_coefficients(spec).dense.linear_attention), mamba_megatron,
+                 mamba_exact / mamba_megatron, tolerance,
+                 "Megatron bills the Mamba inner width as 2 x hidden (d_in = " + std::to_string(2 * t.hidden_size) +
+                     "; the config's heads x head_dim = " + std::to_string(t.mamba_num_heads * t.mamba_head_dim) +
+                     ") and no depthwise conv (K x (d_in + 2 n_groups state) per token); in_proj, the scan's 7 d_in N "
+                     "and out_proj as Megatron writes them"));
+  }
   report.rows.push_back(make_row("text dense_per_token (+MTP) = constant's token-linear part",
                                  static_cast<double>(c.dense_per_token) + static_cast<double>(c.mtp_per_token),
                                  k.text_linear_per_token, linear_ratio_dsa, tolerance, linear_why));
@@ -312,8 +361,8 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
         spec.train_mtp_layers ? static_cast<double>(spec.text.mtp_num_hidden_layers) : 0.0;
     const double scale = (decoder_moe_layers + mtp_layers) / decoder_moe_layers;
     report.rows.push_back(make_row("MoE routed experts (x top-k) = constant's routed-expert term",
-                                   static_cast<double>(c.dense.moe_routed_experts) * scale,
-                                   k.text_moe_routed_per_token, 1.0, tolerance,
+                                   static_cast<double>(c.dense.moe_routed_experts) * scale, k.text_moe_routed_per_token,
+                                   1.0, tolerance,
                                    "top-k SwiGLU experts of moe_intermediate_size per token (dropless routing)"));
     if (spec.text.shared_expert_intermediate_size > 0 || spec.text.n_shared_experts > 0) {
       report.rows.push_back(make_row(
@@ -322,12 +371,12 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
           spec.text.n_shared_experts > 0 ? "one SwiGLU of n_shared_experts x moe_intermediate_size on every token"
                                          : "one SwiGLU of shared_expert_intermediate_size on every token"));
     }
-    report.rows.push_back(make_row(
-        "MoE router + shared-expert gate = the documented difference (not in the constant)",
-        static_cast<double>(c.dense.moe_router + c.dense.moe_shared_expert_gate) * scale,
-        k.text_moe_unbilled_per_token, 1.0, tolerance,
-        "Megatron-LM's num_floating_point_operations has no router or shared-expert gate term: 6 x hidden x "
-        "(num_experts + 1 if a shared expert) per MoE layer"));
+    report.rows.push_back(
+        make_row("MoE router + shared-expert gate = the documented difference (not in the constant)",
+                 static_cast<double>(c.dense.moe_router + c.dense.moe_shared_expert_gate) * scale,
+                 k.text_moe_unbilled_per_token, 1.0, tolerance,
+                 "Megatron-LM's num_floating_point_operations has no router or shared-expert gate term: 6 x hidden x "
+                 "(num_experts + 1 if a shared expert) per MoE layer"));
   }
   // Per pair, every softmax layer: the full layers' coefficient plus each window's (a windowed layer costs the
   // same per pair; the window changes how many pairs it has).
@@ -382,7 +431,8 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
                                  text_flops.text_dense + text_flops.mtp + text_flops.text_attention,
                                  k.text_per_token() * s,
                                  (text_linear + k.text_moe_unbilled_per_token - k.text_mla_norms_per_token +
-                                  indexer_per_token + text_attention * (attention_ratio + indexer_share)) /
+                                  indexer_per_token + mamba_difference +
+                                  text_attention * (attention_ratio + indexer_share)) /
                                      (text_linear + text_attention),
                                  tolerance,
                                  moe ? "token-linear parts differ by the router and shared-expert gate, the attention "

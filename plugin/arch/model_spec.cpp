@@ -38,6 +38,22 @@ std::int64_t text_spec::num_linear_attention_layers() const {
   return detail::count_layers_of_kind(*this, layer_kind::linear_attention, 0, num_hidden_layers);
 }
 
+std::int64_t text_spec::num_attention_layers() const {
+  if (num_hidden_layers < 1) return 0;
+  if (layer_runs.empty()) return num_hidden_layers - num_linear_attention_layers();
+  return detail::count_layers_of_kind(*this, layer_kind::full_attention, 0, num_hidden_layers) +
+         detail::count_layers_of_kind(*this, layer_kind::sliding_attention, 0, num_hidden_layers) +
+         detail::count_layers_of_kind(*this, layer_kind::chunked_attention, 0, num_hidden_layers);
+}
+std::int64_t text_spec::num_dense_mlp_layers() const {
+  if (block_layers) return detail::count_layers_of_kind(*this, layer_kind::mlp_only, 0, num_hidden_layers);
+  return num_hidden_layers - num_moe_layers();
+}
+std::int64_t text_spec::num_mamba_layers() const {
+  if (num_hidden_layers < 1) return 0;
+  return detail::count_layers_of_kind(*this, layer_kind::mamba, 0, num_hidden_layers) +
+         (mamba_beside_attention ? num_attention_layers() : 0);
+}
 std::int64_t text_spec::num_moe_layers() const {
   if (num_hidden_layers < 1) return 0;
   return detail::count_moe_layers(*this, 0, num_hidden_layers);

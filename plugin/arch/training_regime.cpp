@@ -388,7 +388,8 @@ void validate_training_regime(const model_spec& spec, const training_regime& reg
   if (regime.lora_rank > 0 && first_adapted_layer(spec, regime) >= t.num_hidden_layers) {
     throw error("training.lora_targets: model '" + spec.name + "' has none of these projections (" +
                 target_names(regime) +
-                "); in_proj_qkv, in_proj_z and out_proj exist only in Gated DeltaNet layers, q_proj, k_proj, v_proj "
+                "); in_proj_qkv, in_proj_z and out_proj exist only in Gated DeltaNet layers (out_proj also in Mamba-2 "
+                "layers, whose in_proj has no LoRA target), q_proj, k_proj, v_proj "
                 "and o_proj only in full-attention layers, q_a_proj, q_b_proj, kv_a_proj_with_mqa and kv_b_proj "
                 "only in multi-head latent attention (MLA, with q_proj when q_lora_rank is none, and o_proj; MLA "
                 "has no k_proj and v_proj)");

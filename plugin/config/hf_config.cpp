@@ -91,7 +91,15 @@ std::string toml_value(const json& value) {
     if (out.find_first_of(".eE") == std::string::npos) out += ".0";  // a TOML float has a point or an exponent
     return out;
   }
-  if (value.is_string()) return "\"" + safe_name(value.get<std::string>()) + "\"";
+  if (value.is_string()) {
+    // Nemotron-H's hybrid_override_pattern writes '*' (attention): kept, as it is safe in a TOML basic string.
+    const std::string text = value.get<std::string>();
+    std::string out = safe_name(text);
+    for (std::size_t i = 0; i < text.size() && out.size() == text.size(); ++i) {
+      if (text[i] == '*') out[i] = '*';
+    }
+    return "\"" + out + "\"";
+  }
   std::string out = "[";
   for (std::size_t i = 0; i < value.size(); ++i) out += (i > 0 ? ", " : "") + toml_value(value[i]);
   return out + "]";

@@ -162,6 +162,27 @@ std::optional<spec_violation> check_family_spec(const model_spec& spec) {
     return spec_violation{path(t.sliding_window != 0 ? "sliding_window" : "attention_chunk_size"),
                           "is set but no layer uses it (layer_types has no windowed layer)"};
   }
+  // Mamba-2 (the families' build steps refuse these with their own keys first).
+  if (t.num_mamba_layers() > 0) {
+    const std::pair<std::string_view, std::int64_t> mamba[] = {{"mamba_num_heads", t.mamba_num_heads},
+                                                                {"mamba_head_dim", t.mamba_head_dim},
+                                                                {"mamba_n_groups", t.mamba_n_groups},
+                                                                {"mamba_state_size", t.mamba_state_size},
+                                                                {"mamba_conv_kernel", t.mamba_conv_kernel}};
+    for (const auto& [member, value] : mamba) {
+      if (auto bad = bounded(spec, member, value, 1)) return bad;
+    }
+    if (t.mamba_num_heads % t.mamba_n_groups != 0) {
+      return spec_violation{path("mamba_n_groups"), "must divide mamba_num_heads = " + n(t.mamba_num_heads) +
+                                                        " (got " + n(t.mamba_n_groups) + ")"};
+    }
+    if ((t.mamba_num_heads * t.mamba_head_dim) % 2 != 0 && t.mamba_state_size % 2 != 0) {
+      return spec_violation{path("mamba_state_size"),
+                            "must be even when mamba_num_heads x mamba_head_dim is odd: the scan is billed as "
+                            "Megatron's 3.5 x d_in x state multiply-adds (got " +
+                                n(t.mamba_state_size) + ")"};
+    }
+  }
   // MLPs.
   if (t.is_moe()) {
     if (auto bad = bounded(spec, "num_experts", t.num_experts, 1)) return bad;
@@ -230,7 +251,9 @@ model_spec read_family_decoder(const field_reader& reader, const family_adapter&
     }
     v.present = reader.has(at);
     if (v.present && !f.checked_by_rules && reader.is_null(at)) {
-      if (f.type != field_type::nullable) reader.fail(at, "must not be null");
+      if (f.type != field_type::nullable && f.type != field_type::nullable_index_list) {
+        reader.fail(at, "must not be null");
+      }
       v.null = true;
     } else if (v.present) {
       switch (f.type) {
@@ -248,7 +271,8 @@ model_spec read_family_decoder(const field_reader& reader, const family_adapter&
           break;
         }
         case field_type::boolean: v.integer = reader.boolean(at) ? 1 : 0; break;
-        case field_type::index_list: {
+        case field_type::index_list:
+        case field_type::nullable_index_list: {
           const std::size_t count = reader.array_size(at);
           for (std::size_t i = 0; i < count; ++i)
             v.indexes.push_back(reader.integer(at + "[" + std::to_string(i) + "]"));
@@ -260,6 +284,7 @@ model_spec read_family_decoder(const field_reader& reader, const family_adapter&
           for (std::size_t i = 0; i < count; ++i) v.names.push_back(reader.string(at + "[" + std::to_string(i) + "]"));
           break;
         }
+        case field_type::text: v.names.push_back(reader.string(at)); break;
         case field_type::text_model_type: {
           // The decoder's own model_type: the type itself for a text-only one, else the type + "_text".
           const std::string expected = text_model_type(adapter.model_type);

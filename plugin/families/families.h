@@ -1,7 +1,8 @@
 // plugin/families/families.h — internal: the one field-table dialect of the model families, and the registry of the
 // decoder families. One file per family (a Hugging Face model_type or a family of them: llama.cpp, deepseek.cpp for
-// deepseek_v3, kimi_k2 and glm4_moe, qwen_families.cpp for the Qwen3 types, ...), each with one function that
-// returns its adapters; registry.cpp lists those functions. The vision-language types are in vlm_families.h.
+// deepseek_v3, kimi_k2, glm4_moe, deepseek_v32 and glm_moe_dsa, qwen_families.cpp for the Qwen3 types, the Mamba-2
+// hybrids nemotron_h.cpp, granitemoehybrid.cpp and falcon_h1.cpp over mamba2_kit.h, ...), each with one function
+// that returns its adapters; registry.cpp lists those functions. The vision-language types are in vlm_families.h.
 //
 // An adapter is a field table (the config.json name, its type, its default, its lower bound, what it means) and a
 // pure build step (the values -> a model_spec, with the family's own rules, e.g. which layers slide). The table
@@ -28,8 +29,10 @@ enum class field_type {
   nullable,         // an integer >= minimum, or null (config.json) / absent: "none"
   boolean,          // true / false
   index_list,       // a list of layer indexes
+  nullable_index_list,  // a list of layer indexes, or null (config.json) / absent: none
   layer_types,      // a list of layer kinds ("full_attention", "sliding_attention", ...), checked by the build step
   text_model_type,  // a string; when written it must be the decoder's own model_type ("qwen3_vl_text")
+  text,             // a string, checked by the build step (Nemotron-H's hybrid_override_pattern)
 };
 
 enum class when_absent {

@@ -20,6 +20,13 @@ const std::vector<const family_adapter*>& deepseek_adapters();  // deepseek.cpp
 const std::vector<const family_adapter*>& olmo3_adapters();     // olmo3.cpp
 const std::vector<const family_adapter*>& seed_oss_adapters();  // seed_oss.cpp
 const std::vector<const family_adapter*>& llama4_adapters();    // llama4.cpp
+const std::vector<const family_adapter*>& smollm3_adapters();           // smollm3.cpp
+const std::vector<const family_adapter*>& apertus_adapters();           // apertus.cpp
+const std::vector<const family_adapter*>& ernie4_5_adapters();          // ernie4_5.cpp
+const std::vector<const family_adapter*>& minimax_m2_adapters();        // minimax_m2.cpp
+const std::vector<const family_adapter*>& nemotron_h_adapters();        // nemotron_h.cpp
+const std::vector<const family_adapter*>& granitemoehybrid_adapters();  // granitemoehybrid.cpp
+const std::vector<const family_adapter*>& falcon_h1_adapters();         // falcon_h1.cpp
 
 const std::vector<const family_adapter*>& all_families() {
   using list = const std::vector<const family_adapter*>& (*)();
@@ -34,6 +41,13 @@ const std::vector<const family_adapter*>& all_families() {
       olmo3_adapters,      // olmo3.cpp
       seed_oss_adapters,   // seed_oss.cpp
       llama4_adapters,     // llama4.cpp: llama4_text
+      smollm3_adapters,    // smollm3.cpp
+      apertus_adapters,    // apertus.cpp
+      ernie4_5_adapters,   // ernie4_5.cpp: ernie4_5, ernie4_5_moe
+      minimax_m2_adapters, // minimax_m2.cpp
+      nemotron_h_adapters,        // nemotron_h.cpp
+      granitemoehybrid_adapters,  // granitemoehybrid.cpp
+      falcon_h1_adapters,         // falcon_h1.cpp
   };
   static const std::vector<const family_adapter*> all = [] {
     std::vector<const family_adapter*> adapters;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,18 @@ def test_qwen3_vl_2b_dense_coefficient_is_the_hand_derived_value():
     c = flopmeter.FlopModel("qwen3_vl_2b").coefficients
     assert c["dense_per_token"] == 6 * 1_720_451_072
     assert sum(c["dense_per_token_breakdown"].values()) == c["dense_per_token"]
+
+
+def test_a_mamba2_hybrid_and_a_mapped_family_load_through_the_c_abi():
+    # New model types need nothing in the Python package: FlopModel reads them through the C ABI.
+    # Nemotron-Nano-9B-v2 (tests/test_mamba2_families.cpp derives it): per token 27 Mamba-2 layers of 152,010,752
+    # multiply-adds, 4 attention layers of 55,050,240, 25 MLP layers of 140,492,800 and the LM head 587,202,560:
+    # 8,424,013,824 MACs, x6 for training.
+    configs = Path(__file__).resolve().parents[2] / "model_configs"
+    c = flopmeter.FlopModel(configs / "nemotron_nano_9b_v2.toml").coefficients
+    assert c["dense_per_token"] == 6 * 8_424_013_824
+    # Apertus-8B's 2-matrix MLP: 32 x (41,943,040 + 176,160,768) + 536,870,912 = 7,516,192,768 MACs.
+    assert flopmeter.FlopModel(configs / "apertus_8b.toml").coefficients["dense_per_token"] == 6 * 7_516_192_768
 
 
 def test_a_config_json_dict_gives_the_shipped_toml_model(qwen3_vl_2b_config):
