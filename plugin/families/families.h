@@ -3,7 +3,8 @@
 // qwen3_moe, qwen3_next and the Qwen3-VL / Qwen3.5 decoders), llama.cpp, qwen2.cpp (qwen2, qwen2_moe), mistral.cpp
 // (mistral, mixtral), gemma3.cpp (gemma3_text), gpt_oss.cpp, deepseek.cpp (deepseek_v3, kimi_k2, glm4_moe),
 // smollm3.cpp, apertus.cpp, ernie4_5.cpp (ernie4_5, ernie4_5_moe), minimax_m2.cpp, the Mamba-2 hybrids
-// nemotron_h.cpp, granitemoehybrid.cpp and falcon_h1.cpp (mamba2_kit.h); the vision-language types in vlm_families.h. registry.cpp lists the files.
+// nemotron_h.cpp, granitemoehybrid.cpp and falcon_h1.cpp (mamba2_kit.h), lfm2.cpp; the vision-language types in
+// vlm_families.h. registry.cpp lists the files.
 //
 // An adapter is a field table (the config.json name, its type, its default, its lower bound, what it means) and a
 // pure build step (the values -> a model_spec, with the family's own rules, e.g. which layers slide). The table
@@ -31,6 +32,7 @@ enum class field_type {
   boolean,          // true / false
   index_list,       // a list of layer indexes
   nullable_index_list,  // a list of layer indexes, or null (config.json) / absent: none
+  number,               // a number > 0 (integer or floating point; the default is default_value), or null
   layer_types,      // a list of layer kinds ("full_attention", "sliding_attention", ...), checked by the build step
   text_model_type,  // a string; when written it must be the decoder's own model_type ("qwen3_vl_text")
   text,             // a string, checked by the build step (Nemotron-H's hybrid_override_pattern)
@@ -73,6 +75,7 @@ struct field_value {
   bool present = false;  // written in the document
   bool null = false;     // nullable: null or absent without a default
   std::int64_t integer = 0;
+  double real = 0;  // field_type::number
   std::vector<std::int64_t> indexes;
   std::vector<std::string> names;
 };
@@ -123,6 +126,7 @@ const std::vector<const family_adapter*>& minimax_m2_adapters();  // minimax_m2.
 const std::vector<const family_adapter*>& nemotron_h_adapters();        // nemotron_h.cpp
 const std::vector<const family_adapter*>& granitemoehybrid_adapters();  // granitemoehybrid.cpp
 const std::vector<const family_adapter*>& falcon_h1_adapters();         // falcon_h1.cpp
+const std::vector<const family_adapter*>& lfm2_adapters();              // lfm2.cpp
 
 // The adapter of a model type, nullptr for another.
 const family_adapter* find_family(std::string_view model_type);
