@@ -24,6 +24,7 @@ enum class layer_kind {
   mamba,              // a Mamba-2 mixer (text_spec's mamba_* sizes)
   mlp_only,           // no token mixer, a dense MLP only (Nemotron-H's "-" block; text_spec::block_layers)
   moe_only,           // no token mixer, an MoE block only (Nemotron-H's "E" block; text_spec::block_layers)
+  short_conv,         // LFM2's gated short convolution (text_spec::short_conv_kernel)
 };
 
 // A run of consecutive decoder layers of one kind (the layer_types list of a config.json, run-length encoded).
@@ -123,6 +124,9 @@ struct text_spec {
   std::int64_t mamba_n_groups = 0;
   std::int64_t mamba_state_size = 0;
   std::int64_t mamba_conv_kernel = 0;
+  // LFM2's gated short convolution: in_proj hidden -> 3 hidden (B, C, x), a depthwise causal conv of this kernel over
+  // hidden channels, out_proj hidden -> hidden; 0 when no layer has one.
+  std::int64_t short_conv_kernel = 0;
 
   layer_kind layer_type(std::int64_t index) const;  // index in [0, num_hidden_layers)
   std::int64_t num_full_attention_layers() const;   // full_attention layers (MLA layers on an MLA model)
@@ -195,7 +199,8 @@ struct model_spec {
                             // text only: "qwen3", "qwen3_moe", "qwen3_next", "llama", "qwen2", "qwen2_moe",
                             // "mistral", "mixtral", "gemma3_text", "gpt_oss", "deepseek_v3", "kimi_k2",
                             // "glm4_moe", "deepseek_v32", "glm_moe_dsa", "smollm3", "apertus", "ernie4_5",
-                            // "ernie4_5_moe", "minimax_m2", "nemotron_h", "granitemoehybrid", "falcon_h1" (no vision)
+                            // "ernie4_5_moe", "minimax_m2", "nemotron_h", "granitemoehybrid", "falcon_h1", "lfm2"
+                            // (no vision)
   std::string source_path;  // where it was loaded from ("" when built in code)
   text_spec text;
   std::optional<vision_spec> vision;  // absent for text-only models

@@ -136,6 +136,11 @@ token_mixer mixer_of(const model_spec& spec, layer_kind kind) {
     m.mamba = mamba_of(t);
     return m;
   }
+  if (kind == layer_kind::short_conv) {
+    m.kind = mixer_kind::short_conv;
+    m.short_conv_kernel = f(t.short_conv_kernel, "text.short_conv_kernel");
+    return m;
+  }
   if (kind == layer_kind::mlp_only || kind == layer_kind::moe_only) {
     m.kind = mixer_kind::none;
     return m;

@@ -5,7 +5,8 @@
 //                none, sliding w or chunked c), MLA (q_lora_rank or none, kv_lora_rank, qk_nope_head_dim,
 //                qk_rope_head_dim, v_head_dim; with DSA a sliding window of index_topk and whether the layer runs
 //                the indexer), Gated DeltaNet (key/value heads and head dims, conv kernel), Mamba-2 (heads, head
-//                dim, groups, state, conv kernel; Falcon-H1 runs it beside attention) or none (Nemotron-H's
+//                dim, groups, state, conv kernel; Falcon-H1 runs it beside attention), LFM2's gated short
+//                convolution (its kernel) or none (Nemotron-H's
 //                MLP-only blocks)
 //   MLP          a gated (SwiGLU) or plain (up, down: text_spec::plain_mlp) MLP of a width, or an MoE block (experts,
 //                top-k, expert width, shared expert width, whether a sigmoid gate scales the shared expert, 2-matrix
@@ -35,7 +36,7 @@
 
 namespace flopmeter::detail {
 
-enum class mixer_kind { attention, mla, gated_deltanet, mamba, none };
+enum class mixer_kind { attention, mla, gated_deltanet, mamba, short_conv, none };
 
 // Mamba-2 (text_spec's mamba_* sizes): d_in = heads x head_dim.
 struct mamba_mixer {
@@ -74,6 +75,7 @@ struct token_mixer {
   deltanet_mixer deltanet;
   mamba_mixer mamba;  // kind mamba; or beside an attention mixer when with_mamba (Falcon-H1)
   bool with_mamba = false;
+  factor short_conv_kernel{0, nullptr};  // kind short_conv (LFM2): in_proj h -> 3h, conv of this kernel, out_proj
 };
 
 enum class mlp_kind { gated, plain, moe, none };

@@ -48,6 +48,7 @@
 //                    weight trains with T; the scan runs its backward iff the conv's output needs a gradient;
 //                    out_proj's input iff in_proj's output does. Falcon-H1 runs it beside the attention on the
 //                    layer's input; the layer's output needs a gradient iff either's does.
+//   short conv       LFM2: as Mamba-2 without the scan (in_proj, the conv, out_proj).
 //   gated MLP        gate, up: base 1 + g' + T (g': the layer's hidden after the mixer needs a gradient); down's
 //                    input needs one iff g', T or gate or up adapted.
 //   MoE block        router, experts, shared expert, gate: 1 + g' + T (no adapters: refused).
@@ -370,6 +371,17 @@ class walker {
     return g || out;
   }
 
+  // LFM2's gated short convolution (Lfm2ShortConv): in_proj h -> 3h (B, C, x), B * x (element-wise), a depthwise
+  // causal conv of K taps over the h channels (K*h multiply-adds per token), C * conv (element-wise), out_proj h -> h.
+  // The conv's input needs a gradient iff in_proj's output does; out_proj's input too.
+  bool short_conv(const factor& kernel, bool g, const factor& layers) {
+    const coefficient_slot slot = coefficient_slot::linear_attention;
+    const bool in = gemm("in_proj", h(), as_factor(product({{3, nullptr}, h()})), g, layers, slot);
+    visit(gemm_of("conv", product({h(), kernel}), in, weights_train_, layers, dense(slot)));
+    const bool out = gemm("out_proj", h(), h(), in, layers, slot, lora_target::out_proj);
+    return g || out;
+  }
+
   // Gated MLP (SwiGLU): gate and up h -> I, down I -> h. A plain MLP: up and down.
   bool mlp(const mlp_block& b, bool g, const factor& layers) {
     if (b.kind == mlp_kind::none) return g;
@@ -435,6 +447,7 @@ class walker {
       case mixer_kind::mla: hidden = mla(group.mixer.mla, g, layers); break;
       case mixer_kind::gated_deltanet: hidden = deltanet(group.mixer.deltanet, g, layers); break;
       case mixer_kind::mamba: hidden = mamba(group.mixer.mamba, g, layers); break;
+      case mixer_kind::short_conv: hidden = short_conv(group.mixer.short_conv_kernel, g, layers); break;
       case mixer_kind::none: hidden = g; break;
     }
     // Falcon-H1: the Mamba-2 mixer beside the attention, on the same input.
@@ -491,6 +504,15 @@ std::int64_t first_adapted_layer(const model_spec& spec, const training_regime& 
                       (t.q_lora_rank > 0 ? adapts_any(r, {lora_target::q_a_proj, lora_target::q_b_proj})
                                          : adapts_any(r, {lora_target::q_proj}));
   if (latent && t.is_mla()) first = std::min(first, first_attention_layer(t));
+  if (adapts_any(r, {lora_target::out_proj}) && t.short_conv_kernel > 0) {
+    // LFM2's out_proj: the first short-conv layer.
+    std::int64_t start = 0;
+    for (const layer_run& run : t.layer_runs) {
+      if (run.kind == layer_kind::short_conv) break;
+      start += run.count;
+    }
+    first = std::min(first, start);
+  }
   if (adapts_any(r, {lora_target::out_proj}) && t.num_mamba_layers() > 0) {
     // Mamba-2's out_proj: the first Mamba layer (Falcon-H1: the first attention layer, which runs it too).
     std::int64_t start = 0;

@@ -48,6 +48,14 @@ double exact_mamba_per_token(const text_spec& t) {
          static_cast<double>(t.num_mamba_layers());
 }
 
+// LFM2's gated short-convolution layers per token (Megatron-LM has no term for them): 6 x (3h*h + K*h + h*h).
+double short_conv_per_token(const text_spec& t) {
+  if (t.short_conv_kernel == 0) return 0.0;
+  const double h = static_cast<double>(t.hidden_size), k = static_cast<double>(t.short_conv_kernel);
+  const double layers = static_cast<double>(t.num_hidden_layers - t.num_attention_layers());
+  return kForwardBackward * kFma * (3 * h * h + k * h + h * h) * layers;
+}
+
 // Text decoder, per token at row length S (Megatron's "transformer_flops" with the gated-attention and
 // gated-delta-net extensions, divided by batch_size * seq_length).
 void text_constant(const text_spec& t, bool train_mtp, double s, megatron_constant& out) {
@@ -291,7 +299,7 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
   const bool mla = spec.text.is_mla();
   // Mamba-2: Megatron bills d_in = 2 x hidden and no conv; the difference from flopmeter's term, documented.
   const double mamba_exact = exact_mamba_per_token(spec.text), mamba_megatron = megatron_mamba_per_token(spec.text);
-  const double mamba_difference = mamba_exact - mamba_megatron;
+  const double mamba_difference = mamba_exact - mamba_megatron + short_conv_per_token(spec.text);
   const double linear_ratio =
       (k.text_linear_per_token + k.text_moe_unbilled_per_token - k.text_mla_norms_per_token + mamba_difference) /
       k.text_linear_per_token;
@@ -331,6 +339,14 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
                      "; the config's heads x head_dim = " + std::to_string(t.mamba_num_heads * t.mamba_head_dim) +
                      ") and no depthwise conv (K x (d_in + 2 n_groups state) per token); in_proj, the scan's 7 d_in N "
                      "and out_proj as Megatron writes them"));
+  }
+  if (spec.text.short_conv_kernel > 0) {
+    linear_why += "; Megatron has no term for LFM2's gated short convolution (in_proj h -> 3h, the conv, out_proj)";
+    report.rows.push_back(make_row("short-conv layers = the documented difference (not in the constant)",
+                                   static_cast<double>(compute_coefficients(spec).dense.linear_attention),
+                                   short_conv_per_token(spec.text), 1.0, tolerance,
+                                   "Megatron has no term for LFM2's gated short convolution: 6 x (3h^2 + K h + h^2) "
+                                   "per conv layer"));
   }
   report.rows.push_back(make_row("text dense_per_token (+MTP) = constant's token-linear part",
                                  static_cast<double>(c.dense_per_token) + static_cast<double>(c.mtp_per_token),

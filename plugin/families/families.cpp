@@ -183,6 +183,9 @@ std::optional<spec_violation> check_family_spec(const model_spec& spec) {
                                 n(t.mamba_state_size) + ")"};
     }
   }
+  if (count_layers_of_kind(t, layer_kind::short_conv, 0, t.num_hidden_layers) > 0) {
+    if (auto bad = bounded(spec, "short_conv_kernel", t.short_conv_kernel, 1)) return bad;
+  }
   // MLPs.
   if (t.is_moe()) {
     if (auto bad = bounded(spec, "num_experts", t.num_experts, 1)) return bad;
@@ -251,7 +254,8 @@ model_spec read_family_decoder(const field_reader& reader, const family_adapter&
     }
     v.present = reader.has(at);
     if (v.present && !f.checked_by_rules && reader.is_null(at)) {
-      if (f.type != field_type::nullable && f.type != field_type::nullable_index_list) {
+      if (f.type != field_type::nullable && f.type != field_type::nullable_index_list &&
+          f.type != field_type::number) {
         reader.fail(at, "must not be null");
       }
       v.null = true;
@@ -285,6 +289,13 @@ model_spec read_family_decoder(const field_reader& reader, const family_adapter&
           break;
         }
         case field_type::text: v.names.push_back(reader.string(at)); break;
+        case field_type::number: {
+          v.real = reader.number(at);
+          if (!(v.real > 0) || v.real > static_cast<double>(kMaxSize)) {
+            reader.fail(at, "must be a number in (0, 2^31] (got " + std::to_string(v.real) + ")");
+          }
+          break;
+        }
         case field_type::text_model_type: {
           // The decoder's own model_type: the type itself for a text-only one, else the type + "_text".
           const std::string expected = text_model_type(adapter.model_type);
@@ -306,7 +317,10 @@ model_spec read_family_decoder(const field_reader& reader, const family_adapter&
           v.integer = *fallback ? 1 : 0;
           break;
         }
-        case when_absent::fixed: v.integer = f.default_value; break;
+        case when_absent::fixed:
+          v.integer = f.default_value;
+          v.real = static_cast<double>(f.default_value);
+          break;
         case when_absent::none:
         case when_absent::derived: v.null = true; break;
       }

@@ -1,7 +1,7 @@
 // plugin/families/families.h — internal: the one field-table dialect of the model families, and the registry of the
 // decoder families. One file per family (a Hugging Face model_type or a family of them: llama.cpp, deepseek.cpp for
 // deepseek_v3, kimi_k2, glm4_moe, deepseek_v32 and glm_moe_dsa, qwen_families.cpp for the Qwen3 types, the Mamba-2
-// hybrids nemotron_h.cpp, granitemoehybrid.cpp and falcon_h1.cpp over mamba2_kit.h, ...), each with one function
+// hybrids nemotron_h.cpp, granitemoehybrid.cpp and falcon_h1.cpp over mamba2_kit.h, lfm2.cpp, ...), each with one function
 // that returns its adapters; registry.cpp lists those functions. The vision-language types are in vlm_families.h.
 //
 // An adapter is a field table (the config.json name, its type, its default, its lower bound, what it means) and a
@@ -30,6 +30,7 @@ enum class field_type {
   boolean,          // true / false
   index_list,       // a list of layer indexes
   nullable_index_list,  // a list of layer indexes, or null (config.json) / absent: none
+  number,               // a number > 0 (integer or floating point; the default is default_value), or null
   layer_types,      // a list of layer kinds ("full_attention", "sliding_attention", ...), checked by the build step
   text_model_type,  // a string; when written it must be the decoder's own model_type ("qwen3_vl_text")
   text,             // a string, checked by the build step (Nemotron-H's hybrid_override_pattern)
@@ -72,6 +73,7 @@ struct field_value {
   bool present = false;  // written in the document
   bool null = false;     // nullable: null or absent without a default
   std::int64_t integer = 0;
+  double real = 0;  // field_type::number
   std::vector<std::int64_t> indexes;
   std::vector<std::string> names;
 };

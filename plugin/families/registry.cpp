@@ -27,6 +27,7 @@ const std::vector<const family_adapter*>& minimax_m2_adapters();        // minim
 const std::vector<const family_adapter*>& nemotron_h_adapters();        // nemotron_h.cpp
 const std::vector<const family_adapter*>& granitemoehybrid_adapters();  // granitemoehybrid.cpp
 const std::vector<const family_adapter*>& falcon_h1_adapters();         // falcon_h1.cpp
+const std::vector<const family_adapter*>& lfm2_adapters();              // lfm2.cpp
 
 const std::vector<const family_adapter*>& all_families() {
   using list = const std::vector<const family_adapter*>& (*)();
@@ -48,6 +49,7 @@ const std::vector<const family_adapter*>& all_families() {
       nemotron_h_adapters,        // nemotron_h.cpp
       granitemoehybrid_adapters,  // granitemoehybrid.cpp
       falcon_h1_adapters,         // falcon_h1.cpp
+      lfm2_adapters,              // lfm2.cpp
   };
   static const std::vector<const family_adapter*> all = [] {
     std::vector<const family_adapter*> adapters;
