@@ -198,9 +198,9 @@ class WatchedMeter(Meter):
         if any(getattr(getattr(batch.get(k), "device", None), "type", "cpu") != "cpu" for k in _VALUE_KEYS):
             self._pending.append(self._copy_to_host(batch))
             return
-        self._count_host(batch)
+        self._count_read_batch(batch)
 
-    def _count_host(self, batch: Mapping[str, Any]) -> None:
+    def _count_read_batch(self, batch: Mapping[str, Any]) -> None:
         described = _batch_reader.describe_batch(batch, pad_token_id=self._pad_token_id, count_labels=False)
         if described is None:
             if "no batch" not in self._warned:
@@ -237,7 +237,7 @@ class WatchedMeter(Meter):
             event, host = self._pending.pop(0)
             event.synchronize()
             try:
-                self._count_host(host)
+                self._count_read_batch(host)
             except Exception as e:  # noqa: BLE001
                 self._warn("counting a micro-batch", e)
 
