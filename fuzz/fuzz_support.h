@@ -51,9 +51,9 @@ inline void check_accepted_spec(const model_spec& spec, const std::string& loade
   }
   // Softmax attention of any window (full, sliding, chunked) or MLA: a model may slide on every layer (Mistral); a
   // Mamba-2 hybrid may have Mamba mixers only.
-  FUZZ_CHECK(spec.text.num_hidden_layers > 0 &&
-                 (spec.text.num_attention_layers() > 0 || spec.text.num_mamba_layers() > 0),
-             "an accepted spec has no layers or no token mixer");
+  FUZZ_CHECK(
+      spec.text.num_hidden_layers > 0 && (spec.text.num_attention_layers() > 0 || spec.text.num_mamba_layers() > 0),
+      "an accepted spec has no layers or no token mixer");
   coefficients c;
   try {
     c = compute_coefficients(spec);

@@ -745,9 +745,7 @@ TEST_F(CliTest, AnUnknownBareModelNameListsTheShippedNames) {
   // The real shipped directory: sorted as strings, so qwen3_vl_2b comes before qwen3_vl_30b_a3b.
   const result r = run({"estimate", "qwen3_vl_3b", "--docs", "1"});
   EXPECT_EQ(r.status, 1);
-  EXPECT_NE(
-      r.err.find(" qwen3_vl_2b, qwen3_vl_30b_a3b, qwen3_vl_32b, qwen3_vl_4b, qwen3_vl_8b, "),
-      std::string::npos)
+  EXPECT_NE(r.err.find(" qwen3_vl_2b, qwen3_vl_30b_a3b, qwen3_vl_32b, qwen3_vl_4b, qwen3_vl_8b, "), std::string::npos)
       << r.err;
 }
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "accounting/count_event.h"  // internal: count_event
-#include "count/count_fields.h"       // internal: kCountFields
-#include "count/exact_flops.h"        // internal: exact_model_flops, model_flop_weights
+#include "count/count_fields.h"      // internal: kCountFields
+#include "count/exact_flops.h"       // internal: exact_model_flops, model_flop_weights
 #include "flopmeter/error.h"
 #include "flopmeter/model_config.h"
 #include "support/error_message.h"

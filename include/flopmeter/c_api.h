@@ -341,8 +341,8 @@ FLOPMETER_EXPORT int flopmeter_set_log_callback(flopmeter_log_callback callback,
 #endif
 
 /* The rest of the C ABI, in headers of their own (each includes this one): */
-#include "flopmeter/c_api_config.h" /* the typed configuration builder: flopmeter_config_* */
-#include "flopmeter/c_api_model.h"  /* the FLOP model alone: flopmeter_model_*, flopmeter_counts, ... */
+#include "flopmeter/c_api_config.h"      /* the typed configuration builder: flopmeter_config_* */
+#include "flopmeter/c_api_model.h"       /* the FLOP model alone: flopmeter_model_*, flopmeter_counts, ... */
 #include "flopmeter/c_api_values.h"      /* records, coefficients and estimates as values */
 #include "flopmeter/c_api_collectives.h" /* the collectives asked of flopmeter_comm, their schedules */
 

@@ -40,8 +40,7 @@ enum class mixer_kind { attention, mla, gated_deltanet, mamba, short_conv, none 
 
 // Mamba-2 (text_spec's mamba_* sizes): d_in = heads x head_dim.
 struct mamba_mixer {
-  factor heads{0, nullptr}, head_dim{0, nullptr}, n_groups{0, nullptr}, state_size{0, nullptr},
-      conv_kernel{0, nullptr};
+  factor heads{0, nullptr}, head_dim{0, nullptr}, n_groups{0, nullptr}, state_size{0, nullptr}, conv_kernel{0, nullptr};
 };
 
 struct attention_mixer {
@@ -84,8 +83,8 @@ struct mlp_block {
   mlp_kind kind = mlp_kind::gated;
   factor width{0, nullptr};  // gated / plain
   factor experts{0, nullptr}, top_k{0, nullptr}, expert_width{0, nullptr};
-  term shared_width;         // 0: no shared expert
-  bool shared_gate = false;  // a sigmoid gate h -> 1 scales the shared expert (Qwen)
+  term shared_width;           // 0: no shared expert
+  bool shared_gate = false;    // a sigmoid gate h -> 1 scales the shared expert (Qwen)
   bool plain_experts = false;  // the routed and shared experts have 2 matrices (up, down; Nemotron-H)
 };
 

@@ -156,8 +156,8 @@ void vision_constant(const vision_spec& v, double s, megatron_constant& out) {
   const double expansion_factor = 3 * 2 * 2;
   const double hv = static_cast<double>(v.hidden_size);
   const double layers = static_cast<double>(v.depth);
-  const double query_ratio = 1.0;       // kv_channels * heads / hidden = 1 for the ViT
-  const double groups_over_heads = 1.0; // MHA
+  const double query_ratio = 1.0;        // kv_channels * heads / hidden = 1 for the ViT
+  const double groups_over_heads = 1.0;  // MHA
   // GELU MLP (2 matrices); a gated MLP (Qwen2.5-VL) has 3, Megatron's SwiGLU factor 3/2.
   const double gated = v.mlp == vision_mlp_kind::gated ? 1.5 : 1.0;
   const double base = expansion_factor * layers * hv * hv;
@@ -245,7 +245,8 @@ void check_seq_len(const model_spec& spec, std::int64_t seq_len) {
   if (seq_len < 1) throw error("seq_len must be >= 1 (got " + std::to_string(seq_len) + ")");
   std::int64_t pairs = 0;
   const bool even = seq_len % 2 == 0;
-  if (seq_len == INT64_MAX || __builtin_mul_overflow(even ? seq_len / 2 : seq_len, even ? seq_len + 1 : seq_len / 2 + 1, &pairs)) {
+  if (seq_len == INT64_MAX ||
+      __builtin_mul_overflow(even ? seq_len / 2 : seq_len, even ? seq_len + 1 : seq_len / 2 + 1, &pairs)) {
     throw error("seq_len " + std::to_string(seq_len) +
                 " is too large: one document of that many tokens has S(S+1)/2 causal pairs, more than a 64-bit "
                 "count holds (largest seq_len: 4294967295)");
@@ -373,8 +374,7 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
     // The MoE parts on their own. The MTP layers' share (trained MTP layers of an MoE model are MoE layers) is
     // the per-layer part times their count: the decoder part divided by the number of MoE decoder layers.
     const double decoder_moe_layers = static_cast<double>(spec.text.num_moe_layers());
-    const double mtp_layers =
-        spec.train_mtp_layers ? static_cast<double>(spec.text.mtp_num_hidden_layers) : 0.0;
+    const double mtp_layers = spec.train_mtp_layers ? static_cast<double>(spec.text.mtp_num_hidden_layers) : 0.0;
     const double scale = (decoder_moe_layers + mtp_layers) / decoder_moe_layers;
     report.rows.push_back(make_row("MoE routed experts (x top-k) = constant's routed-expert term",
                                    static_cast<double>(c.dense.moe_routed_experts) * scale, k.text_moe_routed_per_token,
@@ -443,17 +443,16 @@ check_report run_sanity_check(const model_spec& spec, std::int64_t seq_len, doub
                                        "window; the constant bills S*S/2 in every layer"
                                      : "causal pairs are S(S+1)/2, the constant bills S*S/2: ratio (S+1)/S"));
   const double text_linear = k.text_linear_per_token, text_attention = k.text_attention_per_token;
-  report.rows.push_back(make_row("one S-token document: total vs constant x S",
-                                 text_flops.text_dense + text_flops.mtp + text_flops.text_attention,
-                                 k.text_per_token() * s,
-                                 (text_linear + k.text_moe_unbilled_per_token - k.text_mla_norms_per_token +
-                                  indexer_per_token + mamba_difference +
-                                  text_attention * (attention_ratio + indexer_share)) /
-                                     (text_linear + text_attention),
-                                 tolerance,
-                                 moe ? "token-linear parts differ by the router and shared-expert gate, the attention "
-                                       "part by (S+1)/S"
-                                     : "token-linear parts equal; only the attention part differs, by (S+1)/S"));
+  report.rows.push_back(
+      make_row("one S-token document: total vs constant x S",
+               text_flops.text_dense + text_flops.mtp + text_flops.text_attention, k.text_per_token() * s,
+               (text_linear + k.text_moe_unbilled_per_token - k.text_mla_norms_per_token + indexer_per_token +
+                mamba_difference + text_attention * (attention_ratio + indexer_share)) /
+                   (text_linear + text_attention),
+               tolerance,
+               moe ? "token-linear parts differ by the router and shared-expert gate, the attention "
+                     "part by (S+1)/S"
+                   : "token-linear parts equal; only the attention part differs, by (S+1)/S"));
 
   if (spec.vision) {
     const vision_spec& v = *spec.vision;

@@ -32,8 +32,9 @@ using detail::json_document;
 // The model type at the top level, checked.
 std::string read_model_type(const json_document& doc) {
   if (!doc.has("model_type")) {
-    throw error(doc.where_missing(""), "required key 'model_type' is missing (a Hugging Face config.json names "
-                                       "its model type at the top level)");
+    throw error(doc.where_missing(""),
+                "required key 'model_type' is missing (a Hugging Face config.json names "
+                "its model type at the top level)");
   }
   const std::string model_type = doc.string("model_type");
   if (!detail::is_supported_model_type(model_type)) {
@@ -216,9 +217,9 @@ std::string import_hf_config(const std::string& path) {
   const detail::vlm_family* vlm = detail::find_vlm_family(spec.model_type);
   if (vlm != nullptr) write_vlm_wrapper_keys(out, doc, *vlm);
   out += "[model]\n";
-  write_line(out, "name = \"" + safe_name(spec.name) + "\"",
-             std::filesystem::path(file).filename() == "config.json" ? "the checkpoint directory's name"
-                                                                     : "the file's name");
+  write_line(
+      out, "name = \"" + safe_name(spec.name) + "\"",
+      std::filesystem::path(file).filename() == "config.json" ? "the checkpoint directory's name" : "the file's name");
   write_line(out, "model_type = \"" + spec.model_type + "\"", doc.position_text("model_type") + " model_type");
   if (vlm != nullptr) {
     write_vlm_tables(out, doc, *vlm, spec);

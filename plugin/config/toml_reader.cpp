@@ -109,8 +109,8 @@ void prescan_toml(std::string_view text, const std::string& source_name) {
     }
     if (in_key && c == '.') {
       if (++key_parts > kMaxKeyParts) {
-        fail(std::string(in_header ? "table header" : "dotted key") + " has more than " +
-             std::to_string(kMaxKeyParts) + " parts; refused before parsing (no config needs that many)");
+        fail(std::string(in_header ? "table header" : "dotted key") + " has more than " + std::to_string(kMaxKeyParts) +
+             " parts; refused before parsing (no config needs that many)");
       }
       continue;
     }
@@ -311,8 +311,8 @@ void toml_reader::check_keys(const toml::table& table, std::string_view table_pa
     std::string_view best;
     std::size_t best_distance = 3;  // suggest only close matches
     // Beyond kMaxHintKeyLength no schema key is within distance 3, so the quadratic distance is skipped.
-    for (const std::string_view candidate : name.size() <= kMaxHintKeyLength ? allowed
-                                                                             : array_view<std::string_view>{}) {
+    for (const std::string_view candidate :
+         name.size() <= kMaxHintKeyLength ? allowed : array_view<std::string_view>{}) {
       const std::size_t distance = edit_distance(name, candidate);
       if (distance < best_distance) {
         best_distance = distance;
@@ -389,8 +389,9 @@ double toml_reader::double_value(const toml::node& node, const std::string& key_
   if (!std::isfinite(value)) fail_key(node, key_path, "must be finite (got " + number_text(value) + ")");
   const bool exclusive = bounds.minimum_kind == lower_bound::exclusive;
   if (exclusive ? !(value > bounds.minimum) : value < bounds.minimum) {
-    fail_key(node, key_path, std::string("must be ") + (exclusive ? "> " : ">= ") + number_text(bounds.minimum) +
-                                 " (got " + number_text(value) + ")");
+    fail_key(node, key_path,
+             std::string("must be ") + (exclusive ? "> " : ">= ") + number_text(bounds.minimum) + " (got " +
+                 number_text(value) + ")");
   }
   if (value > bounds.maximum) {
     fail_key(node, key_path,
@@ -399,8 +400,7 @@ double toml_reader::double_value(const toml::node& node, const std::string& key_
   return value;
 }
 
-std::string toml_reader::required_string(const toml::table& table, std::string_view path,
-                                         std::string_view key) const {
+std::string toml_reader::required_string(const toml::table& table, std::string_view path, std::string_view key) const {
   return string_value(required_node(table, path, key), join(path, key));
 }
 

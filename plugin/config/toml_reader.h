@@ -122,12 +122,12 @@ class toml_reader {
   bool optional_bool(const toml::table& table, std::string_view path, std::string_view key, bool fallback) const;
   std::int64_t required_int(const toml::table& table, std::string_view path, std::string_view key,
                             int_bounds bounds) const;
-  std::int64_t optional_int(const toml::table& table, std::string_view path, std::string_view key,
-                            int_bounds bounds, std::int64_t fallback) const;
+  std::int64_t optional_int(const toml::table& table, std::string_view path, std::string_view key, int_bounds bounds,
+                            std::int64_t fallback) const;
   std::optional<double> optional_double(const toml::table& table, std::string_view path, std::string_view key,
                                         double_bounds bounds) const;
-  double optional_double(const toml::table& table, std::string_view path, std::string_view key,
-                         double_bounds bounds, double fallback) const;
+  double optional_double(const toml::table& table, std::string_view path, std::string_view key, double_bounds bounds,
+                         double fallback) const;
 
  private:
   std::string source_;

@@ -55,7 +55,8 @@ bool available(positions_kernel kernel) {
 }
 
 positions_kernel best_positions_kernel() {
-  static const positions_kernel best = available(positions_kernel::avx2) ? positions_kernel::avx2 : positions_kernel::sse2;
+  static const positions_kernel best =
+      available(positions_kernel::avx2) ? positions_kernel::avx2 : positions_kernel::sse2;
   return best;
 }
 

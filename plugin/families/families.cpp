@@ -165,16 +165,16 @@ std::optional<spec_violation> check_family_spec(const model_spec& spec) {
   // Mamba-2 (the families' build steps refuse these with their own keys first).
   if (t.num_mamba_layers() > 0) {
     const std::pair<std::string_view, std::int64_t> mamba[] = {{"mamba_num_heads", t.mamba_num_heads},
-                                                                {"mamba_head_dim", t.mamba_head_dim},
-                                                                {"mamba_n_groups", t.mamba_n_groups},
-                                                                {"mamba_state_size", t.mamba_state_size},
-                                                                {"mamba_conv_kernel", t.mamba_conv_kernel}};
+                                                               {"mamba_head_dim", t.mamba_head_dim},
+                                                               {"mamba_n_groups", t.mamba_n_groups},
+                                                               {"mamba_state_size", t.mamba_state_size},
+                                                               {"mamba_conv_kernel", t.mamba_conv_kernel}};
     for (const auto& [member, value] : mamba) {
       if (auto bad = bounded(spec, member, value, 1)) return bad;
     }
     if (t.mamba_num_heads % t.mamba_n_groups != 0) {
-      return spec_violation{path("mamba_n_groups"), "must divide mamba_num_heads = " + n(t.mamba_num_heads) +
-                                                        " (got " + n(t.mamba_n_groups) + ")"};
+      return spec_violation{path("mamba_n_groups"), "must divide mamba_num_heads = " + n(t.mamba_num_heads) + " (got " +
+                                                        n(t.mamba_n_groups) + ")"};
     }
     if ((t.mamba_num_heads * t.mamba_head_dim) % 2 != 0 && t.mamba_state_size % 2 != 0) {
       return spec_violation{path("mamba_state_size"),
@@ -254,8 +254,7 @@ model_spec read_family_decoder(const field_reader& reader, const family_adapter&
     }
     v.present = reader.has(at);
     if (v.present && !f.checked_by_rules && reader.is_null(at)) {
-      if (f.type != field_type::nullable && f.type != field_type::nullable_index_list &&
-          f.type != field_type::number) {
+      if (f.type != field_type::nullable && f.type != field_type::nullable_index_list && f.type != field_type::number) {
         reader.fail(at, "must not be null");
       }
       v.null = true;

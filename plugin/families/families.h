@@ -25,15 +25,15 @@
 namespace flopmeter::detail {
 
 enum class field_type {
-  integer,          // an integer >= minimum (<= 2^31 for sizes)
-  nullable,         // an integer >= minimum, or null (config.json) / absent: "none"
-  boolean,          // true / false
-  index_list,       // a list of layer indexes
+  integer,              // an integer >= minimum (<= 2^31 for sizes)
+  nullable,             // an integer >= minimum, or null (config.json) / absent: "none"
+  boolean,              // true / false
+  index_list,           // a list of layer indexes
   nullable_index_list,  // a list of layer indexes, or null (config.json) / absent: none
   number,               // a number > 0 (integer or floating point; the default is default_value), or null
-  layer_types,      // a list of layer kinds ("full_attention", "sliding_attention", ...), checked by the build step
-  text_model_type,  // a string; when written it must be the decoder's own model_type ("qwen3_vl_text")
-  text,             // a string, checked by the build step (Nemotron-H's hybrid_override_pattern)
+  layer_types,          // a list of layer kinds ("full_attention", "sliding_attention", ...), checked by the build step
+  text_model_type,      // a string; when written it must be the decoder's own model_type ("qwen3_vl_text")
+  text,                 // a string, checked by the build step (Nemotron-H's hybrid_override_pattern)
 };
 
 enum class when_absent {

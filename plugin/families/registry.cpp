@@ -11,15 +11,15 @@
 namespace flopmeter::detail {
 
 // Each family file's one function: its adapters, its model types in the order messages list them.
-const std::vector<const family_adapter*>& llama_adapters();     // llama.cpp
-const std::vector<const family_adapter*>& qwen2_adapters();     // qwen2.cpp
-const std::vector<const family_adapter*>& mistral_adapters();   // mistral.cpp
-const std::vector<const family_adapter*>& gemma3_adapters();    // gemma3.cpp
-const std::vector<const family_adapter*>& gpt_oss_adapters();   // gpt_oss.cpp
-const std::vector<const family_adapter*>& deepseek_adapters();  // deepseek.cpp
-const std::vector<const family_adapter*>& olmo3_adapters();     // olmo3.cpp
-const std::vector<const family_adapter*>& seed_oss_adapters();  // seed_oss.cpp
-const std::vector<const family_adapter*>& llama4_adapters();    // llama4.cpp
+const std::vector<const family_adapter*>& llama_adapters();             // llama.cpp
+const std::vector<const family_adapter*>& qwen2_adapters();             // qwen2.cpp
+const std::vector<const family_adapter*>& mistral_adapters();           // mistral.cpp
+const std::vector<const family_adapter*>& gemma3_adapters();            // gemma3.cpp
+const std::vector<const family_adapter*>& gpt_oss_adapters();           // gpt_oss.cpp
+const std::vector<const family_adapter*>& deepseek_adapters();          // deepseek.cpp
+const std::vector<const family_adapter*>& olmo3_adapters();             // olmo3.cpp
+const std::vector<const family_adapter*>& seed_oss_adapters();          // seed_oss.cpp
+const std::vector<const family_adapter*>& llama4_adapters();            // llama4.cpp
 const std::vector<const family_adapter*>& smollm3_adapters();           // smollm3.cpp
 const std::vector<const family_adapter*>& apertus_adapters();           // apertus.cpp
 const std::vector<const family_adapter*>& ernie4_5_adapters();          // ernie4_5.cpp
@@ -32,20 +32,20 @@ const std::vector<const family_adapter*>& lfm2_adapters();              // lfm2.
 const std::vector<const family_adapter*>& all_families() {
   using list = const std::vector<const family_adapter*>& (*)();
   static constexpr list kFamilyFiles[] = {
-      qwen_text_adapters,  // qwen_families.cpp: qwen3, qwen3_moe, qwen3_next
-      llama_adapters,      // llama.cpp
-      qwen2_adapters,      // qwen2.cpp: qwen2, qwen2_moe
-      mistral_adapters,    // mistral.cpp: mistral, mixtral
-      gemma3_adapters,     // gemma3.cpp: gemma3_text
-      gpt_oss_adapters,    // gpt_oss.cpp
-      deepseek_adapters,   // deepseek.cpp: deepseek_v3, kimi_k2, glm4_moe, deepseek_v32, glm_moe_dsa
-      olmo3_adapters,      // olmo3.cpp
-      seed_oss_adapters,   // seed_oss.cpp
-      llama4_adapters,     // llama4.cpp: llama4_text
-      smollm3_adapters,    // smollm3.cpp
-      apertus_adapters,    // apertus.cpp
-      ernie4_5_adapters,   // ernie4_5.cpp: ernie4_5, ernie4_5_moe
-      minimax_m2_adapters, // minimax_m2.cpp
+      qwen_text_adapters,         // qwen_families.cpp: qwen3, qwen3_moe, qwen3_next
+      llama_adapters,             // llama.cpp
+      qwen2_adapters,             // qwen2.cpp: qwen2, qwen2_moe
+      mistral_adapters,           // mistral.cpp: mistral, mixtral
+      gemma3_adapters,            // gemma3.cpp: gemma3_text
+      gpt_oss_adapters,           // gpt_oss.cpp
+      deepseek_adapters,          // deepseek.cpp: deepseek_v3, kimi_k2, glm4_moe, deepseek_v32, glm_moe_dsa
+      olmo3_adapters,             // olmo3.cpp
+      seed_oss_adapters,          // seed_oss.cpp
+      llama4_adapters,            // llama4.cpp: llama4_text
+      smollm3_adapters,           // smollm3.cpp
+      apertus_adapters,           // apertus.cpp
+      ernie4_5_adapters,          // ernie4_5.cpp: ernie4_5, ernie4_5_moe
+      minimax_m2_adapters,        // minimax_m2.cpp
       nemotron_h_adapters,        // nemotron_h.cpp
       granitemoehybrid_adapters,  // granitemoehybrid.cpp
       falcon_h1_adapters,         // falcon_h1.cpp

@@ -79,7 +79,8 @@ std::optional<spec_violation> check_coefficients(const model_spec& spec) {
       // The FLOP model names model_spec members ("text.X", "vision.X"): the schema paths are "text_config.X"
       // and "vision_config.X".
       const bool vision = field.rfind("vision.", 0) == 0;
-      const std::string path = std::string(vision ? "vision_config." : "text_config.") + field.substr(field.find('.') + 1);
+      const std::string path =
+          std::string(vision ? "vision_config." : "text_config.") + field.substr(field.find('.') + 1);
       fields += (fields.empty() ? "" : ", ") + path;
       if (first.empty()) {
         first = path;
@@ -87,10 +88,10 @@ std::optional<spec_violation> check_coefficients(const model_spec& spec) {
         also.push_back(path);
       }
     }
-    return spec_violation{first.empty() ? std::string("text_config") : first,
-                          "coefficient " + e.coefficient() + " would exceed 2^63 FLOPs: the product of " + fields +
-                              " is too large",
-                          also};
+    return spec_violation{
+        first.empty() ? std::string("text_config") : first,
+        "coefficient " + e.coefficient() + " would exceed 2^63 FLOPs: the product of " + fields + " is too large",
+        also};
   }
   return std::nullopt;
 }

@@ -185,8 +185,7 @@ std::optional<peak_match> find_peak(const std::string& device_name, peak_precisi
   if (device.empty()) return std::nullopt;
   for (const candidate& c : candidates()) {
     if (c.entry == nullptr || !occurs_as_model(device, positions, device_name, c.key)) continue;
-    const double tflops =
-        precision == peak_precision::fp8 ? c.entry->fp8_dense_tflops : c.entry->bf16_dense_tflops;
+    const double tflops = precision == peak_precision::fp8 ? c.entry->fp8_dense_tflops : c.entry->bf16_dense_tflops;
     if (!(tflops > 0)) return std::nullopt;  // the most specific row lacks this precision: no fallback
     return peak_match{c.entry, tflops};
   }
@@ -229,10 +228,8 @@ peak_resolution resolve_peak(const std::string& gpu, const std::string& device_n
 
 const char* to_string(peak_precision precision) {
   switch (precision) {
-    case peak_precision::bf16:
-      return "bf16";
-    case peak_precision::fp8:
-      return "fp8";
+    case peak_precision::bf16: return "bf16";
+    case peak_precision::fp8: return "fp8";
   }
   return "unknown";
 }
