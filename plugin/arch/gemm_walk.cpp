@@ -474,65 +474,7 @@ class walker {
   int matmul_ = 0;
 };
 
-bool adapts_any(const training_regime& r, std::initializer_list<lora_target> targets) {
-  for (const lora_target target : targets) {
-    if (r.adapts(target)) return true;
-  }
-  return false;
-}
-
 }  // namespace
-
-std::int64_t first_adapted_layer(const model_spec& spec, const training_regime& r) {
-  const text_spec& t = spec.text;
-  std::int64_t first = t.num_hidden_layers;
-  if (adapts_any(r, {lora_target::gate_proj, lora_target::up_proj, lora_target::down_proj})) {
-    if (!t.block_layers) return 0;
-    // Nemotron-H: the first mlp_only block.
-    std::int64_t start = 0;
-    for (const layer_run& run : t.layer_runs) {
-      if (run.kind == layer_kind::mlp_only) return start;
-      start += run.count;
-    }
-  }
-  const bool attention =
-      adapts_any(r, {lora_target::q_proj, lora_target::k_proj, lora_target::v_proj, lora_target::o_proj});
-  const bool linear = adapts_any(r, {lora_target::in_proj_qkv, lora_target::in_proj_z, lora_target::out_proj});
-  if (attention && !t.is_mla()) first = std::min(first, first_attention_layer(t));
-  // MLA: q_proj only without q_lora_rank, q_a_proj and q_b_proj only with it; kv_a, kv_b and o_proj always.
-  const bool latent = adapts_any(r, {lora_target::kv_a_proj_with_mqa, lora_target::kv_b_proj, lora_target::o_proj}) ||
-                      (t.q_lora_rank > 0 ? adapts_any(r, {lora_target::q_a_proj, lora_target::q_b_proj})
-                                         : adapts_any(r, {lora_target::q_proj}));
-  if (latent && t.is_mla()) first = std::min(first, first_attention_layer(t));
-  if (adapts_any(r, {lora_target::out_proj}) && t.short_conv_kernel > 0) {
-    // LFM2's out_proj: the first short-conv layer.
-    std::int64_t start = 0;
-    for (const layer_run& run : t.layer_runs) {
-      if (run.kind == layer_kind::short_conv) break;
-      start += run.count;
-    }
-    first = std::min(first, start);
-  }
-  if (adapts_any(r, {lora_target::out_proj}) && t.num_mamba_layers() > 0) {
-    // Mamba-2's out_proj: the first Mamba layer (Falcon-H1: the first attention layer, which runs it too).
-    std::int64_t start = 0;
-    for (const layer_run& run : t.layer_runs) {
-      if (run.kind == layer_kind::mamba || (t.mamba_beside_attention && run.kind == layer_kind::full_attention)) break;
-      start += run.count;
-    }
-    first = std::min(first, t.layer_runs.empty() ? first_attention_layer(t) : start);
-  }
-  if (linear && t.num_linear_attention_layers() > 0) {
-    // The first Gated DeltaNet layer: layer 0 under the interval layout; the first linear run otherwise.
-    std::int64_t start = 0;
-    for (const layer_run& run : t.layer_runs) {
-      if (run.kind == layer_kind::linear_attention) break;
-      start += run.count;
-    }
-    first = std::min(first, start);
-  }
-  return first;
-}
 
 void walk_decoder_layers(const model_spec& spec, const training_regime& regime, std::int64_t from, std::int64_t to,
                          std::int64_t every, bool g, const gemm_visitor& visit) {
